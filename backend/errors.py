@@ -1,0 +1,24 @@
+"""Domain errors, mapped to JSON responses in the app factory."""
+
+
+class StokerError(Exception):
+    status_code = 400
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class RunNotFound(StokerError):
+    status_code = 404
+
+    def __init__(self, run_id: int) -> None:
+        super().__init__(f"run {run_id} not found")
+
+
+class PayloadTooLarge(StokerError):
+    status_code = 413
+
+
+class Unauthorized(StokerError):
+    status_code = 401

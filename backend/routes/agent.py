@@ -1,0 +1,172 @@
+"""Agent ingest: the WebSocket stream and its HTTP fallback (DESIGN.md, "Wire protocol")."""
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Request, WebSocket
+from pydantic import Field, TypeAdapter, ValidationError
+
+from backend.deps import AgentAuth, HubDep, WriterDep, presented_token, token_matches
+from backend.errors import PayloadTooLarge
+from backend.ingest import end_run, open_run, store_batch
+from backend.live import LiveHub
+from backend.models import Run, RunStatus
+from backend.protocol import PROTOCOL_VERSION, Batch, End, Hello, HttpIngest
+from backend.queries import run_public
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/api/v1", tags=["agent"])
+
+AgentFrame = TypeAdapter(Annotated[Batch | End, Field(discriminator="type")])
+
+# WebSocket close codes (RFC 6455 and the private 4000 range).
+CLOSE_POLICY = 1008
+CLOSE_UNSUPPORTED_DATA = 1003
+CLOSE_TOO_BIG = 1009
+CLOSE_SERVER_ERROR = 1011
+CLOSE_BAD_HELLO = 4400
+
+
+def describe(error: ValidationError) -> str:
+    """A short, readable account of what was wrong with a message."""
+    parts = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(p) for p in item["loc"]) or "message"
+        parts.append(f"{where}: {item['msg']}")
+    more = error.error_count() - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _reason(text: str) -> str:
+    # A close reason must fit in 123 bytes of UTF-8.
+    return text.encode("utf-8")[:123].decode("utf-8", "ignore")
+
+
+def _publish_batch(hub: LiveHub, run: Run, batch: Batch) -> None:
+    assert run.id is not None
+    if batch.steps is not None and len(batch.steps):
+        hub.publish_steps(
+            run.id,
+            {
+                "step": batch.steps.step,
+                "t": batch.steps.t,
+                "dur": batch.steps.dur,
+                "wait": batch.steps.waits(),
+            },
+        )
+    hub.publish_run(run_public(run).model_dump(mode="json"))
+
+
+def _store_and_reload(*, session: Any, run_id: int, stream: str, rank: int, batch: Batch):
+    stored = store_batch(session=session, run_id=run_id, stream=stream, rank=rank, batch=batch)
+    return stored, session.get(Run, run_id)
+
+
+@router.websocket("/agent")
+async def agent_socket(websocket: WebSocket) -> None:
+    state = websocket.app.state
+    settings, writer, hub = state.settings, state.writer, state.hub
+    if not token_matches(settings.agent_token, presented_token(websocket)):
+        await websocket.close(code=CLOSE_POLICY, reason="a valid agent token is required")
+        return
+    await websocket.accept()
+    text = await _receive_text(websocket, settings.max_frame_bytes)
+    if text is None:
+        return
+    try:
+        hello = Hello.model_validate_json(text)
+    except ValidationError as error:
+        await websocket.close(code=CLOSE_BAD_HELLO, reason=_reason("bad hello: " + describe(error)))
+        return
+    run, last_seq = await writer.run(open_run, hello=hello)
+    assert run.id is not None
+    await websocket.send_json(
+        {
+            "type": "welcome",
+            "protocol": PROTOCOL_VERSION,
+            "run_id": run.id,
+            "last_seq": last_seq,
+            "settings": {"max_frame_bytes": settings.max_frame_bytes},
+        }
+    )
+    hub.publish_run(run_public(run).model_dump(mode="json"))
+    while True:
+        text = await _receive_text(websocket, settings.max_frame_bytes)
+        if text is None:
+            return
+        try:
+            frame = AgentFrame.validate_json(text)
+        except ValidationError as error:
+            await websocket.send_json({"type": "error", "message": describe(error)})
+            continue
+        if isinstance(frame, End):
+            ended = await writer.run(end_run, run_id=run.id, status=RunStatus(frame.status))
+            await websocket.send_json({"type": "ack", "end": True})
+            hub.publish_run(run_public(ended).model_dump(mode="json"))
+            continue
+        if frame.row_count() > settings.max_batch_rows:
+            await websocket.send_json(
+                {
+                    "type": "error",
+                    "seq": frame.seq,
+                    "message": f"batch has {frame.row_count()} rows; the limit is "
+                    f"{settings.max_batch_rows}: send smaller batches",
+                }
+            )
+            continue
+        try:
+            stored, fresh = await writer.run(
+                _store_and_reload, run_id=run.id, stream=hello.stream, rank=hello.rank, batch=frame
+            )
+        except Exception:
+            log.exception("storing batch %s of run %s failed", frame.seq, run.id)
+            await websocket.close(code=CLOSE_SERVER_ERROR, reason="storage error; retry later")
+            return
+        await websocket.send_json({"type": "ack", "seq": frame.seq})
+        if stored:
+            _publish_batch(hub, fresh, frame)
+
+
+async def _receive_text(websocket: WebSocket, max_bytes: int) -> str | None:
+    """The next text frame, or None once the socket is closed (by the peer or by us)."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        return None
+    text = message.get("text")
+    if text is None:
+        await websocket.close(
+            code=CLOSE_UNSUPPORTED_DATA, reason="binary frames are not supported: send JSON text"
+        )
+        return None
+    if len(text) > max_bytes:
+        await websocket.close(code=CLOSE_TOO_BIG, reason=f"frame over {max_bytes} bytes")
+        return None
+    return text
+
+
+@router.post("/ingest", dependencies=[AgentAuth])
+async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[str, Any]:
+    """Store a hello and its batches in one request: the WebSocket fallback and offline upload."""
+    body = await request.body()
+    limit = request.app.state.settings.max_frame_bytes
+    if len(body) > limit:
+        raise PayloadTooLarge(f"request body over {limit} bytes")
+    payload = HttpIngest.model_validate_json(body)
+    run, _ = await writer.run(open_run, hello=payload.hello)
+    assert run.id is not None
+    acked: list[int] = []
+    for batch in payload.batches:
+        stored, run = await writer.run(
+            _store_and_reload,
+            run_id=run.id,
+            stream=payload.hello.stream,
+            rank=payload.hello.rank,
+            batch=batch,
+        )
+        acked.append(batch.seq)
+        if stored:
+            _publish_batch(hub, run, batch)
+    if payload.end is not None:
+        run = await writer.run(end_run, run_id=run.id, status=RunStatus(payload.end.status))
+        hub.publish_run(run_public(run).model_dump(mode="json"))
+    return {"run_id": run.id, "acked": acked}

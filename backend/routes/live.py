@@ -1,0 +1,85 @@
+"""Browser live updates: run changes for everyone, steps for the runs a client subscribed to."""
+
+import asyncio
+import contextlib
+import json
+import logging
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from sqlmodel import Session
+
+from backend.deps import presented_token, token_matches
+from backend.live import LiveClient
+from backend.queries import list_runs
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/api/v1", tags=["live"])
+
+
+def _viewer_allowed(websocket: WebSocket) -> bool:
+    settings = websocket.app.state.settings
+    presented = presented_token(websocket)
+    if token_matches(settings.view_token, presented):
+        return True
+    return bool(settings.agent_token) and token_matches(settings.agent_token, presented)
+
+
+@router.websocket("/live")
+async def live_socket(websocket: WebSocket) -> None:
+    if not _viewer_allowed(websocket):
+        await websocket.close(code=1008, reason="a valid viewer token is required")
+        return
+    await websocket.accept()
+    hub = websocket.app.state.hub
+    client = hub.connect()
+    try:
+        runs = await asyncio.to_thread(_current_runs, websocket.app.state.engine)
+        for run in runs:
+            client.offer({"type": "run", "run": run})
+        sender = asyncio.create_task(_send_forever(websocket, client), name="stoker-live-send")
+        try:
+            await _receive_commands(websocket, client)
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+    except WebSocketDisconnect:
+        pass
+    finally:
+        hub.disconnect(client)
+
+
+def _current_runs(engine) -> list[dict]:
+    with Session(engine) as session:
+        runs = list_runs(session=session, limit=1000).data
+    return [run.model_dump(mode="json") for run in reversed(runs)]
+
+
+async def _send_forever(websocket: WebSocket, client: LiveClient) -> None:
+    while True:
+        message = await client.queue.get()
+        await websocket.send_text(json.dumps(message))
+
+
+async def _receive_commands(websocket: WebSocket, client: LiveClient) -> None:
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        try:
+            command = json.loads(message.get("text") or "")
+            kind, run_id = command["type"], command.get("run_id")
+            if kind not in ("subscribe", "unsubscribe") or not isinstance(run_id, int):
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            client.offer(
+                {
+                    "type": "notice",
+                    "message": 'commands are {"type": "subscribe"|"unsubscribe", "run_id": <int>}',
+                }
+            )
+            continue
+        if kind == "subscribe":
+            client.run_ids.add(run_id)
+        else:
+            client.run_ids.discard(run_id)

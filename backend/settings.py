@@ -1,0 +1,37 @@
+"""Server configuration from `STOKER_*` environment variables (mirrored by CLI flags)."""
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".stoker"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STOKER_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8470
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    database_url: str | None = None
+    agent_token: str | None = None
+    view_token: str | None = None
+    max_frame_bytes: int = 8 * 1024 * 1024
+    max_batch_rows: int = 100_000
+    live_queue_size: int = 1000
+    log_level: str = "info"
+
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to an SQLite file under the data directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'stoker.db'}"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,65 @@
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, ServerProcess
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+CHROMIUM = os.environ.get("STOKER_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = REPO / "test-artifacts"
+
+
+def require(available: bool, what: str) -> None:
+    """Skip locally when a real dependency is missing; in CI that is a failure, never a skip."""
+    if available:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is required in CI (.ci/run installs it)")
+    pytest.skip(f"{what} not installed")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerProcess]:
+    process = ServerProcess(data_dir=tmp_path / "server").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    require(Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is not None, "Chromium")
+    require((REPO / "backend" / "static" / "index.html").exists(), "the built frontend")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-gpu",
+                "--no-first-run",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})  # type: ignore[attr-defined]
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

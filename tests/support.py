@@ -1,0 +1,100 @@
+"""Test helpers: a real `stoker serve` on a loopback port, and waiting on conditions."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(
+    condition: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.05, what: str = ""
+) -> T:
+    """Poll `condition` until it returns something truthy; fail after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or condition}")
+        time.sleep(interval_s)
+
+
+@dataclass
+class ServerProcess:
+    """`stoker serve` in a child process, the way a user runs it."""
+
+    data_dir: Path
+    port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self) -> "ServerProcess":
+        env = {**os.environ, **self.env}
+        self.log_path = self.data_dir / f"server-{self.port}.log"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        command = [
+            sys.executable, "-m", "backend.cli", "serve",
+            "--port", str(self.port), "--data-dir", str(self.data_dir), *self.extra_args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        wait_for(self._healthy, timeout_s=60, what=f"server on {self.url}")
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"server exited: {self.log_text()}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = httpx.get(f"{self.url}{path}", params=params, timeout=10)
+        response.raise_for_status()
+        return response.json()

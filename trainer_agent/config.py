@@ -1,0 +1,40 @@
+"""Agent settings: explicit arguments win, then `STOKER_*` environment variables, then defaults."""
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_SERVER = "http://127.0.0.1:8470"
+
+
+def resolve_server(server: str | None) -> str:
+    return (server or os.environ.get("STOKER_SERVER") or DEFAULT_SERVER).rstrip("/")
+
+
+def resolve_token(token: str | None) -> str | None:
+    return token or os.environ.get("STOKER_AGENT_TOKEN") or os.environ.get("STOKER_TOKEN") or None
+
+
+def websocket_url(server: str, path: str) -> str:
+    """`http(s)://host:port` → `ws(s)://host:port/path`."""
+    if server.startswith("https://"):
+        return "wss://" + server[len("https://") :] + path
+    if server.startswith("http://"):
+        return "ws://" + server[len("http://") :] + path
+    return server + path
+
+
+@dataclass
+class AgentConfig:
+    server: str = DEFAULT_SERVER
+    token: str | None = None
+    run_name: str = ""
+    project: str = "default"
+    tags: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    flush_interval_s: float = 0.5
+    max_batch_rows: int = 5000
+    max_pending_rows: int = 1_000_000
+    ack_timeout_s: float = 10.0
+    connect_timeout_s: float = 5.0
+    close_timeout_s: float = 10.0

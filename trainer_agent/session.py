@@ -1,0 +1,71 @@
+"""One monitored run: its buffer, its sender, and the hello that names it."""
+
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+from trainer_agent.config import AgentConfig
+from trainer_agent.recorder import StepBuffer
+from trainer_agent.sender import Sender
+
+log = logging.getLogger("trainer_agent")
+
+PROTOCOL_VERSION = 1
+
+
+def _new_run_key() -> str:
+    return uuid.uuid4().hex
+
+
+class RunSession:
+    """Owns the resources of one run; the training thread only calls `record_step`."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        environment: dict[str, Any] | None = None,
+        run_key: str | None = None,
+        rank: int = 0,
+    ) -> None:
+        self.config = config
+        self.run_key = run_key or _new_run_key()
+        self.buffer = StepBuffer(max_rows=config.max_pending_rows)
+        hello = {
+            "type": "hello",
+            "protocol": PROTOCOL_VERSION,
+            "run_key": self.run_key,
+            "name": config.run_name,
+            "project": config.project,
+            "tags": list(config.tags),
+            "config": config.config,
+            "environment": environment or {},
+            "host": socket.gethostname()[:200],
+            "pid": os.getpid(),
+            "rank": rank,
+        }
+        self.sender = Sender(config=config, hello=hello, buffer=self.buffer)
+        # Durations come from the monotonic perf_counter; this offset turns them into wall time.
+        self._wall_offset_s = time.time() - time.perf_counter()
+
+    def start(self) -> None:
+        self.sender.start()
+
+    def wall_time(self, perf_s: float) -> float:
+        return perf_s + self._wall_offset_s
+
+    def record_step(
+        self,
+        step: int,
+        start_perf_s: float,
+        duration_s: float,
+        wait_s: float | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        self.buffer.append(step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size)
+
+    def close(self, status: str = "finished") -> None:
+        self.sender.close(status)
