@@ -7,9 +7,18 @@ together, so an acknowledged batch is durable and a replayed one is recognised.
 from sqlalchemy import insert
 from sqlmodel import Session, select
 
-from backend.models import IngestCursor, Run, RunStatus, Step, utc_now
-from backend.protocol import Batch, Hello
-from backend.summary import add_steps
+from backend.models import (
+    DeviceSample,
+    HostSample,
+    IngestCursor,
+    Metric,
+    Run,
+    RunStatus,
+    Step,
+    utc_now,
+)
+from backend.protocol import Batch, Hello, _Columns
+from backend.summary import add_agent_counters, add_device_samples, add_metrics, add_steps
 
 
 def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
@@ -58,28 +67,45 @@ def store_batch(*, session: Session, run_id: int, stream: str, rank: int, batch:
     assert run is not None
     steps = batch.steps
     if steps is not None and len(steps):
-        waits = steps.waits()
-        sizes = steps.batch_sizes()
-        rows = [
-            {
-                "run_id": run_id,
-                "rank": rank,
-                "step": steps.step[i],
-                "t": steps.t[i],
-                "dur": steps.dur[i],
-                "wait": waits[i],
-                "batch_size": sizes[i],
-            }
-            for i in range(len(steps))
-        ]
-        session.execute(insert(Step), rows)
+        _insert(session, Step, steps, run_id=run_id, rank=rank)
         run.stats = add_steps(
-            run.stats, steps=steps.step, t=steps.t, dur=steps.dur, wait=waits, batch_size=sizes
+            run.stats,
+            steps=steps.step,
+            t=steps.t,
+            dur=steps.dur,
+            wait=steps.column("wait"),
+            batch_size=steps.column("batch_size"),
         )
+    if batch.metrics is not None and len(batch.metrics):
+        _insert(session, Metric, batch.metrics, run_id=run_id, rank=rank)
+        run.stats = add_metrics(run.stats, values=batch.metrics.value)
+    if batch.device is not None and len(batch.device):
+        _insert(session, DeviceSample, batch.device, run_id=run_id, rank=rank)
+        run.stats = add_device_samples(
+            run.stats,
+            util=batch.device.column("util"),
+            mem_used=batch.device.column("mem_used"),
+            tf_mem_peak=batch.device.column("tf_mem_peak"),
+        )
+    if batch.host is not None and len(batch.host):
+        _insert(session, HostSample, batch.host, run_id=run_id, rank=rank)
+    if batch.agent is not None:
+        run.stats = add_agent_counters(run.stats, stream=stream, counters=batch.agent.model_dump())
     run.last_seen_at = utc_now()
     session.add(run)
     session.commit()
     return True
+
+
+def _insert(session: Session, table: type, columns: _Columns, *, run_id: int, rank: int) -> None:
+    """Insert a columnar section as rows (one executemany)."""
+    names = [name for name, value in columns.__dict__.items() if value is not None]
+    values = [getattr(columns, name) for name in names]
+    rows = [
+        {"run_id": run_id, "rank": rank, **dict(zip(names, row, strict=True))}
+        for row in zip(*values, strict=True)
+    ]
+    session.execute(insert(table), rows)
 
 
 def end_run(*, session: Session, run_id: int, status: RunStatus) -> Run:

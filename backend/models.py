@@ -48,6 +48,10 @@ class RunSummary(SQLModel):
     input_wait_share: float | None = None
     gpu_util_mean: float | None = None
     samples_per_s: float | None = None
+    peak_memory_bytes: float | None = None
+    peak_tf_memory_bytes: float | None = None
+    dropped_rows: int = 0
+    nonfinite_metrics: int = 0
 
 
 class RunPublic(RunBase):
@@ -79,6 +83,61 @@ class Step(SQLModel, table=True):
     dur: float  # seconds
     wait: float | None = None  # seconds blocked waiting for input, when measured
     batch_size: int | None = None
+
+
+class Metric(SQLModel, table=True):
+    """A scalar the training loop logged (loss, accuracy, ...) at a step."""
+
+    __table_args__ = (Index("ix_metric_run_name_step", "run_id", "name", "step"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    step: int
+    name: str = Field(max_length=100)
+    value: float | None = None  # null when the agent sent NaN or Inf (a diverged loss)
+
+
+class DeviceSample(SQLModel, table=True):
+    """One timed reading of one GPU. Units: percent, bytes, °C, W, MHz, bytes/s."""
+
+    __table_args__ = (Index("ix_device_run_gpu_t", "run_id", "gpu", "t"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    gpu: int
+    t: float
+    util: float | None = None
+    mem_util: float | None = None
+    mem_used: float | None = None
+    mem_total: float | None = None
+    proc_mem: float | None = None
+    tf_mem_current: float | None = None
+    tf_mem_peak: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    throttle: int | None = None
+    pcie_tx_bps: float | None = None
+    pcie_rx_bps: float | None = None
+
+
+class HostSample(SQLModel, table=True):
+    """One timed reading of the training host and process."""
+
+    __table_args__ = (Index("ix_host_run_t", "run_id", "t"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    t: float
+    proc_cpu: float | None = None
+    sys_cpu: float | None = None
+    rss: float | None = None
+    mem_used: float | None = None
+    mem_total: float | None = None
 
 
 class IngestCursor(SQLModel, table=True):

@@ -50,7 +50,39 @@ class Hello(_Strict):
         return f"{self.host}:{self.rank}"
 
 
-class StepColumns(_Strict):
+def _none_if_not_finite(values: Any) -> Any:
+    if not isinstance(values, list):
+        return values
+    return [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+
+
+class _Columns(_Strict):
+    """A columnar section: every column present has as many values as the first one."""
+
+    @model_validator(mode="after")
+    def _columns_align(self) -> "_Columns":
+        lengths = {
+            name: len(value) for name, value in self.__dict__.items() if isinstance(value, list)
+        }
+        first_name = next(iter(type(self).model_fields))
+        expected = lengths.get(first_name, 0)
+        for name, length in lengths.items():
+            if length != expected:
+                raise ValueError(
+                    f"column {name!r} has {length} values, {first_name!r} has {expected}"
+                )
+        return self
+
+    def __len__(self) -> int:
+        return len(getattr(self, next(iter(type(self).model_fields))))
+
+    def column(self, name: str) -> list[Any]:
+        """A column's values, or nulls when the agent did not send it."""
+        values = getattr(self, name)
+        return values if values is not None else [None] * len(self)
+
+
+class StepColumns(_Columns):
     step: list[Annotated[int, Field(ge=0)]]
     t: list[float]
     dur: list[Annotated[float, Field(ge=0)]]
@@ -60,40 +92,99 @@ class StepColumns(_Strict):
     @field_validator("wait", mode="before")
     @classmethod
     def _non_finite_wait_is_unknown(cls, values: Any) -> Any:
-        if not isinstance(values, list):
-            return values
-        return [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+        return _none_if_not_finite(values)
 
     @model_validator(mode="after")
-    def _columns_align(self) -> "StepColumns":
-        n = len(self.step)
-        for name in ("t", "dur", "wait", "batch_size"):
-            column = getattr(self, name)
-            if column is not None and len(column) != n:
-                raise ValueError(f"column {name!r} has {len(column)} values, 'step' has {n}")
+    def _finite_times(self) -> "StepColumns":
         if not all(math.isfinite(v) for v in self.t):
             raise ValueError("column 't' must hold finite timestamps")
         if not all(math.isfinite(v) for v in self.dur):
             raise ValueError("column 'dur' must hold finite durations")
         return self
 
-    def __len__(self) -> int:
-        return len(self.step)
 
-    def waits(self) -> list[float | None]:
-        return self.wait if self.wait is not None else [None] * len(self.step)
+OptionalFloats = list[float | None] | None
+OptionalCounts = list[Annotated[float, Field(ge=0)] | None] | None
 
-    def batch_sizes(self) -> list[int | None]:
-        return self.batch_size if self.batch_size is not None else [None] * len(self.step)
+
+class MetricColumns(_Columns):
+    step: list[Annotated[int, Field(ge=0)]]
+    name: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]]
+    value: list[float | None]
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _non_finite_is_null(cls, values: Any) -> Any:
+        return _none_if_not_finite(values)
+
+
+class DeviceColumns(_Columns):
+    t: list[float]
+    gpu: list[Annotated[int, Field(ge=0, le=1024)]]
+    util: OptionalCounts = None
+    mem_util: OptionalCounts = None
+    mem_used: OptionalCounts = None
+    mem_total: OptionalCounts = None
+    proc_mem: OptionalCounts = None
+    tf_mem_current: OptionalCounts = None
+    tf_mem_peak: OptionalCounts = None
+    temp_c: OptionalFloats = None
+    power_w: OptionalCounts = None
+    power_limit_w: OptionalCounts = None
+    sm_clock_mhz: OptionalCounts = None
+    throttle: list[Annotated[int, Field(ge=0)] | None] | None = None
+    pcie_tx_bps: OptionalCounts = None
+    pcie_rx_bps: OptionalCounts = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _non_finite_is_null(cls, values: Any) -> Any:
+        return _none_if_not_finite(values)
+
+    @model_validator(mode="after")
+    def _finite_times(self) -> "DeviceColumns":
+        if not all(math.isfinite(v) for v in self.t if v is not None):
+            raise ValueError("column 't' must hold finite timestamps")
+        return self
+
+
+class HostColumns(_Columns):
+    t: list[float]
+    proc_cpu: OptionalCounts = None
+    sys_cpu: OptionalCounts = None
+    rss: OptionalCounts = None
+    mem_used: OptionalCounts = None
+    mem_total: OptionalCounts = None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _non_finite_is_null(cls, values: Any) -> Any:
+        return _none_if_not_finite(values)
+
+    @model_validator(mode="after")
+    def _finite_times(self) -> "HostColumns":
+        if not all(math.isfinite(v) for v in self.t if v is not None):
+            raise ValueError("column 't' must hold finite timestamps")
+        return self
+
+
+class AgentCounters(_Strict):
+    dropped_rows: int = Field(default=0, ge=0)
+    spooled_rows: int = Field(default=0, ge=0)
 
 
 class Batch(_Strict):
     type: Literal["batch"]
     seq: int = Field(ge=1)
     steps: StepColumns | None = None
+    metrics: MetricColumns | None = None
+    device: DeviceColumns | None = None
+    host: HostColumns | None = None
+    agent: AgentCounters | None = None
 
     def row_count(self) -> int:
-        return len(self.steps) if self.steps else 0
+        sections = (self.steps, self.metrics, self.device, self.host)
+        return sum(len(section) for section in sections if section is not None)
 
 
 class End(_Strict):

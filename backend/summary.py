@@ -80,6 +80,42 @@ def add_steps(
     return new
 
 
+def add_metrics(stats: dict[str, Any], *, values: Sequence[float | None]) -> dict[str, Any]:
+    """Count metric values that arrived as NaN/Inf (stored as null): a diverged loss shows."""
+    nulls = sum(1 for v in values if v is None)
+    if not nulls:
+        return stats
+    return {**stats, "nonfinite_metrics": stats.get("nonfinite_metrics", 0) + nulls}
+
+
+def add_device_samples(
+    stats: dict[str, Any],
+    *,
+    util: Sequence[float | None],
+    mem_used: Sequence[float | None],
+    tf_mem_peak: Sequence[float | None],
+) -> dict[str, Any]:
+    """Running GPU utilization mean and peak memory (NVML used, TF allocator peak)."""
+    new = dict(stats)
+    known = [u for u in util if u is not None]
+    new["util_sum"] = new.get("util_sum", 0.0) + sum(known)
+    new["util_count"] = new.get("util_count", 0) + len(known)
+    for key, column in (("peak_mem_used", mem_used), ("peak_tf_mem", tf_mem_peak)):
+        present = [v for v in column if v is not None]
+        if present:
+            new[key] = max(new.get(key, 0.0), max(present))
+    return new
+
+
+def add_agent_counters(
+    stats: dict[str, Any], *, stream: str, counters: dict[str, int]
+) -> dict[str, Any]:
+    """Keep each agent stream's latest cumulative counters (dropped, spooled rows)."""
+    agents = dict(stats.get("agents", {}))
+    agents[stream] = counters
+    return {**stats, "agents": agents}
+
+
 def _quantile_s(hist: dict[str, int], q: float) -> float | None:
     total = sum(hist.values())
     if total == 0:
@@ -105,6 +141,10 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
         step_time_ms_median=None if median is None else median * 1000,
         step_time_ms_p95=None if p95 is None else p95 * 1000,
         input_wait_share=stats["wait_sum_s"] / waited if waited > 0 else None,
-        gpu_util_mean=None,
+        gpu_util_mean=stats["util_sum"] / stats["util_count"] if stats.get("util_count") else None,
         samples_per_s=stats["samples"] / sized if sized > 0 else None,
+        peak_memory_bytes=stats.get("peak_mem_used"),
+        peak_tf_memory_bytes=stats.get("peak_tf_mem"),
+        dropped_rows=sum(a.get("dropped_rows", 0) for a in stats.get("agents", {}).values()),
+        nonfinite_metrics=stats.get("nonfinite_metrics", 0),
     )

@@ -141,3 +141,36 @@ def test_http_ingest_stores_all_batches_or_none(server: ServerProcess) -> None:
     assert response.status_code == 422
     assert "seq" in response.json()["detail"]
     assert server.get("/api/v1/runs")["count"] == 1
+
+
+def test_ingest_all_sections_are_stored_and_summarized(server: ServerProcess) -> None:
+    ws, welcome = open_agent(server, hello())
+    message = batch(1, 0, n=3)
+    message["metrics"] = {"step": [1, 2], "name": ["loss", "loss"], "value": [0.5, float("inf")]}
+    message["device"] = {
+        "t": [1.7e9, 1.7e9 + 1, 1.7e9],
+        "gpu": [0, 0, 1],
+        "util": [90.0, 30.0, None],
+        "mem_used": [1e9, 2e9, 5e8],
+        "throttle": [0, 4, None],
+    }
+    message["host"] = {"t": [1.7e9], "proc_cpu": [150.0], "rss": [3e9]}
+    message["agent"] = {"dropped_rows": 7, "spooled_rows": 0}
+    assert send(ws, message) == {"type": "ack", "seq": 1}
+    ws.close()
+    summary = server.get(f"/api/v1/runs/{welcome['run_id']}")["summary"]
+    assert summary["gpu_util_mean"] == 60.0
+    assert summary["peak_memory_bytes"] == 2e9
+    assert summary["dropped_rows"] == 7
+    assert summary["nonfinite_metrics"] == 1
+
+
+def test_ingest_misaligned_device_section_is_refused_whole(server: ServerProcess) -> None:
+    ws, welcome = open_agent(server, hello())
+    message = batch(1, 0, n=3)
+    message["device"] = {"t": [1.7e9, 1.7e9], "gpu": [0]}
+    reply = send(ws, message)
+    assert reply["type"] == "error" and reply["seq"] == 1
+    assert "'gpu' has 1 values" in reply["message"]
+    ws.close()
+    assert server.get(f"/api/v1/runs/{welcome['run_id']}")["summary"]["steps"] == 0

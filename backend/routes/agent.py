@@ -1,5 +1,6 @@
 """Agent ingest: the WebSocket stream and its HTTP fallback (DESIGN.md, "Wire protocol")."""
 
+import json
 import logging
 from typing import Annotated, Any
 
@@ -51,7 +52,7 @@ def _publish_batch(hub: LiveHub, run: Run, batch: Batch) -> None:
                 "step": batch.steps.step,
                 "t": batch.steps.t,
                 "dur": batch.steps.dur,
-                "wait": batch.steps.waits(),
+                "wait": batch.steps.column("wait"),
             },
         )
     hub.publish_run(run_public(run).model_dump(mode="json"))
@@ -97,7 +98,11 @@ async def agent_socket(websocket: WebSocket) -> None:
         try:
             frame = AgentFrame.validate_json(text)
         except ValidationError as error:
-            await websocket.send_json({"type": "error", "message": describe(error)})
+            reply: dict[str, Any] = {"type": "error", "message": describe(error)}
+            seq = _seq_of(text)
+            if seq is not None:
+                reply["seq"] = seq
+            await websocket.send_json(reply)
             continue
         if isinstance(frame, End):
             ended = await writer.run(end_run, run_id=run.id, status=RunStatus(frame.status))
@@ -125,6 +130,15 @@ async def agent_socket(websocket: WebSocket) -> None:
         await websocket.send_json({"type": "ack", "seq": frame.seq})
         if stored:
             _publish_batch(hub, fresh, frame)
+
+
+def _seq_of(text: str) -> int | None:
+    """The seq of a frame that failed validation, so the agent can tell which one it was."""
+    try:
+        seq = json.loads(text).get("seq")
+    except (ValueError, AttributeError):
+        return None
+    return seq if isinstance(seq, int) else None
 
 
 async def _receive_text(websocket: WebSocket, max_bytes: int) -> str | None:
