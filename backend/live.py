@@ -66,3 +66,8 @@ class LiveHub:
         for client in self._clients:
             if run_id in client.run_ids:
                 client.offer(message)
+
+    def publish_deleted(self, run_id: int) -> None:
+        message = {"type": "run_deleted", "run_id": run_id}
+        for client in self._clients:
+            client.offer(message)
