@@ -17,6 +17,7 @@ from backend import __version__
 from backend.db import make_engine
 from backend.deps import ViewerAuth
 from backend.errors import StokerError
+from backend.fanout import PgFanout
 from backend.lifecycle import AgentConnections, reaper_loop
 from backend.live import LiveHub
 from backend.middleware import BodySizeLimit
@@ -55,7 +56,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             state.hub.publish_run(run_public(run).model_dump(mode="json"))
 
         # Long-running loops, all in one place.
-        tasks = [
+        tasks = []
+        if engine.dialect.name == "postgresql":
+            fanout = PgFanout(engine, state.hub)
+            state.hub.relay = fanout.relay
+            listening = asyncio.Event()
+            tasks += [
+                asyncio.create_task(fanout.listen_forever(listening), name="stoker-pg-listen"),
+                asyncio.create_task(fanout.send_forever(), name="stoker-pg-notify"),
+            ]
+            # Serve only once listening, so no update committed after start is missed.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(listening.wait(), timeout=10)
+        tasks += [
             asyncio.create_task(
                 reaper_loop(
                     writer=state.writer,

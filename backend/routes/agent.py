@@ -59,6 +59,7 @@ def _publish_batch(state: Any, run: Run, batch: Batch, rank: int) -> None:
                 "dur": batch.steps.dur,
                 "wait": batch.steps.column("wait"),
             },
+            rank=rank,
         )
     hub.publish_run(run_public(run).model_dump(mode="json"))
 
