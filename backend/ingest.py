@@ -7,9 +7,12 @@ through the driver's `executemany` (no per-row ORM work): this is the ingest hot
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+from sqlalchemy import select as sa_select
+from sqlalchemy import update
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, select
 
@@ -24,7 +27,7 @@ from backend.summary import (
 )
 
 # Step rollup tiers (steps per bucket); see models.StepRollup and queries.step_series.
-ROLLUP_WIDTHS = (64, 4096)
+ROLLUP_WIDTHS = (16, 128, 1024, 8192)
 
 
 def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
@@ -61,19 +64,91 @@ def _cursor(*, session: Session, run_id: int, stream: str) -> IngestCursor | Non
     return session.exec(query).first()
 
 
-def store_batch(*, session: Session, run_id: int, stream: str, rank: int, batch: Batch) -> bool:
-    """Store one batch unless its seq is already stored. Returns whether rows were written."""
-    cursor = _cursor(session=session, run_id=run_id, stream=stream)
-    if cursor is not None and batch.seq <= cursor.last_seq:
-        return False
-    if cursor is None:
-        cursor = IngestCursor(run_id=run_id, stream=stream)
-    cursor.last_seq = batch.seq
-    session.add(cursor)
-    run = session.get(Run, run_id)
-    assert run is not None
+# The run's fields a live update needs after a batch (the rest does not change with batches).
+BATCH_RUN_FIELDS = ("name", "tags", "notes", "status", "summary", "last_seen_at")
+
+
+@dataclass
+class BatchJob:
+    """One agent batch waiting for the writer."""
+
+    run_id: int
+    stream: str
+    rank: int
+    batch: Batch
+
+
+def store_batch(
+    *, session: Session, run_id: int, stream: str, rank: int, batch: Batch
+) -> dict[str, Any] | None:
+    """Store one batch unless its seq is already stored (see `store_batches`)."""
+    return store_batches(session=session, jobs=[BatchJob(run_id, stream, rank, batch)])[0]
+
+
+def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[str, Any] | None]:
+    """Store several batches in one transaction (the writer's group commit).
+
+    A batch whose seq is already stored for its stream is skipped (None); for the others the
+    result is the run's fresh `BATCH_RUN_FIELDS`. Each run's row and each stream's cursor is
+    read and written once per group, and rows go in through driver-level executemany: no ORM
+    objects on this path.
+    """
     connection = session.connection()
-    stats = run.stats
+    mark = _placeholder(connection)
+    cursors: dict[tuple[int, str], int] = {}
+    runs: dict[int, dict[str, Any]] = {}
+    results: list[dict[str, Any] | None] = []
+    for job in jobs:
+        key = (job.run_id, job.stream)
+        if key not in cursors:
+            cursors[key] = (
+                connection.exec_driver_sql(
+                    f"SELECT last_seq FROM ingestcursor WHERE run_id = {mark} AND stream = {mark}",
+                    key,
+                ).scalar()
+                or 0
+            )
+        if job.batch.seq <= cursors[key]:
+            results.append(None)
+            continue
+        cursors[key] = job.batch.seq
+        run = runs.get(job.run_id)
+        if run is None:
+            row = session.execute(
+                sa_select(Run.stats, Run.name, Run.tags, Run.notes, Run.status).where(
+                    Run.id == job.run_id  # type: ignore[arg-type]
+                )
+            ).one()
+            run = runs[job.run_id] = {
+                "stats": row.stats, "name": row.name, "tags": row.tags, "notes": row.notes,
+                "status": row.status, "dirty_streams": set(),
+            }  # fmt: skip
+        run["stats"] = _store_rows(connection, job, run["stats"])
+        run["dirty_streams"].add(job.stream)
+        results.append(run)
+    now = utc_now()
+    for run_id, run in runs.items():
+        run["summary"] = summarize(run["stats"]).model_dump()
+        run["last_seen_at"] = now
+        session.execute(
+            update(Run)
+            .where(Run.id == run_id)  # type: ignore[arg-type]
+            .values(stats=run["stats"], summary=run["summary"], last_seen_at=now)
+        )
+        for stream in run["dirty_streams"]:
+            connection.exec_driver_sql(
+                "INSERT INTO ingestcursor (run_id, stream, last_seq) "
+                f"VALUES ({mark}, {mark}, {mark}) "
+                "ON CONFLICT (run_id, stream) DO UPDATE SET last_seq = excluded.last_seq",
+                (run_id, stream, cursors[(run_id, stream)]),
+            )
+    session.commit()
+    return [None if r is None else {k: r[k] for k in BATCH_RUN_FIELDS} for r in results]
+
+
+def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) -> dict[str, Any]:
+    """Insert one batch's rows and return the run's statistics updated with them."""
+    batch, run_id, rank = job.batch, job.run_id, job.rank
     steps = batch.steps
     if steps is not None and len(steps):
         _insert(connection, "step", steps, run_id=run_id, rank=rank)
@@ -101,13 +176,8 @@ def store_batch(*, session: Session, run_id: int, stream: str, rank: int, batch:
     if batch.host is not None and len(batch.host):
         _insert(connection, "hostsample", batch.host, run_id=run_id, rank=rank)
     if batch.agent is not None:
-        stats = add_agent_counters(stats, stream=stream, counters=batch.agent.model_dump())
-    run.stats = stats
-    run.summary = summarize(stats).model_dump()
-    run.last_seen_at = utc_now()
-    session.add(run)
-    session.commit()
-    return True
+        stats = add_agent_counters(stats, stream=job.stream, counters=batch.agent.model_dump())
+    return stats
 
 
 def _placeholder(connection: Connection) -> str:
@@ -121,13 +191,18 @@ def _insert(
     names = [name for name, value in columns.__dict__.items() if value is not None]
     values = [getattr(columns, name) for name in names]
     n = len(values[0])
-    rows = list(zip(repeat(run_id, n), repeat(rank, n), *values, strict=True))
+    rows = zip(repeat(run_id, n), repeat(rank, n), *values, strict=True)
     mark = _placeholder(connection)
     sql = (
         f"INSERT INTO {table} (run_id, rank, {', '.join(names)}) "
         f"VALUES ({', '.join([mark] * (len(names) + 2))})"
     )
-    connection.exec_driver_sql(sql, rows)
+    # The DBAPI cursor of the same connection (same transaction) takes the row iterator as is.
+    cursor = connection.connection.cursor()
+    try:
+        cursor.executemany(sql, rows)
+    finally:
+        cursor.close()
 
 
 def _segments(steps: Sequence[int], width: int) -> list[tuple[int, int, int]]:

@@ -2,11 +2,14 @@
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator
 from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
+
+from backend.protocol import Tag, _no_nul
 
 # Portable column types. Steps and row ids can pass 2**31 over a long life, so they are
 # 64-bit on PostgreSQL; on SQLite an `INTEGER PRIMARY KEY` is already 64-bit and is the rowid
@@ -95,9 +98,11 @@ class RunsPublic(SQLModel):
 class RunUpdate(SQLModel):
     """`PATCH /runs/{id}`: every field optional; only the ones sent change."""
 
-    name: str | None = Field(default=None, min_length=1, max_length=200)
-    tags: list[str] | None = Field(default=None, max_length=100)
-    notes: str | None = Field(default=None, max_length=10_000)
+    name: Annotated[str, AfterValidator(_no_nul)] | None = Field(
+        default=None, min_length=1, max_length=200
+    )
+    tags: list[Tag] | None = Field(default=None, max_length=100)
+    notes: Annotated[str, AfterValidator(_no_nul)] | None = Field(default=None, max_length=10_000)
 
 
 class Step(SQLModel, table=True):

@@ -18,7 +18,12 @@ MAX_INT64 = 2**63 - 1
 
 
 def _no_nul(text: str) -> str:
-    # PostgreSQL text cannot hold NUL; no real name or tag contains one.
+    """Text both databases can store: NUL dropped (PostgreSQL text cannot hold it, and no real
+    name or tag contains one); lone surrogates (not encodable as UTF-8) refused."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
     return text.replace("\x00", "")
 
 

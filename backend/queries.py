@@ -5,7 +5,7 @@ import io
 from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import Float, Integer, cast, func, text
+from sqlalchemy import Float, Integer, cast, func, literal_column, text
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
@@ -75,6 +75,8 @@ def list_runs(
     sort: RunSort = "-started_at",
 ) -> RunsPublic:
     """Runs matching every given filter, sorted, one page of them, and how many match."""
+    # Stored text never holds NUL (protocol._no_nul), and PostgreSQL refuses it in parameters.
+    project, tag, q = (None if v is None else v.replace("\x00", "") for v in (project, tag, q))
     where: list[Any] = []
     if project is not None:
         where.append(Run.project == project)
@@ -146,9 +148,10 @@ def step_series(
             select(func.count(), func.min(Step.step), func.max(Step.step)).where(*where)
         ).one()
     else:
-        first_step, last_step = session.exec(
-            select(func.min(Step.step), func.max(Step.step)).where(*where)
-        ).one()
+        # Two queries: SQLite answers a lone min() or max() from the index, both together by
+        # scanning every step of the run.
+        first_step = session.exec(select(func.min(Step.step)).where(*where)).one()
+        last_step = session.exec(select(func.max(Step.step)).where(*where)).one()
         total = session.exec(
             select(func.coalesce(func.sum(StepRollup.n), 0)).where(
                 StepRollup.run_id == run_id,
@@ -188,8 +191,9 @@ def step_series(
             .order_by(bucket)
         )
     else:
-        per_bucket = -(-needed // tier)
-        bucket = col(StepRollup.bucket) // per_bucket
+        per_bucket = int(-(-needed // tier))
+        # A literal divisor: GROUP BY and ORDER BY then name the same expression, one sort.
+        bucket = literal_column(f"steprollup.bucket / {per_bucket}")
         query = (
             select(
                 func.min(StepRollup.step_min),
@@ -377,7 +381,7 @@ def parse_run_ids(raw: str) -> list[int]:
         raise BadRequest(f"runs must be comma-separated run ids, got {raw!r}") from None
     if not ids or len(ids) > 50:
         raise BadRequest("runs must name between 1 and 50 run ids, e.g. runs=1,2,3")
-    if any(i < 1 or i > 2**63 - 1 for i in ids):
+    if any(i < 1 or i > 2**31 - 1 for i in ids):
         raise BadRequest("run ids are positive integers")
     return list(dict.fromkeys(ids))
 

@@ -1,34 +1,122 @@
 """The single database writer.
 
 All writes go through one named thread, so SQLite never sees two writers fighting over its
-lock, and the event loop never blocks on a commit.
+lock, and the event loop never blocks on a commit. Agent batches that queue up while a commit
+is running are stored together in the next transaction (group commit); each is acknowledged
+only after that commit. When a group fails, its batches are retried one by one, so one bad
+batch never fails another.
 """
 
 import asyncio
+import logging
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from backend.ingest import BatchJob, store_batches
+
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Job:
+    fn: Callable[..., Any] | None  # None: an agent batch (groupable)
+    kwargs: dict[str, Any]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    batch: BatchJob | None = None
+
+
+def _settle(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
+    def apply() -> None:
+        if job.future.done():  # the waiter went away (agent disconnected)
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+    job.loop.call_soon_threadsafe(apply)
 
 
 class Writer:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, max_group: int = 64) -> None:
         self._engine = engine
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stoker-writer")
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="stoker-writer", daemon=True)
+        self._thread.start()
 
     async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run `fn(session=..., **kwargs)` in the writer thread with a fresh session."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, partial(self._call, fn, kwargs))
+        job = _Job(fn, kwargs, loop.create_future(), loop)
+        self._queue.put(job)
+        return await job.future
 
-    def _call(self, fn: Callable[..., T], kwargs: dict[str, Any]) -> T:
-        with Session(self._engine, expire_on_commit=False) as session:
-            return fn(session=session, **kwargs)
+    async def store(self, batch: BatchJob) -> dict[str, Any] | None:
+        """Store an agent batch (possibly together with others); see ingest.store_batches."""
+        loop = asyncio.get_running_loop()
+        job = _Job(None, {}, loop.create_future(), loop, batch)
+        self._queue.put(job)
+        return await job.future
+
+    def _loop(self) -> None:
+        pending: _Job | None = None
+        while True:
+            job = pending if pending is not None else self._queue.get()
+            pending = None
+            if job is None:
+                return
+            if job.batch is None:
+                self._call(job)
+                continue
+            group = [job]
+            while len(group) < self._max_group:
+                try:
+                    following = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if following is None or following.batch is None:
+                    pending = following
+                    if following is None:
+                        self._store(group)
+                        return
+                    break
+                group.append(following)
+            self._store(group)
+
+    def _call(self, job: _Job) -> None:
+        assert job.fn is not None
+        try:
+            with Session(self._engine, expire_on_commit=False) as session:
+                result = job.fn(session=session, **job.kwargs)
+        except BaseException as error:
+            _settle(job, error=error)
+        else:
+            _settle(job, result)
+
+    def _store(self, group: list[_Job]) -> None:
+        try:
+            with Session(self._engine, expire_on_commit=False) as session:
+                results = store_batches(session=session, jobs=[j.batch for j in group])
+        except BaseException as error:
+            if len(group) == 1:
+                _settle(group[0], error=error)
+                return
+            log.warning("group of %d batches failed (%s); storing one by one", len(group), error)
+            for job in group:
+                self._store([job])
+            return
+        for job, result in zip(group, results, strict=True):
+            _settle(job, result)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._queue.put(None)
+        self._thread.join(timeout=30)

@@ -255,3 +255,14 @@ def test_big_integers_json_and_float_precision_round_trip(db_server: ServerProce
     samples = db_server.get(f"/api/v1/runs/{run_id}/samples", fields="throttle,mem_used")
     assert samples["series"][0]["throttle"] == [2**62]
     assert samples["series"][0]["mem_used"] == [8.5e10]
+
+
+def test_runs_list_odd_filter_text_is_answered_not_500(db_server: ServerProcess) -> None:
+    odd = "ßÚ𧗡 \x11\x91\x13å^\U000b6781{C"
+    for params in ({"tag": odd}, {"tag": "a\x00b"}, {"q": "\x00"}, {"project": "x\x00"}):
+        response = httpx.get(f"{db_server.url}/api/v1/runs", params=params)
+        assert response.status_code == 200, (params, response.text)
+    run_id = upload(db_server, _hello(tags=[odd]), [])
+    assert [r["id"] for r in db_server.get("/api/v1/runs", tag=odd)["data"]] == [run_id]
+    response = httpx.patch(f"{db_server.url}/api/v1/runs/{run_id}", json={"tags": ["a\x00b"]})
+    assert response.status_code == 200 and response.json()["tags"] == ["ab"]

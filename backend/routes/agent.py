@@ -9,9 +9,9 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from backend.deps import AgentAuth, HubDep, WriterDep, presented_token, token_matches
 from backend.errors import PayloadTooLarge
-from backend.ingest import end_run, open_run, store_batch
+from backend.ingest import BatchJob, end_run, open_run, store_batch
 from backend.live import LiveHub
-from backend.models import Run, RunStatus
+from backend.models import Run, RunPublic, RunStatus, RunSummary
 from backend.protocol import PROTOCOL_VERSION, Batch, End, Hello, HttpIngest
 from backend.queries import run_public
 
@@ -38,18 +38,32 @@ def describe(error: ValidationError) -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
+def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON schema with its local `$defs` references inlined (for the OpenAPI document)."""
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
+
+
 def _reason(text: str) -> str:
     # A close reason must fit in 123 bytes of UTF-8.
     return text.encode("utf-8")[:123].decode("utf-8", "ignore")
 
 
-def _publish_batch(state: Any, run: Run, batch: Batch, rank: int) -> None:
-    assert run.id is not None
+def _publish_batch(state: Any, run: RunPublic, batch: Batch, rank: int) -> None:
     hub: LiveHub = state.hub
     state.telemetry.stored(batch)
-    state.telemetry.live.observe(
-        run.id, rank=rank, batch=batch, steps_total=run.summary.get("steps", 0)
-    )
+    state.telemetry.live.observe(run.id, rank=rank, batch=batch, steps_total=run.summary.steps)
     if batch.steps is not None and len(batch.steps):
         hub.publish_steps(
             run.id,
@@ -61,12 +75,12 @@ def _publish_batch(state: Any, run: Run, batch: Batch, rank: int) -> None:
             },
             rank=rank,
         )
-    hub.publish_run(run_public(run).model_dump(mode="json"))
+    hub.publish_run(run.model_dump(mode="json"))
 
 
-def _store_and_reload(*, session: Any, run_id: int, stream: str, rank: int, batch: Batch):
-    stored = store_batch(session=session, run_id=run_id, stream=stream, rank=rank, batch=batch)
-    return stored, session.get(Run, run_id)
+def _refreshed(run: RunPublic, fields: dict[str, Any]) -> RunPublic:
+    """`run` with the fields a stored batch changed (see ingest.store_batch)."""
+    return run.model_copy(update={**fields, "summary": RunSummary(**fields["summary"])})
 
 
 @router.websocket("/agent")
@@ -103,6 +117,7 @@ async def _serve_agent(
     settings, writer, hub, telemetry = state.settings, state.writer, state.hub, state.telemetry
     assert run.id is not None
     telemetry.live.started(run.id, name=run.name, project=run.project)
+    public = run_public(run)
     await websocket.send_json(
         {
             "type": "welcome",
@@ -112,7 +127,7 @@ async def _serve_agent(
             "settings": {"max_frame_bytes": settings.max_frame_bytes},
         }
     )
-    hub.publish_run(run_public(run).model_dump(mode="json"))
+    hub.publish_run(public.model_dump(mode="json"))
     while True:
         text = await _receive_text(websocket, settings.max_frame_bytes, telemetry)
         if text is None:
@@ -131,7 +146,8 @@ async def _serve_agent(
             ended = await writer.run(end_run, run_id=run.id, status=RunStatus(frame.status))
             await websocket.send_json({"type": "ack", "end": True})
             telemetry.live.ended(run.id)
-            hub.publish_run(run_public(ended).model_dump(mode="json"))
+            public = run_public(ended)
+            hub.publish_run(public.model_dump(mode="json"))
             continue
         if frame.row_count() > settings.max_batch_rows:
             telemetry.rejects.labels("too_many_rows").inc()
@@ -145,16 +161,15 @@ async def _serve_agent(
             )
             continue
         try:
-            stored, fresh = await writer.run(
-                _store_and_reload, run_id=run.id, stream=hello.stream, rank=hello.rank, batch=frame
-            )
+            fresh = await writer.store(BatchJob(run.id, hello.stream, hello.rank, frame))
         except Exception:
             log.exception("storing batch %s of run %s failed", frame.seq, run.id)
             await websocket.close(code=CLOSE_SERVER_ERROR, reason="storage error; retry later")
             return
         await websocket.send_json({"type": "ack", "seq": frame.seq})
-        if stored:
-            _publish_batch(state, fresh, frame, hello.rank)
+        if fresh is not None:
+            public = _refreshed(public, fresh)
+            _publish_batch(state, public, frame, hello.rank)
         else:
             telemetry.replays.inc()
 
@@ -193,7 +208,9 @@ async def _receive_text(websocket: WebSocket, max_bytes: int, telemetry: Any) ->
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": HttpIngest.model_json_schema()}},
+            "content": {
+                "application/json": {"schema": _inline_refs(HttpIngest.model_json_schema())}
+            },
         }
     },
 )
@@ -218,17 +235,19 @@ async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[
     assert run.id is not None
     state.telemetry.live.started(run.id, name=run.name, project=run.project)
     acked: list[int] = []
+    public = run_public(run)
     for batch in payload.batches:
-        stored, run = await writer.run(
-            _store_and_reload,
+        fresh = await writer.run(
+            store_batch,
             run_id=run.id,
             stream=payload.hello.stream,
             rank=payload.hello.rank,
             batch=batch,
-        )
+        )  # one transaction per batch, in order
         acked.append(batch.seq)
-        if stored:
-            _publish_batch(state, run, batch, payload.hello.rank)
+        if fresh is not None:
+            public = _refreshed(public, fresh)
+            _publish_batch(state, public, batch, payload.hello.rank)
     if payload.end is not None:
         run = await writer.run(end_run, run_id=run.id, status=RunStatus(payload.end.status))
         state.telemetry.live.ended(run.id)

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import StreamingResponse
 from sqlmodel import Session
 
@@ -26,6 +26,8 @@ from backend.queries import (
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[ViewerAuth])
 
+# Run ids are 32-bit on every database; larger numbers are refused up front (422).
+RunId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 MaxPoints = Annotated[int, Query(ge=2, le=200_000, description="at most this many points")]
 Int64Query = Annotated[int, Query(ge=0, le=2**63 - 1)]
 
@@ -49,12 +51,12 @@ def read_runs(
 
 
 @router.get("/runs/{run_id}")
-def read_run(run_id: int, session: SessionDep) -> RunPublic:
+def read_run(run_id: RunId, session: SessionDep) -> RunPublic:
     return run_public(get_run(session=session, run_id=run_id))
 
 
 @router.patch("/runs/{run_id}")
-async def edit_run(run_id: int, body: RunUpdate, writer: WriterDep, hub: HubDep) -> RunPublic:
+async def edit_run(run_id: RunId, body: RunUpdate, writer: WriterDep, hub: HubDep) -> RunPublic:
     """Change a run's name, tags or notes (only the fields sent)."""
     changes = body.model_dump(exclude_unset=True, exclude_none=True)
     run = await writer.run(update_run, run_id=run_id, changes=changes)
@@ -66,7 +68,7 @@ async def edit_run(run_id: int, body: RunUpdate, writer: WriterDep, hub: HubDep)
 
 
 @router.delete("/runs/{run_id}", status_code=204)
-async def remove_run(run_id: int, writer: WriterDep, hub: HubDep) -> Response:
+async def remove_run(run_id: RunId, writer: WriterDep, hub: HubDep) -> Response:
     """Delete a run with all its steps, samples and metrics."""
     if not await writer.run(delete_run, run_id=run_id):
         raise RunNotFound(run_id)
@@ -76,7 +78,7 @@ async def remove_run(run_id: int, writer: WriterDep, hub: HubDep) -> Response:
 
 @router.get("/runs/{run_id}/steps")
 def read_steps(
-    run_id: int,
+    run_id: RunId,
     session: SessionDep,
     max_points: MaxPoints = 2000,
     after_step: Annotated[int | None, Query(ge=-1, le=2**63 - 1)] = None,
@@ -89,7 +91,7 @@ def read_steps(
 
 
 @router.get("/runs/{run_id}/steps.csv", response_class=StreamingResponse)
-def export_steps(run_id: int, session: SessionDep) -> StreamingResponse:
+def export_steps(run_id: RunId, session: SessionDep) -> StreamingResponse:
     """All steps of a run as CSV (rank, step, t, dur, wait, batch_size)."""
     get_run(session=session, run_id=run_id)
     engine = session.get_bind()
@@ -107,7 +109,7 @@ def export_steps(run_id: int, session: SessionDep) -> StreamingResponse:
 
 @router.get("/runs/{run_id}/samples")
 def read_device_samples(
-    run_id: int,
+    run_id: RunId,
     session: SessionDep,
     max_points: MaxPoints = 2000,
     gpu: Annotated[int | None, Query(ge=0, le=1024)] = None,
@@ -124,7 +126,7 @@ def read_device_samples(
 
 @router.get("/runs/{run_id}/host")
 def read_host_samples(
-    run_id: int,
+    run_id: RunId,
     session: SessionDep,
     max_points: MaxPoints = 2000,
     fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
@@ -139,7 +141,7 @@ def read_host_samples(
 
 @router.get("/runs/{run_id}/metrics")
 def read_metrics(
-    run_id: int,
+    run_id: RunId,
     session: SessionDep,
     name: Annotated[list[str] | None, Query(max_length=50)] = None,
     max_points: MaxPoints = 2000,
