@@ -266,3 +266,14 @@ def test_runs_list_odd_filter_text_is_answered_not_500(db_server: ServerProcess)
     assert [r["id"] for r in db_server.get("/api/v1/runs", tag=odd)["data"]] == [run_id]
     response = httpx.patch(f"{db_server.url}/api/v1/runs/{run_id}", json={"tags": ["a\x00b"]})
     assert response.status_code == 200 and response.json()["tags"] == ["ab"]
+
+
+def test_runs_list_entries_equal_run_details(db_server: ServerProcess) -> None:
+    """The list is serialised without models (queries.list_runs_json): same JSON as detail."""
+    project = uuid.uuid4().hex
+    upload(db_server, _hello(project=project, name='q"ü', tags=["ß"], config={"a": [1]}), [])
+    upload(db_server, _hello(project=project), [_steps(1, 0, 20)], end=True)
+    listing = db_server.get("/api/v1/runs", project=project)["data"]
+    assert len(listing) == 2
+    for run in listing:
+        assert run == db_server.get(f"/api/v1/runs/{run['id']}")

@@ -16,7 +16,7 @@ from backend.queries import (
     device_series,
     get_run,
     host_series,
-    list_runs,
+    list_runs_json,
     metric_series,
     parse_run_ids,
     run_public,
@@ -32,7 +32,7 @@ MaxPoints = Annotated[int, Query(ge=2, le=200_000, description="at most this man
 Int64Query = Annotated[int, Query(ge=0, le=2**63 - 1)]
 
 
-@router.get("/runs")
+@router.get("/runs", response_model=RunsPublic)
 def read_runs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -42,12 +42,13 @@ def read_runs(
     status: RunStatus | None = None,
     q: Annotated[str | None, Query(max_length=200, description="name contains")] = None,
     sort: RunSort = "-started_at",
-) -> RunsPublic:
+) -> Response:
     """Runs matching all filters; `count` is how many match, `data` one page of them."""
-    return list_runs(
+    body = list_runs_json(
         session=session, limit=limit, offset=offset, project=project, tag=tag,
         status=status, q=q, sort=sort,
     )  # fmt: skip
+    return Response(body, media_type="application/json")
 
 
 @router.get("/runs/{run_id}")
