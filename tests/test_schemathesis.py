@@ -11,7 +11,7 @@ import httpx
 from tests.support import ServerProcess
 from tests.test_queries import _hello, _steps, upload
 
-EXAMPLES = int(os.environ.get("STOKER_SCHEMATHESIS_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("STOKER_SCHEMATHESIS_EXAMPLES", "15"))
 
 
 def test_generated_requests_never_get_a_server_error(
