@@ -89,7 +89,24 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=2, help="batches in flight per agent")
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
+    parser.add_argument(
+        "--postgres", action="store_true", help="start a throwaway PostgreSQL and use it"
+    )
     args = parser.parse_args()
+    postgres = None
+    if args.postgres:
+        from tests.support import PostgresServer
+
+        postgres = PostgresServer().start()
+        args.database_url = postgres.create_database()
+    try:
+        _bench(args)
+    finally:
+        if postgres is not None:
+            postgres.stop()
+
+
+def _bench(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory(prefix="stoker-bench-") as tmp:
         env = {"STOKER_DATABASE_URL": args.database_url} if args.database_url else {}

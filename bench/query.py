@@ -172,7 +172,24 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
+    parser.add_argument(
+        "--postgres", action="store_true", help="start a throwaway PostgreSQL and use it"
+    )
     args = parser.parse_args()
+    postgres = None
+    if args.postgres:
+        from tests.support import PostgresServer
+
+        postgres = PostgresServer().start()
+        args.database_url = postgres.create_database()
+    try:
+        _bench(args)
+    finally:
+        if postgres is not None:
+            postgres.stop()
+
+
+def _bench(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="stoker-bench-") as tmp:
         settings = Settings(data_dir=Path(tmp), database_url=args.database_url)
         ids, build_s = build(settings, args.steps, args.runs)
