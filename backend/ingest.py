@@ -27,7 +27,7 @@ from backend.summary import (
 )
 
 # Step rollup tiers (steps per bucket); see models.StepRollup and queries.step_series.
-ROLLUP_WIDTHS = (16, 128, 1024, 8192)
+ROLLUP_WIDTHS = (16, 64, 256, 1024, 4096, 16384)
 
 
 def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
