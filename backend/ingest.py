@@ -200,7 +200,13 @@ def _insert(
     # The DBAPI cursor of the same connection (same transaction) takes the row iterator as is.
     cursor = connection.connection.cursor()
     try:
-        cursor.executemany(sql, rows)
+        if connection.dialect.name == "postgresql":
+            # COPY streams the rows in one command: far faster than row-by-row INSERTs.
+            with cursor.copy(f"COPY {table} (run_id, rank, {', '.join(names)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            cursor.executemany(sql, rows)
     finally:
         cursor.close()
 
