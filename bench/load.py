@@ -44,10 +44,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def agent(url: str, index: int, steps_per_s: int, stop_at: float, figures: Figures,
-                run_ids: list[int]) -> None:  # fmt: skip
-    hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex,
-             "name": f"load-{index}", "project": "load", "host": f"h{index}"}  # fmt: skip
+async def agent(
+    url: str, index: int, steps_per_s: int, stop_at: float, figures: Figures, run_ids: list[int]
+) -> None:
+    hello = {
+        "type": "hello",
+        "protocol": 1,
+        "run_key": uuid.uuid4().hex,
+        "name": f"load-{index}",
+        "project": "load",
+        "host": f"h{index}",
+    }
     async with connect(f"{url}/api/v1/agent", max_size=None) as ws:
         await ws.send(json.dumps(hello))
         welcome = json.loads(await ws.recv())
@@ -98,8 +105,9 @@ async def agent(url: str, index: int, steps_per_s: int, stop_at: float, figures:
         reader.cancel()
 
 
-async def browser(url: str, run_ids: list[int], index: int, slow: bool, stop_at: float,
-                  figures: Figures) -> None:  # fmt: skip
+async def browser(
+    url: str, run_ids: list[int], index: int, slow: bool, stop_at: float, figures: Figures
+) -> None:
     async with connect(f"{url}/api/v1/live", max_size=None) as ws:
         while not run_ids:
             await asyncio.sleep(0.1)
@@ -136,10 +144,14 @@ async def run(args: argparse.Namespace, server: ServerProcess) -> Figures:
     stop_at = started + args.duration_s
     run_ids: list[int] = []
     assert server.process is not None
-    tasks = [agent(server.ws_url, i, args.steps_per_s, stop_at, figures, run_ids)
-             for i in range(args.agents)]  # fmt: skip
-    tasks += [browser(server.ws_url, run_ids, i, i < args.slow_browsers, stop_at, figures)
-              for i in range(args.browsers)]  # fmt: skip
+    tasks = [
+        agent(server.ws_url, i, args.steps_per_s, stop_at, figures, run_ids)
+        for i in range(args.agents)
+    ]
+    tasks += [
+        browser(server.ws_url, run_ids, i, i < args.slow_browsers, stop_at, figures)
+        for i in range(args.browsers)
+    ]
     tasks.append(watch_rss(server.process.pid, stop_at, figures, started))
     results = await asyncio.gather(*tasks, return_exceptions=True)
     figures.errors += [repr(r) for r in results if isinstance(r, BaseException)]
@@ -166,23 +178,36 @@ def main() -> None:
         db_bytes = sum(f.stat().st_size for f in Path(tmp).glob("stoker.db*"))
 
     offered = args.agents * args.steps_per_s
-    print(f"agents {args.agents} x {args.steps_per_s} steps/s = {offered} steps/s offered, "
-          f"{args.browsers} browsers ({args.slow_browsers} never read), {args.duration_s:.0f} s")  # fmt: skip
+    print(
+        f"agents {args.agents} x {args.steps_per_s} steps/s = {offered} steps/s offered, "
+        f"{args.browsers} browsers ({args.slow_browsers} never read), {args.duration_s:.0f} s"
+    )
     print(f"committed rows/s      {figures.rows_acked / args.duration_s:,.0f}")
-    print(f"ack latency   p50 {percentile(figures.ack_latency_s, .5) * 1000:7.1f} ms   "
-          f"p99 {percentile(figures.ack_latency_s, .99) * 1000:7.1f} ms")  # fmt: skip
+    print(
+        f"ack latency   p50 {percentile(figures.ack_latency_s, 0.5) * 1000:7.1f} ms   "
+        f"p99 {percentile(figures.ack_latency_s, 0.99) * 1000:7.1f} ms"
+    )
     live = figures.live_latency_s
-    print(f"live latency  p50 {percentile(live, .5) * 1000:7.1f} ms   "
-          f"p95 {percentile(live, .95) * 1000:7.1f} ms   p99 {percentile(live, .99) * 1000:7.1f} ms"
-          f"   (target p95 < 250 ms; includes the {FLUSH_INTERVAL_S * 1000:.0f} ms agent flush)")  # fmt: skip
+    print(
+        f"live latency  p50 {percentile(live, 0.5) * 1000:7.1f} ms   "
+        f"p95 {percentile(live, 0.95) * 1000:7.1f} ms   p99 {percentile(live, 0.99) * 1000:7.1f} ms"
+        f"   (target p95 < 250 ms; includes the {FLUSH_INTERVAL_S * 1000:.0f} ms agent flush)"
+    )
     print(f"live messages {figures.live_messages:,}, drop notices {figures.notices}")
     if figures.rss_mb:
         warm = [mb for t, mb in figures.rss_mb if t >= min(60.0, args.duration_s / 3)]
-        print("server RSS MB over time: "
-              + ", ".join(f"{t:.0f}s:{mb:.0f}" for t, mb in figures.rss_mb[:: max(1, len(figures.rss_mb) // 12)]))  # fmt: skip
+        print(
+            "server RSS MB over time: "
+            + ", ".join(
+                f"{t:.0f}s:{mb:.0f}"
+                for t, mb in figures.rss_mb[:: max(1, len(figures.rss_mb) // 12)]
+            )
+        )
         if len(warm) >= 2:
-            print(f"RSS after warm-up: first {warm[0]:.0f} MB, last {warm[-1]:.0f} MB, "
-                  f"growth {warm[-1] - warm[0]:+.0f} MB; median {statistics.median(warm):.0f} MB")  # fmt: skip
+            print(
+                f"RSS after warm-up: first {warm[0]:.0f} MB, last {warm[-1]:.0f} MB, "
+                f"growth {warm[-1] - warm[0]:+.0f} MB; median {statistics.median(warm):.0f} MB"
+            )
     print(f"database size {db_bytes / 2**20:.1f} MB")
     print(f"errors {len(figures.errors)}" + (f": {figures.errors[:3]}" if figures.errors else ""))
 
