@@ -7,9 +7,7 @@
 // and clock are injectable: the tests drive them by hand.
 
 import { Backoff } from "./backoff";
-import { alertFromMessage } from "./alerts";
-import type { Alert, ClientMessage, Diagnosis, LiveMessage, Run, RunEvent, StepColumns } from "./types";
-import { parseDiagnosis } from "./verdict";
+import type { ClientMessage, LiveMessage, Run, StepColumns } from "./types";
 
 /** The part of the browser's WebSocket this client uses. */
 export interface SocketLike {
@@ -44,9 +42,6 @@ export interface LiveEvents {
   run: Run;
   steps: { runId: number; data: StepColumns };
   notice: { message: string };
-  verdict: { runId: number; diagnosis: Diagnosis };
-  alert: Alert;
-  event: RunEvent;
   state: ConnectionState;
 }
 
@@ -83,32 +78,6 @@ export function parseLiveMessage(raw: unknown): LiveMessage | null {
         : null;
     case "notice":
       return { type: "notice", message: String(m.message ?? "") };
-    case "verdict": {
-      // `{type, run_id, diagnosis: {...}}` or the diagnosis fields inline.
-      const inner = typeof m.diagnosis === "object" && m.diagnosis !== null ? m.diagnosis : m;
-      const diagnosis = parseDiagnosis(inner);
-      const runId = typeof m.run_id === "number" ? m.run_id : diagnosis?.run_id;
-      return diagnosis && typeof runId === "number" ? { type: "verdict", run_id: runId, diagnosis } : null;
-    }
-    case "alert": {
-      const alert = alertFromMessage(m);
-      return alert ? { type: "alert", alert } : null;
-    }
-    case "event": {
-      const e = (typeof m.event === "object" && m.event !== null ? m.event : m) as Record<string, unknown>;
-      if (typeof e.run_id !== "number") return null;
-      return {
-        type: "event",
-        event: {
-          id: typeof e.id === "number" ? e.id : 0,
-          run_id: e.run_id,
-          at: String(e.at ?? new Date().toISOString()),
-          kind: String(e.kind ?? "event"),
-          message: String(e.message ?? ""),
-          data: typeof e.data === "object" && e.data !== null ? (e.data as Record<string, unknown>) : {},
-        },
-      };
-    }
     default:
       return null;
   }
@@ -148,9 +117,6 @@ export class LiveClient {
     run: new Set(),
     steps: new Set(),
     notice: new Set(),
-    verdict: new Set(),
-    alert: new Set(),
-    event: new Set(),
     state: new Set(),
   };
 
@@ -292,15 +258,6 @@ export class LiveClient {
         break;
       case "notice":
         this.emit("notice", { message: msg.message });
-        break;
-      case "verdict":
-        this.emit("verdict", { runId: msg.run_id, diagnosis: msg.diagnosis });
-        break;
-      case "alert":
-        this.emit("alert", msg.alert);
-        break;
-      case "event":
-        this.emit("event", msg.event);
         break;
     }
   }

@@ -17,8 +17,7 @@ import {
   parseIso,
   type InputWaitLevel,
 } from "./format";
-import type { Run, RunStatus, Verdict } from "./types";
-import { runVerdict, verdictShort, verdictTone, type VerdictTone } from "./verdict";
+import type { Run, RunStatus } from "./types";
 
 const TERMINAL: ReadonlySet<RunStatus> = new Set(["finished", "failed", "interrupted"]);
 
@@ -54,21 +53,8 @@ export type RunsListener = (changed: Run | null) => void;
 export class RunsStore {
   private readonly byId = new Map<number, Run>();
   private readonly listeners = new Set<RunsListener>();
-  private readonly verdicts = new Map<number, Verdict>();
   private loadedFlag = false;
   private errorValue: string | null = null;
-
-  /** The latest verdict the server pushed for a run (live `verdict` messages), if any. */
-  verdictOf(id: number): Verdict | undefined {
-    return this.verdicts.get(id);
-  }
-
-  setVerdict(id: number, verdict: Verdict): void {
-    if (this.verdicts.get(id) === verdict) return;
-    this.verdicts.set(id, verdict);
-    const run = this.byId.get(id);
-    if (run) this.emit(run);
-  }
 
   /** Whether a full list has been received at least once. */
   get loaded(): boolean {
@@ -162,25 +148,12 @@ export interface RunRowCells {
   inputWait: string;
   inputWaitLevel: InputWaitLevel;
   inputWaitTitle: string;
-  gpu: string;
-  verdict: Verdict | null;
-  verdictText: string;
-  verdictTone: VerdictTone;
-  verdictTitle: string;
 }
 
-export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict): RunRowCells {
+export function runRowCells(run: Run, nowMs: number): RunRowCells {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const level = inputWaitLevel(s.input_wait_share);
-  const v = runVerdict(run, knownVerdict);
   return {
-    gpu: formatPercentValue(s.gpu_util_mean),
-    verdict: v.verdict,
-    verdictText: verdictShort(v.verdict),
-    verdictTone: verdictTone(v.verdict),
-    verdictTitle: v.verdict
-      ? `${v.verdict.replace(/_/g, " ")}${v.derived ? " (from the run's overall input-wait share)" : ""}`
-      : "no verdict yet",
     name: run.name || `run ${run.id}`,
     project: run.project || MISSING,
     tags: Array.isArray(run.tags) ? run.tags.map(String) : [],
@@ -195,89 +168,6 @@ export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict): Ru
     inputWaitLevel: level,
     inputWaitTitle: inputWaitLabel(level),
   };
-}
-
-export type RunSortKey =
-  | "name"
-  | "project"
-  | "status"
-  | "started"
-  | "duration"
-  | "steps"
-  | "median"
-  | "p95"
-  | "wait"
-  | "gpu"
-  | "verdict";
-
-export interface RunSort {
-  key: RunSortKey;
-  desc: boolean;
-}
-
-export const DEFAULT_SORT: RunSort = { key: "started", desc: true };
-
-const VERDICT_RANK: Record<Verdict, number> = {
-  stalled: 0,
-  highly_input_bound: 1,
-  moderately_input_bound: 2,
-  not_input_bound: 3,
-  insufficient_data: 4,
-};
-
-function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict): number | string | null {
-  const s = run.summary ?? ({} as Partial<Run["summary"]>);
-  const num = (v: number | null | undefined) => (typeof v === "number" && Number.isFinite(v) ? v : null);
-  switch (key) {
-    case "name":
-      return (run.name || "").toLowerCase();
-    case "project":
-      return (run.project || "").toLowerCase();
-    case "status":
-      return run.status;
-    case "started":
-      return parseIso(run.started_at);
-    case "duration":
-      return runDurationSeconds(run, nowMs);
-    case "steps":
-      return num(s.steps);
-    case "median":
-      return num(s.step_time_ms_median);
-    case "p95":
-      return num(s.step_time_ms_p95);
-    case "wait":
-      return num(s.input_wait_share);
-    case "gpu":
-      return num(s.gpu_util_mean);
-    case "verdict": {
-      const v = runVerdict(run, verdict).verdict;
-      return v ? VERDICT_RANK[v] : null;
-    }
-  }
-}
-
-/**
- * Runs sorted by a column. Missing values always sort last, whatever the
- * direction; ties fall back to newest first.
- */
-export function sortRuns(runs: Run[], sort: RunSort, nowMs: number, verdictOf: (id: number) => Verdict | undefined = () => undefined): Run[] {
-  const keyed = runs.map((r) => ({ r, v: sortValue(r, sort.key, nowMs, verdictOf(r.id)) }));
-  keyed.sort((a, b) => {
-    if (a.v === null && b.v === null) return compareRunsNewestFirst(a.r, b.r);
-    if (a.v === null) return 1;
-    if (b.v === null) return -1;
-    const c = a.v < b.v ? -1 : a.v > b.v ? 1 : 0;
-    if (c !== 0) return sort.desc ? -c : c;
-    return compareRunsNewestFirst(a.r, b.r);
-  });
-  return keyed.map((k) => k.r);
-}
-
-/** Clicking a column header: the same column flips direction, a new one starts in its natural order. */
-export function nextSort(current: RunSort, key: RunSortKey): RunSort {
-  if (current.key === key) return { key, desc: !current.desc };
-  const descFirst: RunSortKey[] = ["started", "duration", "steps", "gpu", "wait", "median", "p95"];
-  return { key, desc: descFirst.includes(key) };
 }
 
 /**
