@@ -147,3 +147,94 @@ describe("sessionTokenStore", () => {
     expect(store.get()).toBe("abc");
   });
 });
+
+import { isMissingEndpoint, parseErrorBody, queryString } from "./api";
+
+describe("request helpers", () => {
+  it("builds query strings from defined values only", () => {
+    expect(queryString({ a: 1, b: undefined, c: "", d: null, e: "x y" })).toBe("?a=1&e=x+y");
+    expect(queryString({ a: Number.NaN })).toBe("");
+  });
+  it("maps FastAPI 422 lists to per-field messages", () => {
+    const r = parseErrorBody({
+      detail: [
+        { loc: ["body", "threshold"], msg: "Input should be a valid number" },
+        { loc: ["body"], msg: "Value error, scope 'run' needs a 'run_id'" },
+      ],
+    });
+    expect(r.fields).toEqual([
+      { field: "threshold", message: "Input should be a valid number" },
+      { field: "", message: "scope 'run' needs a 'run_id'" },
+    ]);
+    expect(r.detail).toBe("threshold: Input should be a valid number; scope 'run' needs a 'run_id'");
+    expect(parseErrorBody({ detail: "run 9 not found" })).toEqual({ detail: "run 9 not found", fields: [] });
+  });
+  it("treats 404 and 405 as a missing endpoint", () => {
+    expect(isMissingEndpoint(new ApiError(404, null, "/x"))).toBe(true);
+    expect(isMissingEndpoint(new ApiError(405, null, "/x"))).toBe(true);
+    expect(isMissingEndpoint(new ApiError(500, null, "/x"))).toBe(false);
+  });
+});
+
+describe("ApiClient writes and new reads", () => {
+  function recorder(reply: (url: string, init?: RequestInit) => Response) {
+    const calls: { url: string; method: string; body: unknown; auth: string | null }[] = [];
+    const fetch: FetchLike = async (url, init) => {
+      const headers = (init?.headers ?? {}) as Record<string, string>;
+      calls.push({ url, method: init?.method ?? "GET", body: init?.body ? JSON.parse(String(init.body)) : undefined, auth: headers.Authorization ?? null });
+      return reply(url, init);
+    };
+    return { calls, fetch };
+  }
+
+  it("POSTs, PATCHes and DELETEs alert rules as JSON with the token", async () => {
+    const { calls, fetch } = recorder((_u, init) => (init?.method === "DELETE" ? new Response(null, { status: 204 }) : json(200, { id: 1 })));
+    const api = new ApiClient({ fetch, tokens: memoryTokens("good"), prompt: async () => "x" });
+    await api.createAlertRule({ name: "n", metric: "gpu_util", comparison: "<", threshold: 70, for_s: 30, scope: "all", enabled: true });
+    await api.updateAlertRule(1, { enabled: false });
+    expect(await api.deleteAlertRule(1)).toBeUndefined();
+    expect(calls.map((c) => [c.method, c.url])).toEqual([
+      ["POST", "/api/v1/alert-rules"],
+      ["PATCH", "/api/v1/alert-rules/1"],
+      ["DELETE", "/api/v1/alert-rules/1"],
+    ]);
+    expect(calls[1]!.body).toEqual({ enabled: false });
+    expect(calls.every((c) => c.auth === "Bearer good")).toBe(true);
+  });
+
+  it("throws ApiError with field errors on 422", async () => {
+    const { fetch } = recorder(() => json(422, { detail: [{ loc: ["body", "name"], msg: "too short" }] }));
+    const api = new ApiClient({ fetch, tokens: memoryTokens(), prompt: async () => "x" });
+    const err = await api.createAlertRule({ name: "", metric: "gpu_util", comparison: "<", threshold: 1, for_s: 0, scope: "all", enabled: true }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ApiError);
+    expect((err as ApiError).fieldErrors).toEqual([{ field: "name", message: "too short" }]);
+  });
+
+  it("asks for samples, metrics, compare and alerts with their query parameters and normalizes", async () => {
+    const { calls, fetch } = recorder((url) => {
+      if (url.includes("/samples")) return json(200, { run_id: 3, fields: ["util"], series: [{ rank: 0, gpu: 0, t: [1], util: [50] }] });
+      if (url.includes("/host")) return json(200, { run_id: 3, fields: ["rss"], series: [{ rank: 0, t: [1], rss: [7] }] });
+      if (url.includes("/metrics")) return json(200, { series: [{ name: "loss", step: [1], value: [2] }] });
+      return json(200, { data: [], count: 0, runs: [], differences: { config: {}, environment: {} } });
+    });
+    const api = new ApiClient({ fetch, tokens: memoryTokens(), prompt: async () => "x" });
+    const samples = await api.getSamples(3, { maxPoints: 800.4, sinceT: 10.5, untilT: 20 });
+    expect(samples.device[0]!.cols.util).toEqual([50]);
+    expect(samples.host[0]!.cols.rss).toEqual([7]);
+    const metrics = await api.getMetrics(3, { afterStep: 5 });
+    expect(metrics[0]!.name).toBe("loss");
+    await api.compare([1, 2]);
+    await api.listAlerts({ runId: 3 });
+    await api.listRuns(undefined, { limit: 1000, sort: "-started_at" });
+    await api.getSteps(3, { afterStep: 9, beforeStep: 21, maxPoints: 100 });
+    expect(calls.map((c) => c.url)).toEqual([
+      "/api/v1/runs/3/host?max_points=800&since_t=10.5&until_t=20",
+      "/api/v1/runs/3/samples?max_points=800&since_t=10.5&until_t=20",
+      "/api/v1/runs/3/metrics?after_step=5",
+      "/api/v1/compare?runs=1,2",
+      "/api/v1/alerts?run_id=3",
+      "/api/v1/runs?limit=1000&sort=-started_at",
+      "/api/v1/runs/3/steps?max_points=100&after_step=9&before_step=21",
+    ]);
+  });
+});

@@ -6,20 +6,74 @@
 // and asked for again, with the reason shown.
 
 import type { StepQuery } from "./stepSync";
-import type { Run, RunsPage, StepsResponse } from "./types";
+import { normalizeMetrics, normalizeSamples } from "./samples";
+import type {
+  Alert,
+  AlertRule,
+  AlertRuleInput,
+  CompareResponse,
+  Diagnosis,
+  ListPage,
+  MetricTrack,
+  Run,
+  RunEvent,
+  RunsPage,
+  SamplesData,
+  StarvationResponse,
+  StepsResponse,
+} from "./types";
 
 export const API_BASE = "/api/v1";
+
+/** One validation problem the server reported (FastAPI's 422 `detail` list). */
+export interface FieldError {
+  /** Last path element naming the field (`threshold`), or "" for the whole body. */
+  field: string;
+  message: string;
+}
 
 export class ApiError extends Error {
   readonly status: number;
   readonly detail: string | null;
+  readonly fieldErrors: FieldError[];
 
-  constructor(status: number, detail: string | null, path: string) {
+  constructor(status: number, detail: string | null, path: string, fieldErrors: FieldError[] = []) {
     super(detail ? `${status} ${detail}` : `HTTP ${status} for ${path}`);
     this.name = "ApiError";
     this.status = status;
     this.detail = detail;
+    this.fieldErrors = fieldErrors;
   }
+}
+
+/** Whether an endpoint is absent on this server (older server, feature not built): 404 or 405. */
+export function isMissingEndpoint(err: unknown): boolean {
+  return err instanceof ApiError && (err.status === 404 || err.status === 405);
+}
+
+/** Query of the runs list (`GET /runs`); servers that do not know a parameter ignore it. */
+export interface RunsQuery {
+  limit?: number;
+  offset?: number;
+  sort?: string;
+  q?: string;
+  project?: string;
+  status?: string;
+  tag?: string;
+}
+
+export interface SamplesQuery {
+  maxPoints?: number;
+  /** Only samples after this unix time (live catch-up, or the left edge of a zoom). */
+  sinceT?: number;
+  /** Only samples up to this unix time (right edge of a zoom; ignored by servers without ranges). */
+  untilT?: number;
+}
+
+export interface MetricsQuery {
+  maxPoints?: number;
+  afterStep?: number;
+  beforeStep?: number;
 }
 
 export function isNotFound(err: unknown): boolean {
@@ -91,8 +145,84 @@ export class ApiClient {
     return this.tokens.get();
   }
 
-  listRuns(signal?: AbortSignal): Promise<RunsPage> {
-    return this.getJson<RunsPage>("/runs", signal);
+  listRuns(signal?: AbortSignal, query: RunsQuery = {}): Promise<RunsPage> {
+    return this.getJson<RunsPage>(`/runs${queryString(query as Record<string, string | number | undefined>)}`, signal);
+  }
+
+  getDiagnosis(id: number, signal?: AbortSignal): Promise<Diagnosis> {
+    return this.getJson<Diagnosis>(`/runs/${encodeURIComponent(String(id))}/diagnosis`, signal);
+  }
+
+  /**
+   * Device samples (`/runs/{id}/samples`) and host samples (`/runs/{id}/host`), fetched
+   * together. A server whose samples answer already holds host tracks is read as it is;
+   * a missing host endpoint leaves the host tracks empty.
+   */
+  async getSamples(id: number, query: SamplesQuery, signal?: AbortSignal): Promise<SamplesData> {
+    const run = `/runs/${encodeURIComponent(String(id))}`;
+    const qs = queryString({
+      max_points: query.maxPoints === undefined ? undefined : Math.max(2, Math.round(query.maxPoints)),
+      since_t: query.sinceT,
+      until_t: query.untilT,
+    });
+    const hostReq = this.getJson<unknown>(`${run}/host${qs}`, signal).then(
+      (raw) => normalizeSamples({ host: raw }).host,
+      () => null,
+    );
+    const device = normalizeSamples(await this.getJson<unknown>(`${run}/samples${qs}`, signal));
+    const host = await hostReq;
+    return { device: device.device, host: host && host.length > 0 ? host : device.host };
+  }
+
+  /** Server-computed starved step ranges (`/runs/{id}/starvation`). */
+  getStarvation(id: number, query: { threshold?: number; maxGap?: number } = {}, signal?: AbortSignal): Promise<StarvationResponse> {
+    return this.getJson<StarvationResponse>(
+      `/runs/${encodeURIComponent(String(id))}/starvation${queryString({ threshold: query.threshold, max_gap: query.maxGap })}`,
+      signal,
+    );
+  }
+
+  async getMetrics(id: number, query: MetricsQuery, signal?: AbortSignal): Promise<MetricTrack[]> {
+    const raw = await this.getJson<unknown>(
+      `/runs/${encodeURIComponent(String(id))}/metrics${queryString({
+        max_points: query.maxPoints === undefined ? undefined : Math.max(2, Math.round(query.maxPoints)),
+        after_step: query.afterStep,
+        before_step: query.beforeStep,
+      })}`,
+      signal,
+    );
+    return normalizeMetrics(raw);
+  }
+
+  compare(ids: number[], signal?: AbortSignal): Promise<CompareResponse> {
+    return this.getJson<CompareResponse>(`/compare?runs=${ids.map((i) => String(i)).join(",")}`, signal);
+  }
+
+  listAlertRules(signal?: AbortSignal): Promise<ListPage<AlertRule>> {
+    return this.getJson<ListPage<AlertRule>>("/alert-rules", signal);
+  }
+
+  createAlertRule(rule: AlertRuleInput): Promise<AlertRule> {
+    return this.sendJson<AlertRule>("POST", "/alert-rules", rule);
+  }
+
+  updateAlertRule(id: number, patch: Partial<AlertRuleInput>): Promise<AlertRule> {
+    return this.sendJson<AlertRule>("PATCH", `/alert-rules/${encodeURIComponent(String(id))}`, patch);
+  }
+
+  deleteAlertRule(id: number): Promise<unknown> {
+    return this.sendJson<unknown>("DELETE", `/alert-rules/${encodeURIComponent(String(id))}`);
+  }
+
+  listAlerts(query: { runId?: number; state?: string; limit?: number } = {}, signal?: AbortSignal): Promise<ListPage<Alert>> {
+    return this.getJson<ListPage<Alert>>(
+      `/alerts${queryString({ run_id: query.runId, state: query.state, limit: query.limit })}`,
+      signal,
+    );
+  }
+
+  listRunEvents(id: number, signal?: AbortSignal): Promise<ListPage<RunEvent>> {
+    return this.getJson<ListPage<RunEvent>>(`/runs/${encodeURIComponent(String(id))}/events`, signal);
   }
 
   getRun(id: number, signal?: AbortSignal): Promise<Run> {
@@ -104,25 +234,63 @@ export class ApiClient {
   }
 
   /** GET a JSON document under the API base, asking for a token on 401. */
-  async getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
+  getJson<T>(path: string, signal?: AbortSignal): Promise<T> {
+    return this.request<T>("GET", path, undefined, signal);
+  }
+
+  /** POST / PATCH / DELETE with an optional JSON body; same token handling as GET. */
+  sendJson<T>(method: "POST" | "PATCH" | "PUT" | "DELETE", path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    return this.request<T>(method, path, body, signal);
+  }
+
+  private async request<T>(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<T> {
+    const res = await this.requestRaw(method, path, body, signal);
+    if (res.status === 204) return undefined as T;
+    const text = await res.text();
+    return (text ? JSON.parse(text) : undefined) as T;
+  }
+
+  /** GET a non-JSON document (CSV export) as a Blob, with the same token handling. */
+  async getBlob(path: string, signal?: AbortSignal): Promise<Blob> {
+    const res = await this.requestRaw("GET", path, undefined, signal, "*/*");
+    return res.blob();
+  }
+
+  updateRun(id: number, patch: { name?: string; tags?: string[]; notes?: string }): Promise<Run> {
+    return this.sendJson<Run>("PATCH", `/runs/${encodeURIComponent(String(id))}`, patch);
+  }
+
+  deleteRun(id: number): Promise<unknown> {
+    return this.sendJson<unknown>("DELETE", `/runs/${encodeURIComponent(String(id))}`);
+  }
+
+  private async requestRaw(method: string, path: string, body: unknown, signal?: AbortSignal, accept = "application/json"): Promise<Response> {
     const url = this.base + path;
     let sentToken = this.tokens.get();
-    let res = await this.fetchFn(url, this.init(sentToken, signal));
+    let res = await this.fetchFn(url, this.init(method, body, sentToken, signal, accept));
     // One prompt per rejection; a cancelled page stops asking.
     for (let tries = 0; res.status === 401 && tries < 3; tries++) {
       if (signal?.aborted) break;
       const token = await this.tokenAfterRejection(sentToken);
       sentToken = token;
-      res = await this.fetchFn(url, this.init(token, signal));
+      res = await this.fetchFn(url, this.init(method, body, token, signal, accept));
     }
-    if (!res.ok) throw new ApiError(res.status, await errorDetail(res), url);
-    return (await res.json()) as T;
+    if (!res.ok) {
+      const { detail, fields } = await errorDetail(res);
+      throw new ApiError(res.status, detail, url, fields);
+    }
+    return res;
   }
 
-  private init(token: string | null, signal?: AbortSignal): RequestInit {
-    const headers: Record<string, string> = { Accept: "application/json" };
+  private init(method: string, body: unknown, token: string | null, signal?: AbortSignal, accept = "application/json"): RequestInit {
+    const headers: Record<string, string> = { Accept: accept };
     if (token) headers.Authorization = `Bearer ${token}`;
     const init: RequestInit = { headers, credentials: "same-origin" };
+    if (method !== "GET") init.method = method;
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
     if (signal) init.signal = signal;
     return init;
   }
@@ -156,19 +324,48 @@ export function stepsQuery(query: StepQuery): string {
   const params = new URLSearchParams();
   if (query.maxPoints !== undefined) params.set("max_points", String(Math.max(1, Math.round(query.maxPoints))));
   if (query.afterStep !== undefined) params.set("after_step", String(query.afterStep));
+  if (query.beforeStep !== undefined) params.set("before_step", String(query.beforeStep));
   const s = params.toString();
   return s ? `?${s}` : "";
 }
 
-async function errorDetail(res: Response): Promise<string | null> {
-  try {
-    const body: unknown = await res.json();
-    if (body && typeof body === "object" && "detail" in body) {
-      const d = (body as { detail: unknown }).detail;
-      return typeof d === "string" ? d : JSON.stringify(d);
-    }
-  } catch {
-    /* not JSON */
+/** `?a=1&b=x` from the defined entries, or "" when none. */
+export function queryString(params: Record<string, string | number | undefined | null>): string {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v === undefined || v === null || v === "") continue;
+    if (typeof v === "number" && !Number.isFinite(v)) continue;
+    p.set(k, String(v));
   }
-  return null;
+  const s = p.toString();
+  return s ? `?${s}` : "";
+}
+
+/** Readable detail of an error body, and per-field messages of a 422 list. */
+export function parseErrorBody(body: unknown): { detail: string | null; fields: FieldError[] } {
+  if (!body || typeof body !== "object" || !("detail" in body)) return { detail: null, fields: [] };
+  const d = (body as { detail: unknown }).detail;
+  if (typeof d === "string") return { detail: d, fields: [] };
+  if (Array.isArray(d)) {
+    const fields: FieldError[] = [];
+    for (const item of d) {
+      if (!item || typeof item !== "object") continue;
+      const loc = Array.isArray((item as { loc?: unknown }).loc) ? ((item as { loc: unknown[] }).loc) : [];
+      const named = loc.filter((x) => typeof x === "string" && x !== "body" && x !== "query");
+      const field = named.length > 0 ? String(named[named.length - 1]) : "";
+      const raw = String((item as { msg?: unknown }).msg ?? "invalid");
+      fields.push({ field, message: raw.replace(/^Value error, /, "") });
+    }
+    const detail = fields.map((f) => (f.field ? `${f.field}: ${f.message}` : f.message)).join("; ") || null;
+    return { detail, fields };
+  }
+  return { detail: JSON.stringify(d), fields: [] };
+}
+
+async function errorDetail(res: Response): Promise<{ detail: string | null; fields: FieldError[] }> {
+  try {
+    return parseErrorBody(await res.json());
+  } catch {
+    return { detail: null, fields: [] };
+  }
 }

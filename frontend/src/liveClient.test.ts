@@ -276,3 +276,43 @@ describe("LiveClient", () => {
     expect(got).toEqual([3]);
   });
 });
+
+describe("parseLiveMessage: diagnosis and alert messages", () => {
+  it("reads a verdict with the diagnosis nested or inline", () => {
+    const nested = parseLiveMessage(JSON.stringify({ type: "verdict", run_id: 4, diagnosis: { verdict: "stalled", source: "measured" } }));
+    expect(nested).toMatchObject({ type: "verdict", run_id: 4, diagnosis: { verdict: "stalled" } });
+    const inline = parseLiveMessage(JSON.stringify({ type: "verdict", run_id: 5, verdict: "highly_input_bound", input_wait_share: 0.4, evidence: [], advice: ["prefetch"] }));
+    expect(inline).toMatchObject({ type: "verdict", run_id: 5, diagnosis: { verdict: "highly_input_bound", input_wait_share: 0.4, advice: ["prefetch"] } });
+    expect(parseLiveMessage(JSON.stringify({ type: "verdict", run_id: 5, verdict: "nope" }))).toBeNull();
+  });
+  it("reads alerts and events", () => {
+    const a = parseLiveMessage(JSON.stringify({ type: "alert", alert: { id: 1, run_id: 2, state: "firing", rule_name: "low util", message: "GPU 40 %" } }));
+    expect(a).toMatchObject({ type: "alert", alert: { id: 1, state: "firing", rule_name: "low util" } });
+    const e = parseLiveMessage(JSON.stringify({ type: "event", event: { id: 3, run_id: 2, kind: "verdict", message: "now input-bound", at: "2024-01-01T00:00:00Z" } }));
+    expect(e).toMatchObject({ type: "event", event: { id: 3, kind: "verdict", message: "now input-bound" } });
+    expect(parseLiveMessage(JSON.stringify({ type: "event", event: { id: 3 } }))).toBeNull();
+    expect(parseLiveMessage(JSON.stringify({ type: "run_deleted", run_id: 3 }))).toEqual({ type: "run_deleted", run_id: 3 });
+  });
+  it("dispatches verdicts to listeners", () => {
+    const { client, last } = setup();
+    const got: number[] = [];
+    client.on("verdict", ({ runId }) => got.push(runId));
+    client.start();
+    last().open();
+    last().receive({ type: "verdict", run_id: 8, verdict: "not_input_bound" });
+    expect(got).toEqual([8]);
+  });
+});
+
+describe("steps messages with a rank", () => {
+  it("passes the worker rank on to listeners", () => {
+    const { client, last } = setup();
+    const got: (number | undefined)[] = [];
+    client.on("steps", ({ rank }) => got.push(rank));
+    client.start();
+    last().open();
+    last().receive({ type: "steps", run_id: 1, rank: 2, data: { step: [1], t: [0], dur: [0], wait: [null] } });
+    last().receive({ type: "steps", run_id: 1, data: { step: [2], t: [0], dur: [0], wait: [null] } });
+    expect(got).toEqual([2, undefined]);
+  });
+});

@@ -7,7 +7,9 @@
 // and clock are injectable: the tests drive them by hand.
 
 import { Backoff } from "./backoff";
-import type { ClientMessage, LiveMessage, Run, StepColumns } from "./types";
+import { alertFromMessage } from "./alerts";
+import type { Alert, ClientMessage, Diagnosis, LiveMessage, Run, RunEvent, StepColumns } from "./types";
+import { parseDiagnosis } from "./verdict";
 
 /** The part of the browser's WebSocket this client uses. */
 export interface SocketLike {
@@ -40,8 +42,13 @@ export interface LiveEvents {
   /** A connection opened and subscriptions were sent; `reconnect` after the first. */
   open: { reconnect: boolean };
   run: Run;
-  steps: { runId: number; data: StepColumns };
+  /** `rank` is absent for single-worker runs (rank 0). */
+  steps: { runId: number; data: StepColumns; rank?: number };
   notice: { message: string };
+  verdict: { runId: number; diagnosis: Diagnosis };
+  alert: Alert;
+  event: RunEvent;
+  deleted: { runId: number };
   state: ConnectionState;
 }
 
@@ -78,6 +85,34 @@ export function parseLiveMessage(raw: unknown): LiveMessage | null {
         : null;
     case "notice":
       return { type: "notice", message: String(m.message ?? "") };
+    case "run_deleted":
+      return typeof m.run_id === "number" ? { type: "run_deleted", run_id: m.run_id } : null;
+    case "verdict": {
+      // `{type, run_id, diagnosis: {...}}` or the diagnosis fields inline.
+      const inner = typeof m.diagnosis === "object" && m.diagnosis !== null ? m.diagnosis : m;
+      const diagnosis = parseDiagnosis(inner);
+      const runId = typeof m.run_id === "number" ? m.run_id : diagnosis?.run_id;
+      return diagnosis && typeof runId === "number" ? { type: "verdict", run_id: runId, diagnosis } : null;
+    }
+    case "alert": {
+      const alert = alertFromMessage(m);
+      return alert ? { type: "alert", alert } : null;
+    }
+    case "event": {
+      const e = (typeof m.event === "object" && m.event !== null ? m.event : m) as Record<string, unknown>;
+      if (typeof e.run_id !== "number") return null;
+      return {
+        type: "event",
+        event: {
+          id: typeof e.id === "number" ? e.id : 0,
+          run_id: e.run_id,
+          at: String(e.at ?? new Date().toISOString()),
+          kind: String(e.kind ?? "event"),
+          message: String(e.message ?? ""),
+          data: typeof e.data === "object" && e.data !== null ? (e.data as Record<string, unknown>) : {},
+        },
+      };
+    }
     default:
       return null;
   }
@@ -117,6 +152,10 @@ export class LiveClient {
     run: new Set(),
     steps: new Set(),
     notice: new Set(),
+    verdict: new Set(),
+    alert: new Set(),
+    event: new Set(),
+    deleted: new Set(),
     state: new Set(),
   };
 
@@ -254,10 +293,22 @@ export class LiveClient {
         this.emit("run", msg.run);
         break;
       case "steps":
-        this.emit("steps", { runId: msg.run_id, data: msg.data });
+        this.emit("steps", typeof msg.rank === "number" ? { runId: msg.run_id, data: msg.data, rank: msg.rank } : { runId: msg.run_id, data: msg.data });
         break;
       case "notice":
         this.emit("notice", { message: msg.message });
+        break;
+      case "verdict":
+        this.emit("verdict", { runId: msg.run_id, diagnosis: msg.diagnosis });
+        break;
+      case "alert":
+        this.emit("alert", msg.alert);
+        break;
+      case "event":
+        this.emit("event", msg.event);
+        break;
+      case "run_deleted":
+        this.emit("deleted", { runId: msg.run_id });
         break;
     }
   }

@@ -2,6 +2,7 @@
 
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
+import { AlertsStore } from "./alerts";
 import { ApiClient, sessionTokenStore } from "./api";
 import { App } from "./app";
 import { LiveClient, liveUrl } from "./liveClient";
@@ -28,4 +29,4 @@ const runs = new RunsStore();
 
 const root = document.getElementById("app");
 if (!root) throw new Error("stoker: #app element missing from index.html");
-new App(root, { api, live, runs, now: () => Date.now() }).start();
+new App(root, { api, live, runs, alerts: new AlertsStore(), now: () => Date.now() }).start();

@@ -1,5 +1,7 @@
 import { describe, expect, it, vi } from "vitest";
 import {
+  nextSort,
+  sortRuns,
   RunsStore,
   compareRunsNewestFirst,
   flattenEntries,
@@ -187,5 +189,64 @@ describe("flattenEntries", () => {
   });
   it("stops at the depth limit and shows deeper values as JSON", () => {
     expect(flattenEntries({ a: { b: { c: 1 } } }, 2)).toEqual([["a.b", JSON.stringify({ c: 1 })]]);
+  });
+});
+
+
+describe("sortRuns", () => {
+  const now = Date.parse("2024-05-01T13:00:00Z");
+  const a = makeRun({ id: 1, name: "b", summary: { ...makeRun().summary, gpu_util_mean: 50, input_wait_share: 0.3 } });
+  const b = makeRun({ id: 2, name: "a", summary: { ...makeRun().summary, gpu_util_mean: null, input_wait_share: 0.01 } });
+  const c = makeRun({ id: 3, name: "c", summary: { ...makeRun().summary, gpu_util_mean: 90, input_wait_share: null } });
+  it("sorts by a column in either direction with missing values last", () => {
+    expect(sortRuns([a, b, c], { key: "gpu", desc: true }, now).map((r) => r.id)).toEqual([3, 1, 2]);
+    expect(sortRuns([a, b, c], { key: "gpu", desc: false }, now).map((r) => r.id)).toEqual([1, 3, 2]);
+    expect(sortRuns([a, b, c], { key: "name", desc: false }, now).map((r) => r.id)).toEqual([2, 1, 3]);
+  });
+  it("sorts verdicts worst first, using pushed verdicts", () => {
+    expect(sortRuns([b, a, c], { key: "verdict", desc: false }, now).map((r) => r.id)).toEqual([1, 2, 3]);
+    expect(sortRuns([b, a, c], { key: "verdict", desc: false }, now, (id) => (id === 2 ? "stalled" : undefined)).map((r) => r.id)).toEqual([2, 1, 3]);
+  });
+  it("flips the direction on the same column and starts numbers descending", () => {
+    expect(nextSort({ key: "name", desc: false }, "name")).toEqual({ key: "name", desc: true });
+    expect(nextSort({ key: "name", desc: false }, "gpu")).toEqual({ key: "gpu", desc: true });
+    expect(nextSort({ key: "gpu", desc: true }, "project")).toEqual({ key: "project", desc: false });
+  });
+});
+
+describe("runRowCells verdict and GPU", () => {
+  it("shows mean GPU utilization and a derived verdict", () => {
+    const c = runRowCells(makeRun(), Date.parse("2024-05-01T13:00:00Z"));
+    expect(c.gpu).toBe("64%");
+    expect(c.verdict).toBe("highly_input_bound");
+    expect(c.verdictTitle).toMatch(/from the run's overall/);
+    expect(runRowCells(makeRun(), 0, "not_input_bound").verdictText).toBe("fed");
+  });
+});
+
+describe("RunsStore verdicts", () => {
+  it("keeps pushed verdicts and tells listeners about the run", () => {
+    const store = new RunsStore();
+    store.replaceAll([makeRun({ id: 4 })]);
+    const seen: (number | null)[] = [];
+    store.subscribe((r) => seen.push(r ? r.id : null));
+    store.setVerdict(4, "stalled");
+    store.setVerdict(4, "stalled");
+    expect(store.verdictOf(4)).toBe("stalled");
+    expect(seen).toEqual([4]);
+  });
+});
+
+import { parseTags, validateRunEdit } from "./runs";
+
+describe("run edits", () => {
+  it("splits tags on commas and spaces, once each", () => {
+    expect(parseTags(" a, b  c,a ,, ")).toEqual(["a", "b", "c"]);
+  });
+  it("validates name, tags and notes", () => {
+    expect(validateRunEdit({ name: " x ", tags: "t1 t2", notes: "n" })).toEqual({ patch: { name: "x", tags: ["t1", "t2"], notes: "n" }, errors: {} });
+    const bad = validateRunEdit({ name: " ", tags: "y".repeat(101), notes: "" });
+    expect(bad.patch).toBeNull();
+    expect(Object.keys(bad.errors).sort()).toEqual(["name", "tags"]);
   });
 });

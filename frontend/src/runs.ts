@@ -17,7 +17,8 @@ import {
   parseIso,
   type InputWaitLevel,
 } from "./format";
-import type { Run, RunStatus } from "./types";
+import type { Run, RunStatus, Verdict } from "./types";
+import { runVerdict, verdictShort, verdictTone, type VerdictTone } from "./verdict";
 
 const TERMINAL: ReadonlySet<RunStatus> = new Set(["finished", "failed", "interrupted"]);
 
@@ -53,8 +54,21 @@ export type RunsListener = (changed: Run | null) => void;
 export class RunsStore {
   private readonly byId = new Map<number, Run>();
   private readonly listeners = new Set<RunsListener>();
+  private readonly verdicts = new Map<number, Verdict>();
   private loadedFlag = false;
   private errorValue: string | null = null;
+
+  /** The latest verdict the server pushed for a run (live `verdict` messages), if any. */
+  verdictOf(id: number): Verdict | undefined {
+    return this.verdicts.get(id);
+  }
+
+  setVerdict(id: number, verdict: Verdict): void {
+    if (this.verdicts.get(id) === verdict) return;
+    this.verdicts.set(id, verdict);
+    const run = this.byId.get(id);
+    if (run) this.emit(run);
+  }
 
   /** Whether a full list has been received at least once. */
   get loaded(): boolean {
@@ -95,8 +109,19 @@ export class RunsStore {
     return true;
   }
 
+  /** Forget a deleted run. */
+  remove(id: number): void {
+    if (!this.byId.delete(id)) return;
+    this.verdicts.delete(id);
+    this.emit(null);
+  }
+
   /** Merge a full list (from REST); newer copies already held are kept. */
-  replaceAll(runs: Run[]): void {
+  /** Runs the server holds (the list's `count`), when known. */
+  total: number | null = null;
+
+  replaceAll(runs: Run[], total?: number): void {
+    if (typeof total === "number") this.total = total;
     for (const run of runs) {
       if (!isRun(run)) continue;
       const held = this.byId.get(run.id);
@@ -148,12 +173,25 @@ export interface RunRowCells {
   inputWait: string;
   inputWaitLevel: InputWaitLevel;
   inputWaitTitle: string;
+  gpu: string;
+  verdict: Verdict | null;
+  verdictText: string;
+  verdictTone: VerdictTone;
+  verdictTitle: string;
 }
 
-export function runRowCells(run: Run, nowMs: number): RunRowCells {
+export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict): RunRowCells {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const level = inputWaitLevel(s.input_wait_share);
+  const v = runVerdict(run, knownVerdict);
   return {
+    gpu: formatPercentValue(s.gpu_util_mean),
+    verdict: v.verdict,
+    verdictText: verdictShort(v.verdict),
+    verdictTone: verdictTone(v.verdict),
+    verdictTitle: v.verdict
+      ? `${v.verdict.replace(/_/g, " ")}${v.derived ? " (from the run's overall input-wait share)" : ""}`
+      : "no verdict yet",
     name: run.name || `run ${run.id}`,
     project: run.project || MISSING,
     tags: Array.isArray(run.tags) ? run.tags.map(String) : [],
@@ -168,6 +206,89 @@ export function runRowCells(run: Run, nowMs: number): RunRowCells {
     inputWaitLevel: level,
     inputWaitTitle: inputWaitLabel(level),
   };
+}
+
+export type RunSortKey =
+  | "name"
+  | "project"
+  | "status"
+  | "started"
+  | "duration"
+  | "steps"
+  | "median"
+  | "p95"
+  | "wait"
+  | "gpu"
+  | "verdict";
+
+export interface RunSort {
+  key: RunSortKey;
+  desc: boolean;
+}
+
+export const DEFAULT_SORT: RunSort = { key: "started", desc: true };
+
+const VERDICT_RANK: Record<Verdict, number> = {
+  stalled: 0,
+  highly_input_bound: 1,
+  moderately_input_bound: 2,
+  not_input_bound: 3,
+  insufficient_data: 4,
+};
+
+function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict): number | string | null {
+  const s = run.summary ?? ({} as Partial<Run["summary"]>);
+  const num = (v: number | null | undefined) => (typeof v === "number" && Number.isFinite(v) ? v : null);
+  switch (key) {
+    case "name":
+      return (run.name || "").toLowerCase();
+    case "project":
+      return (run.project || "").toLowerCase();
+    case "status":
+      return run.status;
+    case "started":
+      return parseIso(run.started_at);
+    case "duration":
+      return runDurationSeconds(run, nowMs);
+    case "steps":
+      return num(s.steps);
+    case "median":
+      return num(s.step_time_ms_median);
+    case "p95":
+      return num(s.step_time_ms_p95);
+    case "wait":
+      return num(s.input_wait_share);
+    case "gpu":
+      return num(s.gpu_util_mean);
+    case "verdict": {
+      const v = runVerdict(run, verdict).verdict;
+      return v ? VERDICT_RANK[v] : null;
+    }
+  }
+}
+
+/**
+ * Runs sorted by a column. Missing values always sort last, whatever the
+ * direction; ties fall back to newest first.
+ */
+export function sortRuns(runs: Run[], sort: RunSort, nowMs: number, verdictOf: (id: number) => Verdict | undefined = () => undefined): Run[] {
+  const keyed = runs.map((r) => ({ r, v: sortValue(r, sort.key, nowMs, verdictOf(r.id)) }));
+  keyed.sort((a, b) => {
+    if (a.v === null && b.v === null) return compareRunsNewestFirst(a.r, b.r);
+    if (a.v === null) return 1;
+    if (b.v === null) return -1;
+    const c = a.v < b.v ? -1 : a.v > b.v ? 1 : 0;
+    if (c !== 0) return sort.desc ? -c : c;
+    return compareRunsNewestFirst(a.r, b.r);
+  });
+  return keyed.map((k) => k.r);
+}
+
+/** Clicking a column header: the same column flips direction, a new one starts in its natural order. */
+export function nextSort(current: RunSort, key: RunSortKey): RunSort {
+  if (current.key === key) return { key, desc: !current.desc };
+  const descFirst: RunSortKey[] = ["started", "duration", "steps", "gpu", "wait", "median", "p95"];
+  return { key, desc: descFirst.includes(key) };
 }
 
 /**
@@ -240,4 +361,30 @@ export function flattenEntries(obj: unknown, maxDepth = 3): [string, string][] {
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** Tags typed as "a, b c": split on commas and whitespace, trimmed, deduplicated, in order. */
+export function parseTags(text: string): string[] {
+  const out: string[] = [];
+  for (const t of text.split(/[\s,]+/)) {
+    const tag = t.trim();
+    if (tag && !out.includes(tag)) out.push(tag);
+  }
+  return out;
+}
+
+/** Check a run edit before sending it (`PATCH /runs/{id}`): name 1..200 chars, ≤100 tags of ≤100 chars, notes ≤10,000. */
+export function validateRunEdit(edit: { name: string; tags: string; notes: string }): {
+  patch: { name: string; tags: string[]; notes: string } | null;
+  errors: Partial<Record<"name" | "tags" | "notes", string>>;
+} {
+  const errors: Partial<Record<"name" | "tags" | "notes", string>> = {};
+  const name = edit.name.trim();
+  if (!name) errors.name = "A run needs a name.";
+  else if (name.length > 200) errors.name = "At most 200 characters.";
+  const tags = parseTags(edit.tags);
+  if (tags.length > 100) errors.tags = "At most 100 tags.";
+  else if (tags.some((t) => t.length > 100)) errors.tags = "A tag has at most 100 characters.";
+  if (edit.notes.length > 10_000) errors.notes = "At most 10,000 characters.";
+  return Object.keys(errors).length > 0 ? { patch: null, errors } : { patch: { name, tags, notes: edit.notes }, errors };
 }

@@ -16,6 +16,8 @@ import type { StepColumns, StepsResponse } from "./types";
 export interface StepQuery {
   maxPoints?: number;
   afterStep?: number;
+  /** Upper end of a zoomed range (servers without ranges ignore it; callers clip). */
+  beforeStep?: number;
 }
 
 export type FetchSteps = (query: StepQuery) => Promise<StepsResponse>;

@@ -1,5 +1,6 @@
 // Pieces shared by the runs list and the run page.
 
+import type { AlertsStore } from "../alerts";
 import type { ApiClient } from "../api";
 import { h } from "../dom";
 import type { InputWaitLevel } from "../format";
@@ -12,6 +13,7 @@ export interface AppContext {
   api: ApiClient;
   live: LiveClient;
   runs: RunsStore;
+  alerts: AlertsStore;
   /** Current time in ms (injectable so views render relative times consistently). */
   now: () => number;
 }
@@ -49,4 +51,19 @@ export function every(ms: number, fn: () => void): () => void {
 export function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message;
   return String(err);
+}
+
+/** A muted box saying a feature is not available (endpoint missing) or empty. */
+export function emptyNote(text: string, testId?: string): HTMLElement {
+  return h("p", { class: "muted empty-note", text, attrs: { "data-testid": testId ?? null } });
+}
+
+/** A section panel with a heading and an optional right-hand toolbar. */
+export function panel(title: string, id: string, body: Node[], tools: Node[] = [], testId?: string): HTMLElement {
+  return h(
+    "section",
+    { class: "panel", attrs: { "aria-labelledby": id, "data-testid": testId ?? null } },
+    h("div", { class: "panel-head" }, h("h2", { text: title, attrs: { id } }), h("div", { class: "spacer" }), ...tools),
+    ...body,
+  );
 }
