@@ -238,8 +238,8 @@ def _update_rollups(
             d = dur[i:j]
             part = [
                 j - i,
-                min(step[i:j]),
-                min(t[i:j]),
+                max(step[i:j]),
+                max(t[i:j]),
                 sum(d),
                 min(d),
                 max(d),
@@ -252,12 +252,12 @@ def _update_rollups(
     mark = _placeholder(connection)
     lo, hi = ("min", "max") if connection.dialect.name == "sqlite" else ("LEAST", "GREATEST")
     connection.exec_driver_sql(
-        "INSERT INTO steprollup (run_id, rank, width, bucket, n, step_min, t_min, dur_sum, "
+        "INSERT INTO steprollup (run_id, rank, width, bucket, n, step_max, t_max, dur_sum, "
         f"dur_min, dur_max, wait_sum, wait_n) VALUES ({', '.join([mark] * 12)}) "
         "ON CONFLICT (run_id, rank, width, bucket) DO UPDATE SET "
         "n = steprollup.n + excluded.n, "
-        f"step_min = {lo}(steprollup.step_min, excluded.step_min), "
-        f"t_min = {lo}(steprollup.t_min, excluded.t_min), "
+        f"step_max = {hi}(steprollup.step_max, excluded.step_max), "
+        f"t_max = {hi}(steprollup.t_max, excluded.t_max), "
         "dur_sum = steprollup.dur_sum + excluded.dur_sum, "
         f"dur_min = {lo}(steprollup.dur_min, excluded.dur_min), "
         f"dur_max = {hi}(steprollup.dur_max, excluded.dur_max), "
@@ -269,7 +269,7 @@ def _update_rollups(
 
 def _combine(a: list[Any], b: list[Any]) -> list[Any]:
     return [
-        a[0] + b[0], min(a[1], b[1]), min(a[2], b[2]), a[3] + b[3],
+        a[0] + b[0], max(a[1], b[1]), max(a[2], b[2]), a[3] + b[3],
         min(a[4], b[4]), max(a[5], b[5]), a[6] + b[6], a[7] + b[7],
     ]  # fmt: skip
 

@@ -137,8 +137,8 @@ class StepRollup(SQLModel, table=True):
     width: int
     bucket: int = _big()
     n: int
-    step_min: int = _big()
-    t_min: float
+    step_max: int = _big()
+    t_max: float
     dur_sum: float
     dur_min: float
     dur_max: float

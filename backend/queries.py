@@ -240,8 +240,9 @@ def step_series(
         bucket = (col(Step.step) - first_step) // width
         query = (
             select(
-                func.min(Step.step),
-                func.min(Step.t),
+                # A bucket sits at its last step, so live steps merged after it are all newer.
+                func.max(Step.step),
+                func.max(Step.t),
                 func.avg(Step.dur),
                 func.min(Step.dur),
                 func.max(Step.dur),
@@ -257,8 +258,8 @@ def step_series(
         bucket = literal_column(f"steprollup.bucket / {per_bucket}")
         query = (
             select(
-                func.min(StepRollup.step_min),
-                func.min(StepRollup.t_min),
+                func.max(StepRollup.step_max),
+                func.max(StepRollup.t_max),
                 func.sum(StepRollup.dur_sum) / func.sum(StepRollup.n),
                 func.min(StepRollup.dur_min),
                 func.max(StepRollup.dur_max),
