@@ -13,7 +13,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import event, text
+from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, create_engine
 
@@ -67,6 +67,12 @@ def migrate(engine: Engine, revision: str = "head") -> None:
         if connection.dialect.name == "postgresql":
             connection.execute(
                 text("SELECT pg_advisory_xact_lock(:id)"), {"id": _MIGRATION_LOCK_ID}
+            )
+        if schema_revision(connection) is None and inspect(connection).has_table("run"):
+            raise RuntimeError(
+                f"the database {engine.url.render_as_string(hide_password=True)} was created "
+                "before Stoker used migrations (no alembic_version table): move it away and "
+                "start again, the server then creates a fresh schema"
             )
         config.attributes["connection"] = connection
         command.upgrade(config, revision)

@@ -40,3 +40,11 @@ def test_migrate_twice_is_a_no_op(database: str) -> None:
     with engine.connect() as connection:
         assert schema_revision(connection) == head_revision()
     engine.dispose()
+
+
+def test_database_from_before_migrations_is_refused_clearly(database: str) -> None:
+    engine = create_engine(database)
+    SQLModel.metadata.create_all(engine)  # what the walking skeleton did
+    with pytest.raises(RuntimeError, match="before Stoker used migrations"):
+        migrate(engine)
+    engine.dispose()
