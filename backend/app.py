@@ -1,5 +1,6 @@
 """The FastAPI application factory."""
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,9 +13,10 @@ from pydantic import ValidationError
 
 from backend import __version__
 from backend.db import make_engine
+from backend.detectors import Detectors
 from backend.errors import StokerError
 from backend.live import LiveHub
-from backend.routes import agent, live, runs
+from backend.routes import agent, alerts, diagnosis, live, runs
 from backend.routes.agent import describe
 from backend.settings import Settings, get_settings
 from backend.writer import Writer
@@ -38,9 +40,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.writer = Writer(engine)
         app.state.hub = LiveHub(settings.live_queue_size)
         log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))
+        # Diagnosis and alerts: named tasks, visible here.
+        detectors = Detectors(settings=settings, writer=app.state.writer, hub=app.state.hub)
+        app.state.detectors = detectors
+        await detectors.start()
+        tasks = [
+            asyncio.create_task(detectors.run_forever(), name="stoker-detectors"),
+            asyncio.create_task(detectors.webhooks.run_forever(), name="stoker-webhooks"),
+        ]
         try:
             yield
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             app.state.writer.close()
             engine.dispose()
 
@@ -58,6 +71,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(agent.router)
     app.include_router(live.router)
+    app.include_router(diagnosis.router)
+    app.include_router(alerts.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -66,3 +66,8 @@ class LiveHub:
         for client in self._clients:
             if run_id in client.run_ids:
                 client.offer(message)
+
+    def broadcast(self, message: Message) -> None:
+        """Send to every browser: verdicts, alerts and events are rare and concern everyone."""
+        for client in self._clients:
+            client.offer(message)

@@ -91,6 +91,7 @@ async def agent_socket(websocket: WebSocket) -> None:
         }
     )
     hub.publish_run(run_public(run).model_dump(mode="json"))
+    state.detectors.attach(run, websocket)
     while True:
         text = await _receive_text(websocket, settings.max_frame_bytes)
         if text is None:
@@ -108,6 +109,7 @@ async def agent_socket(websocket: WebSocket) -> None:
             ended = await writer.run(end_run, run_id=run.id, status=RunStatus(frame.status))
             await websocket.send_json({"type": "ack", "end": True})
             hub.publish_run(run_public(ended).model_dump(mode="json"))
+            state.detectors.observe_run(ended)
             continue
         if frame.row_count() > settings.max_batch_rows:
             await websocket.send_json(
@@ -130,6 +132,7 @@ async def agent_socket(websocket: WebSocket) -> None:
         await websocket.send_json({"type": "ack", "seq": frame.seq})
         if stored:
             _publish_batch(hub, fresh, frame)
+            state.detectors.observe_batch(fresh, frame)
 
 
 def _seq_of(text: str) -> int | None:
@@ -180,7 +183,9 @@ async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[
         acked.append(batch.seq)
         if stored:
             _publish_batch(hub, run, batch)
+            request.app.state.detectors.observe_batch(run, batch)
     if payload.end is not None:
         run = await writer.run(end_run, run_id=run.id, status=RunStatus(payload.end.status))
         hub.publish_run(run_public(run).model_dump(mode="json"))
+        request.app.state.detectors.observe_run(run)
     return {"run_id": run.id, "acked": acked}
