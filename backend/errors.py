@@ -22,3 +22,9 @@ class PayloadTooLarge(StokerError):
 
 class Unauthorized(StokerError):
     status_code = 401
+
+
+class BadRequest(StokerError):
+    """Input that parsed but makes no sense (an unknown field name, a malformed id list)."""
+
+    status_code = 422

@@ -67,6 +67,11 @@ class LiveHub:
             if run_id in client.run_ids:
                 client.offer(message)
 
+    def publish_deleted(self, run_id: int) -> None:
+        message = {"type": "run_deleted", "run_id": run_id}
+        for client in self._clients:
+            client.offer(message)
+
     def broadcast(self, message: Message) -> None:
         """Send to every browser: verdicts, alerts and events are rare and concern everyone."""
         for client in self._clients:

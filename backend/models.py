@@ -4,12 +4,32 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
+
+# Portable column types. Steps and row ids can pass 2**31 over a long life, so they are
+# 64-bit on PostgreSQL; on SQLite an `INTEGER PRIMARY KEY` is already 64-bit and is the rowid
+# (a BIGINT primary key would not auto-increment there). JSON is JSONB on PostgreSQL.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON().with_variant(JSONB(), "postgresql")
+MAX_INT64 = 2**63 - 1
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def _json(**kwargs: Any) -> Any:
+    return Field(sa_column=Column(Json, nullable=False), **kwargs)
+
+
+def _row_id() -> Any:
+    return Field(default=None, sa_column=Column(BigId, primary_key=True, autoincrement=True))
+
+
+def _big(**kwargs: Any) -> Any:
+    return Field(sa_type=BigInteger, **kwargs)
 
 
 class RunStatus(StrEnum):
@@ -22,7 +42,7 @@ class RunStatus(StrEnum):
 class RunBase(SQLModel):
     name: str = Field(max_length=200)
     project: str = Field(default="default", max_length=200, index=True)
-    tags: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    tags: list[str] = _json(default_factory=list)
     notes: str = Field(default="", max_length=10_000)
 
 
@@ -33,12 +53,13 @@ class Run(RunBase, table=True):
     started_at: datetime = Field(default_factory=utc_now, index=True)
     ended_at: datetime | None = None
     last_seen_at: datetime | None = None
-    config: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    environment: dict[str, Any] = Field(
-        default_factory=dict, sa_column=Column(JSON, nullable=False)
-    )
-    # Running aggregates, updated with every committed batch (see backend.summary).
-    stats: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    config: dict[str, Any] = _json(default_factory=dict)
+    environment: dict[str, Any] = _json(default_factory=dict)
+    # Running aggregates, updated with every committed batch (see backend.summary). Only the
+    # writer reads them; the public `summary` derived from them is stored beside them so that
+    # listing runs never parses a histogram.
+    stats: dict[str, Any] = _json(default_factory=dict)
+    summary: dict[str, Any] = _json(default_factory=dict)
 
 
 class RunSummary(SQLModel):
@@ -50,6 +71,7 @@ class RunSummary(SQLModel):
     samples_per_s: float | None = None
     peak_memory_bytes: float | None = None
     peak_tf_memory_bytes: float | None = None
+    duration_s: float | None = None
     dropped_rows: int = 0
     nonfinite_metrics: int = 0
 
@@ -70,19 +92,53 @@ class RunsPublic(SQLModel):
     count: int
 
 
+class RunUpdate(SQLModel):
+    """`PATCH /runs/{id}`: every field optional; only the ones sent change."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    tags: list[str] | None = Field(default=None, max_length=100)
+    notes: str | None = Field(default=None, max_length=10_000)
+
+
 class Step(SQLModel, table=True):
     """One training step of one worker (rank). Narrow on purpose: there are millions."""
 
     __table_args__ = (Index("ix_step_run_rank_step", "run_id", "rank", "step"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _row_id()
     run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
     rank: int = 0
-    step: int
+    step: int = _big()
     t: float  # wall-clock start, unix seconds
     dur: float  # seconds
     wait: float | None = None  # seconds blocked waiting for input, when measured
-    batch_size: int | None = None
+    batch_size: int | None = _big(default=None)
+
+
+class StepRollup(SQLModel, table=True):
+    """Steps pre-aggregated into fixed buckets of `width` steps (bucket = step // width).
+
+    Kept up to date at ingest, so a zoomed-out chart of a million-step run reads a few
+    thousand rollup rows instead of every step.
+    """
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "rank", "width", "bucket", name="uq_step_rollup_bucket"),
+    )
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    width: int
+    bucket: int = _big()
+    n: int
+    step_min: int = _big()
+    t_min: float
+    dur_sum: float
+    dur_min: float
+    dur_max: float
+    wait_sum: float = 0.0
+    wait_n: int = 0
 
 
 class Metric(SQLModel, table=True):
@@ -90,10 +146,10 @@ class Metric(SQLModel, table=True):
 
     __table_args__ = (Index("ix_metric_run_name_step", "run_id", "name", "step"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _row_id()
     run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
     rank: int = 0
-    step: int
+    step: int = _big()
     name: str = Field(max_length=100)
     value: float | None = None  # null when the agent sent NaN or Inf (a diverged loss)
 
@@ -103,7 +159,7 @@ class DeviceSample(SQLModel, table=True):
 
     __table_args__ = (Index("ix_device_run_gpu_t", "run_id", "gpu", "t"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _row_id()
     run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
     rank: int = 0
     gpu: int
@@ -119,7 +175,7 @@ class DeviceSample(SQLModel, table=True):
     power_w: float | None = None
     power_limit_w: float | None = None
     sm_clock_mhz: float | None = None
-    throttle: int | None = None
+    throttle: int | None = _big(default=None)
     pcie_tx_bps: float | None = None
     pcie_rx_bps: float | None = None
 
@@ -129,7 +185,7 @@ class HostSample(SQLModel, table=True):
 
     __table_args__ = (Index("ix_host_run_t", "run_id", "t"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = _row_id()
     run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
     rank: int = 0
     t: float
@@ -143,12 +199,12 @@ class HostSample(SQLModel, table=True):
 class IngestCursor(SQLModel, table=True):
     """The highest batch seq committed per run and agent stream: replays are recognised here."""
 
-    __table_args__ = (UniqueConstraint("run_id", "stream"),)
+    __table_args__ = (UniqueConstraint("run_id", "stream", name="uq_ingestcursor_run_stream"),)
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id", ondelete="CASCADE", index=True)
     stream: str = Field(max_length=200)
-    last_seq: int = 0
+    last_seq: int = _big(default=0)
 
 
 class StepSeries(SQLModel):
@@ -176,7 +232,7 @@ class RunEvent(SQLModel, table=True):
     at: datetime = Field(default_factory=utc_now)
     kind: str = Field(max_length=50)  # "verdict" | "alert"
     message: str = Field(default="", max_length=2000)
-    data: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    data: dict[str, Any] = _json(default_factory=dict)
 
 
 class RunEventPublic(SQLModel):
@@ -234,9 +290,7 @@ class AlertRuleBase(SQLModel):
     scope: AlertScope = AlertScope.all
     project: str | None = Field(default=None, max_length=200)
     run_id: int | None = None
-    channels: list[dict[str, Any]] = Field(
-        default_factory=lambda: [{"type": "browser"}], sa_column=Column(JSON, nullable=False)
-    )
+    channels: list[dict[str, Any]] = _json(default_factory=lambda: [{"type": "browser"}])
     enabled: bool = True
 
 
@@ -277,9 +331,7 @@ class Alert(SQLModel, table=True):
     fired_at: datetime | None = None
     resolved_at: datetime | None = None
     # One entry per webhook delivery attempt series: url, event, status, attempts, error.
-    deliveries: list[dict[str, Any]] = Field(
-        default_factory=list, sa_column=Column(JSON, nullable=False)
-    )
+    deliveries: list[dict[str, Any]] = _json(default_factory=list)
 
 
 class AlertPublic(SQLModel):

@@ -4,6 +4,7 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -13,9 +14,31 @@ from pydantic import (
 )
 
 PROTOCOL_VERSION = 1
+MAX_INT64 = 2**63 - 1
 
-ShortText = Annotated[str, StringConstraints(max_length=200)]
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+
+def _no_nul(text: str) -> str:
+    # PostgreSQL text cannot hold NUL; no real name or tag contains one.
+    return text.replace("\x00", "")
+
+
+def clean_json(value: Any) -> Any:
+    """JSON as both databases store it: NaN/Inf become null, NUL characters are dropped."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return _no_nul(value)
+    if isinstance(value, dict):
+        return {_no_nul(str(k)): clean_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean_json(v) for v in value]
+    return value
+
+
+ShortText = Annotated[str, StringConstraints(max_length=200), AfterValidator(_no_nul)]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=100), AfterValidator(_no_nul)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(clean_json)]
+Int64 = Annotated[int, Field(ge=0, le=MAX_INT64)]
 
 
 class _Strict(BaseModel):
@@ -29,10 +52,10 @@ class Hello(_Strict):
     name: ShortText = ""
     project: ShortText = "default"
     tags: list[Tag] = Field(default_factory=list, max_length=100)
-    config: dict[str, Any] = Field(default_factory=dict)
-    environment: dict[str, Any] = Field(default_factory=dict)
+    config: JsonObject = Field(default_factory=dict)
+    environment: JsonObject = Field(default_factory=dict)
     host: ShortText = ""
-    pid: int = 0
+    pid: int = Field(default=0, ge=0, le=MAX_INT64)
     rank: int = Field(default=0, ge=0, le=100_000)
 
     @model_validator(mode="after")
@@ -83,11 +106,11 @@ class _Columns(_Strict):
 
 
 class StepColumns(_Columns):
-    step: list[Annotated[int, Field(ge=0)]]
+    step: list[Int64]
     t: list[float]
     dur: list[Annotated[float, Field(ge=0)]]
     wait: list[Annotated[float, Field(ge=0)] | None] | None = None
-    batch_size: list[Annotated[int, Field(ge=0)] | None] | None = None
+    batch_size: list[Int64 | None] | None = None
 
     @field_validator("wait", mode="before")
     @classmethod
@@ -108,8 +131,8 @@ OptionalCounts = list[Annotated[float, Field(ge=0)] | None] | None
 
 
 class MetricColumns(_Columns):
-    step: list[Annotated[int, Field(ge=0)]]
-    name: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]]
+    step: list[Int64]
+    name: list[Tag]
     value: list[float | None]
 
     @field_validator("value", mode="before")
@@ -132,7 +155,7 @@ class DeviceColumns(_Columns):
     power_w: OptionalCounts = None
     power_limit_w: OptionalCounts = None
     sm_clock_mhz: OptionalCounts = None
-    throttle: list[Annotated[int, Field(ge=0)] | None] | None = None
+    throttle: list[Int64 | None] | None = None
     pcie_tx_bps: OptionalCounts = None
     pcie_rx_bps: OptionalCounts = None
 
@@ -169,13 +192,13 @@ class HostColumns(_Columns):
 
 
 class AgentCounters(_Strict):
-    dropped_rows: int = Field(default=0, ge=0)
-    spooled_rows: int = Field(default=0, ge=0)
+    dropped_rows: int = Field(default=0, ge=0, le=MAX_INT64)
+    spooled_rows: int = Field(default=0, ge=0, le=MAX_INT64)
 
 
 class Batch(_Strict):
     type: Literal["batch"]
-    seq: int = Field(ge=1)
+    seq: int = Field(ge=1, le=MAX_INT64)
     steps: StepColumns | None = None
     metrics: MetricColumns | None = None
     device: DeviceColumns | None = None

@@ -1,15 +1,47 @@
-"""Reads for the REST API: runs and server-side downsampled series."""
+"""Reads for the REST API: runs, server-side downsampled series, comparison, export."""
 
-from sqlalchemy import func
+import csv
+import io
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal
+
+from sqlalchemy import Float, Integer, cast, func, text
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
-from backend.errors import RunNotFound
-from backend.models import Run, RunPublic, RunsPublic, Step, StepSeries
+from backend.errors import BadRequest, RunNotFound
+from backend.ingest import ROLLUP_WIDTHS
+from backend.models import (
+    DeviceSample,
+    HostSample,
+    Metric,
+    Run,
+    RunPublic,
+    RunsPublic,
+    RunStatus,
+    RunSummary,
+    Step,
+    StepRollup,
+    StepSeries,
+)
 from backend.summary import summarize
+
+RunSort = Literal[
+    "started_at", "-started_at", "name", "-name", "project", "-project", "status", "-status",
+    "last_seen_at", "-last_seen_at", "id", "-id",
+]  # fmt: skip
+
+DEVICE_FIELDS = (
+    "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
+    "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_tx_bps",
+    "pcie_rx_bps",
+)  # fmt: skip
+HOST_FIELDS = ("proc_cpu", "sys_cpu", "rss", "mem_used", "mem_total")
 
 
 def run_public(run: Run) -> RunPublic:
     assert run.id is not None
+    summary = RunSummary.model_validate(run.summary) if run.summary else summarize(run.stats)
     return RunPublic(
         id=run.id,
         name=run.name,
@@ -22,20 +54,66 @@ def run_public(run: Run) -> RunPublic:
         last_seen_at=run.last_seen_at,
         config=run.config,
         environment=run.environment,
-        summary=summarize(run.stats),
+        summary=summary,
     )
 
 
-def list_runs(*, session: Session, limit: int = 100, offset: int = 0) -> RunsPublic:
-    """Runs, newest first."""
-    count = session.exec(select(func.count()).select_from(Run)).one()
+def _like_pattern(text_: str) -> str:
+    escaped = text_.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped.lower()}%"
+
+
+def list_runs(
+    *,
+    session: Session,
+    limit: int = 100,
+    offset: int = 0,
+    project: str | None = None,
+    tag: str | None = None,
+    status: RunStatus | None = None,
+    q: str | None = None,
+    sort: RunSort = "-started_at",
+) -> RunsPublic:
+    """Runs matching every given filter, sorted, one page of them, and how many match."""
+    where: list[Any] = []
+    if project is not None:
+        where.append(Run.project == project)
+    if status is not None:
+        where.append(Run.status == status)
+    if q:
+        where.append(func.lower(Run.name).like(_like_pattern(q), escape="\\"))
+    if tag is not None:
+        if session.get_bind().dialect.name == "postgresql":
+            where.append(
+                text("run.tags @> CAST(:tag_json AS jsonb)").bindparams(tag_json=_json([tag]))
+            )
+        else:
+            where.append(
+                text(
+                    "EXISTS (SELECT 1 FROM json_each(run.tags) WHERE json_each.value = :tag)"
+                ).bindparams(tag=tag)
+            )
+    count = session.exec(select(func.count()).select_from(Run).where(*where)).one()
+    key = sort.lstrip("-")
+    order = col(getattr(Run, key))
+    tiebreak = col(Run.id)
+    if sort.startswith("-"):
+        order, tiebreak = order.desc(), tiebreak.desc()
     runs = session.exec(
         select(Run)
-        .order_by(col(Run.started_at).desc(), col(Run.id).desc())
+        .options(defer(Run.stats))  # type: ignore[arg-type]
+        .where(*where)
+        .order_by(order, tiebreak)
         .offset(offset)
         .limit(limit)
     ).all()
     return RunsPublic(data=[run_public(r) for r in runs], count=count)
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
 
 
 def get_run(*, session: Session, run_id: int) -> Run:
@@ -45,20 +123,39 @@ def get_run(*, session: Session, run_id: int) -> Run:
     return run
 
 
+def _bucket_of(session: Session, expression: Any) -> Any:
+    """floor() of a non-negative float expression, on both databases."""
+    if session.get_bind().dialect.name == "postgresql":
+        return cast(func.floor(expression), Integer)
+    return cast(expression, Integer)  # truncates, which is floor for x >= 0
+
+
 def step_series(
     *, session: Session, run_id: int, max_points: int, after_step: int | None = None, rank: int = 0
 ) -> StepSeries:
     """Steps of one rank in step order, downsampled to at most `max_points` buckets.
 
     A bucket keeps the mean step time and its min and max, so a single slow step stays
-    visible however far the series is zoomed out.
+    visible however far the series is zoomed out. Zoomed-out views of long runs read the
+    step rollups (models.StepRollup) instead of the steps themselves.
     """
     where = [Step.run_id == run_id, Step.rank == rank]
     if after_step is not None:
         where.append(Step.step > after_step)
-    total, first_step, last_step = session.exec(
-        select(func.count(), func.min(Step.step), func.max(Step.step)).where(*where)
-    ).one()
+        total, first_step, last_step = session.exec(
+            select(func.count(), func.min(Step.step), func.max(Step.step)).where(*where)
+        ).one()
+    else:
+        first_step, last_step = session.exec(
+            select(func.min(Step.step), func.max(Step.step)).where(*where)
+        ).one()
+        total = session.exec(
+            select(func.coalesce(func.sum(StepRollup.n), 0)).where(
+                StepRollup.run_id == run_id,
+                StepRollup.rank == rank,
+                StepRollup.width == ROLLUP_WIDTHS[-1],
+            )
+        ).one()
     if total <= max_points:
         rows = session.exec(
             select(Step.step, Step.t, Step.dur, Step.wait).where(*where).order_by(col(Step.step))
@@ -72,21 +169,41 @@ def step_series(
             dur=[r[2] for r in rows],
             wait=[r[3] for r in rows],
         )
-    width = -(-(last_step - first_step + 1) // max_points)
-    bucket = (col(Step.step) - first_step) // width
-    rows = session.exec(
-        select(
-            func.min(Step.step),
-            func.min(Step.t),
-            func.avg(Step.dur),
-            func.min(Step.dur),
-            func.max(Step.dur),
-            func.avg(Step.wait),
+    needed = -(-(last_step - first_step + 1) // (max_points - 1))
+    tier = max((w for w in ROLLUP_WIDTHS if w <= needed), default=None)
+    if tier is None or after_step is not None:
+        width = -(-(last_step - first_step + 1) // max_points)
+        bucket = (col(Step.step) - first_step) // width
+        query = (
+            select(
+                func.min(Step.step),
+                func.min(Step.t),
+                func.avg(Step.dur),
+                func.min(Step.dur),
+                func.max(Step.dur),
+                func.avg(Step.wait),
+            )
+            .where(*where)
+            .group_by(bucket)
+            .order_by(bucket)
         )
-        .where(*where)
-        .group_by(bucket)
-        .order_by(bucket)
-    ).all()
+    else:
+        per_bucket = -(-needed // tier)
+        bucket = col(StepRollup.bucket) // per_bucket
+        query = (
+            select(
+                func.min(StepRollup.step_min),
+                func.min(StepRollup.t_min),
+                func.sum(StepRollup.dur_sum) / func.sum(StepRollup.n),
+                func.min(StepRollup.dur_min),
+                func.max(StepRollup.dur_max),
+                func.sum(StepRollup.wait_sum) / func.nullif(func.sum(StepRollup.wait_n), 0),
+            )
+            .where(StepRollup.run_id == run_id, StepRollup.rank == rank, StepRollup.width == tier)
+            .group_by(bucket)
+            .order_by(bucket)
+        )
+    rows = session.exec(query).all()
     return StepSeries(
         run_id=run_id,
         total=total,
@@ -98,3 +215,219 @@ def step_series(
         dur_min=[r[3] for r in rows],
         dur_max=[r[4] for r in rows],
     )
+
+
+def _xy_series(
+    *,
+    session: Session,
+    table: Any,
+    where: Sequence[Any],
+    x: str,
+    fields: Sequence[str],
+    max_points: int,
+) -> dict[str, Any]:
+    """One series of `table` rows ordered by column `x`, bucketed to at most `max_points`.
+
+    Downsampled buckets carry the mean of each field and its min and max (`<field>_min`,
+    `<field>_max`), so spikes and dips stay visible.
+    """
+    x_col = col(getattr(table, x))
+    total, x0, x1 = session.exec(
+        select(func.count(), func.min(x_col), func.max(x_col)).where(*where)
+    ).one()
+    if total <= max_points:
+        columns = [x_col, *(col(getattr(table, f)) for f in fields)]
+        rows = session.exec(select(*columns).where(*where).order_by(x_col)).all()
+        out: dict[str, Any] = {"total": total, "downsampled": False, x: [r[0] for r in rows]}
+        for i, name in enumerate(fields, start=1):
+            out[name] = [r[i] for r in rows]
+        return out
+    span = float(x1 - x0)
+    width = span / (max_points - 1) if span > 0 else 1.0
+    bucket = _bucket_of(session, (cast(x_col, Float) - x0) / width)
+    aggregates: list[Any] = [func.min(x_col)]
+    for f in fields:
+        c = cast(col(getattr(table, f)), Float)
+        aggregates += [func.avg(c), func.min(c), func.max(c)]
+    rows = session.exec(select(*aggregates).where(*where).group_by(bucket).order_by(bucket)).all()
+    out = {"total": total, "downsampled": True, x: [r[0] for r in rows]}
+    for i, name in enumerate(fields):
+        base = 1 + 3 * i
+        out[name] = [_float(r[base]) for r in rows]
+        out[f"{name}_min"] = [_float(r[base + 1]) for r in rows]
+        out[f"{name}_max"] = [_float(r[base + 2]) for r in rows]
+    return out
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _fields(requested: str | None, allowed: Sequence[str]) -> list[str]:
+    if not requested:
+        return list(allowed)
+    names = [n.strip() for n in requested.split(",") if n.strip()]
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        raise BadRequest(f"unknown fields {unknown}; choose from {', '.join(allowed)}")
+    return names
+
+
+def device_series(
+    *, session: Session, run_id: int, max_points: int, gpu: int | None = None,
+    fields: str | None = None, since_t: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Device samples per (rank, GPU) over wall-clock time, each downsampled to `max_points`."""
+    chosen = _fields(fields, DEVICE_FIELDS)
+    where: list[Any] = [DeviceSample.run_id == run_id]
+    if gpu is not None:
+        where.append(DeviceSample.gpu == gpu)
+    if since_t is not None:
+        where.append(DeviceSample.t > since_t)
+    pairs = session.exec(
+        select(DeviceSample.rank, DeviceSample.gpu)
+        .where(*where)
+        .distinct()
+        .order_by(col(DeviceSample.rank), col(DeviceSample.gpu))
+    ).all()
+    series = []
+    for rank, device in pairs:
+        data = _xy_series(
+            session=session,
+            table=DeviceSample,
+            where=[*where, DeviceSample.rank == rank, DeviceSample.gpu == device],
+            x="t",
+            fields=chosen,
+            max_points=max_points,
+        )
+        series.append({"rank": rank, "gpu": device, **data})
+    return {"run_id": run_id, "fields": chosen, "series": series}
+
+
+def host_series(
+    *, session: Session, run_id: int, max_points: int, fields: str | None = None,
+    since_t: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Host samples per rank over wall-clock time, each downsampled to `max_points`."""
+    chosen = _fields(fields, HOST_FIELDS)
+    where: list[Any] = [HostSample.run_id == run_id]
+    if since_t is not None:
+        where.append(HostSample.t > since_t)
+    ranks = session.exec(
+        select(HostSample.rank).where(*where).distinct().order_by(col(HostSample.rank))
+    ).all()
+    series = []
+    for rank in ranks:
+        data = _xy_series(
+            session=session, table=HostSample, where=[*where, HostSample.rank == rank],
+            x="t", fields=chosen, max_points=max_points,
+        )  # fmt: skip
+        series.append({"rank": rank, **data})
+    return {"run_id": run_id, "fields": chosen, "series": series}
+
+
+def metric_series(
+    *, session: Session, run_id: int, max_points: int, names: Sequence[str] = (), rank: int = 0,
+    after_step: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Logged scalars by step, one series per name (all names when none are asked for)."""
+    base: list[Any] = [Metric.run_id == run_id, Metric.rank == rank]
+    available = list(
+        session.exec(select(Metric.name).where(*base).distinct().order_by(col(Metric.name))).all()
+    )
+    chosen = list(dict.fromkeys(names)) if names else available[:50]
+    if after_step is not None:
+        base.append(Metric.step > after_step)
+    series = []
+    for name in chosen:
+        data = _xy_series(
+            session=session, table=Metric, where=[*base, Metric.name == name],
+            x="step", fields=["value"], max_points=max_points,
+        )  # fmt: skip
+        series.append({"name": name, **data})
+    return {"run_id": run_id, "names": available, "series": series}
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: value} if prefix else {}
+
+
+def _differences(documents: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    flat = [_flatten(d) for d in documents]
+    keys = sorted(set().union(*flat)) if flat else []
+    out = {}
+    for key in keys:
+        values = [f.get(key) for f in flat]
+        if any(v != values[0] for v in values[1:]):
+            out[key] = values
+    return out
+
+
+def parse_run_ids(raw: str) -> list[int]:
+    """`1,2,3` → [1, 2, 3], or a clear 422."""
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    try:
+        ids = [int(p) for p in parts]
+    except ValueError:
+        raise BadRequest(f"runs must be comma-separated run ids, got {raw!r}") from None
+    if not ids or len(ids) > 50:
+        raise BadRequest("runs must name between 1 and 50 run ids, e.g. runs=1,2,3")
+    if any(i < 1 or i > 2**63 - 1 for i in ids):
+        raise BadRequest("run ids are positive integers")
+    return list(dict.fromkeys(ids))
+
+
+def compare_runs(*, session: Session, run_ids: Sequence[int]) -> dict[str, Any]:
+    """Per-run summaries side by side and the config/environment keys whose values differ."""
+    rows = session.exec(
+        select(Run).options(defer(Run.stats)).where(col(Run.id).in_(run_ids))  # type: ignore[arg-type]
+    ).all()
+    by_id = {r.id: r for r in rows}
+    missing = [i for i in run_ids if i not in by_id]
+    if missing:
+        raise RunNotFound(missing[0])
+    runs = [by_id[i] for i in run_ids]
+    return {
+        "runs": [
+            {
+                "id": r.id,
+                "name": r.name,
+                "project": r.project,
+                "status": r.status,
+                "tags": r.tags,
+                "started_at": r.started_at,
+                "ended_at": r.ended_at,
+                "summary": run_public(r).summary,
+            }
+            for r in runs
+        ],
+        "differences": {
+            "config": _differences([r.config for r in runs]),
+            "environment": _differences([r.environment for r in runs]),
+        },
+    }
+
+
+def steps_csv(*, session: Session, run_id: int) -> Iterator[str]:
+    """A run's steps as CSV text chunks (header first), streamed in step order."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["rank", "step", "t", "dur", "wait", "batch_size"])
+    query = (
+        select(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
+        .where(Step.run_id == run_id)
+        .order_by(col(Step.rank), col(Step.step), col(Step.id))
+        .execution_options(yield_per=10_000)
+    )
+    for i, row in enumerate(session.exec(query), start=1):
+        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
+        if i % 10_000 == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()

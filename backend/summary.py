@@ -145,6 +145,7 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
         samples_per_s=stats["samples"] / sized if sized > 0 else None,
         peak_memory_bytes=stats.get("peak_mem_used"),
         peak_tf_memory_bytes=stats.get("peak_tf_mem"),
+        duration_s=stats["last_t"] - stats["first_t"] if "first_t" in stats else None,
         dropped_rows=sum(a.get("dropped_rows", 0) for a in stats.get("agents", {}).values()),
         nonfinite_metrics=stats.get("nonfinite_metrics", 0),
     )

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO, ServerProcess
+from tests.support import REPO, PostgresServer, ServerProcess
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 CHROMIUM = os.environ.get("STOKER_CHROMIUM", "/usr/bin/chromium")
@@ -21,9 +21,49 @@ def require(available: bool, what: str) -> None:
     pytest.skip(f"{what} not installed")
 
 
+# Backend tests that touch storage run on both databases:
+#   pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)
+DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    require(PostgresServer.available(), "PostgreSQL (Debian package postgresql)")
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(data_dir=tmp_path / "server").start()
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL for one test: an SQLite file, or a fresh PostgreSQL database."""
+    kind = getattr(request, "param", "sqlite")
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'stoker.db'}"
+    return request.getfixturevalue("postgres_server").create_database()
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def db_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """One real server per test module and database (SQLite, PostgreSQL). Tests share it, so
+    each keeps to its own runs (a unique run key or project) instead of counting all rows."""
+    data_dir = tmp_path_factory.mktemp(f"server-{request.param}")
+    if request.param == "sqlite":
+        url = f"sqlite:///{data_dir / 'stoker.db'}"
+    else:
+        url = request.getfixturevalue("postgres_server").create_database()
+    process = ServerProcess(data_dir=data_dir, env={"STOKER_DATABASE_URL": url}).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path, database: str) -> Iterator[ServerProcess]:
+    process = ServerProcess(
+        data_dir=tmp_path / "server", env={"STOKER_DATABASE_URL": database}
+    ).start()
     yield process
     process.stop()
 

@@ -98,3 +98,73 @@ class ServerProcess:
         response = httpx.get(f"{self.url}{path}", params=params, timeout=10)
         response.raise_for_status()
         return response.json()
+
+
+PG_BIN = Path(os.environ.get("STOKER_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+@dataclass
+class PostgresServer:
+    """A throwaway PostgreSQL cluster on a temp data dir and a loopback port.
+
+    PostgreSQL refuses to run as root, so as root the cluster belongs to the `postgres` user.
+    """
+
+    port: int = field(default_factory=free_port)
+    data_dir: Path | None = None
+    _counter: int = 0
+
+    @staticmethod
+    def available() -> bool:
+        return (PG_BIN / "initdb").exists() and (PG_BIN / "pg_ctl").exists()
+
+    def _run(self, *args: str) -> None:
+        command = list(args)
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def start(self) -> "PostgresServer":
+        import shutil
+        import tempfile
+
+        root = Path(tempfile.mkdtemp(prefix="stoker-pg-"))
+        if os.geteuid() == 0:
+            shutil.chown(root, "postgres", "postgres")
+        self.data_dir = root / "data"
+        self._run(
+            str(PG_BIN / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
+            "--auth=trust", "--encoding=UTF8", "--no-sync",
+        )  # fmt: skip
+        options = (
+            f"-p {self.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        self._run(
+            str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-o", options,
+            "-l", str(root / "server.log"), "-w", "start",
+        )  # fmt: skip
+        return self
+
+    def stop(self) -> None:
+        if self.data_dir is not None:
+            self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "stop")
+            import shutil
+
+            shutil.rmtree(self.data_dir.parent, ignore_errors=True)
+            self.data_dir = None
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self) -> str:
+        """A fresh empty database; returns its SQLAlchemy URL."""
+        import psycopg
+
+        self._counter += 1
+        name = f"stoker_{os.getpid()}_{self._counter}"
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)

@@ -39,8 +39,8 @@ def batch(seq: int, first_step: int, n: int = 10) -> dict[str, Any]:
     }
 
 
-def open_agent(server: ServerProcess, message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    ws = connect(f"{server.ws_url}/api/v1/agent").__enter__()
+def open_agent(db_server: ServerProcess, message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    ws = connect(f"{db_server.ws_url}/api/v1/agent").__enter__()
     ws.send(json.dumps(message))
     return ws, json.loads(ws.recv(timeout=10))
 
@@ -50,36 +50,36 @@ def send(ws: Any, message: dict[str, Any]) -> dict[str, Any]:
     return json.loads(ws.recv(timeout=10))
 
 
-def test_ingest_batch_is_acked_and_stored(server: ServerProcess) -> None:
-    ws, welcome = open_agent(server, hello())
+def test_ingest_batch_is_acked_and_stored(db_server: ServerProcess) -> None:
+    ws, welcome = open_agent(db_server, hello())
     assert welcome["type"] == "welcome" and welcome["last_seq"] == 0
     assert send(ws, batch(1, 0)) == {"type": "ack", "seq": 1}
     ws.close()
-    series = server.get(f"/api/v1/runs/{welcome['run_id']}/steps")
+    series = db_server.get(f"/api/v1/runs/{welcome['run_id']}/steps")
     assert series["step"] == list(range(10))
     assert series["wait"] == [0.002] * 10
 
 
-def test_ingest_duplicate_seq_is_ignored(server: ServerProcess) -> None:
+def test_ingest_duplicate_seq_is_ignored(db_server: ServerProcess) -> None:
     message = hello()
-    ws, welcome = open_agent(server, message)
+    ws, welcome = open_agent(db_server, message)
     send(ws, batch(1, 0))
     assert send(ws, batch(1, 0)) == {"type": "ack", "seq": 1}
     ws.close()
     # A reconnect with the same run key resumes the run and reports the last stored seq.
-    ws, again = open_agent(server, message)
+    ws, again = open_agent(db_server, message)
     assert again["run_id"] == welcome["run_id"] and again["last_seq"] == 1
     send(ws, batch(1, 0))
     send(ws, batch(2, 10))
     ws.close()
-    run = server.get(f"/api/v1/runs/{welcome['run_id']}")
+    run = db_server.get(f"/api/v1/runs/{welcome['run_id']}")
     assert run["summary"]["steps"] == 20
-    series = server.get(f"/api/v1/runs/{welcome['run_id']}/steps")
+    series = db_server.get(f"/api/v1/runs/{welcome['run_id']}/steps")
     assert series["step"] == list(range(20))
 
 
-def test_ingest_bad_batch_gets_error_and_connection_survives(server: ServerProcess) -> None:
-    ws, welcome = open_agent(server, hello())
+def test_ingest_bad_batch_gets_error_and_connection_survives(db_server: ServerProcess) -> None:
+    ws, welcome = open_agent(db_server, hello())
     bad = batch(1, 0)
     bad["steps"]["dur"] = bad["steps"]["dur"][:-1]
     reply = send(ws, bad)
@@ -87,21 +87,21 @@ def test_ingest_bad_batch_gets_error_and_connection_survives(server: ServerProce
     assert "'dur' has 9 values" in reply["message"]
     assert send(ws, batch(1, 0)) == {"type": "ack", "seq": 1}
     ws.close()
-    assert server.get(f"/api/v1/runs/{welcome['run_id']}")["summary"]["steps"] == 10
+    assert db_server.get(f"/api/v1/runs/{welcome['run_id']}")["summary"]["steps"] == 10
 
 
-def test_ingest_nan_wait_is_stored_as_null(server: ServerProcess) -> None:
-    ws, welcome = open_agent(server, hello())
+def test_ingest_nan_wait_is_stored_as_null(db_server: ServerProcess) -> None:
+    ws, welcome = open_agent(db_server, hello())
     message = batch(1, 0, n=2)
     message["steps"]["wait"] = [float("nan"), 0.001]
     ws.send(json.dumps(message))  # json.dumps writes NaN, as Python agents do
     assert json.loads(ws.recv(timeout=10))["type"] == "ack"
     ws.close()
-    assert server.get(f"/api/v1/runs/{welcome['run_id']}/steps")["wait"] == [None, 0.001]
+    assert db_server.get(f"/api/v1/runs/{welcome['run_id']}/steps")["wait"] == [None, 0.001]
 
 
-def test_ingest_unknown_protocol_version_is_refused_with_reason(server: ServerProcess) -> None:
-    ws = connect(f"{server.ws_url}/api/v1/agent").__enter__()
+def test_ingest_unknown_protocol_version_is_refused_with_reason(db_server: ServerProcess) -> None:
+    ws = connect(f"{db_server.ws_url}/api/v1/agent").__enter__()
     ws.send(json.dumps(hello(protocol=99)))
     with pytest.raises(ConnectionClosed) as closed:
         ws.recv(timeout=10)
@@ -109,42 +109,47 @@ def test_ingest_unknown_protocol_version_is_refused_with_reason(server: ServerPr
     assert "unsupported protocol version 99" in closed.value.rcvd.reason
 
 
-def test_ingest_binary_frame_is_refused(server: ServerProcess) -> None:
-    ws, _ = open_agent(server, hello())
+def test_ingest_binary_frame_is_refused(db_server: ServerProcess) -> None:
+    ws, _ = open_agent(db_server, hello())
     ws.send(b"\x00\xffgarbage")
     with pytest.raises(ConnectionClosed) as closed:
         ws.recv(timeout=10)
     assert closed.value.rcvd.code == 1003
 
 
-def test_ingest_end_marks_run_finished(server: ServerProcess) -> None:
-    ws, welcome = open_agent(server, hello())
+def test_ingest_end_marks_run_finished(db_server: ServerProcess) -> None:
+    ws, welcome = open_agent(db_server, hello())
     send(ws, batch(1, 0))
     assert send(ws, {"type": "end", "status": "failed"}) == {"type": "ack", "end": True}
     ws.close()
-    run = server.get(f"/api/v1/runs/{welcome['run_id']}")
+    run = db_server.get(f"/api/v1/runs/{welcome['run_id']}")
     assert run["status"] == "failed" and run["ended_at"] is not None
 
 
-def test_http_ingest_stores_all_batches_or_none(server: ServerProcess) -> None:
+def test_http_ingest_stores_all_batches_or_none(db_server: ServerProcess) -> None:
     import httpx
 
-    good = {"hello": hello(), "batches": [batch(1, 0), batch(2, 10)], "end": {"type": "end"}}
-    response = httpx.post(f"{server.url}/api/v1/ingest", json=good)
+    project = uuid.uuid4().hex
+    good = {
+        "hello": hello(project=project),
+        "batches": [batch(1, 0), batch(2, 10)],
+        "end": {"type": "end"},
+    }
+    response = httpx.post(f"{db_server.url}/api/v1/ingest", json=good)
     assert response.status_code == 200, response.text
     assert response.json()["acked"] == [1, 2]
-    run = server.get(f"/api/v1/runs/{response.json()['run_id']}")
+    run = db_server.get(f"/api/v1/runs/{response.json()['run_id']}")
     assert run["summary"]["steps"] == 20 and run["status"] == "finished"
 
-    bad = {"hello": hello(), "batches": [batch(1, 0), {"type": "batch", "seq": 0}]}
-    response = httpx.post(f"{server.url}/api/v1/ingest", json=bad)
+    bad = {"hello": hello(project=project), "batches": [batch(1, 0), {"type": "batch", "seq": 0}]}
+    response = httpx.post(f"{db_server.url}/api/v1/ingest", json=bad)
     assert response.status_code == 422
     assert "seq" in response.json()["detail"]
-    assert server.get("/api/v1/runs")["count"] == 1
+    assert db_server.get("/api/v1/runs", project=project)["count"] == 1
 
 
-def test_ingest_all_sections_are_stored_and_summarized(server: ServerProcess) -> None:
-    ws, welcome = open_agent(server, hello())
+def test_ingest_all_sections_are_stored_and_summarized(db_server: ServerProcess) -> None:
+    ws, welcome = open_agent(db_server, hello())
     message = batch(1, 0, n=3)
     message["metrics"] = {"step": [1, 2], "name": ["loss", "loss"], "value": [0.5, float("inf")]}
     message["device"] = {
@@ -158,19 +163,19 @@ def test_ingest_all_sections_are_stored_and_summarized(server: ServerProcess) ->
     message["agent"] = {"dropped_rows": 7, "spooled_rows": 0}
     assert send(ws, message) == {"type": "ack", "seq": 1}
     ws.close()
-    summary = server.get(f"/api/v1/runs/{welcome['run_id']}")["summary"]
+    summary = db_server.get(f"/api/v1/runs/{welcome['run_id']}")["summary"]
     assert summary["gpu_util_mean"] == 60.0
     assert summary["peak_memory_bytes"] == 2e9
     assert summary["dropped_rows"] == 7
     assert summary["nonfinite_metrics"] == 1
 
 
-def test_ingest_misaligned_device_section_is_refused_whole(server: ServerProcess) -> None:
-    ws, welcome = open_agent(server, hello())
+def test_ingest_misaligned_device_section_is_refused_whole(db_server: ServerProcess) -> None:
+    ws, welcome = open_agent(db_server, hello())
     message = batch(1, 0, n=3)
     message["device"] = {"t": [1.7e9, 1.7e9], "gpu": [0]}
     reply = send(ws, message)
     assert reply["type"] == "error" and reply["seq"] == 1
     assert "'gpu' has 1 values" in reply["message"]
     ws.close()
-    assert server.get(f"/api/v1/runs/{welcome['run_id']}")["summary"]["steps"] == 0
+    assert db_server.get(f"/api/v1/runs/{welcome['run_id']}")["summary"]["steps"] == 0

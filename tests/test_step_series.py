@@ -7,7 +7,7 @@ import httpx
 from tests.support import ServerProcess
 
 
-def _upload_run(server: ServerProcess, n: int, spike_at: int) -> int:
+def _upload_run(db_server: ServerProcess, n: int, spike_at: int) -> int:
     durations = [0.01] * n
     durations[spike_at] = 2.5
     batches = []
@@ -26,15 +26,15 @@ def _upload_run(server: ServerProcess, n: int, spike_at: int) -> int:
         )
     hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": "long"}
     response = httpx.post(
-        f"{server.url}/api/v1/ingest", json={"hello": hello, "batches": batches}, timeout=60
+        f"{db_server.url}/api/v1/ingest", json={"hello": hello, "batches": batches}, timeout=60
     )
     assert response.status_code == 200, response.text
     return response.json()["run_id"]
 
 
-def test_steps_downsampled_to_max_points_keep_spike(server: ServerProcess) -> None:
-    run_id = _upload_run(server, 20_000, spike_at=12_345)
-    series = server.get(f"/api/v1/runs/{run_id}/steps", max_points=500)
+def test_steps_downsampled_to_max_points_keep_spike(db_server: ServerProcess) -> None:
+    run_id = _upload_run(db_server, 20_000, spike_at=12_345)
+    series = db_server.get(f"/api/v1/runs/{run_id}/steps", max_points=500)
     assert series["total"] == 20_000
     assert series["downsampled"] is True
     assert 250 < len(series["step"]) <= 500
@@ -43,20 +43,20 @@ def test_steps_downsampled_to_max_points_keep_spike(server: ServerProcess) -> No
     assert series["step"] == sorted(series["step"])
 
 
-def test_steps_after_step_returns_only_newer_rows(server: ServerProcess) -> None:
-    run_id = _upload_run(server, 1000, spike_at=0)
-    series = server.get(f"/api/v1/runs/{run_id}/steps", after_step=989)
+def test_steps_after_step_returns_only_newer_rows(db_server: ServerProcess) -> None:
+    run_id = _upload_run(db_server, 1000, spike_at=0)
+    series = db_server.get(f"/api/v1/runs/{run_id}/steps", after_step=989)
     assert series["step"] == list(range(990, 1000))
     assert series["downsampled"] is False
 
 
-def test_steps_of_unknown_run_is_404_json(server: ServerProcess) -> None:
-    response = httpx.get(f"{server.url}/api/v1/runs/999/steps")
+def test_steps_of_unknown_run_is_404_json(db_server: ServerProcess) -> None:
+    response = httpx.get(f"{db_server.url}/api/v1/runs/999/steps")
     assert response.status_code == 404
     assert response.json() == {"detail": "run 999 not found"}
 
 
-def test_steps_bad_max_points_is_422(server: ServerProcess) -> None:
-    run_id = _upload_run(server, 10, spike_at=0)
-    response = httpx.get(f"{server.url}/api/v1/runs/{run_id}/steps", params={"max_points": 0})
+def test_steps_bad_max_points_is_422(db_server: ServerProcess) -> None:
+    run_id = _upload_run(db_server, 10, spike_at=0)
+    response = httpx.get(f"{db_server.url}/api/v1/runs/{run_id}/steps", params={"max_points": 0})
     assert response.status_code == 422

@@ -1,23 +1,51 @@
-"""REST reads: runs and their series."""
+"""REST reads and user edits of runs: list, detail, series, compare, export, edit, delete."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
+from sqlmodel import Session
 
-from backend.deps import SessionDep, ViewerAuth
-from backend.models import RunPublic, RunsPublic, StepSeries
-from backend.queries import get_run, list_runs, run_public, step_series
+from backend.deps import HubDep, SessionDep, ViewerAuth, WriterDep
+from backend.errors import RunNotFound
+from backend.ingest import delete_run, update_run
+from backend.models import RunPublic, RunsPublic, RunStatus, RunUpdate, StepSeries
+from backend.queries import (
+    RunSort,
+    compare_runs,
+    device_series,
+    get_run,
+    host_series,
+    list_runs,
+    metric_series,
+    parse_run_ids,
+    run_public,
+    step_series,
+    steps_csv,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[ViewerAuth])
+
+MaxPoints = Annotated[int, Query(ge=2, le=200_000, description="at most this many points")]
+Int64Query = Annotated[int, Query(ge=0, le=2**63 - 1)]
 
 
 @router.get("/runs")
 def read_runs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    project: Annotated[str | None, Query(max_length=200)] = None,
+    tag: Annotated[str | None, Query(max_length=100)] = None,
+    status: RunStatus | None = None,
+    q: Annotated[str | None, Query(max_length=200, description="name contains")] = None,
+    sort: RunSort = "-started_at",
 ) -> RunsPublic:
-    return list_runs(session=session, limit=limit, offset=offset)
+    """Runs matching all filters; `count` is how many match, `data` one page of them."""
+    return list_runs(
+        session=session, limit=limit, offset=offset, project=project, tag=tag,
+        status=status, q=q, sort=sort,
+    )  # fmt: skip
 
 
 @router.get("/runs/{run_id}")
@@ -25,15 +53,111 @@ def read_run(run_id: int, session: SessionDep) -> RunPublic:
     return run_public(get_run(session=session, run_id=run_id))
 
 
+@router.patch("/runs/{run_id}")
+async def edit_run(run_id: int, body: RunUpdate, writer: WriterDep, hub: HubDep) -> RunPublic:
+    """Change a run's name, tags or notes (only the fields sent)."""
+    changes = body.model_dump(exclude_unset=True, exclude_none=True)
+    run = await writer.run(update_run, run_id=run_id, changes=changes)
+    if run is None:
+        raise RunNotFound(run_id)
+    public = run_public(run)
+    hub.publish_run(public.model_dump(mode="json"))
+    return public
+
+
+@router.delete("/runs/{run_id}", status_code=204)
+async def remove_run(run_id: int, writer: WriterDep, hub: HubDep) -> Response:
+    """Delete a run with all its steps, samples and metrics."""
+    if not await writer.run(delete_run, run_id=run_id):
+        raise RunNotFound(run_id)
+    hub.publish_deleted(run_id)
+    return Response(status_code=204)
+
+
 @router.get("/runs/{run_id}/steps")
 def read_steps(
     run_id: int,
     session: SessionDep,
-    max_points: Annotated[int, Query(ge=2, le=200_000)] = 2000,
-    after_step: Annotated[int | None, Query(ge=-1)] = None,
-    rank: Annotated[int, Query(ge=0)] = 0,
+    max_points: MaxPoints = 2000,
+    after_step: Annotated[int | None, Query(ge=-1, le=2**63 - 1)] = None,
+    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
 ) -> StepSeries:
     get_run(session=session, run_id=run_id)
     return step_series(
         session=session, run_id=run_id, max_points=max_points, after_step=after_step, rank=rank
     )
+
+
+@router.get("/runs/{run_id}/steps.csv", response_class=StreamingResponse)
+def export_steps(run_id: int, session: SessionDep) -> StreamingResponse:
+    """All steps of a run as CSV (rank, step, t, dur, wait, batch_size)."""
+    get_run(session=session, run_id=run_id)
+    engine = session.get_bind()
+
+    def chunks() -> Any:
+        with Session(engine) as stream_session:
+            yield from steps_csv(session=stream_session, run_id=run_id)
+
+    return StreamingResponse(
+        chunks(),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="run-{run_id}-steps.csv"'},
+    )
+
+
+@router.get("/runs/{run_id}/samples")
+def read_device_samples(
+    run_id: int,
+    session: SessionDep,
+    max_points: MaxPoints = 2000,
+    gpu: Annotated[int | None, Query(ge=0, le=1024)] = None,
+    fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
+    since_t: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+) -> dict[str, Any]:
+    """Device (GPU) samples per rank and GPU over wall-clock time, downsampled."""
+    get_run(session=session, run_id=run_id)
+    return device_series(
+        session=session, run_id=run_id, max_points=max_points, gpu=gpu, fields=fields,
+        since_t=since_t,
+    )  # fmt: skip
+
+
+@router.get("/runs/{run_id}/host")
+def read_host_samples(
+    run_id: int,
+    session: SessionDep,
+    max_points: MaxPoints = 2000,
+    fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
+    since_t: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+) -> dict[str, Any]:
+    """Host samples (CPU, memory) per rank over wall-clock time, downsampled."""
+    get_run(session=session, run_id=run_id)
+    return host_series(
+        session=session, run_id=run_id, max_points=max_points, fields=fields, since_t=since_t
+    )
+
+
+@router.get("/runs/{run_id}/metrics")
+def read_metrics(
+    run_id: int,
+    session: SessionDep,
+    name: Annotated[list[str] | None, Query(max_length=50)] = None,
+    max_points: MaxPoints = 2000,
+    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    after_step: Annotated[int | None, Query(ge=-1, le=2**63 - 1)] = None,
+) -> dict[str, Any]:
+    """Logged scalars (loss, accuracy, ...) by step, one series per `name` (repeatable)."""
+    get_run(session=session, run_id=run_id)
+    return metric_series(
+        session=session, run_id=run_id, max_points=max_points, names=name or (), rank=rank,
+        after_step=after_step,
+    )  # fmt: skip
+
+
+@router.get("/compare")
+def compare(
+    session: SessionDep,
+    runs: Annotated[str, Query(max_length=1000, description="comma-separated run ids")],
+) -> dict[str, Any]:
+    """Summaries of several runs side by side, and the config/environment keys that differ."""
+    return compare_runs(session=session, run_ids=parse_run_ids(runs))
