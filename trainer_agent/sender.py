@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_agent.config import AgentConfig, websocket_url
-from trainer_agent.recorder import StepBuffer
+from trainer_agent.recorder import Columns, Recorder, row_count
 
 log = logging.getLogger("trainer_agent")
 
@@ -51,11 +51,23 @@ class Backoff:
         self._attempt = 0
 
 
-def split_columns(columns: dict[str, list[Any]], max_rows: int) -> list[dict[str, list[Any]]]:
-    n = len(columns["step"])
-    if n <= max_rows:
-        return [columns]
-    return [{k: v[i : i + max_rows] for k, v in columns.items()} for i in range(0, n, max_rows)]
+def split_sections(sections: dict[str, Columns], max_rows: int) -> list[dict[str, Columns]]:
+    """Cut sections into chunks of at most `max_rows` rows per section, in order."""
+    longest = max((row_count(columns) for columns in sections.values()), default=0)
+    chunks = []
+    for start in range(0, longest, max_rows):
+        chunk = {}
+        for name, columns in sections.items():
+            if start < row_count(columns):
+                chunk[name] = {k: v[start : start + max_rows] for k, v in columns.items()}
+        chunks.append(chunk)
+    return chunks
+
+
+def batch_rows(batch: Batch) -> int:
+    return sum(
+        row_count(batch[name]) for name in ("steps", "metrics", "device", "host") if name in batch
+    )
 
 
 class Sender:
@@ -64,7 +76,7 @@ class Sender:
         *,
         config: AgentConfig,
         hello: dict[str, Any],
-        buffer: StepBuffer,
+        buffer: Recorder,
         connect: Connect = _default_connect,
     ) -> None:
         self._config = config
@@ -85,6 +97,7 @@ class Sender:
         self._end_status = "finished"
         self.run_id: int | None = None
         self.dropped_rows = 0
+        self._reported_dropped = 0
         self.rejected_rows = 0
         self.acked_batches = 0
         self.connected = threading.Event()
@@ -145,19 +158,24 @@ class Sender:
             )
 
     def _collect(self) -> None:
-        columns = self._buffer.drain()
-        if columns is not None:
-            for chunk in split_columns(columns, self._config.max_batch_rows):
-                self._pending.append({"type": "batch", "seq": self._next_seq, "steps": chunk})
-                self._next_seq += 1
-                self._pending_rows += len(chunk["step"])
+        sections = self._buffer.drain()
         self.dropped_rows = self._buffer.dropped + self._dropped_from_pending()
+        if not sections and self._reported_dropped == self.dropped_rows:
+            return
+        chunks = split_sections(sections, self._config.max_batch_rows) or [{}]
+        for chunk in chunks:
+            batch: Batch = {"type": "batch", "seq": self._next_seq, **chunk}
+            batch["agent"] = {"dropped_rows": self.dropped_rows, "spooled_rows": 0}
+            self._pending.append(batch)
+            self._next_seq += 1
+            self._pending_rows += batch_rows(batch)
+        self._reported_dropped = self.dropped_rows
 
     def _dropped_from_pending(self) -> int:
         dropped = getattr(self, "_pending_dropped", 0)
         while self._pending_rows > self._config.max_pending_rows and self._pending:
             oldest = self._pending.popleft()
-            rows = len(oldest["steps"]["step"])
+            rows = batch_rows(oldest)
             self._pending_rows -= rows
             dropped += rows
         self._pending_dropped = dropped
@@ -206,7 +224,7 @@ class Sender:
             self._next_seq = last_seq + 1 + len(self._pending)
             return
         while self._pending and self._pending[0]["seq"] <= last_seq:
-            self._pending_rows -= len(self._pending.popleft()["steps"]["step"])
+            self._pending_rows -= batch_rows(self._pending.popleft())
 
     def _schedule_reconnect(self, error: Exception) -> None:
         delay = self._backoff.next_delay_s()
@@ -227,7 +245,7 @@ class Sender:
             self._ws.send(json.dumps(batch))
             reply = self._await_reply(lambda m, seq=batch["seq"]: m.get("seq") == seq)
             self._pending.popleft()
-            rows = len(batch["steps"]["step"])
+            rows = batch_rows(batch)
             self._pending_rows -= rows
             if reply.get("type") == "error":
                 self.rejected_rows += rows

@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from trainer_agent.config import AgentConfig
-from trainer_agent.recorder import StepBuffer
+from trainer_agent.recorder import Recorder
 from trainer_agent.sender import Sender
 
 log = logging.getLogger("trainer_agent")
@@ -21,7 +21,7 @@ def _new_run_key() -> str:
 
 
 class RunSession:
-    """Owns the resources of one run; the training thread only calls `record_step`."""
+    """Owns the resources of one run; the training thread only calls the `record_*` methods."""
 
     def __init__(
         self,
@@ -33,7 +33,7 @@ class RunSession:
     ) -> None:
         self.config = config
         self.run_key = run_key or _new_run_key()
-        self.buffer = StepBuffer(max_rows=config.max_pending_rows)
+        self.recorder = Recorder(max_rows=config.max_pending_rows)
         hello = {
             "type": "hello",
             "protocol": PROTOCOL_VERSION,
@@ -47,7 +47,7 @@ class RunSession:
             "pid": os.getpid(),
             "rank": rank,
         }
-        self.sender = Sender(config=config, hello=hello, buffer=self.buffer)
+        self.sender = Sender(config=config, hello=hello, buffer=self.recorder)
         # Durations come from the monotonic perf_counter; this offset turns them into wall time.
         self._wall_offset_s = time.time() - time.perf_counter()
 
@@ -65,7 +65,12 @@ class RunSession:
         wait_s: float | None = None,
         batch_size: int | None = None,
     ) -> None:
-        self.buffer.append(step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size)
+        self.recorder.steps.append(
+            step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size
+        )
+
+    def record_metric(self, step: int, name: str, value: float | None) -> None:
+        self.recorder.metrics.append(step, name[:100], value)
 
     def close(self, status: str = "finished") -> None:
         self.sender.close(status)
