@@ -27,7 +27,7 @@ class Settings(BaseSettings):
 
     # Diagnosis and alerts (issue 5): tests shorten these.
     diagnosis_window_s: float = Field(default=30.0, gt=0)
-    diagnosis_min_steps: int = Field(default=5, ge=1)
+    diagnosis_min_steps: int = Field(default=20, ge=1)
     stall_min_s: float = Field(default=60.0, gt=0)
     stall_step_factor: float = Field(default=20.0, gt=0)
     detector_tick_s: float = Field(default=0.5, gt=0)
