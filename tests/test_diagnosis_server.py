@@ -31,7 +31,7 @@ def test_measured_wait_verdict_is_pushed_live_stored_and_follows_the_window(
     live = LiveListener(fast_server)
     agent = ScriptedAgent(fast_server)
     try:
-        agent.steps(20, dur=0.05, wait=0.02)  # 40 % of every step waits for input
+        agent.steps(40, dur=0.05, wait=0.02)  # 40 % of every step waits for input
         starved = wait_for(
             lambda: live.of_type(
                 "verdict",
@@ -123,28 +123,34 @@ def test_starvation_marks_return_the_starved_step_ranges(fast_server: ServerProc
 def test_custom_loop_that_stops_stepping_while_connected_is_stalled(
     fast_server: ServerProcess,
 ) -> None:
-    from trainer_agent.config import AgentConfig
-    from trainer_agent.session import RunSession
+    """A `Monitor` loop whose body hangs (as on a hung collective) while the process lives."""
+    import threading
+
+    from trainer_agent import Monitor
 
     live = LiveListener(fast_server)
-    session = RunSession(AgentConfig(server=fast_server.url, run_name="custom-loop"))
-    session.start()
-    try:
+    release = threading.Event()
+    hang_at = 50
 
-        def loop(steps: range) -> None:
-            for step in steps:
-                begin = time.perf_counter()
+    def train() -> None:
+        with Monitor(run_name="custom-loop", server=fast_server.url) as mon:
+            for step, _batch in enumerate(mon.iterate(range(80))):
                 sum(i * i for i in range(20_000))  # the "training step"
-                session.record_step(step, begin, time.perf_counter() - begin, wait_s=0.0)
+                if step == hang_at:
+                    release.wait(120)  # hangs until the test lets it go
 
-        loop(range(0, 50))
-        run_id = wait_for(lambda: session.sender.run_id, what="the run id")
-        wait_for(
-            lambda: fast_server.get(f"/api/v1/runs/{run_id}")["summary"]["steps"] == 50,
-            what="steps stored",
-        )
+    trainer = threading.Thread(target=train, daemon=True)
+    trainer.start()
+    try:
+        run_id = wait_for(
+            lambda: next(
+                (r["id"] for r in fast_server.get("/api/v1/runs")["data"]
+                 if r["name"] == "custom-loop" and r["summary"]["steps"] >= hang_at),
+                None,
+            ),
+            what="the loop's steps stored",
+        )  # fmt: skip
         onset = time.monotonic()
-        # The loop stops stepping; the agent stays connected.
         stalled = wait_for(
             lambda: live.of_type(
                 "verdict",
@@ -152,8 +158,9 @@ def test_custom_loop_that_stops_stepping_while_connected_is_stalled(
             ),
             what="a stalled verdict",
         )[0]["diagnosis"]
-        print(f"stall flagged {time.monotonic() - onset:.2f} s after the last step")
+        print(f"stall flagged {time.monotonic() - onset:.2f} s after the steps were stored")
         assert any(e["key"] == "seconds_without_steps" for e in stalled["evidence"])
+        assert any(e["key"] == "agent_connected" for e in stalled["evidence"])
         assert "hung collective" in " ".join(stalled["advice"])
         firing = wait_for(
             lambda: fast_server.get("/api/v1/alerts", run_id=run_id, state="firing")["data"],
@@ -161,12 +168,13 @@ def test_custom_loop_that_stops_stepping_while_connected_is_stalled(
         )
         assert firing[0]["rule_name"].startswith("Training stalled")
 
-        loop(range(50, 60))  # stepping again
+        release.set()  # the loop steps again, then finishes
         wait_for(lambda: _verdict(fast_server, run_id) != "stalled", what="the stall to clear")
         wait_for(
             lambda: fast_server.get("/api/v1/alerts", run_id=run_id, state="resolved")["data"],
             what="the stalled alert resolved",
         )
     finally:
-        session.close()
+        release.set()
+        trainer.join(30)
         live.close()
