@@ -383,7 +383,9 @@ def diagnose(
         add("host_cpu_pct", round(cpu, 1), f"host CPU busy {cpu:.0f} %")
     if "prefetch" in pipeline:
         has = bool(pipeline["prefetch"])
-        add("prefetch", has, "the pipeline ends with prefetch" if has else "no prefetch")
+        add("prefetch", has, "the pipeline prefetches" if has else "the pipeline does not prefetch")
+    if pipeline.get("serial_map") and not pipeline.get("parallel_map"):
+        add("parallel_map", False, "map runs serially (no num_parallel_calls)")
 
     if source == "measured" and window.waited_count >= min_steps and share is not None:
         waited = window.waited_count
@@ -450,6 +452,11 @@ def _input_advice(advice: list[str], *, cpu: float | None, pipeline: dict[str, A
         advice.append(
             "The pipeline does not prefetch: end it with .prefetch(tf.data.AUTOTUNE) so the "
             "next batch is prepared while the device computes."
+        )
+    if pipeline.get("serial_map") and not pipeline.get("parallel_map"):
+        advice.append(
+            "map runs one element at a time: pass num_parallel_calls=tf.data.AUTOTUNE "
+            "(and deterministic=False if order does not matter)."
         )
     if cpu is not None and cpu >= CPU_SATURATED_PCT:
         advice.append(

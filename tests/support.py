@@ -98,7 +98,11 @@ class ServerProcess:
 
     def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         """Read the server's SQLite store directly, for what the REST API does not expose yet."""
-        with contextlib.closing(sqlite3.connect(self.data_dir / "stoker.db", timeout=10)) as db:
+        url = self.env.get("STOKER_DATABASE_URL", "")
+        path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+        with contextlib.closing(
+            sqlite3.connect(path or self.data_dir / "stoker.db", timeout=10)
+        ) as db:
             return db.execute(sql, params).fetchall()
 
     def get(self, path: str, **params: Any) -> Any:

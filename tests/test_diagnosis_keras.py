@@ -94,6 +94,11 @@ def test_starved_pipeline_is_flagged_highly_input_bound(keras_server: ServerProc
     assert diagnosis["source"] == "measured"
     assert diagnosis["input_wait_share"] >= 0.2
     assert "highly_input_bound" in _verdict_events(keras_server, run_id)
+    # wrap describes the pipeline: no prefetch, a serial map; the advice says what to add.
+    evidence = {e["key"]: e["value"] for e in diagnosis["evidence"]}
+    assert evidence["prefetch"] is False and evidence["parallel_map"] is False
+    advice = " ".join(diagnosis["advice"])
+    assert ".prefetch(tf.data.AUTOTUNE)" in advice and "num_parallel_calls" in advice
     marks = keras_server.get(f"/api/v1/runs/{run_id}/starvation")
     assert marks["starved_steps"] > 0.8 * marks["measured_steps"]
 

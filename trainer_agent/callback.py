@@ -8,6 +8,7 @@ import keras
 
 from trainer_agent.config import AgentConfig, resolve_server, resolve_token
 from trainer_agent.input_wait import Execution, StampRing, StepRow, WaitResolver, split_execution
+from trainer_agent.pipeline import describe_pipeline
 from trainer_agent.session import RunSession
 
 log = logging.getLogger("trainer_agent")
@@ -90,6 +91,7 @@ class StokerCallback(keras.callbacks.Callback):
         try:
             if self._ring is None:
                 self._ring = StampRing()
+            self._input_pipeline = describe_pipeline(dataset)  # for the diagnosis's advice
             return self._ring.wrap(dataset)
         except Exception:
             log.exception("Stoker could not wrap the dataset; input wait will not be measured")
@@ -97,7 +99,9 @@ class StokerCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         try:
-            self._session = RunSession(self._agent_config)
+            pipeline = getattr(self, "_input_pipeline", None)
+            environment = {"input_pipeline": pipeline} if pipeline else None
+            self._session = RunSession(self._agent_config, environment=environment)
             self._session.start()
         except Exception:
             log.exception("Stoker could not start; training continues unmonitored")
