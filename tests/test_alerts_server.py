@@ -10,15 +10,17 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import DATABASES
 from tests.detect_support import FAST_DETECTORS, LiveListener, ScriptedAgent, WebhookReceiver
 from tests.support import ServerProcess, free_port, wait_for
 
+pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)
+
 
 @pytest.fixture
-def fast_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(
-        data_dir=tmp_path / "server", env={**FAST_DETECTORS, "STOKER_WEBHOOK_ATTEMPTS": "2"}
-    ).start()
+def fast_server(tmp_path: Path, database: str) -> Iterator[ServerProcess]:
+    env = {**FAST_DETECTORS, "STOKER_WEBHOOK_ATTEMPTS": "2", "STOKER_DATABASE_URL": database}
+    process = ServerProcess(data_dir=tmp_path / "server", env=env).start()
     yield process
     process.stop()
 
@@ -59,8 +61,9 @@ class Feeder:
         self._thread.join(10)
 
 
-def test_default_rules_are_created_once_and_stay_deleted(tmp_path: Path) -> None:
-    server = ServerProcess(data_dir=tmp_path / "server").start()
+def test_default_rules_are_created_once_and_stay_deleted(tmp_path: Path, database: str) -> None:
+    env = {"STOKER_DATABASE_URL": database}
+    server = ServerProcess(data_dir=tmp_path / "server", env=env).start()
     try:
         rules = _rules(server)
         assert {r["builtin"] for r in rules} == {"low_gpu_util", "highly_input_bound", "stalled"}
@@ -73,7 +76,7 @@ def test_default_rules_are_created_once_and_stay_deleted(tmp_path: Path) -> None
         assert httpx.delete(f"{server.url}/api/v1/alert-rules/{stalled['id']}").status_code == 204
     finally:
         server.stop()
-    again = ServerProcess(data_dir=tmp_path / "server").start()
+    again = ServerProcess(data_dir=tmp_path / "server", env=env).start()
     try:
         assert {r["builtin"] for r in _rules(again)} == {"low_gpu_util", "highly_input_bound"}
     finally:

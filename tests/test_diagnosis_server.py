@@ -9,13 +9,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import DATABASES
 from tests.detect_support import FAST_DETECTORS, LiveListener, ScriptedAgent
 from tests.support import ServerProcess, wait_for
 
+pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)
+
 
 @pytest.fixture
-def fast_server(tmp_path: Path) -> Iterator[ServerProcess]:
-    env = {**FAST_DETECTORS, "STOKER_STALL_MIN_S": "1", "STOKER_STALL_STEP_FACTOR": "20"}
+def fast_server(tmp_path: Path, database: str) -> Iterator[ServerProcess]:
+    env = {**FAST_DETECTORS, "STOKER_STALL_MIN_S": "1", "STOKER_STALL_STEP_FACTOR": "20",
+           "STOKER_DATABASE_URL": database}  # fmt: skip
     process = ServerProcess(data_dir=tmp_path / "server", env=env).start()
     yield process
     process.stop()
