@@ -22,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from backend.models import (
@@ -161,7 +162,11 @@ def seed_default_rules(*, session: Session) -> int:
     for spec in DEFAULT_RULES:
         session.add(AlertRule(**spec, channels=[{"type": "browser"}]))
     session.add(SeedMarker(key="default_alert_rules"))
-    session.commit()
+    try:
+        session.commit()
+    except IntegrityError:  # another server sharing the database seeded them first
+        session.rollback()
+        return 0
     return len(DEFAULT_RULES)
 
 

@@ -1,24 +1,32 @@
 """The FastAPI application factory."""
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from backend import __version__
 from backend.db import make_engine
+from backend.deps import ViewerAuth
 from backend.detectors import Detectors
 from backend.errors import StokerError
+from backend.fanout import PgFanout
+from backend.lifecycle import AgentConnections, reaper_loop
 from backend.live import LiveHub
+from backend.middleware import BodySizeLimit
+from backend.queries import run_public
 from backend.routes import agent, alerts, diagnosis, live, runs
 from backend.routes.agent import describe
 from backend.settings import Settings, get_settings
+from backend.telemetry import Telemetry
 from backend.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -35,16 +43,49 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings)
-        app.state.engine = engine
-        app.state.writer = Writer(engine)
-        app.state.hub = LiveHub(settings.live_queue_size)
+        engine = await asyncio.to_thread(make_engine, settings)
+        state = app.state
+        state.engine = engine
+        state.writer = Writer(engine)
+        state.hub = LiveHub(settings.live_queue_size)
+        state.connections = AgentConnections()
+        state.telemetry = Telemetry(agent_connections=state.connections, live_clients=state.hub)
         log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))
-        # Diagnosis and alerts: named tasks, visible here.
-        detectors = Detectors(settings=settings, writer=app.state.writer, hub=app.state.hub)
-        app.state.detectors = detectors
+        # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks).
+        detectors = Detectors(
+            settings=settings, writer=state.writer, hub=state.hub, connections=state.connections
+        )
+        state.detectors = detectors
         await detectors.start()
-        tasks = [
+
+        def interrupted(run) -> None:
+            state.telemetry.live.ended(run.id)
+            state.hub.publish_run(run_public(run).model_dump(mode="json"))
+            detectors.observe_run(run)
+
+        # Long-running loops, all in one place.
+        tasks = []
+        if engine.dialect.name == "postgresql":
+            fanout = PgFanout(engine, state.hub)
+            state.hub.relay = fanout.relay
+            listening = asyncio.Event()
+            tasks += [
+                asyncio.create_task(fanout.listen_forever(listening), name="stoker-pg-listen"),
+                asyncio.create_task(fanout.send_forever(), name="stoker-pg-notify"),
+            ]
+            # Serve only once listening, so no update committed after start is missed.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(listening.wait(), timeout=10)
+        tasks += [
+            asyncio.create_task(
+                reaper_loop(
+                    writer=state.writer,
+                    connections=state.connections,
+                    timeout_s=settings.heartbeat_timeout_s,
+                    on_interrupted=interrupted,
+                ),
+                name="stoker-run-reaper",
+            ),
             asyncio.create_task(detectors.run_forever(), name="stoker-detectors"),
             asyncio.create_task(detectors.webhooks.run_forever(), name="stoker-webhooks"),
         ]
@@ -53,12 +94,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            app.state.writer.close()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            state.writer.close()
             engine.dispose()
 
     app = FastAPI(title="Stoker", version=__version__, lifespan=lifespan)
     app.state.settings = settings
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
 
     @app.exception_handler(StokerError)
     async def _stoker_error(_request: Request, error: StokerError) -> JSONResponse:
@@ -76,7 +127,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
+        """Liveness for load balancers and container healthchecks (no token needed)."""
         return {"status": "ok", "version": __version__}
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        dependencies=[ViewerAuth],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}}},
+    )
+    def metrics(request: Request) -> Response:
+        """Prometheus text format: live gauges per running run and GPU, server counters."""
+        return Response(
+            request.app.state.telemetry.render(),
+            media_type="text/plain; version=0.0.4; charset=utf-8",
+        )
 
     if (STATIC_DIR / "index.html").exists():
         app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="ui")

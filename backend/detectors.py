@@ -23,6 +23,7 @@ from backend.alerting import (
 )
 from backend.diagnosis import Diagnosis, RunWindow, Verdict, diagnose
 from backend.diagnosis_store import add_event, apply_transition, record_delivery, run_brief
+from backend.lifecycle import AgentConnections
 from backend.live import LiveHub
 from backend.models import AlertMetric, AlertState, Run, RunStatus
 from backend.protocol import Batch
@@ -34,8 +35,11 @@ log = logging.getLogger(__name__)
 
 
 class Detectors:
-    def __init__(self, *, settings: Settings, writer: Writer, hub: LiveHub) -> None:
+    def __init__(
+        self, *, settings: Settings, writer: Writer, hub: LiveHub, connections: AgentConnections
+    ) -> None:
         self.settings = settings
+        self.connections = connections
         self.writer = writer
         self.hub = hub
         self.windows: dict[int, RunWindow] = {}
@@ -66,10 +70,9 @@ class Detectors:
         window.running = run.status == RunStatus.running
         return window
 
-    def attach(self, run: Run, websocket: Any) -> None:
-        """An agent connected for `run`: stall detection needs to know it is alive."""
+    def attach(self, run: Run) -> None:
+        """An agent connected for `run` (open connections are counted in `connections`)."""
         window = self._window(run)
-        window.connections.append(websocket)
         if window.last_data_at is None:
             window.last_data_at = time.monotonic()
 
@@ -142,10 +145,11 @@ class Detectors:
             self._rules_stale = False
             self.engine.set_rules(await self.writer.run(load_rules))
         now = time.monotonic()
+        connected = self.connections.run_ids()
         facts: list[RunFacts] = []
         changes: list[tuple[Diagnosis, Diagnosis | None]] = []
         for run_id, window in list(self.windows.items()):
-            diagnosis = self._diagnose(window, now)
+            diagnosis = self._diagnose(window, now, run_id in connected)
             previous = self.verdicts.get(run_id)
             self.verdicts[run_id] = diagnosis
             first_and_empty = previous is None and diagnosis.verdict == Verdict.insufficient_data
@@ -157,15 +161,16 @@ class Detectors:
             await self._publish_verdict(diagnosis, previous)
         for transition in transitions:
             await self._publish_transition(transition)
-        self._evict()
+        self._evict(connected)
         self.ticks += 1
         self.last_tick_s = time.monotonic() - started
 
-    def _diagnose(self, window: RunWindow, now: float) -> Diagnosis:
+    def _diagnose(self, window: RunWindow, now: float, connected: bool) -> Diagnosis:
         s = self.settings
         return diagnose(
             window,
             now=now,
+            connected=connected,
             min_steps=s.diagnosis_min_steps,
             stall_min_s=s.stall_min_s,
             stall_step_factor=s.stall_step_factor,
@@ -204,9 +209,9 @@ class Detectors:
             values=values,
         )
 
-    def _evict(self) -> None:
+    def _evict(self, connected: set[int]) -> None:
         for run_id, window in list(self.windows.items()):
-            if window.running or window.connected or self.engine.active_for(run_id):
+            if window.running or run_id in connected or self.engine.active_for(run_id):
                 continue
             del self.windows[run_id]
             self.verdicts.pop(run_id, None)

@@ -105,7 +105,6 @@ class RunWindow:
     last_step_at: float | None = None
     last_data_at: float | None = None
     last_device_at: float | None = None
-    connections: list[Any] = field(default_factory=list)
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -270,26 +269,12 @@ class RunWindow:
     def median_step_s(self) -> float | None:
         return statistics.median(self.recent_durations) if self.recent_durations else None
 
-    @property
-    def connected(self) -> bool:
-        self.connections = [c for c in self.connections if _is_open(c)]
-        return bool(self.connections)
-
     def stall_threshold_s(self, *, min_s: float, factor: float) -> float:
         median = self.median_step_s()
         return max(min_s, factor * median) if median is not None else min_s
 
     def seconds_without_steps(self, now: float) -> float | None:
         return None if self.last_step_at is None else max(0.0, now - self.last_step_at)
-
-
-def _is_open(websocket: Any) -> bool:
-    from starlette.websockets import WebSocketState
-
-    return (
-        websocket.client_state == WebSocketState.CONNECTED
-        and websocket.application_state == WebSocketState.CONNECTED
-    )
 
 
 def _pipeline(environment: dict[str, Any]) -> dict[str, Any]:
@@ -305,13 +290,16 @@ def diagnose(
     window: RunWindow,
     *,
     now: float,
+    connected: bool,
     min_steps: int,
     stall_min_s: float,
     stall_step_factor: float,
     highly: float = HIGHLY_INPUT_BOUND,
     moderately: float = MODERATELY_INPUT_BOUND,
 ) -> Diagnosis:
-    """The verdict for one run's window, with the numbers behind it and what to try."""
+    """The verdict for one run's window, with the numbers behind it and what to try.
+
+    `connected`: an agent of this run is connected (a stall needs a live process)."""
     evidence: list[Evidence] = []
     advice: list[str] = []
     share = window.input_wait_share()
@@ -341,7 +329,7 @@ def diagnose(
     # Stalled: steps stopped while the agent is still connected.
     idle = window.seconds_without_steps(now)
     limit = window.stall_threshold_s(min_s=stall_min_s, factor=stall_step_factor)
-    if window.running and idle is not None and idle >= limit and window.connected:
+    if window.running and idle is not None and idle >= limit and connected:
         median = window.median_step_s()
         add("seconds_without_steps", round(idle, 1), f"no step for {idle:.0f} s")
         add(

@@ -2,17 +2,20 @@
 
 Each browser has a bounded queue. Publishing never waits: when a slow client's queue is
 full its oldest message is dropped and the client is told to catch up over REST, so one
-slow browser can never slow ingest or the other browsers.
+slow browser can never slow ingest or the other browsers. With PostgreSQL, what this process
+publishes is also relayed to the other processes sharing the database (backend.fanout).
 """
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
+Relay = Callable[..., None]
 
 
 @dataclass(eq=False)
@@ -43,6 +46,7 @@ class LiveHub:
     def __init__(self, queue_size: int) -> None:
         self._queue_size = max(queue_size, 4)
         self._clients: set[LiveClient] = set()
+        self.relay: Relay | None = None  # set when other processes share the database
 
     def connect(self) -> LiveClient:
         client = LiveClient(queue=asyncio.Queue(maxsize=self._queue_size))
@@ -56,21 +60,38 @@ class LiveHub:
     def client_count(self) -> int:
         return len(self._clients)
 
-    def publish_run(self, run: Message) -> None:
+    def has_subscribers(self, run_id: int) -> bool:
+        return any(run_id in client.run_ids for client in self._clients)
+
+    def publish_run(self, run: Message, *, relay: bool = True) -> None:
         message = {"type": "run", "run": run}
         for client in self._clients:
             client.offer(message)
+        if relay and self.relay is not None:
+            self.relay("run", run["id"])
 
-    def publish_steps(self, run_id: int, data: Message) -> None:
+    def publish_steps(
+        self, run_id: int, data: Message, *, rank: int = 0, relay: bool = True
+    ) -> None:
         message = {"type": "steps", "run_id": run_id, "data": data}
+        if rank:
+            message["rank"] = rank
         for client in self._clients:
             if run_id in client.run_ids:
                 client.offer(message)
+        if relay and self.relay is not None and data["step"]:
+            self.relay("steps", run_id, rank=rank, a=min(data["step"]) - 1, b=max(data["step"]))
 
-    def publish_deleted(self, run_id: int) -> None:
+    def publish_deleted(self, run_id: int, *, relay: bool = True) -> None:
         message = {"type": "run_deleted", "run_id": run_id}
         for client in self._clients:
             client.offer(message)
+        if relay and self.relay is not None:
+            self.relay("deleted", run_id)
+
+    def publish_notice(self, text: str) -> None:
+        for client in self._clients:
+            client.offer({"type": "notice", "message": text})
 
     def broadcast(self, message: Message) -> None:
         """Send to every browser: verdicts, alerts and events are rare and concern everyone."""

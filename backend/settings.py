@@ -21,6 +21,12 @@ class Settings(BaseSettings):
     agent_token: str | None = None
     view_token: str | None = None
     max_frame_bytes: int = 8 * 1024 * 1024
+    # HTTP request bodies (the ingest fallback and offline upload carry many batches).
+    max_request_bytes: int = 32 * 1024 * 1024
+    # A running run with no agent connected and nothing heard for this long is interrupted.
+    heartbeat_timeout_s: float = 60.0
+    # Browser origins allowed to call the API from another site; none by default (CORS off).
+    cors_origins: list[str] = []
     max_batch_rows: int = 100_000
     live_queue_size: int = 1000
     log_level: str = "info"

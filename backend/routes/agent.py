@@ -43,8 +43,13 @@ def _reason(text: str) -> str:
     return text.encode("utf-8")[:123].decode("utf-8", "ignore")
 
 
-def _publish_batch(hub: LiveHub, run: Run, batch: Batch) -> None:
+def _publish_batch(state: Any, run: Run, batch: Batch, rank: int) -> None:
     assert run.id is not None
+    hub: LiveHub = state.hub
+    state.telemetry.stored(batch)
+    state.telemetry.live.observe(
+        run.id, rank=rank, batch=batch, steps_total=run.summary.get("steps", 0)
+    )
     if batch.steps is not None and len(batch.steps):
         hub.publish_steps(
             run.id,
@@ -54,6 +59,7 @@ def _publish_batch(hub: LiveHub, run: Run, batch: Batch) -> None:
                 "dur": batch.steps.dur,
                 "wait": batch.steps.column("wait"),
             },
+            rank=rank,
         )
     hub.publish_run(run_public(run).model_dump(mode="json"))
 
@@ -66,21 +72,37 @@ def _store_and_reload(*, session: Any, run_id: int, stream: str, rank: int, batc
 @router.websocket("/agent")
 async def agent_socket(websocket: WebSocket) -> None:
     state = websocket.app.state
-    settings, writer, hub = state.settings, state.writer, state.hub
+    settings, writer, telemetry = state.settings, state.writer, state.telemetry
     if not token_matches(settings.agent_token, presented_token(websocket)):
+        telemetry.rejects.labels("unauthorized").inc()
         await websocket.close(code=CLOSE_POLICY, reason="a valid agent token is required")
         return
     await websocket.accept()
-    text = await _receive_text(websocket, settings.max_frame_bytes)
+    telemetry.connections.inc()
+    text = await _receive_text(websocket, settings.max_frame_bytes, telemetry)
     if text is None:
         return
     try:
         hello = Hello.model_validate_json(text)
     except ValidationError as error:
+        telemetry.rejects.labels("bad_hello").inc()
         await websocket.close(code=CLOSE_BAD_HELLO, reason=_reason("bad hello: " + describe(error)))
         return
     run, last_seq = await writer.run(open_run, hello=hello)
     assert run.id is not None
+    state.connections.connect(run.id)
+    try:
+        await _serve_agent(websocket, state, run, hello, last_seq)
+    finally:
+        state.connections.disconnect(run.id)
+
+
+async def _serve_agent(
+    websocket: WebSocket, state: Any, run: Run, hello: Hello, last_seq: int
+) -> None:
+    settings, writer, hub, telemetry = state.settings, state.writer, state.hub, state.telemetry
+    assert run.id is not None
+    telemetry.live.started(run.id, name=run.name, project=run.project)
     await websocket.send_json(
         {
             "type": "welcome",
@@ -91,14 +113,15 @@ async def agent_socket(websocket: WebSocket) -> None:
         }
     )
     hub.publish_run(run_public(run).model_dump(mode="json"))
-    state.detectors.attach(run, websocket)
+    state.detectors.attach(run)
     while True:
-        text = await _receive_text(websocket, settings.max_frame_bytes)
+        text = await _receive_text(websocket, settings.max_frame_bytes, telemetry)
         if text is None:
             return
         try:
             frame = AgentFrame.validate_json(text)
         except ValidationError as error:
+            telemetry.rejects.labels("invalid").inc()
             reply: dict[str, Any] = {"type": "error", "message": describe(error)}
             seq = _seq_of(text)
             if seq is not None:
@@ -108,10 +131,12 @@ async def agent_socket(websocket: WebSocket) -> None:
         if isinstance(frame, End):
             ended = await writer.run(end_run, run_id=run.id, status=RunStatus(frame.status))
             await websocket.send_json({"type": "ack", "end": True})
+            telemetry.live.ended(run.id)
             hub.publish_run(run_public(ended).model_dump(mode="json"))
             state.detectors.observe_run(ended)
             continue
         if frame.row_count() > settings.max_batch_rows:
+            telemetry.rejects.labels("too_many_rows").inc()
             await websocket.send_json(
                 {
                     "type": "error",
@@ -131,8 +156,10 @@ async def agent_socket(websocket: WebSocket) -> None:
             return
         await websocket.send_json({"type": "ack", "seq": frame.seq})
         if stored:
-            _publish_batch(hub, fresh, frame)
+            _publish_batch(state, fresh, frame, hello.rank)
             state.detectors.observe_batch(fresh, frame)
+        else:
+            telemetry.replays.inc()
 
 
 def _seq_of(text: str) -> int | None:
@@ -144,33 +171,55 @@ def _seq_of(text: str) -> int | None:
     return seq if isinstance(seq, int) else None
 
 
-async def _receive_text(websocket: WebSocket, max_bytes: int) -> str | None:
+async def _receive_text(websocket: WebSocket, max_bytes: int, telemetry: Any) -> str | None:
     """The next text frame, or None once the socket is closed (by the peer or by us)."""
     message = await websocket.receive()
     if message["type"] == "websocket.disconnect":
         return None
     text = message.get("text")
     if text is None:
+        telemetry.rejects.labels("binary_frame").inc()
         await websocket.close(
             code=CLOSE_UNSUPPORTED_DATA, reason="binary frames are not supported: send JSON text"
         )
         return None
     if len(text) > max_bytes:
+        telemetry.rejects.labels("frame_too_large").inc()
         await websocket.close(code=CLOSE_TOO_BIG, reason=f"frame over {max_bytes} bytes")
         return None
     return text
 
 
-@router.post("/ingest", dependencies=[AgentAuth])
+@router.post(
+    "/ingest",
+    dependencies=[AgentAuth],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": HttpIngest.model_json_schema()}},
+        }
+    },
+)
 async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[str, Any]:
-    """Store a hello and its batches in one request: the WebSocket fallback and offline upload."""
+    """Store a hello and its batches in one request: the WebSocket fallback and offline upload.
+
+    Either every batch is valid and stored, or nothing is (422 naming the problem).
+    """
+    state = request.app.state
     body = await request.body()
-    limit = request.app.state.settings.max_frame_bytes
-    if len(body) > limit:
-        raise PayloadTooLarge(f"request body over {limit} bytes")
-    payload = HttpIngest.model_validate_json(body)
+    try:
+        payload = HttpIngest.model_validate_json(body)
+    except ValidationError:
+        state.telemetry.rejects.labels("invalid").inc()
+        raise
+    too_big = [b.seq for b in payload.batches if b.row_count() > state.settings.max_batch_rows]
+    if too_big:
+        raise PayloadTooLarge(
+            f"batches {too_big[:5]} have over {state.settings.max_batch_rows} rows: split them"
+        )
     run, _ = await writer.run(open_run, hello=payload.hello)
     assert run.id is not None
+    state.telemetry.live.started(run.id, name=run.name, project=run.project)
     acked: list[int] = []
     for batch in payload.batches:
         stored, run = await writer.run(
@@ -182,10 +231,11 @@ async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[
         )
         acked.append(batch.seq)
         if stored:
-            _publish_batch(hub, run, batch)
-            request.app.state.detectors.observe_batch(run, batch)
+            _publish_batch(state, run, batch, payload.hello.rank)
+            state.detectors.observe_batch(run, batch)
     if payload.end is not None:
         run = await writer.run(end_run, run_id=run.id, status=RunStatus(payload.end.status))
+        state.telemetry.live.ended(run.id)
         hub.publish_run(run_public(run).model_dump(mode="json"))
-        request.app.state.detectors.observe_run(run)
+        state.detectors.observe_run(run)
     return {"run_id": run.id, "acked": acked}

@@ -33,11 +33,12 @@ def read_diagnosis(
         window_s = settings.diagnosis_window_s
     window = window_from_db(session=session, run=run, window_s=window_s)
     watched = detectors.windows.get(run_id)
-    if watched is not None:  # stall detection needs the live arrival times and connection
-        window.last_step_at, window.connections = watched.last_step_at, watched.connections
+    if watched is not None:  # stall detection needs the live arrival times
+        window.last_step_at = watched.last_step_at
     return diagnose(
         window,
         now=time.monotonic(),
+        connected=run_id in request.app.state.connections.run_ids(),
         min_steps=settings.diagnosis_min_steps,
         stall_min_s=settings.stall_min_s,
         stall_step_factor=settings.stall_step_factor,

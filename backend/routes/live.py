@@ -14,6 +14,7 @@ from backend.queries import list_runs
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["live"])
+MAX_COMMAND_BYTES = 4096
 
 
 def _viewer_allowed(websocket: WebSocket) -> bool:
@@ -65,6 +66,11 @@ async def _receive_commands(websocket: WebSocket, client: LiveClient) -> None:
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
+            return
+        if len(message.get("text") or message.get("bytes") or "") > MAX_COMMAND_BYTES:
+            await websocket.close(
+                code=1009, reason=f"commands are at most {MAX_COMMAND_BYTES} bytes"
+            )
             return
         try:
             command = json.loads(message.get("text") or "")

@@ -1,0 +1,67 @@
+"""Two server processes on one PostgreSQL: a browser on one sees what an agent sends to the
+other (LISTEN/NOTIFY)."""
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from websockets.sync.client import connect
+
+from tests.support import PostgresServer, ServerProcess
+from tests.test_ingest_websocket import batch, hello, open_agent, send
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def two_servers(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    url = postgres_server.create_database()
+    env = {"STOKER_DATABASE_URL": url}
+    first = ServerProcess(data_dir=tmp_path / "a", env=env).start()
+    second = ServerProcess(data_dir=tmp_path / "b", env=env).start()
+    yield first, second
+    first.stop()
+    second.stop()
+
+
+def test_browser_on_one_server_sees_steps_sent_to_another(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    ingest_server, view_server = two_servers
+    agent, welcome = open_agent(ingest_server, hello(name="shared"))
+    run_id = welcome["run_id"]
+    seen_steps: list[int] = []
+    seen_run = False
+    with connect(f"{view_server.ws_url}/api/v1/live") as browser:
+        browser.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+        deadline = time.monotonic() + 30
+        seq = 0
+        # Keep streaming until the other server's browser has received steps (the subscribe
+        # may land after the first batches; those are then fetched over REST, not pushed).
+        while not seen_steps:
+            assert time.monotonic() < deadline, "no steps reached the other server's browser"
+            seq += 1
+            assert send(agent, batch(seq, (seq - 1) * 10))["type"] == "ack"
+            try:
+                while True:
+                    message = json.loads(browser.recv(timeout=0.5))
+                    if message["type"] == "run" and message["run"]["id"] == run_id:
+                        seen_run = seen_run or message["run"]["summary"]["steps"] > 0
+                    if message["type"] == "steps" and message["run_id"] == run_id:
+                        seen_steps = message["data"]["step"]
+                        break
+            except TimeoutError:
+                continue
+        # The run update of a batch is published after its steps: read on until it arrives.
+        while not seen_run:
+            assert time.monotonic() < deadline, "no run update reached the other server"
+            message = json.loads(browser.recv(timeout=max(0.1, deadline - time.monotonic())))
+            if message["type"] == "run" and message["run"]["id"] == run_id:
+                seen_run = message["run"]["summary"]["steps"] > 0
+    agent.close()
+    assert seen_steps == list(range((seq - 1) * 10, seq * 10))
+    assert seen_run
