@@ -6,7 +6,13 @@ from typing import Any
 
 import keras
 
-from trainer_agent.config import AgentConfig, resolve_server, resolve_token
+from trainer_agent.config import (
+    AgentConfig,
+    env_flag,
+    resolve_interval_s,
+    resolve_server,
+    resolve_token,
+)
 from trainer_agent.input_wait import Execution, StampRing, StepRow, WaitResolver, split_execution
 from trainer_agent.session import RunSession
 
@@ -36,6 +42,10 @@ class StokerCallback(keras.callbacks.Callback):
         tags: Labels for filtering.
         token: Agent token when the server requires one (default: `STOKER_AGENT_TOKEN`).
         every_n_batches: Keep the scalar logs (loss, metrics) of every n-th step.
+        sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
+            then 1 s; at least 0.1 s).
+        all_gpus: Report every GPU, not only those this process can use
+            (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
 
     Example:
         cb = StokerCallback(run_name="bs256", project="cifar10", config={"batch_size": 256})
@@ -55,6 +65,8 @@ class StokerCallback(keras.callbacks.Callback):
         tags: list[str] | None = None,
         token: str | None = None,
         every_n_batches: int = 50,
+        sample_interval_s: float | None = None,
+        all_gpus: bool | None = None,
     ) -> None:
         super().__init__()
         self._agent_config = AgentConfig(
@@ -64,6 +76,8 @@ class StokerCallback(keras.callbacks.Callback):
             project=project,
             tags=list(tags or []),
             config=dict(config or {}),
+            sample_interval_s=resolve_interval_s(sample_interval_s),
+            all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
         )
         self.every_n_batches = max(1, int(every_n_batches))
         self._ring: StampRing | None = None

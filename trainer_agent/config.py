@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_SERVER = "http://127.0.0.1:8470"
+DEFAULT_SAMPLE_INTERVAL_S = 1.0
 
 
 def resolve_server(server: str | None) -> str:
@@ -13,6 +14,16 @@ def resolve_server(server: str | None) -> str:
 
 def resolve_token(token: str | None) -> str | None:
     return token or os.environ.get("STOKER_AGENT_TOKEN") or os.environ.get("STOKER_TOKEN") or None
+
+
+def resolve_interval_s(interval_s: float | None) -> float:
+    if interval_s is not None:
+        return float(interval_s)
+    return float(os.environ.get("STOKER_SAMPLE_INTERVAL_S") or DEFAULT_SAMPLE_INTERVAL_S)
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def websocket_url(server: str, path: str) -> str:
@@ -32,6 +43,8 @@ class AgentConfig:
     project: str = "default"
     tags: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
+    all_gpus: bool = False
     flush_interval_s: float = 0.5
     max_batch_rows: int = 5000
     max_pending_rows: int = 1_000_000

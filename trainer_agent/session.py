@@ -8,7 +8,9 @@ import uuid
 from typing import Any
 
 from trainer_agent.config import AgentConfig
+from trainer_agent.nvml import Nvml, shared_nvml
 from trainer_agent.recorder import Recorder
+from trainer_agent.samplers import DeviceSource, HostSource, Sampler
 from trainer_agent.sender import Sender
 
 log = logging.getLogger("trainer_agent")
@@ -30,8 +32,10 @@ class RunSession:
         environment: dict[str, Any] | None = None,
         run_key: str | None = None,
         rank: int = 0,
+        nvml: Nvml | None = None,
     ) -> None:
         self.config = config
+        self._nvml = nvml
         self.run_key = run_key or _new_run_key()
         self.recorder = Recorder(max_rows=config.max_pending_rows)
         hello = {
@@ -50,9 +54,20 @@ class RunSession:
         self.sender = Sender(config=config, hello=hello, buffer=self.recorder)
         # Durations come from the monotonic perf_counter; this offset turns them into wall time.
         self._wall_offset_s = time.time() - time.perf_counter()
+        self.sampler: Sampler | None = None
 
     def start(self) -> None:
         self.sender.start()
+        try:
+            host = HostSource()
+        except Exception as error:  # psutil missing or refused
+            log.warning("Stoker: host metrics are off (%s)", error)
+            host = None
+        device = DeviceSource(self._nvml or shared_nvml(), all_gpus=self.config.all_gpus)
+        self.sampler = Sampler(
+            self.recorder, interval_s=self.config.sample_interval_s, device=device, host=host
+        )
+        self.sampler.start()
 
     def wall_time(self, perf_s: float) -> float:
         return perf_s + self._wall_offset_s
@@ -73,4 +88,6 @@ class RunSession:
         self.recorder.metrics.append(step, name[:100], value)
 
     def close(self, status: str = "finished") -> None:
+        if self.sampler is not None:
+            self.sampler.close()
         self.sender.close(status)
