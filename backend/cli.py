@@ -1,4 +1,4 @@
-"""The `stoker` command: `serve`, `demo`."""
+"""The `stoker` command: `serve`, `demo`, `doctor`."""
 
 import argparse
 import logging
@@ -53,6 +53,12 @@ def demo(args: argparse.Namespace) -> int:
     return run_demo(_settings_from(args), epochs=args.epochs, keep_serving=not args.exit)
 
 
+def doctor(args: argparse.Namespace) -> int:
+    from trainer_agent.doctor import main as run_doctor
+
+    return run_doctor()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stoker", description="Live GPU training monitor.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         "--exit", action="store_true", help="stop the server when training ends"
     )
     demo_parser.set_defaults(func=demo)
+
+    doctor_parser = commands.add_parser(
+        "doctor", help="check the NVIDIA driver, NVML, CUDA/cuDNN/TensorFlow match and GPUs"
+    )
+    doctor_parser.set_defaults(func=doctor)
 
     args = parser.parse_args(argv)
     return args.func(args)

@@ -13,7 +13,9 @@ from trainer_agent.config import (
     resolve_server,
     resolve_token,
 )
+from trainer_agent.environment import collect, detect_rank
 from trainer_agent.input_wait import Execution, StampRing, StepRow, WaitResolver, split_execution
+from trainer_agent.nvml import shared_nvml
 from trainer_agent.session import RunSession
 
 log = logging.getLogger("trainer_agent")
@@ -111,7 +113,13 @@ class StokerCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         try:
-            self._session = RunSession(self._agent_config)
+            nvml = shared_nvml()
+            environment = collect(
+                nvml, model=self.model, fit_params=self.params, all_gpus=self._agent_config.all_gpus
+            )
+            self._session = RunSession(
+                self._agent_config, environment=environment, rank=detect_rank(), nvml=nvml
+            )
             self._session.start()
         except Exception:
             log.exception("Stoker could not start; training continues unmonitored")

@@ -13,6 +13,8 @@ from trainer_agent.config import (
     resolve_server,
     resolve_token,
 )
+from trainer_agent.environment import collect, detect_rank
+from trainer_agent.nvml import shared_nvml
 from trainer_agent.session import RunSession
 
 log = logging.getLogger("trainer_agent")
@@ -90,7 +92,11 @@ class Monitor:
 
     def start(self) -> "Monitor":
         try:
-            self.session = RunSession(self.config)
+            nvml = shared_nvml()
+            environment = collect(nvml, all_gpus=self.config.all_gpus)
+            self.session = RunSession(
+                self.config, environment=environment, rank=detect_rank(), nvml=nvml
+            )
             self.session.start()
         except Exception:
             log.exception("Stoker could not start; training continues unmonitored")
