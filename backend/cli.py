@@ -1,4 +1,4 @@
-"""The `stoker` command: `serve`, `demo`, `doctor`."""
+"""The `stoker` command: `serve`, `demo`, `doctor`, `upload`."""
 
 import argparse
 import logging
@@ -59,6 +59,12 @@ def doctor(args: argparse.Namespace) -> int:
     return run_doctor()
 
 
+def upload(args: argparse.Namespace) -> int:
+    from trainer_agent.upload import main as run_upload
+
+    return run_upload(args.directory, server=args.server, token=args.token)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stoker", description="Live GPU training monitor.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -81,6 +87,16 @@ def main(argv: list[str] | None = None) -> int:
         "doctor", help="check the NVIDIA driver, NVML, CUDA/cuDNN/TensorFlow match and GPUs"
     )
     doctor_parser.set_defaults(func=doctor)
+
+    upload_parser = commands.add_parser(
+        "upload", help="send runs the agent spooled to disk while the server was unreachable"
+    )
+    upload_parser.add_argument(
+        "directory", type=Path, help="a spooled run directory, or the spool directory"
+    )
+    upload_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
+    upload_parser.add_argument("--token", default=None, help="default: STOKER_AGENT_TOKEN")
+    upload_parser.set_defaults(func=upload)
 
     args = parser.parse_args(argv)
     return args.func(args)

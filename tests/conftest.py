@@ -22,6 +22,14 @@ def require(available: bool, what: str) -> None:
     pytest.skip(f"{what} not installed")
 
 
+@pytest.fixture(autouse=True)
+def agent_spool_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Agents started by a test (in process or in children) spool under its temp dir."""
+    spool = tmp_path / "agent-spool"
+    monkeypatch.setenv("STOKER_SPOOL_DIR", str(spool))
+    return spool
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
     process = ServerProcess(data_dir=tmp_path / "server").start()

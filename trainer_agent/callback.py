@@ -112,6 +112,10 @@ class StokerCallback(keras.callbacks.Callback):
             return dataset
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        if self._session is not None:
+            # The previous fit() never reached on_train_end: it raised.
+            self._session.close_abnormally("failed")
+            self._session = None
         try:
             nvml = shared_nvml()
             environment = collect(
@@ -120,6 +124,7 @@ class StokerCallback(keras.callbacks.Callback):
             self._session = RunSession(
                 self._agent_config, environment=environment, rank=detect_rank(), nvml=nvml
             )
+            self._session.before_abnormal_close = self._hand_over_completed_steps
             self._session.start()
         except Exception:
             log.exception("Stoker could not start; training continues unmonitored")
@@ -181,6 +186,11 @@ class StokerCallback(keras.callbacks.Callback):
             except Exception:
                 log.exception("Stoker could not flush its records")
             self._session = None
+
+    def _hand_over_completed_steps(self) -> None:
+        # The step that was open when training raised never completed: it is not recorded.
+        self._open = None
+        self._flush_pending(time.perf_counter())
 
     def _close(self, now: float) -> None:
         execution, self._open = self._open, None

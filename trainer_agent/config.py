@@ -2,7 +2,10 @@
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from trainer_agent.spool import DEFAULT_MAX_BYTES, default_spool_dir
 
 DEFAULT_SERVER = "http://127.0.0.1:8470"
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
@@ -20,6 +23,21 @@ def resolve_interval_s(interval_s: float | None) -> float:
     if interval_s is not None:
         return float(interval_s)
     return float(os.environ.get("STOKER_SAMPLE_INTERVAL_S") or DEFAULT_SAMPLE_INTERVAL_S)
+
+
+def spool_dir_from_env() -> Path | None:
+    """`STOKER_SPOOL_DIR` (`off` disables spooling), else the user's cache directory."""
+    value = os.environ.get("STOKER_SPOOL_DIR", "").strip()
+    if value.lower() in ("off", "none", "0"):
+        return None
+    return Path(value) if value else default_spool_dir()
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
 
 
 def env_flag(name: str) -> bool:
@@ -50,4 +68,14 @@ class AgentConfig:
     max_pending_rows: int = 1_000_000
     ack_timeout_s: float = 10.0
     connect_timeout_s: float = 5.0
-    close_timeout_s: float = 10.0
+    close_timeout_s: float = field(
+        default_factory=lambda: _env_float("STOKER_CLOSE_TIMEOUT_S", 10.0)
+    )
+    spool_dir: Path | None = field(default_factory=spool_dir_from_env)
+    spool_max_bytes: int = field(
+        default_factory=lambda: int(_env_float("STOKER_SPOOL_MAX_BYTES", DEFAULT_MAX_BYTES))
+    )
+    # "websocket" (falls back to HTTP when the upgrade is refused) or "http".
+    transport: str = field(
+        default_factory=lambda: os.environ.get("STOKER_TRANSPORT", "websocket").lower()
+    )

@@ -1,10 +1,13 @@
 """One monitored run: its buffer, its sender, and the hello that names it."""
 
+import atexit
 import logging
 import os
 import socket
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from trainer_agent.config import AgentConfig
@@ -55,9 +58,13 @@ class RunSession:
         # Durations come from the monotonic perf_counter; this offset turns them into wall time.
         self._wall_offset_s = time.time() - time.perf_counter()
         self.sampler: Sampler | None = None
+        self.closed = False
+        # Set by the owner to hand over what it still holds before an abnormal close.
+        self.before_abnormal_close: Callable[[], None] | None = None
 
     def start(self) -> None:
         self.sender.start()
+        atexit.register(self._close_at_exit)
         try:
             host = HostSource()
         except Exception as error:  # psutil missing or refused
@@ -88,6 +95,33 @@ class RunSession:
         self.recorder.metrics.append(step, name[:100], value)
 
     def close(self, status: str = "finished") -> None:
+        """Stop sampling, flush (bounded by `close_timeout_s`) and end the run with `status`."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self._close_at_exit)
         if self.sampler is not None:
             self.sampler.close()
         self.sender.close(status)
+
+    def _close_at_exit(self) -> None:
+        # The process is exiting with the run still open: training raised (the interpreter
+        # keeps the uncaught exception in sys.last_value), was interrupted, or just ended.
+        error = getattr(sys, "last_value", None)
+        if isinstance(error, KeyboardInterrupt):
+            status = "interrupted"
+        elif error is not None:
+            status = "failed"
+        else:
+            status = "finished"
+        log.info("Stoker: process exiting; ending run as %s", status)
+        self.close_abnormally(status)
+
+    def close_abnormally(self, status: str) -> None:
+        """End a run its owner did not close (training raised or the process is exiting)."""
+        if self.before_abnormal_close is not None:
+            try:
+                self.before_abnormal_close()
+            except Exception:
+                log.debug("could not hand over the last records", exc_info=True)
+        self.close(status)
