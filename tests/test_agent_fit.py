@@ -152,3 +152,21 @@ def test_monitor_exception_in_loop_marks_run_failed(server: ServerProcess) -> No
     run = _only_run(server)
     assert run["status"] == "failed"
     assert run["summary"]["steps"] == 3
+
+
+def test_fit_under_mirrored_strategy_reports_steps_and_waits(server: ServerProcess) -> None:
+    from trainer_agent import StokerCallback
+
+    callback = StokerCallback(run_name="mirrored", server=server.url)
+    dataset = callback.wrap(_dataset(10, DELAY_S))
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = _model()
+    model.fit(dataset, epochs=2, callbacks=[callback], verbose=0)
+    run = _only_run(server)
+    assert run["environment"]["strategy"] == "MirroredStrategy"
+    assert run["environment"]["replicas"] == strategy.num_replicas_in_sync
+    series = server.get(f"/api/v1/runs/{run['id']}/steps")
+    assert series["step"] == list(range(20))
+    assert all(w is not None for w in series["wait"][1:])
+    assert run["summary"]["input_wait_share"] > 0.3
