@@ -126,6 +126,8 @@ class Sender:
         self.rejected_rows = 0
         self.acked_batches = 0
         self.connected = threading.Event()
+        # Called (on the sender thread) with each server command, e.g. set_interval.
+        self.on_command: Callable[[dict[str, Any]], None] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -408,10 +410,21 @@ class Sender:
             if remaining <= 0:
                 raise TimeoutError("no acknowledgement from the server")
             message = json.loads(self._ws.recv(timeout=remaining))
+            if message.get("type") == "command":
+                self._handle_command(message)
+                continue
             if matches(message):
                 return message
             if message.get("type") == "error" and "seq" not in message:
                 raise ConnectionError(f"server error: {message.get('message')}")
+
+    def _handle_command(self, command: dict[str, Any]) -> None:
+        if self.on_command is None:
+            return
+        try:
+            self.on_command(command)
+        except Exception:
+            log.debug("command %s failed", command, exc_info=True)
 
     def _disconnect(self) -> None:
         ws, self._ws = self._ws, None

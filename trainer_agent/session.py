@@ -63,6 +63,7 @@ class RunSession:
         self.before_abnormal_close: Callable[[], None] | None = None
 
     def start(self) -> None:
+        self.sender.on_command = self._on_command
         self.sender.start()
         atexit.register(self._close_at_exit)
         try:
@@ -75,6 +76,12 @@ class RunSession:
             self.recorder, interval_s=self.config.sample_interval_s, device=device, host=host
         )
         self.sampler.start()
+
+    def _on_command(self, command: dict[str, Any]) -> None:
+        """Server commands; unknown ones are ignored (docs/protocol.md)."""
+        if command.get("name") == "set_interval" and self.sampler is not None:
+            self.sampler.set_interval(float(command["interval_s"]))
+            log.info("Stoker: sampling every %.2f s (server command)", self.sampler.interval_s)
 
     def wall_time(self, perf_s: float) -> float:
         return perf_s + self._wall_offset_s
