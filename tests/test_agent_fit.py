@@ -10,7 +10,7 @@ from tests.support import ServerProcess
 tf = pytest.importorskip("tensorflow")
 
 BATCH = 16
-DELAY_S = 0.03
+DELAY_S = 0.04
 
 
 def _model(steps_per_execution: int = 1) -> "tf.keras.Model":
@@ -53,14 +53,19 @@ def test_fit_wrapped_slow_pipeline_reports_each_steps_input_wait(server: ServerP
 
     run = _only_run(server)
     assert run["status"] == "finished"
+    environment = run["environment"]
+    assert environment["model"]["param_count"] == 8 * 16 + 16 + 16 + 1
+    assert environment["fit_params"]["epochs"] == 2
+    assert environment["tensorflow_version"] == tf.__version__
+    assert environment["optimizer"]["class"] == "SGD"
     series = server.get(f"/api/v1/runs/{run['id']}/steps")
     assert series["step"] == list(range(24))
     assert series["wait"][0] is None  # step 0 traces the function
     waits = series["wait"][1:]
     assert all(w is not None for w in waits)
     # The tiny model computes in about a millisecond: nearly all of each step is the delay.
-    assert sorted(waits)[len(waits) // 2] > DELAY_S * 0.5
-    assert run["summary"]["input_wait_share"] > 0.5
+    assert sorted(waits)[len(waits) // 2] > DELAY_S * 0.3
+    assert run["summary"]["input_wait_share"] > 0.3
     sizes = server.rows("SELECT DISTINCT batch_size FROM step WHERE run_id = ?", run["id"])
     assert sizes == [(BATCH,)]
     logged = server.rows("SELECT step, name FROM metric WHERE run_id = ? ORDER BY step", run["id"])
@@ -90,7 +95,7 @@ def test_fit_steps_per_execution_reports_every_step_with_wait(server: ServerProc
     assert series["step"] == list(range(24))
     counted = [w for w in series["wait"][4:] if w is not None]
     assert len(counted) == 20
-    assert run["summary"]["input_wait_share"] > 0.5
+    assert run["summary"]["input_wait_share"] > 0.3
 
 
 def test_fit_called_twice_with_one_callback_makes_two_finished_runs(
@@ -132,7 +137,7 @@ def test_monitor_custom_loop_reports_steps_waits_and_scalars(server: ServerProce
     assert run["status"] == "finished"
     series = server.get(f"/api/v1/runs/{run['id']}/steps")
     assert series["step"] == list(range(16))
-    assert sorted(series["wait"])[8] > DELAY_S * 0.5
+    assert sorted(series["wait"])[8] > DELAY_S * 0.3
     logged = server.rows("SELECT step FROM metric WHERE run_id = ? ORDER BY step", run["id"])
     assert [s for (s,) in logged] == [0, 4, 8, 12]
 
@@ -147,3 +152,21 @@ def test_monitor_exception_in_loop_marks_run_failed(server: ServerProcess) -> No
     run = _only_run(server)
     assert run["status"] == "failed"
     assert run["summary"]["steps"] == 3
+
+
+def test_fit_under_mirrored_strategy_reports_steps_and_waits(server: ServerProcess) -> None:
+    from trainer_agent import StokerCallback
+
+    callback = StokerCallback(run_name="mirrored", server=server.url)
+    dataset = callback.wrap(_dataset(10, DELAY_S))
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = _model()
+    model.fit(dataset, epochs=2, callbacks=[callback], verbose=0)
+    run = _only_run(server)
+    assert run["environment"]["strategy"] == "MirroredStrategy"
+    assert run["environment"]["replicas"] == strategy.num_replicas_in_sync
+    series = server.get(f"/api/v1/runs/{run['id']}/steps")
+    assert series["step"] == list(range(20))
+    assert all(w is not None for w in series["wait"][1:])
+    assert run["summary"]["input_wait_share"] > 0.3

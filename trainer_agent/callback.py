@@ -6,8 +6,16 @@ from typing import Any
 
 import keras
 
-from trainer_agent.config import AgentConfig, resolve_server, resolve_token
+from trainer_agent.config import (
+    AgentConfig,
+    env_flag,
+    resolve_interval_s,
+    resolve_server,
+    resolve_token,
+)
+from trainer_agent.environment import collect, detect_rank
 from trainer_agent.input_wait import Execution, StampRing, StepRow, WaitResolver, split_execution
+from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline import describe_pipeline
 from trainer_agent.session import RunSession
 
@@ -37,6 +45,10 @@ class StokerCallback(keras.callbacks.Callback):
         tags: Labels for filtering.
         token: Agent token when the server requires one (default: `STOKER_AGENT_TOKEN`).
         every_n_batches: Keep the scalar logs (loss, metrics) of every n-th step.
+        sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
+            then 1 s; at least 0.1 s).
+        all_gpus: Report every GPU, not only those this process can use
+            (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
 
     Example:
         cb = StokerCallback(run_name="bs256", project="cifar10", config={"batch_size": 256})
@@ -56,6 +68,8 @@ class StokerCallback(keras.callbacks.Callback):
         tags: list[str] | None = None,
         token: str | None = None,
         every_n_batches: int = 50,
+        sample_interval_s: float | None = None,
+        all_gpus: bool | None = None,
     ) -> None:
         super().__init__()
         self._agent_config = AgentConfig(
@@ -65,6 +79,8 @@ class StokerCallback(keras.callbacks.Callback):
             project=project,
             tags=list(tags or []),
             config=dict(config or {}),
+            sample_interval_s=resolve_interval_s(sample_interval_s),
+            all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
         )
         self.every_n_batches = max(1, int(every_n_batches))
         self._ring: StampRing | None = None
@@ -98,10 +114,22 @@ class StokerCallback(keras.callbacks.Callback):
             return dataset
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        if self._session is not None:
+            # The previous fit() never reached on_train_end: it raised.
+            self._session.close_abnormally("failed")
+            self._session = None
         try:
+            nvml = shared_nvml()
+            environment = collect(
+                nvml, model=self.model, fit_params=self.params, all_gpus=self._agent_config.all_gpus
+            )
             pipeline = getattr(self, "_input_pipeline", None)
-            environment = {"input_pipeline": pipeline} if pipeline else None
-            self._session = RunSession(self._agent_config, environment=environment)
+            if pipeline:  # what wrap saw of the tf.data pipeline, for the diagnosis's advice
+                environment["input_pipeline"] = pipeline
+            self._session = RunSession(
+                self._agent_config, environment=environment, rank=detect_rank(), nvml=nvml
+            )
+            self._session.before_abnormal_close = self._hand_over_completed_steps
             self._session.start()
         except Exception:
             log.exception("Stoker could not start; training continues unmonitored")
@@ -163,6 +191,11 @@ class StokerCallback(keras.callbacks.Callback):
             except Exception:
                 log.exception("Stoker could not flush its records")
             self._session = None
+
+    def _hand_over_completed_steps(self) -> None:
+        # The step that was open when training raised never completed: it is not recorded.
+        self._open = None
+        self._flush_pending(time.perf_counter())
 
     def _close(self, now: float) -> None:
         execution, self._open = self._open, None

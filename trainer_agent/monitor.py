@@ -6,7 +6,15 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from trainer_agent.config import AgentConfig, resolve_server, resolve_token
+from trainer_agent.config import (
+    AgentConfig,
+    env_flag,
+    resolve_interval_s,
+    resolve_server,
+    resolve_token,
+)
+from trainer_agent.environment import collect, detect_rank
+from trainer_agent.nvml import shared_nvml
 from trainer_agent.session import RunSession
 
 log = logging.getLogger("trainer_agent")
@@ -42,6 +50,10 @@ class Monitor:
         tags: Labels for filtering.
         token: Agent token when the server requires one.
         every_n_batches: Keep the scalars of every n-th step.
+        sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
+            then 1 s; at least 0.1 s).
+        all_gpus: Report every GPU, not only those this process can use
+            (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
 
     Example:
         with Monitor(run_name="custom-loop", server="http://127.0.0.1:8470") as mon:
@@ -59,6 +71,8 @@ class Monitor:
         tags: list[str] | None = None,
         token: str | None = None,
         every_n_batches: int = 50,
+        sample_interval_s: float | None = None,
+        all_gpus: bool | None = None,
     ) -> None:
         self.config = AgentConfig(
             server=resolve_server(server),
@@ -67,6 +81,8 @@ class Monitor:
             project=project,
             tags=list(tags or []),
             config=dict(config or {}),
+            sample_interval_s=resolve_interval_s(sample_interval_s),
+            all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
         )
         self.every_n_batches = max(1, int(every_n_batches))
         self.session: RunSession | None = None
@@ -76,7 +92,11 @@ class Monitor:
 
     def start(self) -> "Monitor":
         try:
-            self.session = RunSession(self.config)
+            nvml = shared_nvml()
+            environment = collect(nvml, all_gpus=self.config.all_gpus)
+            self.session = RunSession(
+                self.config, environment=environment, rank=detect_rank(), nvml=nvml
+            )
             self.session.start()
         except Exception:
             log.exception("Stoker could not start; training continues unmonitored")
