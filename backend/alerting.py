@@ -220,7 +220,7 @@ class Transition:
     message: str = ""
 
 
-def applies(rule: AlertRule, facts: RunFacts) -> bool:
+def _applies(rule: Any, facts: RunFacts) -> bool:
     if rule.scope == AlertScope.project:
         return facts.project == rule.project
     if rule.scope == AlertScope.run:
@@ -234,46 +234,93 @@ def describe_condition(rule: AlertRule, value: float | None) -> str:
     return f"{rule.metric} {rule.comparison} {rule.threshold:g} (now {shown})"
 
 
+_OPS = {
+    Comparison.lt: float.__lt__,
+    Comparison.le: float.__le__,
+    Comparison.gt: float.__gt__,
+    Comparison.ge: float.__ge__,
+}
+
+
+@dataclass(slots=True)
+class _Compiled:
+    """A rule's fields as plain values, read once per rule change instead of per tick."""
+
+    rule: AlertRule
+    id: int
+    metric: AlertMetric
+    op: Any
+    threshold: float
+    only_while_stepping: bool
+    scope: AlertScope
+    project: str | None
+    run_id: int | None
+
+
 @dataclass
 class AlertEngine:
     rules: list[AlertRule] = field(default_factory=list)
     instances: dict[tuple[int, int], Instance] = field(default_factory=dict)
+    _compiled: list[_Compiled] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.set_rules(self.rules)
 
     def set_rules(self, rules: Iterable[AlertRule]) -> None:
         self.rules = list(rules)
+        self._compiled = [
+            _Compiled(
+                rule=rule,
+                id=rule.id,
+                metric=AlertMetric(rule.metric),
+                op=_OPS[Comparison(rule.comparison)],
+                threshold=float(rule.threshold),
+                only_while_stepping=bool(rule.only_while_stepping),
+                scope=AlertScope(rule.scope),
+                project=rule.project,
+                run_id=rule.run_id,
+            )
+            for rule in self.rules
+            if rule.enabled and rule.id is not None
+        ]
 
     def active_for(self, run_id: int) -> bool:
         return any(key[1] == run_id for key in self.instances)
 
     def evaluate(self, facts: list[RunFacts], *, now: float) -> list[Transition]:
-        """One tick: every enabled rule against every run. Returns the state changes."""
+        """One tick: every enabled rule against every run. Returns the state changes.
+
+        Cost: one comparison per (rule, run) and a dict lookup; state lives only for the
+        few (rule, run) pairs whose condition holds or recently held."""
         transitions: list[Transition] = []
+        instances = self.instances
         seen: set[tuple[int, int]] = set()
-        rules = {rule.id: rule for rule in self.rules if rule.id is not None}
-        for rule in self.rules:
-            if not rule.enabled or rule.id is None:
-                continue
+        for compiled in self._compiled:
+            rule_id, metric, op, threshold = (
+                compiled.id, compiled.metric, compiled.op, compiled.threshold
+            )  # fmt: skip
             for run in facts:
-                if not applies(rule, run):
+                if compiled.scope is not AlertScope.all and not _applies(compiled, run):
                     continue
-                key = (rule.id, run.run_id)
-                seen.add(key)
-                value = run.values.get(AlertMetric(rule.metric))
+                value = run.values.get(metric)
                 holds = (
                     run.running
                     and value is not None
-                    and (run.stepping or not rule.only_while_stepping)
-                    and compare(value, Comparison(rule.comparison), rule.threshold)
+                    and (run.stepping or not compiled.only_while_stepping)
+                    and op(float(value), threshold)
                 )
-                transition = self._step(rule, run.run_id, holds, value, now)
+                key = (rule_id, run.run_id)
+                if not holds and key not in instances:
+                    continue
+                seen.add(key)
+                transition = self._step(compiled.rule, run.run_id, holds, value, now)
                 if transition is not None:
                     transitions.append(transition)
         # Instances whose rule was disabled, deleted or no longer applies, or whose run is
         # no longer watched: resolve them.
-        for key in list(self.instances):
-            if key in seen:
-                continue
-            instance = self.instances.pop(key)
+        rules = {rule.id: rule for rule in self.rules if rule.id is not None}
+        for key in [k for k in instances if k not in seen]:
+            instance = instances.pop(key)
             rule = rules.get(key[0])
             if rule is None:
                 rule = AlertRule(

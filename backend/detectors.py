@@ -68,6 +68,7 @@ class Detectors:
         window.name = run.name
         window.environment = run.environment
         window.running = run.status == RunStatus.running
+        window.dirty = True
         return window
 
     def attach(self, run: Run) -> None:
@@ -148,9 +149,21 @@ class Detectors:
         connected = self.connections.run_ids()
         facts: list[RunFacts] = []
         changes: list[tuple[Diagnosis, Diagnosis | None]] = []
+        stall_floor = self.settings.stall_min_s
         for run_id, window in list(self.windows.items()):
-            diagnosis = self._diagnose(window, now, run_id in connected)
             previous = self.verdicts.get(run_id)
+            idle = window.seconds_without_steps(now)
+            unchanged = (
+                previous is not None
+                and not window.dirty
+                and previous.verdict != Verdict.stalled
+                and (idle is None or idle < stall_floor)
+            )
+            if unchanged:  # nothing new arrived and it cannot have stalled yet
+                facts.append(self._facts(window, previous, now))
+                continue
+            window.dirty = False
+            diagnosis = self._diagnose(window, now, run_id in connected)
             self.verdicts[run_id] = diagnosis
             first_and_empty = previous is None and diagnosis.verdict == Verdict.insufficient_data
             if (previous is None or previous.verdict != diagnosis.verdict) and not first_and_empty:

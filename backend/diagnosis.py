@@ -63,20 +63,25 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Sums:
-    """Running sums over a deque of rows; values leave the sums as rows leave the window."""
+    """Running sums over the window's rows; values leave the sums as rows leave the window."""
 
-    totals: dict[str, float] = field(default_factory=dict)
-
-    def add(self, key: str, value: float) -> None:
-        self.totals[key] = self.totals.get(key, 0.0) + value
-
-    def sub(self, key: str, value: float) -> None:
-        self.totals[key] = max(0.0, self.totals.get(key, 0.0) - value)
+    n: float = 0.0
+    dur: float = 0.0
+    dur2: float = 0.0
+    waited_n: float = 0.0
+    waited_dur: float = 0.0
+    wait: float = 0.0
+    samples: float = 0.0
+    sized_dur: float = 0.0
+    util_n: float = 0.0
+    util: float = 0.0
+    cpu_n: float = 0.0
+    cpu: float = 0.0
 
     def get(self, key: str) -> float:
-        return self.totals.get(key, 0.0)
+        return max(0.0, getattr(self, key))
 
 
 @dataclass
@@ -105,6 +110,9 @@ class RunWindow:
     last_step_at: float | None = None
     last_data_at: float | None = None
     last_device_at: float | None = None
+    newest_device_t: float = -math.inf
+    dirty: bool = True  # fed since the last verdict
+    newest_host_t: float = -math.inf
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -120,45 +128,59 @@ class RunWindow:
     ) -> None:
         if not step:
             return
-        s = self.sums
+        n = total = total2 = waited_n = waited_dur = waited = samples = sized_dur = 0.0
+        append, recent = self.steps.append, self.recent_durations.append
         for i, index in enumerate(step):
-            self.total_steps += 1
             if index == 0:
                 continue  # tracing and compilation, not steady state
             d, w, bs = dur[i], wait[i], batch_size[i]
-            self.steps.append((t[i] + d, d, w, bs))
-            self.recent_durations.append(d)
-            s.add("n", 1)
-            s.add("dur", d)
-            s.add("dur2", d * d)
+            append((t[i] + d, d, w, bs))
+            recent(d)
+            n += 1
+            total += d
+            total2 += d * d
             if w is not None:
-                s.add("waited_n", 1)
-                s.add("waited_dur", d)
-                s.add("wait", min(w, d))
+                waited_n += 1
+                waited_dur += d
+                waited += w if w < d else d
             if bs is not None:
-                s.add("samples", bs)
-                s.add("sized_dur", d)
+                samples += bs
+                sized_dur += d
+        s = self.sums
+        s.n += n
+        s.dur += total
+        s.dur2 += total2
+        s.waited_n += waited_n
+        s.waited_dur += waited_dur
+        s.wait += waited
+        s.samples += samples
+        s.sized_dur += sized_dur
+        self.total_steps += len(step)
         self.last_step_at = now
         self.last_data_at = now
         self._trim_steps()
 
     def _trim_steps(self) -> None:
-        if not self.steps:
+        steps = self.steps
+        if not steps:
             return
-        horizon = self.steps[-1][0] - self.window_s
+        horizon = steps[-1][0] - self.window_s
         s = self.sums
-        while self.steps and self.steps[0][0] < horizon:
-            _, d, w, bs = self.steps.popleft()
-            s.sub("n", 1)
-            s.sub("dur", d)
-            s.sub("dur2", d * d)
+        while steps and steps[0][0] < horizon:
+            _, d, w, bs = steps.popleft()
+            s.n -= 1
+            s.dur -= d
+            s.dur2 -= d * d
             if w is not None:
-                s.sub("waited_n", 1)
-                s.sub("waited_dur", d)
-                s.sub("wait", min(w, d))
+                s.waited_n -= 1
+                s.waited_dur -= d
+                s.wait -= w if w < d else d
             if bs is not None:
-                s.sub("samples", bs)
-                s.sub("sized_dur", d)
+                s.samples -= bs
+                s.sized_dur -= d
+        if not steps:  # no float drift survives an emptied window
+            s.n = s.dur = s.dur2 = s.waited_n = s.waited_dur = s.wait = 0.0
+            s.samples = s.sized_dur = 0.0
 
     def add_device(
         self,
@@ -173,22 +195,24 @@ class RunWindow:
     ) -> None:
         if not t:
             return
+        s = self.sums
         for i, ti in enumerate(t):
             used, total = mem_used[i], mem_total[i]
             share = used / total if used is not None and total else None
             u = util[i]
             self.device.append((ti, gpu[i], u, share, temp_c[i]))
             if u is not None:
-                self.sums.add("util_n", 1)
-                self.sums.add("util", u)
+                s.util_n += 1
+                s.util += u
         self.last_data_at = now
         self.last_device_at = now
-        newest = max(row[0] for row in self.device)
-        while self.device and self.device[0][0] < newest - self.window_s:
+        self.newest_device_t = max(self.newest_device_t, max(t))
+        horizon = self.newest_device_t - self.window_s
+        while self.device and self.device[0][0] < horizon:
             u = self.device.popleft()[2]
             if u is not None:
-                self.sums.sub("util_n", 1)
-                self.sums.sub("util", u)
+                s.util_n -= 1
+                s.util -= u
 
     def add_host(
         self,
@@ -200,18 +224,21 @@ class RunWindow:
     ) -> None:
         if not t:
             return
+        s = self.sums
         for i, ti in enumerate(t):
             self.host.append((ti, proc_cpu[i], sys_cpu[i]))
-            if sys_cpu[i] is not None:
-                self.sums.add("cpu_n", 1)
-                self.sums.add("cpu", sys_cpu[i])
+            c = sys_cpu[i]
+            if c is not None:
+                s.cpu_n += 1
+                s.cpu += c
         self.last_data_at = now
-        newest = max(row[0] for row in self.host)
-        while self.host and self.host[0][0] < newest - self.window_s:
+        self.newest_host_t = max(self.newest_host_t, max(t))
+        horizon = self.newest_host_t - self.window_s
+        while self.host and self.host[0][0] < horizon:
             c = self.host.popleft()[2]
             if c is not None:
-                self.sums.sub("cpu_n", 1)
-                self.sums.sub("cpu", c)
+                s.cpu_n -= 1
+                s.cpu -= c
 
     # -- reading ---------------------------------------------------------------------------
 
