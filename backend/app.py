@@ -16,13 +16,14 @@ from pydantic import ValidationError
 from backend import __version__
 from backend.db import make_engine
 from backend.deps import ViewerAuth
+from backend.detectors import Detectors
 from backend.errors import StokerError
 from backend.fanout import PgFanout
 from backend.lifecycle import AgentConnections, reaper_loop
 from backend.live import LiveHub
 from backend.middleware import BodySizeLimit
 from backend.queries import run_public
-from backend.routes import agent, live, runs
+from backend.routes import agent, alerts, diagnosis, live, runs
 from backend.routes.agent import describe
 from backend.settings import Settings, get_settings
 from backend.telemetry import Telemetry
@@ -50,10 +51,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state.connections = AgentConnections()
         state.telemetry = Telemetry(agent_connections=state.connections, live_clients=state.hub)
         log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))
+        # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks).
+        detectors = Detectors(
+            settings=settings, writer=state.writer, hub=state.hub, connections=state.connections
+        )
+        state.detectors = detectors
+        await detectors.start()
 
         def interrupted(run) -> None:
             state.telemetry.live.ended(run.id)
             state.hub.publish_run(run_public(run).model_dump(mode="json"))
+            detectors.observe_run(run)
 
         # Long-running loops, all in one place.
         tasks = []
@@ -78,6 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 ),
                 name="stoker-run-reaper",
             ),
+            asyncio.create_task(detectors.run_forever(), name="stoker-detectors"),
+            asyncio.create_task(detectors.webhooks.run_forever(), name="stoker-webhooks"),
         ]
         try:
             yield
@@ -112,6 +122,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs.router)
     app.include_router(agent.router)
     app.include_router(live.router)
+    app.include_router(diagnosis.router)
+    app.include_router(alerts.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The `stoker` command: `serve`, `demo`."""
+"""The `stoker` command: `serve`, `demo`, `doctor`, `upload`."""
 
 import argparse
 import logging
@@ -53,6 +53,18 @@ def demo(args: argparse.Namespace) -> int:
     return run_demo(_settings_from(args), epochs=args.epochs, keep_serving=not args.exit)
 
 
+def doctor(args: argparse.Namespace) -> int:
+    from trainer_agent.doctor import main as run_doctor
+
+    return run_doctor()
+
+
+def upload(args: argparse.Namespace) -> int:
+    from trainer_agent.upload import main as run_upload
+
+    return run_upload(args.directory, server=args.server, token=args.token)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stoker", description="Live GPU training monitor.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -70,6 +82,21 @@ def main(argv: list[str] | None = None) -> int:
         "--exit", action="store_true", help="stop the server when training ends"
     )
     demo_parser.set_defaults(func=demo)
+
+    doctor_parser = commands.add_parser(
+        "doctor", help="check the NVIDIA driver, NVML, CUDA/cuDNN/TensorFlow match and GPUs"
+    )
+    doctor_parser.set_defaults(func=doctor)
+
+    upload_parser = commands.add_parser(
+        "upload", help="send runs the agent spooled to disk while the server was unreachable"
+    )
+    upload_parser.add_argument(
+        "directory", type=Path, help="a spooled run directory, or the spool directory"
+    )
+    upload_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
+    upload_parser.add_argument("--token", default=None, help="default: STOKER_AGENT_TOKEN")
+    upload_parser.set_defaults(func=upload)
 
     args = parser.parse_args(argv)
     return args.func(args)

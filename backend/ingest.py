@@ -305,7 +305,10 @@ def update_run(*, session: Session, run_id: int, changes: dict[str, Any]) -> Run
 
 
 # Child tables first; every row of a run is removed in the same transaction as the run.
-RUN_CHILD_TABLES = ("step", "steprollup", "metric", "devicesample", "hostsample", "ingestcursor")
+RUN_CHILD_TABLES = (
+    "step", "steprollup", "metric", "devicesample", "hostsample", "ingestcursor",
+    "runevent", "alert",
+)  # fmt: skip
 
 
 def delete_run(*, session: Session, run_id: int) -> bool:

@@ -107,3 +107,7 @@ class LiveHub:
 
     def publish_notice(self, text: str) -> None:
         self._offer_all({"type": "notice", "message": text})
+
+    def broadcast(self, message: Message) -> None:
+        """Send to every browser: verdicts, alerts and events are rare and concern everyone."""
+        self._offer_all(message)

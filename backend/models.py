@@ -222,3 +222,146 @@ class StepSeries(SQLModel):
     wait: list[float | None]
     dur_min: list[float] | None = None
     dur_max: list[float] | None = None
+
+
+# --- Diagnosis and alerts (issue 5) -------------------------------------------------------
+
+
+class RunEvent(SQLModel, table=True):
+    """Something that happened to a run: a verdict change, an alert transition."""
+
+    __table_args__ = (Index("ix_runevent_run_at", "run_id", "at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    at: datetime = Field(default_factory=utc_now)
+    kind: str = Field(max_length=50)  # "verdict" | "alert"
+    message: str = Field(default="", max_length=2000)
+    data: dict[str, Any] = _json(default_factory=dict)
+
+
+class RunEventPublic(SQLModel):
+    id: int
+    run_id: int
+    at: datetime
+    kind: str
+    message: str
+    data: dict[str, Any]
+
+
+class RunEventsPublic(SQLModel):
+    data: list[RunEventPublic]
+    count: int
+
+
+class AlertMetric(StrEnum):
+    gpu_util = "gpu_util"  # percent, mean over the devices' recent samples
+    input_wait_share = "input_wait_share"  # 0..1 over the diagnosis window
+    step_time = "step_time"  # seconds, mean over the diagnosis window
+    samples_per_s = "samples_per_s"
+    memory_share = "memory_share"  # 0..1, the fullest device
+    temperature = "temperature"  # °C, the hottest device
+    no_data = "no_data"  # seconds since the run last sent anything
+    stalled = "stalled"  # 1 while the run's verdict is `stalled`, else 0
+
+
+class Comparison(StrEnum):
+    lt = "<"
+    le = "<="
+    gt = ">"
+    ge = ">="
+
+
+class AlertScope(StrEnum):
+    all = "all"
+    project = "project"
+    run = "run"
+
+
+class AlertState(StrEnum):
+    pending = "pending"
+    firing = "firing"
+    resolved = "resolved"
+
+
+class AlertRuleBase(SQLModel):
+    name: str = Field(min_length=1, max_length=200)
+    metric: AlertMetric
+    comparison: Comparison
+    threshold: float
+    for_s: float = Field(default=0.0, ge=0, le=86_400)
+    keep_firing_for_s: float = Field(default=0.0, ge=0, le=86_400)
+    only_while_stepping: bool = False
+    scope: AlertScope = AlertScope.all
+    project: str | None = Field(default=None, max_length=200)
+    run_id: int | None = None
+    channels: list[dict[str, Any]] = _json(default_factory=lambda: [{"type": "browser"}])
+    enabled: bool = True
+
+
+class AlertRule(AlertRuleBase, table=True):
+    __tablename__ = "alert_rule"
+
+    id: int | None = Field(default=None, primary_key=True)
+    builtin: str | None = Field(default=None, max_length=50)
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+
+
+class AlertRulePublic(AlertRuleBase):
+    id: int
+    builtin: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class AlertRulesPublic(SQLModel):
+    data: list[AlertRulePublic]
+    count: int
+
+
+class Alert(SQLModel, table=True):
+    """One episode of one rule on one run: pending, then perhaps firing, then resolved."""
+
+    __table_args__ = (Index("ix_alert_run_state", "run_id", "state"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    rule_id: int | None = Field(default=None, foreign_key="alert_rule.id", ondelete="SET NULL")
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rule_name: str = Field(max_length=200)
+    state: AlertState = Field(index=True)
+    value: float | None = None
+    message: str = Field(default="", max_length=2000)
+    started_at: datetime = Field(default_factory=utc_now)  # pending since
+    fired_at: datetime | None = None
+    resolved_at: datetime | None = None
+    # One entry per webhook delivery attempt series: url, event, status, attempts, error.
+    deliveries: list[dict[str, Any]] = _json(default_factory=list)
+
+
+class AlertPublic(SQLModel):
+    id: int
+    rule_id: int | None
+    run_id: int
+    rule_name: str
+    state: AlertState
+    value: float | None
+    message: str
+    started_at: datetime
+    fired_at: datetime | None
+    resolved_at: datetime | None
+    deliveries: list[dict[str, Any]]
+
+
+class AlertsPublic(SQLModel):
+    data: list[AlertPublic]
+    count: int
+
+
+class SeedMarker(SQLModel, table=True):
+    """Records one-time setup already done (e.g. default alert rules created)."""
+
+    __tablename__ = "seed_marker"
+
+    key: str = Field(primary_key=True, max_length=100)
+    at: datetime = Field(default_factory=utc_now)

@@ -31,6 +31,18 @@ class Settings(BaseSettings):
     live_queue_size: int = 1000
     log_level: str = "info"
 
+    # Diagnosis and alerts (issue 5): tests shorten these.
+    diagnosis_window_s: float = Field(default=30.0, gt=0)
+    diagnosis_min_steps: int = Field(default=20, ge=1)
+    stall_min_s: float = Field(default=60.0, gt=0)
+    stall_step_factor: float = Field(default=20.0, gt=0)
+    detector_tick_s: float = Field(default=0.5, gt=0)
+    alert_value_window_s: float = Field(default=5.0, gt=0)
+    webhook_timeout_s: float = Field(default=5.0, gt=0)
+    webhook_attempts: int = Field(default=3, ge=1)
+    webhook_backoff_s: float = Field(default=1.0, ge=0)
+    webhook_queue_size: int = Field(default=1000, ge=1)
+
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to an SQLite file under the data directory."""
         if self.database_url:

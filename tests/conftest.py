@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fake_nvml import FakeNvml
 from tests.support import REPO, PostgresServer, ServerProcess
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -19,6 +20,14 @@ def require(available: bool, what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required in CI (.ci/run installs it)")
     pytest.skip(f"{what} not installed")
+
+
+@pytest.fixture(autouse=True)
+def agent_spool_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Agents started by a test (in process or in children) spool under its temp dir."""
+    spool = tmp_path / "agent-spool"
+    monkeypatch.setenv("STOKER_SPOOL_DIR", str(spool))
+    return spool
 
 
 # Backend tests that touch storage run on both databases:
@@ -111,3 +120,19 @@ def page(browser: object) -> Iterator[object]:
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake `libnvidia-ml.so.1`, compiled once per test session."""
+    from tests.fake_nvml import build, nvml_include_dir
+
+    require(shutil.which("gcc") is not None, "gcc")
+    require(nvml_include_dir() is not None, "nvml.h (nvidia-nvml-dev-cu12)")
+    return build(tmp_path_factory.mktemp("fake-nvml"))
+
+
+@pytest.fixture
+def fake_nvml(fake_nvml_library: Path, tmp_path: Path) -> FakeNvml:
+    """A fresh control file for the fake NVML; `preload()` binds this process's pynvml to it."""
+    return FakeNvml(fake_nvml_library, tmp_path / "nvml-control.txt")

@@ -1,7 +1,9 @@
 """Test helpers: a real `stoker serve` on a loopback port, and waiting on conditions."""
 
+import contextlib
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -93,6 +95,15 @@ class ServerProcess:
         if self.process and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+    def rows(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        """Read the server's SQLite store directly, for what the REST API does not expose yet."""
+        url = self.env.get("STOKER_DATABASE_URL", "")
+        path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+        with contextlib.closing(
+            sqlite3.connect(path or self.data_dir / "stoker.db", timeout=10)
+        ) as db:
+            return db.execute(sql, params).fetchall()
 
     def get(self, path: str, **params: Any) -> Any:
         response = httpx.get(f"{self.url}{path}", params=params, timeout=10)

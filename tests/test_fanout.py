@@ -56,6 +56,12 @@ def test_browser_on_one_server_sees_steps_sent_to_another(
                         seen_steps = seen_steps or message["data"]["step"]
             except TimeoutError:
                 continue
+        # The run update of a batch is published after its steps: read on until it arrives.
+        while not seen_run:
+            assert time.monotonic() < deadline, "no run update reached the other server"
+            message = json.loads(browser.recv(timeout=max(0.1, deadline - time.monotonic())))
+            if message["type"] == "run" and message["run"]["id"] == run_id:
+                seen_run = message["run"]["summary"]["steps"] > 0
     agent.close()
     first = seen_steps[0]
     assert first % 10 == 0 and seen_steps == list(range(first, first + 10))  # one whole batch

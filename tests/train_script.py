@@ -1,7 +1,7 @@
 """A real, small Keras training that reports to Stoker; run by tests in its own process.
 
 Usage: python -m tests.train_script --server URL --name NAME [--epochs N] [--batches N]
-       [--batch-delay-s S]
+       [--batch-delay-s S] [--fail-at-batch N]
 """
 
 import argparse
@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20, help="batches per epoch")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--batch-delay-s", type=float, default=0.0)
+    parser.add_argument("--fail-at-batch", type=int, default=-1, help="raise in this batch")
     args = parser.parse_args()
 
     import numpy as np
@@ -51,7 +52,16 @@ def main() -> None:
     )  # fmt: skip
     model.compile(optimizer="sgd", loss="mse")
     callback = StokerCallback(run_name=args.name, project=args.project, server=args.server)
-    model.fit(dataset, epochs=args.epochs, callbacks=[callback], verbose=0)
+    callbacks: list[tf.keras.callbacks.Callback] = [callback]
+    if args.fail_at_batch >= 0:
+
+        class Diverge(tf.keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
+                if batch == args.fail_at_batch:
+                    raise RuntimeError("loss diverged")
+
+        callbacks.append(Diverge())
+    model.fit(callback.wrap(dataset), epochs=args.epochs, callbacks=callbacks, verbose=0)
     print(json.dumps({"steps": args.epochs * args.batches}), flush=True)
 
 

@@ -1,19 +1,20 @@
-"""Stoker's in-process agent: a Keras callback and samplers that stream to a Stoker server.
+"""Stoker's in-process agent: a Keras callback, a custom-loop monitor, and samplers.
 
 Example:
     from trainer_agent import StokerCallback
 
     cb = StokerCallback(run_name="baseline", project="cifar10")
-    model.fit(train_ds, epochs=3, callbacks=[cb])
+    model.fit(cb.wrap(train_ds), epochs=3, callbacks=[cb])
 """
 
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["StokerCallback"]
+__all__ = ["Monitor", "StokerCallback"]
 
 if TYPE_CHECKING:
     from trainer_agent.callback import StokerCallback
+    from trainer_agent.monitor import Monitor
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from trainer_agent.callback import StokerCallback
 
         return StokerCallback
+    if name == "Monitor":
+        from trainer_agent.monitor import Monitor
+
+        return Monitor
     raise AttributeError(f"module 'trainer_agent' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""`StokerCallback`: step timing for `model.fit`."""
+"""`StokerCallback`: step timing, input wait and scalar logs for `model.fit`."""
 
 import logging
 import time
@@ -6,20 +6,36 @@ from typing import Any
 
 import keras
 
-from trainer_agent.config import AgentConfig, resolve_server, resolve_token
+from trainer_agent.config import (
+    AgentConfig,
+    env_flag,
+    resolve_interval_s,
+    resolve_server,
+    resolve_token,
+)
+from trainer_agent.environment import collect, detect_rank
+from trainer_agent.input_wait import Execution, StampRing, StepRow, WaitResolver, split_execution
+from trainer_agent.nvml import shared_nvml
+from trainer_agent.pipeline import describe_pipeline
 from trainer_agent.session import RunSession
 
 log = logging.getLogger("trainer_agent")
+
+# Read the stamp ring after this many train-function calls, or after this long.
+READ_EVERY_CALLS = 50
+READ_EVERY_S = 1.0
 
 
 class StokerCallback(keras.callbacks.Callback):
     """Streams every training step of `model.fit` to a Stoker server.
 
     A step's time is measured from one `on_train_batch_begin` to the next, so it includes
-    everything the training loop does per step. The callback does not override
-    `on_train_batch_end` and never reads `logs` per batch, so it forces no device sync and
-    leaves Keras's asynchronous batch-end dispatch on. All I/O happens in one background
-    thread; if the server is down, training is unaffected.
+    everything the training loop does per step. Pass the training data through
+    `cb.wrap(dataset)` to measure input wait: one synchronous stage at the end of the
+    `tf.data` pipeline stamps when each element is handed over. The batch hooks only append
+    to memory; the stamps are read every ~50 steps, the scalar logs kept every
+    `every_n_batches` steps. All I/O happens in one background thread; if the server is
+    down, training is unaffected. Each `fit()` call is one run.
 
     Args:
         run_name: Name shown in the UI. Defaults to a short random id.
@@ -28,11 +44,20 @@ class StokerCallback(keras.callbacks.Callback):
         config: Your hyperparameters, shown and compared across runs.
         tags: Labels for filtering.
         token: Agent token when the server requires one (default: `STOKER_AGENT_TOKEN`).
+        every_n_batches: Keep the scalar logs (loss, metrics) of every n-th step.
+        sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
+            then 1 s; at least 0.1 s).
+        all_gpus: Report every GPU, not only those this process can use
+            (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
 
     Example:
         cb = StokerCallback(run_name="bs256", project="cifar10", config={"batch_size": 256})
-        model.fit(train_ds, epochs=3, callbacks=[cb])
+        model.fit(cb.wrap(train_ds), epochs=3, callbacks=[cb])
     """
+
+    # The batch-end hook only appends to a locked buffer, so Keras may dispatch it from
+    # another thread (backends that support that; with TensorFlow all hooks are synchronous).
+    async_safe = True
 
     def __init__(
         self,
@@ -42,6 +67,9 @@ class StokerCallback(keras.callbacks.Callback):
         config: dict[str, Any] | None = None,
         tags: list[str] | None = None,
         token: str | None = None,
+        every_n_batches: int = 50,
+        sample_interval_s: float | None = None,
+        all_gpus: bool | None = None,
     ) -> None:
         super().__init__()
         self._agent_config = AgentConfig(
@@ -51,42 +79,112 @@ class StokerCallback(keras.callbacks.Callback):
             project=project,
             tags=list(tags or []),
             config=dict(config or {}),
+            sample_interval_s=resolve_interval_s(sample_interval_s),
+            all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
         )
+        self.every_n_batches = max(1, int(every_n_batches))
+        self._ring: StampRing | None = None
         self._session: RunSession | None = None
+        self._resolver = WaitResolver()
+        self._pending: list[Execution] = []
+        self._open: Execution | None = None
         self._step = 0
-        self._open_step: int | None = None
-        self._open_since = 0.0
+        self._steps_per_execution = 1
+        self._steps_per_epoch: int | None = None
+        self._last_read = 0.0
+        self._wall_to_perf_s = 0.0
+        self._next_log_step = 0
 
     @property
     def run_session(self) -> RunSession | None:
         return self._session
 
-    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+    def wrap(self, dataset: Any) -> Any:
+        """Return `dataset` with a stamping stage appended so input wait is measured.
+
+        The elements are unchanged. Wrap the dataset you pass to `fit` as the training data.
+        """
         try:
-            self._session = RunSession(self._agent_config)
+            if self._ring is None:
+                self._ring = StampRing()
+            self._input_pipeline = describe_pipeline(dataset)  # for the diagnosis's advice
+            return self._ring.wrap(dataset)
+        except Exception:
+            log.exception("Stoker could not wrap the dataset; input wait will not be measured")
+            return dataset
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        if self._session is not None:
+            # The previous fit() never reached on_train_end: it raised.
+            self._session.close_abnormally("failed")
+            self._session = None
+        try:
+            nvml = shared_nvml()
+            environment = collect(
+                nvml, model=self.model, fit_params=self.params, all_gpus=self._agent_config.all_gpus
+            )
+            pipeline = getattr(self, "_input_pipeline", None)
+            if pipeline:  # what wrap saw of the tf.data pipeline, for the diagnosis's advice
+                environment["input_pipeline"] = pipeline
+            self._session = RunSession(
+                self._agent_config, environment=environment, rank=detect_rank(), nvml=nvml
+            )
+            self._session.before_abnormal_close = self._hand_over_completed_steps
             self._session.start()
         except Exception:
             log.exception("Stoker could not start; training continues unmonitored")
             self._session = None
+        self._steps_per_execution = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        self._steps_per_epoch = (self.params or {}).get("steps")
+        self._resolver = WaitResolver()
+        self._pending = []
+        self._open = None
         self._step = 0
-        self._open_step = None
+        self._next_log_step = 0
+        self._last_read = time.perf_counter()
+        self._wall_to_perf_s = time.time() - time.perf_counter()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         now = time.perf_counter()
-        self._close_step(now)
-        self._open_step = self._step
-        self._open_since = now
-        self._step += 1
+        self._close(now)
+        if self._session is None:
+            return
+        n = self._steps_per_execution
+        if self._steps_per_epoch:
+            n = max(1, min(n, self._steps_per_epoch - batch))
+        self._open = Execution(
+            first_step=self._step, n=n, begin=now, epoch_start=batch == 0, end=now,
+            count_wait=self._step > 0,
+        )  # fmt: skip
+        self._step += n
+        if len(self._pending) >= READ_EVERY_CALLS or now - self._last_read >= READ_EVERY_S:
+            self._flush_pending(now)
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        session = self._session
+        step = self._step - 1
+        if session is None or not logs or step < self._next_log_step:
+            return
+        self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
+        for name, value in logs.items():
+            try:
+                session.record_metric(step, str(name), float(value))
+            except (TypeError, ValueError):
+                continue
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
         # Validation runs after the epoch's last step; it must not count as step time.
-        self._close_step(time.perf_counter())
+        self._close(time.perf_counter())
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        self._close_step(time.perf_counter())
+        now = time.perf_counter()
+        self._close(now)
+        self._flush_pending(now)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        self._close_step(time.perf_counter())
+        now = time.perf_counter()
+        self._close(now)
+        self._flush_pending(now)
         if self._session is not None:
             try:
                 self._session.close("finished")
@@ -94,9 +192,37 @@ class StokerCallback(keras.callbacks.Callback):
                 log.exception("Stoker could not flush its records")
             self._session = None
 
-    def _close_step(self, now: float) -> None:
-        if self._open_step is None or self._session is None:
-            self._open_step = None
+    def _hand_over_completed_steps(self) -> None:
+        # The step that was open when training raised never completed: it is not recorded.
+        self._open = None
+        self._flush_pending(time.perf_counter())
+
+    def _close(self, now: float) -> None:
+        execution, self._open = self._open, None
+        if execution is None or self._session is None:
             return
-        self._session.record_step(self._open_step, self._open_since, now - self._open_since)
-        self._open_step = None
+        execution.end = now
+        if self._ring is None:
+            self._record(split_execution(execution, None))
+        else:
+            self._pending.append(execution)
+
+    def _flush_pending(self, now: float) -> None:
+        self._last_read = now
+        if not self._pending or self._ring is None:
+            return
+        executions, self._pending = self._pending, []
+        try:
+            stamps = self._ring.read(self._wall_to_perf_s)
+        except Exception:
+            log.exception("Stoker could not read input stamps; input wait is not measured")
+            self._ring = None
+            stamps = {}
+        self._record(self._resolver.resolve(executions, stamps))
+
+    def _record(self, rows: list[StepRow]) -> None:
+        session = self._session
+        if session is None:
+            return
+        for row in rows:
+            session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)

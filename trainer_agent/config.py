@@ -2,9 +2,13 @@
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from trainer_agent.spool import DEFAULT_MAX_BYTES, default_spool_dir
+
 DEFAULT_SERVER = "http://127.0.0.1:8470"
+DEFAULT_SAMPLE_INTERVAL_S = 1.0
 
 
 def resolve_server(server: str | None) -> str:
@@ -13,6 +17,31 @@ def resolve_server(server: str | None) -> str:
 
 def resolve_token(token: str | None) -> str | None:
     return token or os.environ.get("STOKER_AGENT_TOKEN") or os.environ.get("STOKER_TOKEN") or None
+
+
+def resolve_interval_s(interval_s: float | None) -> float:
+    if interval_s is not None:
+        return float(interval_s)
+    return float(os.environ.get("STOKER_SAMPLE_INTERVAL_S") or DEFAULT_SAMPLE_INTERVAL_S)
+
+
+def spool_dir_from_env() -> Path | None:
+    """`STOKER_SPOOL_DIR` (`off` disables spooling), else the user's cache directory."""
+    value = os.environ.get("STOKER_SPOOL_DIR", "").strip()
+    if value.lower() in ("off", "none", "0"):
+        return None
+    return Path(value) if value else default_spool_dir()
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name) or default)
+    except ValueError:
+        return default
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def websocket_url(server: str, path: str) -> str:
@@ -32,9 +61,21 @@ class AgentConfig:
     project: str = "default"
     tags: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
+    all_gpus: bool = False
     flush_interval_s: float = 0.5
     max_batch_rows: int = 5000
     max_pending_rows: int = 1_000_000
     ack_timeout_s: float = 10.0
     connect_timeout_s: float = 5.0
-    close_timeout_s: float = 10.0
+    close_timeout_s: float = field(
+        default_factory=lambda: _env_float("STOKER_CLOSE_TIMEOUT_S", 10.0)
+    )
+    spool_dir: Path | None = field(default_factory=spool_dir_from_env)
+    spool_max_bytes: int = field(
+        default_factory=lambda: int(_env_float("STOKER_SPOOL_MAX_BYTES", DEFAULT_MAX_BYTES))
+    )
+    # "websocket" (falls back to HTTP when the upgrade is refused) or "http".
+    transport: str = field(
+        default_factory=lambda: os.environ.get("STOKER_TRANSPORT", "websocket").lower()
+    )

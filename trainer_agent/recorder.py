@@ -1,50 +1,96 @@
-"""The in-memory columnar buffer between the training thread and the sender thread.
+"""The in-memory columnar buffers between the recording threads and the sender thread.
 
-The training thread only appends to Python lists (a few hundred nanoseconds); the sender
-swaps the lists out under a lock. When nothing drains it (a wedged sender), the buffer
-stops growing at its cap and counts what it drops.
+Recording only appends to Python lists (a few hundred nanoseconds); the sender swaps the
+lists out under a lock. When nothing drains them (a wedged sender), each buffer stops
+growing at its cap and counts what it drops.
 """
 
 import threading
 from typing import Any
 
+# Wire sections (docs/protocol.md) and their columns, in order.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "steps": ("step", "t", "dur", "wait", "batch_size"),
+    "metrics": ("step", "name", "value"),
+    "device": (
+        "t", "gpu", "util", "mem_util", "mem_used", "mem_total", "proc_mem",
+        "tf_mem_current", "tf_mem_peak", "temp_c", "power_w", "power_limit_w",
+        "sm_clock_mhz", "throttle", "pcie_tx_bps", "pcie_rx_bps",
+    ),
+    "host": ("t", "proc_cpu", "sys_cpu", "rss", "mem_used", "mem_total"),
+}  # fmt: skip
 
-class StepBuffer:
-    def __init__(self, max_rows: int) -> None:
+# Columns every row has; the others are omitted from a batch when they are all null.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "steps": ("step", "t", "dur"),
+    "metrics": ("step", "name", "value"),
+    "device": ("t", "gpu"),
+    "host": ("t",),
+}
+
+Columns = dict[str, list[Any]]
+
+
+class ColumnBuffer:
+    """Rows of one section, stored as columns."""
+
+    def __init__(self, section: str, max_rows: int) -> None:
+        self.section = section
+        self._names = SECTIONS[section]
         self._max_rows = max_rows
         self._lock = threading.Lock()
         self._columns = self._empty()
         self.dropped = 0
 
-    @staticmethod
-    def _empty() -> dict[str, list[Any]]:
-        return {"step": [], "t": [], "dur": [], "wait": [], "batch_size": []}
+    def _empty(self) -> Columns:
+        return {name: [] for name in self._names}
 
-    def append(
-        self, step: int, t: float, dur: float, wait: float | None, batch_size: int | None
-    ) -> None:
+    def append(self, *row: Any) -> None:
         with self._lock:
             columns = self._columns
-            if len(columns["step"]) >= self._max_rows:
+            if len(columns[self._names[0]]) >= self._max_rows:
                 self.dropped += 1
                 return
-            columns["step"].append(step)
-            columns["t"].append(t)
-            columns["dur"].append(dur)
-            columns["wait"].append(wait)
-            columns["batch_size"].append(batch_size)
+            for name, value in zip(self._names, row, strict=True):
+                columns[name].append(value)
 
-    def drain(self) -> dict[str, list[Any]] | None:
+    def drain(self) -> Columns | None:
         """Take everything recorded so far, or None when empty."""
         with self._lock:
-            if not self._columns["step"]:
+            if not self._columns[self._names[0]]:
                 return None
             columns, self._columns = self._columns, self._empty()
-        if all(w is None for w in columns["wait"]):
-            del columns["wait"]
-        if all(b is None for b in columns["batch_size"]):
-            del columns["batch_size"]
+        required = REQUIRED[self.section]
+        for name in self._names:
+            if name not in required and all(v is None for v in columns[name]):
+                del columns[name]
         return columns
 
     def __len__(self) -> int:
-        return len(self._columns["step"])
+        return len(self._columns[self._names[0]])
+
+
+class Recorder:
+    """One buffer per wire section."""
+
+    def __init__(self, max_rows: int) -> None:
+        self.buffers = {name: ColumnBuffer(name, max_rows) for name in SECTIONS}
+        self.steps = self.buffers["steps"]
+        self.metrics = self.buffers["metrics"]
+        self.device = self.buffers["device"]
+        self.host = self.buffers["host"]
+
+    def drain(self) -> dict[str, Columns]:
+        drained = {name: buffer.drain() for name, buffer in self.buffers.items()}
+        return {name: columns for name, columns in drained.items() if columns is not None}
+
+    @property
+    def dropped(self) -> int:
+        return sum(buffer.dropped for buffer in self.buffers.values())
+
+    def __len__(self) -> int:
+        return sum(len(buffer) for buffer in self.buffers.values())
+
+
+def row_count(columns: Columns) -> int:
+    return len(next(iter(columns.values()))) if columns else 0

@@ -1,10 +1,12 @@
 """The one background thread that talks to the server.
 
-It wakes every `flush_interval_s`, turns what the training thread recorded into
-seq-numbered batches, sends them over the agent WebSocket and forgets a batch only once
-the server acknowledged it (after its commit). When the server is unreachable it keeps
-the batches, retries with capped, jittered backoff, and never blocks or raises into the
-training thread.
+It wakes every `flush_interval_s`, turns what the recorder holds into seq-numbered batches,
+sends them over the agent WebSocket (or HTTP POST when the WebSocket upgrade is refused or
+`transport="http"`), and forgets a batch only once the server acknowledged it (after its
+commit). While the server is unreachable it moves unsent batches to the disk spool
+(bounded; what does not fit is counted as dropped), retries with capped, jittered backoff,
+and replays the spool in seq order when the server is back; the server ignores a seq it
+already stored. It never blocks or raises into the training thread.
 """
 
 import contextlib
@@ -18,12 +20,16 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_agent.config import AgentConfig, websocket_url
-from trainer_agent.recorder import StepBuffer
+from trainer_agent.recorder import Columns, Recorder, row_count
+from trainer_agent.spool import Spool
 
 log = logging.getLogger("trainer_agent")
 
 Batch = dict[str, Any]
 Connect = Callable[..., Any]
+Post = Callable[..., Any]
+SECTIONS = ("steps", "metrics", "device", "host")
+HTTP_CHUNK_BYTES = 4 * 2**20
 
 
 def _default_connect(url: str, **kwargs: Any) -> Any:
@@ -32,6 +38,12 @@ def _default_connect(url: str, **kwargs: Any) -> Any:
     # Entering the connection is the supported way to use it directly (websockets >= 17.1
     # warns otherwise); the sender closes it explicitly.
     return connect(url, **kwargs).__enter__()
+
+
+def _default_post(url: str, *, payload: dict[str, Any], headers: dict[str, str], timeout: float):
+    import httpx
+
+    return httpx.post(url, json=payload, headers=headers, timeout=timeout)
 
 
 class Backoff:
@@ -51,11 +63,26 @@ class Backoff:
         self._attempt = 0
 
 
-def split_columns(columns: dict[str, list[Any]], max_rows: int) -> list[dict[str, list[Any]]]:
-    n = len(columns["step"])
-    if n <= max_rows:
-        return [columns]
-    return [{k: v[i : i + max_rows] for k, v in columns.items()} for i in range(0, n, max_rows)]
+def split_sections(sections: dict[str, Columns], max_rows: int) -> list[dict[str, Columns]]:
+    """Cut sections into chunks of at most `max_rows` rows per section, in order."""
+    longest = max((row_count(columns) for columns in sections.values()), default=0)
+    chunks = []
+    for start in range(0, longest, max_rows):
+        chunk = {}
+        for name, columns in sections.items():
+            if start < row_count(columns):
+                chunk[name] = {k: v[start : start + max_rows] for k, v in columns.items()}
+        chunks.append(chunk)
+    return chunks
+
+
+def batch_rows(batch: Batch) -> int:
+    return sum(row_count(batch[name]) for name in SECTIONS if name in batch)
+
+
+def _handshake_refused(error: Exception) -> bool:
+    """The server (or a proxy) answered HTTP but refused the WebSocket upgrade."""
+    return type(error).__name__ in ("InvalidStatus", "InvalidStatusCode", "InvalidUpgrade")
 
 
 class Sender:
@@ -64,13 +91,15 @@ class Sender:
         *,
         config: AgentConfig,
         hello: dict[str, Any],
-        buffer: StepBuffer,
+        buffer: Recorder,
         connect: Connect = _default_connect,
+        post: Post = _default_post,
     ) -> None:
         self._config = config
         self._hello = hello
         self._buffer = buffer
         self._connect = connect
+        self._post = post
         self._url = websocket_url(config.server, "/api/v1/agent")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stoker-sender", daemon=True)
@@ -83,11 +112,22 @@ class Sender:
         self._next_connect_at = 0.0
         self._warned_unreachable = False
         self._end_status = "finished"
+        self._use_http = config.transport == "http"
+        self._spool = (
+            Spool(config.spool_dir / hello["run_key"], max_bytes=config.spool_max_bytes)
+            if config.spool_dir is not None
+            else None
+        )
+        self._spool_dropped = 0
+        self._pending_dropped = 0
+        self._reported_counters: dict[str, int] | None = None
         self.run_id: int | None = None
-        self.dropped_rows = 0
+        self.spooled_rows = 0
         self.rejected_rows = 0
         self.acked_batches = 0
         self.connected = threading.Event()
+        # Called (on the sender thread) with each server command, e.g. set_interval.
+        self.on_command: Callable[[dict[str, Any]], None] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -99,9 +139,17 @@ class Sender:
         self._thread.join(self._config.close_timeout_s if timeout_s is None else timeout_s)
 
     @property
+    def dropped_rows(self) -> int:
+        return self._buffer.dropped + self._pending_dropped + self._spool_dropped
+
+    @property
     def pending_rows(self) -> int:
         return self._pending_rows + len(self._buffer)
 
+    def counters(self) -> dict[str, int]:
+        return {"dropped_rows": self.dropped_rows, "spooled_rows": self.spooled_rows}
+
+    # --- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
@@ -115,18 +163,15 @@ class Sender:
 
     def _cycle(self, *, force_connect: bool = False) -> bool:
         self._collect()
-        if not self._ensure_connected(force=force_connect):
-            return False
-        try:
-            self._send_pending()
+        if self._deliver(force=force_connect):
             return True
-        except Exception as error:
-            log.debug("send failed: %s", error)
-            self._disconnect()
-            self._schedule_reconnect(error)
-            return False
+        self._spool_pending()
+        return False
 
     def _final_flush(self, deadline: float) -> None:
+        if self._spool is not None:
+            # Spooled records are safe: do not hold the process up long for a dead server.
+            deadline = min(deadline, time.monotonic() + 2.0)
         while time.monotonic() < deadline:
             if self._cycle(force_connect=True):
                 try:
@@ -136,32 +181,91 @@ class Sender:
                     log.debug("end failed: %s", error)
                     self._disconnect()
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-        lost = self.pending_rows
-        if lost:
+        self._spool_pending(force=True)
+        if self._spool is not None:
+            self._spool.write_end(
+                self._hello, self._end_status, self.counters(), next_seq=self._next_seq
+            )
             log.warning(
-                "Stoker: %d step records could not be delivered to %s before exit",
-                lost,
+                "Stoker: the server at %s is unreachable; this run's records are kept in %s. "
+                "Send them later with: stoker upload %s",
+                self._config.server,
+                self._spool.directory,
+                self._spool.directory,
+            )
+        elif self.pending_rows:
+            log.warning(
+                "Stoker: %d records could not be delivered to %s before exit",
+                self.pending_rows,
                 self._config.server,
             )
 
+    # --- batching -------------------------------------------------------------------------
     def _collect(self) -> None:
-        columns = self._buffer.drain()
-        if columns is not None:
-            for chunk in split_columns(columns, self._config.max_batch_rows):
-                self._pending.append({"type": "batch", "seq": self._next_seq, "steps": chunk})
-                self._next_seq += 1
-                self._pending_rows += len(chunk["step"])
-        self.dropped_rows = self._buffer.dropped + self._dropped_from_pending()
+        sections = self._buffer.drain()
+        self._drop_oldest_beyond_cap()
+        counters = self.counters()
+        if not sections and counters == self._reported_counters:
+            return
+        for chunk in split_sections(sections, self._config.max_batch_rows) or [{}]:
+            batch: Batch = {"type": "batch", "seq": self._next_seq, **chunk, "agent": counters}
+            self._pending.append(batch)
+            self._next_seq += 1
+            self._pending_rows += batch_rows(batch)
+        self._reported_counters = counters
 
-    def _dropped_from_pending(self) -> int:
-        dropped = getattr(self, "_pending_dropped", 0)
+    def _drop_oldest_beyond_cap(self) -> None:
         while self._pending_rows > self._config.max_pending_rows and self._pending:
-            oldest = self._pending.popleft()
-            rows = len(oldest["steps"]["step"])
+            rows = batch_rows(self._pending.popleft())
             self._pending_rows -= rows
-            dropped += rows
-        self._pending_dropped = dropped
-        return dropped
+            self._pending_dropped += rows
+
+    def _spool_pending(self, *, force: bool = False) -> None:
+        """Move unsent batches to disk, oldest first (only while the server is unreachable)."""
+        if self._spool is None or (not force and not self._warned_unreachable):
+            return
+        while self._pending:
+            batch = self._pending.popleft()
+            rows = batch_rows(batch)
+            self._pending_rows -= rows
+            try:
+                stored = self._spool.add(self._hello, batch)
+            except OSError as error:
+                log.warning("Stoker: cannot write the spool (%s); dropping records", error)
+                stored = False
+            if stored:
+                self.spooled_rows += rows
+            else:
+                self._spool_dropped += rows
+
+    # --- delivery -------------------------------------------------------------------------
+    def _deliver(self, *, force: bool) -> bool:
+        """Send the spool, then memory, in seq order; False when the server is unreachable."""
+        if not self._use_http:
+            if self._ensure_connected(force=force):
+                try:
+                    self._send_spooled_ws()
+                    self._send_pending_ws()
+                    return True
+                except Exception as error:
+                    log.debug("send failed: %s", error)
+                    self._disconnect()
+                    self._schedule_reconnect(error)
+                    return False
+            if not self._use_http:  # a refused upgrade switches to HTTP right away
+                return False
+        if not force and time.monotonic() < self._next_connect_at:
+            return False
+        try:
+            self._send_http()
+        except Exception as error:
+            self._schedule_reconnect(error)
+            return False
+        self._on_reachable()
+        return True
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._config.token}"} if self._config.token else {}
 
     def _ensure_connected(self, *, force: bool) -> bool:
         if self._ws is not None:
@@ -169,13 +273,10 @@ class Sender:
         if not force and time.monotonic() < self._next_connect_at:
             return False
         try:
-            headers = {}
-            if self._config.token:
-                headers["Authorization"] = f"Bearer {self._config.token}"
             ws = self._connect(
                 self._url,
                 open_timeout=self._config.connect_timeout_s,
-                additional_headers=headers,
+                additional_headers=self._headers(),
                 max_size=None,
             )
             ws.send(json.dumps(self._hello))
@@ -184,29 +285,41 @@ class Sender:
                 ws.close()
                 raise ConnectionError(f"server refused the run: {welcome}")
         except Exception as error:
+            if _handshake_refused(error):
+                log.warning(
+                    "Stoker: %s refused the WebSocket upgrade (%s); sending over HTTP POST",
+                    self._config.server,
+                    error,
+                )
+                self._use_http = True
+                return False
             self._schedule_reconnect(error)
             return False
         self._ws = ws
         self._on_welcome(welcome)
-        self._backoff.reset()
         self.connected.set()
+        self._on_reachable()
+        return True
+
+    def _on_reachable(self) -> None:
+        self._backoff.reset()
         if self._warned_unreachable:
             log.warning("Stoker: reconnected to %s; sending buffered data", self._config.server)
             self._warned_unreachable = False
-        return True
 
     def _on_welcome(self, welcome: dict[str, Any]) -> None:
         self.run_id = welcome["run_id"]
         last_seq = int(welcome.get("last_seq", 0))
         if not self._welcomed_once:
-            # A new process resuming a run: continue numbering after what the server holds.
             self._welcomed_once = True
-            for offset, batch in enumerate(self._pending):
-                batch["seq"] = last_seq + 1 + offset
-            self._next_seq = last_seq + 1 + len(self._pending)
+            if last_seq and not (self._spool and self._spool.batch_paths()):
+                # A new process resuming a run: continue numbering after what the server holds.
+                for offset, batch in enumerate(self._pending):
+                    batch["seq"] = last_seq + 1 + offset
+                self._next_seq = last_seq + 1 + len(self._pending)
             return
         while self._pending and self._pending[0]["seq"] <= last_seq:
-            self._pending_rows -= len(self._pending.popleft()["steps"]["step"])
+            self._pending_rows -= batch_rows(self._pending.popleft())
 
     def _schedule_reconnect(self, error: Exception) -> None:
         delay = self._backoff.next_delay_s()
@@ -221,22 +334,73 @@ class Sender:
                 error,
             )
 
-    def _send_pending(self) -> None:
+    def _send_spooled_ws(self) -> None:
+        if self._spool is None:
+            return
+        for path in self._spool.batch_paths():
+            batch = self._spool.load(path)
+            self._send_one_ws(batch)
+            self._spool.remove(path)
+
+    def _send_pending_ws(self) -> None:
         while self._pending:
             batch = self._pending[0]
-            self._ws.send(json.dumps(batch))
-            reply = self._await_reply(lambda m, seq=batch["seq"]: m.get("seq") == seq)
+            self._send_one_ws(batch)
             self._pending.popleft()
-            rows = len(batch["steps"]["step"])
-            self._pending_rows -= rows
-            if reply.get("type") == "error":
-                self.rejected_rows += rows
-                log.warning("Stoker: the server rejected batch %s: %s", batch["seq"], reply)
-            else:
-                self.acked_batches += 1
+            self._pending_rows -= batch_rows(batch)
+
+    def _send_one_ws(self, batch: Batch) -> None:
+        self._ws.send(json.dumps(batch))
+        reply = self._await_reply(lambda m, seq=batch["seq"]: m.get("seq") == seq)
+        self._count_reply(batch, reply.get("type") == "error", reply)
+
+    def _count_reply(self, batch: Batch, refused: bool, reply: Any) -> None:
+        if refused:
+            self.rejected_rows += batch_rows(batch)
+            log.warning("Stoker: the server rejected batch %s: %s", batch["seq"], reply)
+        else:
+            self.acked_batches += 1
+
+    def _send_http(self) -> None:
+        """POST the spool and then memory to `/api/v1/ingest`, in chunks."""
+        if self._spool is not None:
+            paths = self._spool.batch_paths()
+            for chunk in _chunks(paths, lambda p: p.stat().st_size):
+                self._post_batches([self._spool.load(p) for p in chunk])
+                for path in chunk:
+                    self._spool.remove(path)
+        while self._pending:
+            chunk = _chunks(list(self._pending), lambda b: len(json.dumps(b)))[0]
+            self._post_batches(chunk)
+            for batch in chunk:
+                self._pending.popleft()
+                self._pending_rows -= batch_rows(batch)
+
+    def _post_batches(self, batches: list[Batch], end: dict[str, Any] | None = None) -> None:
+        payload: dict[str, Any] = {"hello": self._hello, "batches": batches}
+        if end is not None:
+            payload["end"] = end
+        response = self._post(
+            self._config.server + "/api/v1/ingest",
+            payload=payload,
+            headers=self._headers(),
+            timeout=self._config.ack_timeout_s,
+        )
+        if response.status_code == 422:  # refused as invalid: retrying cannot help
+            for batch in batches:
+                self._count_reply(batch, True, response.text[:500])
+            return
+        response.raise_for_status()
+        body = response.json()
+        self.run_id = body.get("run_id", self.run_id)
+        self.acked_batches += len(batches)
 
     def _send_end(self) -> None:
-        self._ws.send(json.dumps({"type": "end", "status": self._end_status}))
+        end = {"type": "end", "status": self._end_status}
+        if self._use_http:
+            self._post_batches([], end=end)
+            return
+        self._ws.send(json.dumps(end))
         self._await_reply(lambda m: bool(m.get("end")))
 
     def _await_reply(self, matches: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
@@ -246,10 +410,21 @@ class Sender:
             if remaining <= 0:
                 raise TimeoutError("no acknowledgement from the server")
             message = json.loads(self._ws.recv(timeout=remaining))
+            if message.get("type") == "command":
+                self._handle_command(message)
+                continue
             if matches(message):
                 return message
             if message.get("type") == "error" and "seq" not in message:
                 raise ConnectionError(f"server error: {message.get('message')}")
+
+    def _handle_command(self, command: dict[str, Any]) -> None:
+        if self.on_command is None:
+            return
+        try:
+            self.on_command(command)
+        except Exception:
+            log.debug("command %s failed", command, exc_info=True)
 
     def _disconnect(self) -> None:
         ws, self._ws = self._ws, None
@@ -257,3 +432,20 @@ class Sender:
         if ws is not None:
             with contextlib.suppress(Exception):
                 ws.close()
+
+
+def _chunks(items: list[Any], size_of: Callable[[Any], int]) -> list[list[Any]]:
+    """Consecutive groups of at most ~HTTP_CHUNK_BYTES (and 1000 items), each non-empty."""
+    chunks: list[list[Any]] = []
+    current: list[Any] = []
+    current_bytes = 0
+    for item in items:
+        size = size_of(item)
+        if current and (current_bytes + size > HTTP_CHUNK_BYTES or len(current) >= 1000):
+            chunks.append(current)
+            current, current_bytes = [], 0
+        current.append(item)
+        current_bytes += size
+    if current:
+        chunks.append(current)
+    return chunks

@@ -128,6 +128,7 @@ async def _serve_agent(
         }
     )
     hub.publish_run(public.model_dump(mode="json"))
+    state.detectors.attach(public)
     while True:
         text = await _receive_text(websocket, settings.max_frame_bytes, telemetry)
         if text is None:
@@ -148,6 +149,7 @@ async def _serve_agent(
             telemetry.live.ended(run.id)
             public = run_public(ended)
             hub.publish_run(public.model_dump(mode="json"))
+            state.detectors.observe_run(public)
             continue
         if frame.row_count() > settings.max_batch_rows:
             telemetry.rejects.labels("too_many_rows").inc()
@@ -170,6 +172,7 @@ async def _serve_agent(
         if fresh is not None:
             public = _refreshed(public, fresh)
             _publish_batch(state, public, frame, hello.rank)
+            state.detectors.observe_batch(public, frame)
         else:
             telemetry.replays.inc()
 
@@ -248,8 +251,10 @@ async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[
         if fresh is not None:
             public = _refreshed(public, fresh)
             _publish_batch(state, public, batch, payload.hello.rank)
+            state.detectors.observe_batch(public, batch)
     if payload.end is not None:
         run = await writer.run(end_run, run_id=run.id, status=RunStatus(payload.end.status))
         state.telemetry.live.ended(run.id)
         hub.publish_run(run_public(run).model_dump(mode="json"))
+        state.detectors.observe_run(run)
     return {"run_id": run.id, "acked": acked}

@@ -1,0 +1,71 @@
+"""REST reads for the diagnosis: the verdict, starvation marks, and the run's events."""
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from backend.deps import SessionDep, ViewerAuth
+from backend.diagnosis import Diagnosis, diagnose
+from backend.diagnosis_store import list_events, starved_ranges, window_from_db
+from backend.models import RunEventsPublic
+from backend.queries import get_run
+
+router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
+
+
+@router.get("/runs/{run_id}/diagnosis")
+def read_diagnosis(
+    run_id: int,
+    request: Request,
+    session: SessionDep,
+    window_s: Annotated[float | None, Query(gt=0, le=86_400)] = None,
+) -> Diagnosis:
+    """The live verdict over the server's sliding window, or, for a run not being watched
+    (or with an explicit `window_s`), the verdict over the last `window_s` seconds stored."""
+    run = get_run(session=session, run_id=run_id)
+    settings = request.app.state.settings
+    detectors = request.app.state.detectors
+    if window_s is None:
+        live = detectors.current(run_id)
+        if live is not None:
+            return live
+        window_s = settings.diagnosis_window_s
+    window = window_from_db(session=session, run=run, window_s=window_s)
+    watched = detectors.windows.get(run_id)
+    if watched is not None:  # stall detection needs the live arrival times
+        window.last_step_at = watched.last_step_at
+    return diagnose(
+        window,
+        now=time.monotonic(),
+        connected=run_id in request.app.state.connections.run_ids(),
+        min_steps=settings.diagnosis_min_steps,
+        stall_min_s=settings.stall_min_s,
+        stall_step_factor=settings.stall_step_factor,
+    )
+
+
+@router.get("/runs/{run_id}/starvation")
+def read_starvation(
+    run_id: int,
+    session: SessionDep,
+    threshold: Annotated[float, Query(gt=0, le=1)] = 0.2,
+    rank: Annotated[int, Query(ge=0)] = 0,
+    max_gap: Annotated[int, Query(ge=0, le=10_000)] = 0,
+) -> dict:
+    """Step ranges whose input wait is at least `threshold` of step time, for shading."""
+    get_run(session=session, run_id=run_id)
+    return starved_ranges(
+        session=session, run_id=run_id, threshold=threshold, rank=rank, max_gap=max_gap
+    )
+
+
+@router.get("/runs/{run_id}/events")
+def read_events(
+    run_id: int,
+    session: SessionDep,
+    kind: Annotated[str | None, Query(max_length=50)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+) -> RunEventsPublic:
+    get_run(session=session, run_id=run_id)
+    return list_events(session=session, run_id=run_id, kind=kind, limit=limit)

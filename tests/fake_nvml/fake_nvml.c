@@ -1,0 +1,363 @@
+/*
+ * A scriptable fake of NVIDIA's NVML (libnvidia-ml.so.1) for tests on machines without a GPU.
+ *
+ * Built by tests/fake_nvml.py against the real nvml.h (nvidia-nvml-dev wheel) and loaded by
+ * the real pynvml. Every call re-reads the control file named by $FAKE_NVML_CONTROL, so a
+ * test can change values or inject errors mid-run by rewriting it atomically. Lines:
+ *
+ *   device_count 2
+ *   driver_version 550.54.15
+ *   cuda_driver_version 12040
+ *   gpu0.name NVIDIA A100-SXM4-40GB      (per GPU: name uuid util mem_util mem_used
+ *   gpu0.util 87                          mem_total temp_c power_mw power_limit_mw sm_clock
+ *                                         throttle pcie_tx_kbs pcie_rx_kbs cc_major cc_minor
+ *                                         proc_pid proc_mem)
+ *   error nvmlDeviceGetSamples 3          (that function returns NVML error code 3)
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "nvml.h"
+
+#define MAX_GPUS 8
+#define MAX_ERRORS 32
+#define TEXT 96
+
+typedef struct {
+    char name[TEXT], uuid[TEXT];
+    unsigned long long util, mem_util, mem_used, mem_total, temp_c, power_mw, power_limit_mw;
+    unsigned long long sm_clock, throttle, pcie_tx_kbs, pcie_rx_kbs, proc_pid, proc_mem;
+    int cc_major, cc_minor;
+} FakeGpu;
+
+typedef struct {
+    int device_count, cuda_driver_version, error_count;
+    char driver_version[TEXT];
+    char error_function[MAX_ERRORS][TEXT];
+    int error_code[MAX_ERRORS];
+    FakeGpu gpus[MAX_GPUS];
+} FakeState;
+
+struct nvmlDevice_st { int index; };
+
+static struct nvmlDevice_st handles[MAX_GPUS];
+static FakeState state;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int initialized = 0;
+
+static void defaults(void) {
+    memset(&state, 0, sizeof(state));
+    state.device_count = 1;
+    state.cuda_driver_version = 12040;
+    strcpy(state.driver_version, "550.54.15");
+    for (int i = 0; i < MAX_GPUS; i++) {
+        FakeGpu *g = &state.gpus[i];
+        snprintf(g->name, TEXT, "Fake GPU %d", i);
+        snprintf(g->uuid, TEXT, "GPU-00000000-0000-0000-0000-00000000000%d", i);
+        g->util = 50; g->mem_util = 20; g->mem_total = 16ULL << 30; g->mem_used = 1ULL << 30;
+        g->temp_c = 60; g->power_mw = 150000; g->power_limit_mw = 300000; g->sm_clock = 1500;
+        g->pcie_tx_kbs = 1000; g->pcie_rx_kbs = 2000; g->cc_major = 8; g->cc_minor = 0;
+        handles[i].index = i;
+    }
+}
+
+static void set_gpu(FakeGpu *g, const char *key, const char *value) {
+    unsigned long long v = strtoull(value, NULL, 10);
+    if (!strcmp(key, "name")) snprintf(g->name, TEXT, "%.95s", value);
+    else if (!strcmp(key, "uuid")) snprintf(g->uuid, TEXT, "%.95s", value);
+    else if (!strcmp(key, "util")) g->util = v;
+    else if (!strcmp(key, "mem_util")) g->mem_util = v;
+    else if (!strcmp(key, "mem_used")) g->mem_used = v;
+    else if (!strcmp(key, "mem_total")) g->mem_total = v;
+    else if (!strcmp(key, "temp_c")) g->temp_c = v;
+    else if (!strcmp(key, "power_mw")) g->power_mw = v;
+    else if (!strcmp(key, "power_limit_mw")) g->power_limit_mw = v;
+    else if (!strcmp(key, "sm_clock")) g->sm_clock = v;
+    else if (!strcmp(key, "throttle")) g->throttle = v;
+    else if (!strcmp(key, "pcie_tx_kbs")) g->pcie_tx_kbs = v;
+    else if (!strcmp(key, "pcie_rx_kbs")) g->pcie_rx_kbs = v;
+    else if (!strcmp(key, "proc_pid")) g->proc_pid = v;
+    else if (!strcmp(key, "proc_mem")) g->proc_mem = v;
+    else if (!strcmp(key, "cc_major")) g->cc_major = (int)v;
+    else if (!strcmp(key, "cc_minor")) g->cc_minor = (int)v;
+}
+
+/* Re-read the control file; called at the start of every API function, under the lock. */
+static void load(void) {
+    defaults();
+    const char *path = getenv("FAKE_NVML_CONTROL");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return;
+    char line[512], key[TEXT], value[400];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (sscanf(line, "%95s %399[^\n]", key, value) != 2) continue;
+        if (!strcmp(key, "device_count")) state.device_count = atoi(value);
+        else if (!strcmp(key, "driver_version")) snprintf(state.driver_version, TEXT, "%.95s", value);
+        else if (!strcmp(key, "cuda_driver_version")) state.cuda_driver_version = atoi(value);
+        else if (!strcmp(key, "error") && state.error_count < MAX_ERRORS) {
+            char function[TEXT];
+            int code;
+            if (sscanf(value, "%95s %d", function, &code) == 2) {
+                strcpy(state.error_function[state.error_count], function);
+                state.error_code[state.error_count++] = code;
+            }
+        } else if (!strncmp(key, "gpu", 3)) {
+            char *dot = strchr(key, '.');
+            int index = atoi(key + 3);
+            if (dot && index >= 0 && index < MAX_GPUS) set_gpu(&state.gpus[index], dot + 1, value);
+        }
+    }
+    fclose(f);
+    if (state.device_count > MAX_GPUS) state.device_count = MAX_GPUS;
+}
+
+static nvmlReturn_t injected(const char *function) {
+    for (int i = 0; i < state.error_count; i++)
+        if (!strcmp(state.error_function[i], function)) return (nvmlReturn_t)state.error_code[i];
+    return NVML_SUCCESS;
+}
+
+/* Lock, reload, check init and injected errors; sets `gpu` when a device is given. */
+#define ENTER(device)                                                        \
+    pthread_mutex_lock(&lock);                                               \
+    load();                                                                  \
+    nvmlReturn_t rc = injected(__func__);                                    \
+    FakeGpu *gpu = NULL;                                                     \
+    if (rc == NVML_SUCCESS && !initialized) rc = NVML_ERROR_UNINITIALIZED;   \
+    if (rc == NVML_SUCCESS && (device) != NULL) {                            \
+        int i_ = ((struct nvmlDevice_st *)(device))->index;                  \
+        if (i_ < 0 || i_ >= state.device_count) rc = NVML_ERROR_INVALID_ARGUMENT; \
+        else gpu = &state.gpus[i_];                                          \
+    }                                                                        \
+    if (rc != NVML_SUCCESS) { pthread_mutex_unlock(&lock); return rc; }      \
+    (void)gpu;
+
+#define LEAVE(code) do { pthread_mutex_unlock(&lock); return (code); } while (0)
+
+static nvmlReturn_t copy_text(char *out, unsigned int length, const char *text) {
+    if (!out) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(text) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(out, text);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    pthread_mutex_lock(&lock);
+    load();
+    nvmlReturn_t rc = injected("nvmlInitWithFlags");
+    if (rc == NVML_SUCCESS) initialized++;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t rc = initialized ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (initialized) initialized--;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    default: return "Unknown Error";
+    }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    ENTER(NULL);
+    LEAVE(copy_text(version, length, state.driver_version));
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
+    ENTER(NULL);
+    *cudaDriverVersion = state.cuda_driver_version;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) {
+    ENTER(NULL);
+    *cudaDriverVersion = state.cuda_driver_version;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
+    ENTER(NULL);
+    *deviceCount = (unsigned int)state.device_count;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    ENTER(NULL);
+    if (index >= (unsigned int)state.device_count) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *device = &handles[index];
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    ENTER(NULL);
+    for (int i = 0; i < state.device_count; i++) {
+        if (!strcmp(state.gpus[i].uuid, uuid)) {
+            *device = &handles[i];
+            LEAVE(NVML_SUCCESS);
+        }
+    }
+    LEAVE(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    ENTER(device);
+    *index = (unsigned int)device->index;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    ENTER(device);
+    LEAVE(copy_text(name, length, gpu->name));
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    ENTER(device);
+    LEAVE(copy_text(uuid, length, gpu->uuid));
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    ENTER(device);
+    memory->total = gpu->mem_total;
+    memory->used = gpu->mem_used;
+    memory->free = gpu->mem_total > gpu->mem_used ? gpu->mem_total - gpu->mem_used : 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    ENTER(device);
+    memory->total = gpu->mem_total;
+    memory->used = gpu->mem_used;
+    memory->reserved = 0;
+    memory->free = gpu->mem_total > gpu->mem_used ? gpu->mem_total - gpu->mem_used : 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    ENTER(device);
+    utilization->gpu = (unsigned int)gpu->util;
+    utilization->memory = (unsigned int)gpu->mem_util;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* Samples every 100 ms after lastSeenTimeStamp (at most 10), each with the current value. */
+nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
+                                  unsigned long long lastSeenTimeStamp,
+                                  nvmlValueType_t *sampleValType, unsigned int *sampleCount,
+                                  nvmlSample_t *samples) {
+    ENTER(device);
+    unsigned long long value;
+    if (type == NVML_GPU_UTILIZATION_SAMPLES) value = gpu->util;
+    else if (type == NVML_MEMORY_UTILIZATION_SAMPLES) value = gpu->mem_util;
+    else LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    unsigned long long now = (unsigned long long)tv.tv_sec * 1000000ULL + tv.tv_usec;
+    unsigned long long step = 100000ULL, first = now - 9 * step;
+    if (lastSeenTimeStamp >= first) first = lastSeenTimeStamp + 1;
+    unsigned int count = first > now ? 0 : (unsigned int)((now - first) / step) + 1;
+    if (count == 0) LEAVE(NVML_ERROR_NOT_FOUND);
+    *sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
+    if (samples == NULL) {
+        *sampleCount = count;
+        LEAVE(NVML_SUCCESS);
+    }
+    if (*sampleCount < count) count = *sampleCount;
+    for (unsigned int i = 0; i < count; i++) {
+        samples[i].timeStamp = now - (unsigned long long)(count - 1 - i) * step;
+        samples[i].sampleValue.uiVal = (unsigned int)value;
+    }
+    *sampleCount = count;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
+                                      unsigned int *temp) {
+    ENTER(device);
+    if (sensorType != NVML_TEMPERATURE_GPU) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *temp = (unsigned int)gpu->temp_c;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    ENTER(device);
+    *power = (unsigned int)gpu->power_mw;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {
+    ENTER(device);
+    *limit = (unsigned int)gpu->power_limit_mw;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                    unsigned int *clock) {
+    ENTER(device);
+    if (type != NVML_CLOCK_SM) LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    *clock = (unsigned int)gpu->sm_clock;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long *clocksEventReasons) {
+    ENTER(device);
+    *clocksEventReasons = gpu->throttle;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter,
+                                         unsigned int *value) {
+    ENTER(device);
+    *value = (unsigned int)(counter == NVML_PCIE_UTIL_TX_BYTES ? gpu->pcie_tx_kbs
+                                                               : gpu->pcie_rx_kbs);
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos) {
+    ENTER(device);
+    unsigned int count = gpu->proc_pid ? 1 : 0;
+    if (infos == NULL || *infoCount < count) {
+        *infoCount = count;
+        LEAVE(count ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
+    }
+    if (count) {
+        infos[0].pid = (unsigned int)gpu->proc_pid;
+        infos[0].usedGpuMemory = gpu->proc_mem;
+        infos[0].gpuInstanceId = 0xFFFFFFFF;
+        infos[0].computeInstanceId = 0xFFFFFFFF;
+    }
+    *infoCount = count;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor) {
+    ENTER(device);
+    *major = gpu->cc_major;
+    *minor = gpu->cc_minor;
+    LEAVE(NVML_SUCCESS);
+}

@@ -1,0 +1,172 @@
+"""The agent in real Keras fits and custom loops on the CPU, against a real `stoker serve`."""
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.support import ServerProcess
+
+tf = pytest.importorskip("tensorflow")
+
+BATCH = 16
+DELAY_S = 0.04
+
+
+def _model(steps_per_execution: int = 1) -> "tf.keras.Model":
+    model = tf.keras.Sequential(
+        [tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(16, activation="relu"),
+         tf.keras.layers.Dense(1)]
+    )  # fmt: skip
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=steps_per_execution)
+    return model
+
+
+def _dataset(batches: int, delay_s: float = 0.0) -> "tf.data.Dataset":
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batches * BATCH, 8)).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(BATCH)
+    if delay_s > 0:
+
+        def slow(a: np.ndarray) -> np.ndarray:
+            time.sleep(delay_s)
+            return a
+
+        def delay(a: "tf.Tensor", b: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
+            return tf.ensure_shape(tf.numpy_function(slow, [a], tf.float32), a.shape), b
+
+        ds = ds.map(delay)
+    return ds
+
+
+def _only_run(server: ServerProcess) -> dict:
+    runs = server.get("/api/v1/runs")
+    assert runs["count"] == 1
+    return runs["data"][0]
+
+
+def test_fit_wrapped_slow_pipeline_reports_each_steps_input_wait(server: ServerProcess) -> None:
+    from trainer_agent import StokerCallback
+
+    callback = StokerCallback(run_name="slow-input", server=server.url, every_n_batches=5)
+    _model().fit(callback.wrap(_dataset(12, DELAY_S)), epochs=2, callbacks=[callback], verbose=0)
+
+    run = _only_run(server)
+    assert run["status"] == "finished"
+    environment = run["environment"]
+    assert environment["model"]["param_count"] == 8 * 16 + 16 + 16 + 1
+    assert environment["fit_params"]["epochs"] == 2
+    assert environment["tensorflow_version"] == tf.__version__
+    assert environment["optimizer"]["class"] == "SGD"
+    series = server.get(f"/api/v1/runs/{run['id']}/steps")
+    assert series["step"] == list(range(24))
+    assert series["wait"][0] is None  # step 0 traces the function
+    waits = series["wait"][1:]
+    assert all(w is not None for w in waits)
+    # The tiny model computes in about a millisecond: nearly all of each step is the delay.
+    assert sorted(waits)[len(waits) // 2] > DELAY_S * 0.3
+    assert run["summary"]["input_wait_share"] > 0.3
+    sizes = server.rows("SELECT DISTINCT batch_size FROM step WHERE run_id = ?", run["id"])
+    assert sizes == [(BATCH,)]
+    logged = server.rows("SELECT step, name FROM metric WHERE run_id = ? ORDER BY step", run["id"])
+    assert [step for step, name in logged if name == "loss"] == [0, 5, 10, 15, 20]
+
+
+def test_fit_wrapped_fast_pipeline_reports_near_zero_wait(server: ServerProcess) -> None:
+    from trainer_agent import StokerCallback
+
+    callback = StokerCallback(run_name="fast-input", server=server.url)
+    _model().fit(callback.wrap(_dataset(20)), epochs=1, callbacks=[callback], verbose=0)
+    run = _only_run(server)
+    series = server.get(f"/api/v1/runs/{run['id']}/steps")
+    assert all(w is not None for w in series["wait"][1:])
+    assert run["summary"]["input_wait_share"] < 0.5
+
+
+def test_fit_steps_per_execution_reports_every_step_with_wait(server: ServerProcess) -> None:
+    from trainer_agent import StokerCallback
+
+    callback = StokerCallback(run_name="spe", server=server.url)
+    _model(steps_per_execution=4).fit(
+        callback.wrap(_dataset(12, DELAY_S)), epochs=2, callbacks=[callback], verbose=0
+    )
+    run = _only_run(server)
+    series = server.get(f"/api/v1/runs/{run['id']}/steps")
+    assert series["step"] == list(range(24))
+    counted = [w for w in series["wait"][4:] if w is not None]
+    assert len(counted) == 20
+    assert run["summary"]["input_wait_share"] > 0.3
+
+
+def test_fit_called_twice_with_one_callback_makes_two_finished_runs(
+    server: ServerProcess,
+) -> None:
+    from trainer_agent import StokerCallback
+
+    callback = StokerCallback(run_name="twice", server=server.url)
+    model = _model()
+    dataset = callback.wrap(_dataset(10))
+    model.fit(dataset, epochs=1, callbacks=[callback], verbose=0)
+    model.fit(dataset, epochs=2, callbacks=[callback], verbose=0)
+    runs = sorted(server.get("/api/v1/runs")["data"], key=lambda r: r["id"])
+    assert [r["status"] for r in runs] == ["finished", "finished"]
+    assert [r["summary"]["steps"] for r in runs] == [10, 20]
+    second = server.get(f"/api/v1/runs/{runs[1]['id']}/steps")
+    assert all(w is not None for w in second["wait"][1:])
+
+
+def test_monitor_custom_loop_reports_steps_waits_and_scalars(server: ServerProcess) -> None:
+    from trainer_agent import Monitor
+
+    model = _model()
+    optimizer = tf.keras.optimizers.SGD()
+
+    @tf.function
+    def train_step(x: "tf.Tensor", y: "tf.Tensor") -> "tf.Tensor":
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                      model.trainable_variables, strict=True))  # fmt: skip
+        return loss
+
+    with Monitor(run_name="loop", server=server.url, every_n_batches=4) as mon:
+        for _ in range(2):
+            for x, y in mon.iterate(_dataset(8, DELAY_S)):
+                mon.log(loss=train_step(x, y))
+    run = _only_run(server)
+    assert run["status"] == "finished"
+    series = server.get(f"/api/v1/runs/{run['id']}/steps")
+    assert series["step"] == list(range(16))
+    assert sorted(series["wait"])[8] > DELAY_S * 0.3
+    logged = server.rows("SELECT step FROM metric WHERE run_id = ? ORDER BY step", run["id"])
+    assert [s for (s,) in logged] == [0, 4, 8, 12]
+
+
+def test_monitor_exception_in_loop_marks_run_failed(server: ServerProcess) -> None:
+    from trainer_agent import Monitor
+
+    with pytest.raises(RuntimeError), Monitor(run_name="boom", server=server.url) as mon:
+        for i, _ in enumerate(mon.iterate(range(5))):
+            if i == 2:
+                raise RuntimeError("diverged")
+    run = _only_run(server)
+    assert run["status"] == "failed"
+    assert run["summary"]["steps"] == 3
+
+
+def test_fit_under_mirrored_strategy_reports_steps_and_waits(server: ServerProcess) -> None:
+    from trainer_agent import StokerCallback
+
+    callback = StokerCallback(run_name="mirrored", server=server.url)
+    dataset = callback.wrap(_dataset(10, DELAY_S))
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = _model()
+    model.fit(dataset, epochs=2, callbacks=[callback], verbose=0)
+    run = _only_run(server)
+    assert run["environment"]["strategy"] == "MirroredStrategy"
+    assert run["environment"]["replicas"] == strategy.num_replicas_in_sync
+    series = server.get(f"/api/v1/runs/{run['id']}/steps")
+    assert series["step"] == list(range(20))
+    assert all(w is not None for w in series["wait"][1:])
+    assert run["summary"]["input_wait_share"] > 0.3

@@ -1,0 +1,83 @@
+"""Matching steps to the stamps of the elements they consumed (pure Python, no TensorFlow)."""
+
+import pytest
+
+from trainer_agent.input_wait import Execution, Stamp, WaitResolver, split_execution
+
+
+def stamps(generation: int, times: list[float], size: int = 32) -> dict[tuple[int, int], Stamp]:
+    return {(generation, i): Stamp(ts, size) for i, ts in enumerate(times)}
+
+
+def test_split_execution_single_step_wait_is_stamp_minus_begin() -> None:
+    execution = Execution(first_step=3, n=1, begin=10.0, end=10.5, epoch_start=False)
+    (row,) = split_execution(execution, [Stamp(10.2, 64)])
+    assert (row.step, row.start, row.dur, row.batch_size) == (3, 10.0, 0.5, 64)
+    assert row.wait == pytest.approx(0.2)
+
+
+def test_split_execution_prefetched_element_has_no_wait() -> None:
+    execution = Execution(first_step=0, n=1, begin=10.0, end=10.5, epoch_start=False)
+    (row,) = split_execution(execution, [Stamp(9.0, None)])
+    assert row.wait == 0.0
+
+
+def test_split_execution_many_steps_solves_compute_and_keeps_total() -> None:
+    # Compute 0.1 s per step; elements arrive every 0.3 s, so each of 4 steps waits 0.2 s
+    # (the first waits 0.3 s from the begin).
+    ready = [10.3, 10.6, 10.9, 11.2]
+    execution = Execution(first_step=8, n=4, begin=10.0, end=11.3, epoch_start=False)
+    rows = split_execution(execution, [Stamp(t, 16) for t in ready])
+    assert [r.step for r in rows] == [8, 9, 10, 11]
+    assert [r.wait for r in rows] == pytest.approx([0.3, 0.2, 0.2, 0.2], abs=1e-6)
+    assert sum(r.dur for r in rows) == pytest.approx(1.3)
+
+
+def test_split_execution_without_stamps_splits_time_and_has_no_wait() -> None:
+    execution = Execution(first_step=0, n=2, begin=1.0, end=2.0, epoch_start=True)
+    rows = split_execution(execution, None)
+    assert [(r.step, r.dur, r.wait) for r in rows] == [(0, 0.5, None), (1, 0.5, None)]
+
+
+def test_resolver_follows_new_iterator_each_epoch_and_skips_warmup_iterator() -> None:
+    # Generation 1 is a warm-up iterator (one element pulled before training); generation 2
+    # is epoch 1, generation 3 epoch 2.
+    ring = {**stamps(1, [0.5]), **stamps(2, [1.1, 1.3]), **stamps(3, [2.2, 2.3])}
+    executions = [
+        Execution(0, 1, begin=1.0, end=1.2, epoch_start=True),
+        Execution(1, 1, begin=1.2, end=1.4, epoch_start=False),
+        Execution(2, 1, begin=2.0, end=2.4, epoch_start=True),
+        Execution(3, 1, begin=2.4, end=2.5, epoch_start=False),
+    ]
+    rows = WaitResolver().resolve(executions, ring)
+    assert [r.wait for r in rows] == pytest.approx([0.1, 0.1, 0.2, 0.0])
+
+
+def test_resolver_keeps_iterator_across_epochs_when_none_is_new() -> None:
+    ring = stamps(1, [1.0, 1.5, 2.5])
+    executions = [
+        Execution(0, 1, begin=1.0, end=1.4, epoch_start=True),
+        Execution(1, 1, begin=1.4, end=1.8, epoch_start=False),
+        Execution(2, 1, begin=2.0, end=2.6, epoch_start=True),
+    ]
+    rows = WaitResolver().resolve(executions, ring)
+    assert [r.wait for r in rows] == pytest.approx([0.0, 0.1, 0.5])
+
+
+def test_resolver_overwritten_stamps_give_unknown_wait() -> None:
+    ring = {(1, 0): Stamp(1.0, 8), (1, 2): Stamp(1.9, 8)}
+    executions = [
+        Execution(0, 1, begin=1.0, end=1.5, epoch_start=True),
+        Execution(1, 1, begin=1.5, end=1.8, epoch_start=False),
+        Execution(2, 1, begin=1.8, end=2.0, epoch_start=False),
+    ]
+    rows = WaitResolver().resolve(executions, ring)
+    assert [r.wait for r in rows] == pytest.approx([0.0, None, 0.1])
+
+
+def test_resolver_first_step_of_run_does_not_count_wait() -> None:
+    ring = stamps(1, [1.8])
+    executions = [Execution(0, 1, begin=1.0, end=2.0, epoch_start=True, count_wait=False)]
+    (row,) = WaitResolver().resolve(executions, ring)
+    assert row.wait is None
+    assert row.batch_size == 32

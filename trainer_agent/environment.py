@@ -1,0 +1,190 @@
+"""The environment report sent once per run in `hello.environment`.
+
+Everything is best effort: a fact that cannot be read is left out or null, never an error.
+TensorFlow and Keras are only consulted when the training process already imported them.
+"""
+
+import json
+import logging
+import os
+import platform
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from trainer_agent.nvml import Nvml
+
+log = logging.getLogger("trainer_agent")
+
+ENV_VARS = (
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_DETERMINISTIC_OPS", "TF_XLA_FLAGS", "TF_GPU_ALLOCATOR", "TF_CPP_MIN_LOG_LEVEL",
+    "XLA_FLAGS",
+)  # fmt: skip
+
+
+def _safe(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """`value` as plain JSON types (unknown objects become their repr)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if depth > 6:
+        return repr(value)[:200]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set):
+        return [jsonable(v, depth + 1) for v in value]
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item):
+        return jsonable(_safe(item), depth + 1)
+    return repr(value)[:200]
+
+
+def detect_rank() -> int:
+    """This worker's rank: `STOKER_RANK`, `RANK`, or the task index in `TF_CONFIG`."""
+    for name in ("STOKER_RANK", "RANK"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    tf_config = _safe(lambda: json.loads(os.environ.get("TF_CONFIG", "") or "{}")) or {}
+    task = tf_config.get("task") or {}
+    index = task.get("index")
+    return int(index) if isinstance(index, int) and index >= 0 else 0
+
+
+def host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "rank": detect_rank(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "env": {name: os.environ[name] for name in ENV_VARS if name in os.environ},
+    }
+    psutil = _safe(lambda: __import__("psutil"))
+    if psutil is not None:
+        facts["memory_total_bytes"] = _safe(lambda: psutil.virtual_memory().total)
+    return facts
+
+
+def gpu_facts(nvml: Nvml, *, all_gpus: bool = False) -> dict[str, Any]:
+    if not nvml.available():
+        return {"nvml": False, "nvml_error": nvml.unavailable_reason, "gpus": []}
+    gpus = []
+    for index in nvml.visible_indices(all_gpus=all_gpus):
+        info = nvml.info(index)
+        gpus.append(
+            {
+                "index": info.index,
+                "name": info.name,
+                "uuid": info.uuid,
+                "memory_total_bytes": info.memory_total_bytes,
+                "compute_capability": info.compute_capability,
+            }
+        )
+    return {
+        "nvml": True,
+        "driver_version": nvml.driver_version(),
+        "cuda_driver_version": nvml.cuda_driver_version(),
+        "gpus": gpus,
+    }
+
+
+def tensorflow_facts() -> dict[str, Any]:
+    """TF/Keras versions and build, TF's GPUs, memory growth, determinism, precision policy."""
+    tf = sys.modules.get("tensorflow")
+    keras = sys.modules.get("keras")
+    facts: dict[str, Any] = {}
+    if tf is not None:
+        build = _safe(lambda: dict(tf.sysconfig.get_build_info())) or {}
+        facts["tensorflow_version"] = getattr(tf, "__version__", None)
+        facts["tf_build"] = {
+            "is_cuda_build": build.get("is_cuda_build"),
+            "cuda_version": build.get("cuda_version"),
+            "cudnn_version": build.get("cudnn_version"),
+            "cuda_compute_capabilities": build.get("cuda_compute_capabilities"),
+        }
+        physical = _safe(lambda: tf.config.list_physical_devices("GPU")) or []
+        facts["tf_gpus"] = [d.name for d in physical]
+        facts["memory_growth"] = {
+            d.name: _safe(lambda d=d: tf.config.experimental.get_memory_growth(d)) for d in physical
+        }
+        facts["op_determinism"] = _safe(
+            lambda: tf.config.experimental.is_op_determinism_enabled()
+        ) or os.environ.get("TF_DETERMINISTIC_OPS") in ("1", "true")
+    if keras is not None:
+        facts["keras_version"] = getattr(keras, "__version__", None)
+        policy = _safe(lambda: keras.mixed_precision.global_policy().name)
+        facts["mixed_precision_policy"] = policy
+    return facts
+
+
+def model_facts(model: Any, fit_params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a Keras model says about itself: size, precision, XLA, strategy, optimizer."""
+    strategy = _safe(lambda: model.distribute_strategy)
+    optimizer = _safe(lambda: model.optimizer)
+    facts: dict[str, Any] = {
+        "model": {
+            "name": _safe(lambda: model.name),
+            "param_count": _safe(model.count_params),
+            "trainable_param_count": _safe(
+                lambda: int(sum(int(_size(w)) for w in model.trainable_weights))
+            ),
+            "layers": _safe(lambda: len(model.layers)),
+            "dtype_policy": _safe(lambda: model.dtype_policy.name),
+        },
+        "jit_compile": _safe(lambda: bool(model.jit_compile)),
+        "steps_per_execution": _safe(lambda: int(model.steps_per_execution)),
+        "strategy": type(strategy).__name__ if strategy is not None else None,
+        "replicas": _safe(lambda: int(strategy.num_replicas_in_sync)),
+        "optimizer": (
+            {
+                "class": type(optimizer).__name__,
+                "config": jsonable(_safe(optimizer.get_config)),
+            }
+            if optimizer is not None
+            else None
+        ),
+        "fit_params": jsonable(fit_params or {}),
+    }
+    return facts
+
+
+def _size(weight: Any) -> int:
+    total = 1
+    for dim in weight.shape:
+        total *= int(dim)
+    return total
+
+
+def collect(
+    nvml: Nvml,
+    *,
+    model: Any = None,
+    fit_params: dict[str, Any] | None = None,
+    all_gpus: bool = False,
+) -> dict[str, Any]:
+    """The whole report; never raises."""
+    report: dict[str, Any] = {"agent": "stoker-trainer-agent"}
+    for name, part in (
+        ("host", lambda: host_facts()),
+        ("gpu", lambda: gpu_facts(nvml, all_gpus=all_gpus)),
+        ("tensorflow", tensorflow_facts),
+        ("training", lambda: model_facts(model, fit_params) if model is not None else None),
+    ):
+        value = _safe(part)
+        if value is None and name != "training":
+            log.debug("environment part %s could not be read", name)
+        if isinstance(value, dict):
+            report.update(value)
+    return jsonable(report)

@@ -1,0 +1,168 @@
+"""`Monitor`: step timing, input wait and scalars for custom training loops (no Keras needed)."""
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+
+from trainer_agent.config import (
+    AgentConfig,
+    env_flag,
+    resolve_interval_s,
+    resolve_server,
+    resolve_token,
+)
+from trainer_agent.environment import collect, detect_rank
+from trainer_agent.nvml import shared_nvml
+from trainer_agent.session import RunSession
+
+log = logging.getLogger("trainer_agent")
+T = TypeVar("T")
+
+
+def batch_size_of(element: Any) -> int | None:
+    """The leading dimension of the element's first array, when it has a known one."""
+    leaf = element
+    while isinstance(leaf, tuple | list) and leaf:
+        leaf = leaf[0]
+    if isinstance(leaf, dict) and leaf:
+        leaf = next(iter(leaf.values()))
+    shape = getattr(leaf, "shape", None)
+    try:
+        return int(shape[0]) if shape is not None and len(shape) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+class Monitor:
+    """Streams a custom training loop's steps, input wait and scalars to a Stoker server.
+
+    A step runs from one request for a batch to the next; its input wait is the time the
+    `next()` on your dataset took. `log()` keeps the scalars of every `every_n_batches`-th
+    step only, so tensors are converted (a device sync) rarely.
+
+    Args:
+        run_name: Name shown in the UI.
+        project: Groups runs for filtering and comparison.
+        server: Server URL; defaults to `STOKER_SERVER`, then `http://127.0.0.1:8470`.
+        config: Your hyperparameters.
+        tags: Labels for filtering.
+        token: Agent token when the server requires one.
+        every_n_batches: Keep the scalars of every n-th step.
+        sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
+            then 1 s; at least 0.1 s).
+        all_gpus: Report every GPU, not only those this process can use
+            (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
+
+    Example:
+        with Monitor(run_name="custom-loop", server="http://127.0.0.1:8470") as mon:
+            for x, y in mon.iterate(train_ds):
+                loss = train_step(x, y)
+                mon.log(loss=loss)
+    """
+
+    def __init__(
+        self,
+        run_name: str = "",
+        project: str = "default",
+        server: str | None = None,
+        config: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        token: str | None = None,
+        every_n_batches: int = 50,
+        sample_interval_s: float | None = None,
+        all_gpus: bool | None = None,
+    ) -> None:
+        self.config = AgentConfig(
+            server=resolve_server(server),
+            token=resolve_token(token),
+            run_name=run_name,
+            project=project,
+            tags=list(tags or []),
+            config=dict(config or {}),
+            sample_interval_s=resolve_interval_s(sample_interval_s),
+            all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
+        )
+        self.every_n_batches = max(1, int(every_n_batches))
+        self.session: RunSession | None = None
+        self._step = 0
+        self._open: tuple[int, float, float, int | None] | None = None
+        self._next_log_step = 0
+
+    def start(self) -> "Monitor":
+        try:
+            nvml = shared_nvml()
+            environment = collect(nvml, all_gpus=self.config.all_gpus)
+            self.session = RunSession(
+                self.config, environment=environment, rank=detect_rank(), nvml=nvml
+            )
+            self.session.start()
+        except Exception:
+            log.exception("Stoker could not start; training continues unmonitored")
+            self.session = None
+        return self
+
+    def __enter__(self) -> "Monitor":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close("finished")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close("interrupted")
+        else:
+            self.close("failed")
+
+    def iterate(self, iterable: Iterable[T]) -> Iterator[T]:
+        """Yield the elements of `iterable`, timing each step and each wait for data."""
+        iterator = iter(iterable)
+        try:
+            while True:
+                asked = time.perf_counter()
+                self._close_step(asked)
+                try:
+                    element = next(iterator)
+                except StopIteration:
+                    return
+                got = time.perf_counter()
+                self._open = (self._step, asked, got - asked, batch_size_of(element))
+                self._step += 1
+                yield element
+        finally:
+            self._close_step(time.perf_counter())
+
+    def log(self, **scalars: Any) -> None:
+        """Record scalars (floats or tensors) for the current step, every n-th step."""
+        session = self.session
+        step = self._step - 1
+        if session is None or step < self._next_log_step:
+            return
+        self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
+        for name, value in scalars.items():
+            try:
+                session.record_metric(max(0, step), name, float(value))
+            except (TypeError, ValueError):
+                continue
+
+    def close(self, status: str = "finished") -> None:
+        """Flush what is recorded and end the run (bounded by the close timeout)."""
+        self._close_step(time.perf_counter())
+        session, self.session = self.session, None
+        if session is not None:
+            try:
+                session.close(status)
+            except Exception:
+                log.exception("Stoker could not flush its records")
+
+    def _close_step(self, now: float) -> None:
+        opened, self._open = self._open, None
+        if opened is None or self.session is None:
+            return
+        step, start, wait, size = opened
+        self.session.record_step(step, start, now - start, wait, size)

@@ -1,0 +1,275 @@
+"""The one chokepoint for every NVML call (`nvidia-ml-py`, imported as `pynvml`).
+
+NVML is initialized lazily, once, under one lock. A call the driver does not support
+returns None (null on the wire); a function missing from the installed driver or library is
+logged once and then returns None; other NVML errors are logged once per function and
+return None. Static facts (names, UUIDs, totals, versions) are cached. Nothing here raises
+into the caller.
+"""
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger("trainer_agent")
+
+# pynvml enum values (stable across NVML versions).
+GPU_UTILIZATION_SAMPLES = 1
+MEMORY_UTILIZATION_SAMPLES = 2
+TEMPERATURE_GPU = 0
+CLOCK_SM = 1
+PCIE_TX = 0
+PCIE_RX = 1
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int  # NVML index (as `nvidia-smi` numbers GPUs)
+    name: str | None
+    uuid: str | None
+    memory_total_bytes: int | None
+    compute_capability: str | None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Nvml:
+    """Thread-safe NVML access with lazy init; every method returns None on failure.
+
+    Args:
+        library: A module with pynvml's API; defaults to importing `pynvml`.
+    """
+
+    def __init__(self, library: ModuleType | None = None) -> None:
+        self._library = library
+        self._lock = threading.Lock()
+        self._state = "new"  # new → ready | unavailable
+        self.unavailable_reason: str | None = None
+        self._logged: set[str] = set()
+        self._handles: dict[int, Any] = {}
+        self._infos: dict[int, GpuInfo] = {}
+        self._system: dict[str, Any] = {}
+        self._last_sample_us: dict[tuple[int, int], int] = {}
+
+    # --- init -----------------------------------------------------------------------------
+    def available(self) -> bool:
+        """Initialize NVML on first use; False (with the reason kept) when there is no driver."""
+        with self._lock:
+            return self._ensure_init()
+
+    def _ensure_init(self) -> bool:
+        if self._state == "new":
+            try:
+                if self._library is None:
+                    import pynvml
+
+                    self._library = pynvml
+                self._library.nvmlInit()
+                self._state = "ready"
+            except Exception as error:  # no driver, no library, wrong version
+                self._state = "unavailable"
+                self.unavailable_reason = f"{type(error).__name__}: {error}"
+        return self._state == "ready"
+
+    def warn_unavailable_once(self) -> None:
+        self._log_once(
+            "unavailable",
+            "Stoker: no NVIDIA driver/NVML here (%s); GPU metrics are off, host metrics and "
+            "step timing still flow",
+            self.unavailable_reason,
+        )
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._state == "ready":
+                with contextlib.suppress(Exception):
+                    self._library.nvmlShutdown()  # type: ignore[union-attr]
+            self._state = "new"
+            self._handles.clear()
+
+    # --- the chokepoint -------------------------------------------------------------------
+    def call(self, function: str, *args: Any) -> Any:
+        """`pynvml.<function>(*args)`, or None when NVML cannot answer."""
+        with self._lock:
+            return self._call(function, *args)
+
+    def _call(self, function: str, *args: Any) -> Any:
+        if not self._ensure_init():
+            return None
+        library = self._library
+        fn: Callable[..., Any] | None = getattr(library, function, None)
+        if fn is None:
+            self._log_once(
+                function, "Stoker: this pynvml has no %s; that field stays empty", function
+            )
+            return None
+        try:
+            return fn(*args)
+        except Exception as error:
+            name = type(error).__name__
+            if name == "NVMLError_NotSupported":
+                return None
+            if name == "NVMLError_FunctionNotFound":
+                self._log_once(
+                    function,
+                    "Stoker: the NVIDIA driver has no %s; that field stays empty",
+                    function,
+                )
+                return None
+            self._log_once(f"{function}:{name}", "Stoker: NVML %s failed: %s", function, error)
+            return None
+
+    def _log_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(message, *args)
+
+    # --- devices --------------------------------------------------------------------------
+    def device_count(self) -> int:
+        return self.call("nvmlDeviceGetCount") or 0
+
+    def handle(self, index: int) -> Any:
+        with self._lock:
+            if index not in self._handles:
+                handle = self._call("nvmlDeviceGetHandleByIndex", index)
+                if handle is None:
+                    return None
+                self._handles[index] = handle
+            return self._handles[index]
+
+    def visible_indices(self, *, all_gpus: bool = False) -> list[int]:
+        """NVML indices of the GPUs this process can use (`CUDA_VISIBLE_DEVICES`), or all."""
+        count = self.device_count()
+        everything = list(range(count))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if all_gpus or visible is None:
+            return everything
+        uuids = {i: (self.info(i).uuid or "") for i in everything}
+        chosen: list[int] = []
+        for entry in (e.strip() for e in visible.split(",")):
+            if not entry:
+                break
+            if entry.lstrip("-").isdigit():
+                index = int(entry)
+                if index < 0 or index >= count:
+                    break  # CUDA ignores this entry and everything after it
+                chosen.append(index)
+                continue
+            matches = [i for i, uuid in uuids.items() if uuid.startswith(entry)]
+            if len(matches) != 1:
+                break
+            chosen.append(matches[0])
+        return list(dict.fromkeys(chosen))
+
+    def info(self, index: int) -> GpuInfo:
+        """Static facts about one GPU, cached."""
+        cached = self._infos.get(index)
+        if cached is not None:
+            return cached
+        handle = self.handle(index)
+        memory = self.call("nvmlDeviceGetMemoryInfo", handle) if handle is not None else None
+        capability = (
+            self.call("nvmlDeviceGetCudaComputeCapability", handle) if handle is not None else None
+        )
+        info = GpuInfo(
+            index=index,
+            name=_text(self.call("nvmlDeviceGetName", handle)) if handle is not None else None,
+            uuid=_text(self.call("nvmlDeviceGetUUID", handle)) if handle is not None else None,
+            memory_total_bytes=int(memory.total) if memory is not None else None,
+            compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
+        )
+        if handle is not None:
+            self._infos[index] = info
+        return info
+
+    def driver_version(self) -> str | None:
+        if "driver" not in self._system:
+            self._system["driver"] = _text(self.call("nvmlSystemGetDriverVersion"))
+        return self._system["driver"]
+
+    def cuda_driver_version(self) -> str | None:
+        """The newest CUDA version the driver supports, as "12.4"."""
+        if "cuda" not in self._system:
+            raw = self.call("nvmlSystemGetCudaDriverVersion")
+            self._system["cuda"] = f"{raw // 1000}.{raw % 1000 // 10}" if raw else None
+        return self._system["cuda"]
+
+    # --- dynamic readings -----------------------------------------------------------------
+    def utilization(self, index: int) -> tuple[float | None, float | None]:
+        """(GPU, memory controller) utilization in percent since the last call.
+
+        Averages NVML's own sample buffer (`nvmlDeviceGetSamples`) over the interval; falls
+        back to the single reading of `nvmlDeviceGetUtilizationRates`.
+        """
+        handle = self.handle(index)
+        if handle is None:
+            return None, None
+        gpu = self._sampled_mean(index, handle, GPU_UTILIZATION_SAMPLES)
+        memory = self._sampled_mean(index, handle, MEMORY_UTILIZATION_SAMPLES)
+        if gpu is None or memory is None:
+            rates = self.call("nvmlDeviceGetUtilizationRates", handle)
+            if rates is not None:
+                gpu = float(rates.gpu) if gpu is None else gpu
+                memory = float(rates.memory) if memory is None else memory
+        return gpu, memory
+
+    def _sampled_mean(self, index: int, handle: Any, kind: int) -> float | None:
+        key = (index, kind)
+        result = self.call("nvmlDeviceGetSamples", handle, kind, self._last_sample_us.get(key, 0))
+        if not result:
+            return None
+        _, samples = result
+        if not samples:
+            return None
+        self._last_sample_us[key] = max(int(s.timeStamp) for s in samples)
+        return sum(float(s.sampleValue.uiVal) for s in samples) / len(samples)
+
+    def reading(self, index: int, pid: int) -> dict[str, Any]:
+        """One snapshot of a GPU's dynamic fields, in wire units (see docs/protocol.md)."""
+        handle = self.handle(index)
+        if handle is None:
+            return {}
+        util, mem_util = self.utilization(index)
+        memory = self.call("nvmlDeviceGetMemoryInfo", handle)
+        power_mw = self.call("nvmlDeviceGetPowerUsage", handle)
+        limit_mw = self.call("nvmlDeviceGetEnforcedPowerLimit", handle)
+        tx_kbs = self.call("nvmlDeviceGetPcieThroughput", handle, PCIE_TX)
+        rx_kbs = self.call("nvmlDeviceGetPcieThroughput", handle, PCIE_RX)
+        processes = self.call("nvmlDeviceGetComputeRunningProcesses", handle)
+        own = [p.usedGpuMemory for p in processes or [] if p.pid == pid and p.usedGpuMemory]
+        return {
+            "util": util,
+            "mem_util": mem_util,
+            "mem_used": int(memory.used) if memory is not None else None,
+            "mem_total": int(memory.total) if memory is not None else None,
+            "proc_mem": sum(own) if processes is not None else None,
+            "temp_c": self.call("nvmlDeviceGetTemperature", handle, TEMPERATURE_GPU),
+            "power_w": power_mw / 1000 if power_mw is not None else None,
+            "power_limit_w": limit_mw / 1000 if limit_mw is not None else None,
+            "sm_clock_mhz": self.call("nvmlDeviceGetClockInfo", handle, CLOCK_SM),
+            "throttle": self.call("nvmlDeviceGetCurrentClocksEventReasons", handle),
+            "pcie_tx_bps": tx_kbs * 1024 if tx_kbs is not None else None,
+            "pcie_rx_bps": rx_kbs * 1024 if rx_kbs is not None else None,
+        }
+
+
+_shared: Nvml | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_nvml() -> Nvml:
+    """The process-wide NVML chokepoint (NVML is initialized at most once per process)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = Nvml()
+        return _shared

@@ -1,0 +1,162 @@
+"""The sampler thread: GPU readings through NVML and host readings through psutil, on a timer.
+
+One named thread wakes every `interval_s` on a drift-free `time.monotonic` schedule (a late
+wake-up skips the missed ticks instead of bursting), appends one row per GPU and one host
+row to the recorder, and sleeps in `Event.wait` the rest of the time. No driver: one
+warning, and host rows still flow.
+"""
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from trainer_agent.nvml import Nvml
+from trainer_agent.recorder import Recorder
+
+log = logging.getLogger("trainer_agent")
+
+MIN_INTERVAL_S = 0.1
+DEVICE_FIELDS = (
+    "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
+    "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_tx_bps",
+    "pcie_rx_bps",
+)  # fmt: skip
+
+
+def tf_memory_info(logical_index: int) -> tuple[int | None, int | None]:
+    """TensorFlow's allocator (current, peak) bytes on `GPU:<i>`, when TF already runs on GPUs.
+
+    Never imports TensorFlow and never initializes its runtime (that would break a later
+    `set_memory_growth` in the user's code).
+    """
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return None, None
+    try:
+        from tensorflow.python.eager import context
+
+        if context.context()._context_handle is None:  # runtime not initialized yet
+            return None, None
+        info = tf.config.experimental.get_memory_info(f"GPU:{logical_index}")
+        return int(info["current"]), int(info["peak"])
+    except Exception:
+        return None, None
+
+
+class DeviceSource:
+    """One row per GPU this process uses (or every GPU with `all_gpus`)."""
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        *,
+        all_gpus: bool = False,
+        tf_memory: Callable[[int], tuple[int | None, int | None]] = tf_memory_info,
+    ) -> None:
+        self.nvml = nvml
+        self._all_gpus = all_gpus
+        self._tf_memory = tf_memory
+        self._indices: list[int] | None = None
+        self._pid = os.getpid()
+
+    def start(self) -> bool:
+        """Find the GPUs; False (after one warning) when NVML is not usable."""
+        if not self.nvml.available():
+            self.nvml.warn_unavailable_once()
+            return False
+        self._indices = self.nvml.visible_indices(all_gpus=self._all_gpus)
+        return True
+
+    def sample(self, t: float, recorder: Recorder) -> None:
+        for logical, index in enumerate(self._indices or []):
+            reading = self.nvml.reading(index, self._pid)
+            if not reading:
+                continue
+            reading["tf_mem_current"], reading["tf_mem_peak"] = self._tf_memory(logical)
+            recorder.device.append(t, index, *(reading.get(name) for name in DEVICE_FIELDS))
+
+
+class HostSource:
+    """Process and system CPU (percent of the whole machine), process RSS, host memory."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._process = psutil.Process()
+        self._cpus = psutil.cpu_count() or 1
+        # The first cpu_percent(None) call only starts the measurement interval.
+        self._process.cpu_percent(None)
+        psutil.cpu_percent(None)
+
+    def sample(self, t: float, recorder: Recorder) -> None:
+        psutil = self._psutil
+        with self._process.oneshot():
+            proc_cpu = self._process.cpu_percent(None) / self._cpus
+            rss = self._process.memory_info().rss
+        memory = psutil.virtual_memory()
+        recorder.host.append(
+            t, min(100.0, proc_cpu), psutil.cpu_percent(None), rss, memory.used, memory.total
+        )
+
+
+class Sampler:
+    """Runs the sources every `interval_s` in one thread named `stoker-sampler`."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        *,
+        interval_s: float = 1.0,
+        device: DeviceSource | None = None,
+        host: HostSource | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._recorder = recorder
+        self.interval_s = max(MIN_INTERVAL_S, float(interval_s))
+        self._device = device
+        self._host = host
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stoker-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def set_interval(self, interval_s: float) -> None:
+        self.interval_s = max(MIN_INTERVAL_S, float(interval_s))
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        try:
+            if self._device is not None and not self._device.start():
+                self._device = None
+            next_tick = time.monotonic()
+            while True:
+                self.sample_once()
+                next_tick += self.interval_s
+                now = time.monotonic()
+                if next_tick < now:  # late (suspended, overloaded): skip, do not burst
+                    next_tick = now + self.interval_s
+                if self._stop.wait(next_tick - now):
+                    break
+            self.sample_once()  # a last reading at the end of the run
+        except Exception:
+            log.exception("Stoker sampler failed; training continues without device metrics")
+
+    def sample_once(self) -> None:
+        t = self._clock()
+        for source in (self._device, self._host):
+            if source is None:
+                continue
+            try:
+                source.sample(t, self._recorder)
+            except Exception:
+                log.debug("sampling failed", exc_info=True)

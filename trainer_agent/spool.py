@@ -1,0 +1,111 @@
+"""The disk spool: batches the server has not acknowledged, kept in order across outages.
+
+One directory per run: `hello.json`, `batches/<seq>.json`, and `end.json` once the run
+ended (its status and the agent's final counters). Files are written to a temporary name
+and renamed, so a crash never leaves half a batch. The directory is capped in bytes; a batch
+that does not fit is dropped and counted, never silently. `stoker upload DIR` sends what a
+run left behind.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MAX_BYTES = 512 * 2**20
+
+
+def default_spool_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "stoker" / "spool"
+
+
+def _write_atomically(path: Path, payload: Any) -> int:
+    data = json.dumps(payload, separators=(",", ":")).encode()
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+    return len(data)
+
+
+class Spool:
+    """The spooled batches of one run."""
+
+    def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self._batches = self.directory / "batches"
+        self._bytes: int | None = None
+
+    @property
+    def hello_path(self) -> Path:
+        return self.directory / "hello.json"
+
+    @property
+    def end_path(self) -> Path:
+        return self.directory / "end.json"
+
+    def _used_bytes(self) -> int:
+        if self._bytes is None:
+            self._bytes = sum(p.stat().st_size for p in self._batches.glob("*.json"))
+        return self._bytes
+
+    def add(self, hello: dict[str, Any], batch: dict[str, Any]) -> bool:
+        """Store one batch; False (nothing written) when it would exceed the cap."""
+        size = len(json.dumps(batch, separators=(",", ":")))
+        if self._used_bytes() + size > self.max_bytes:
+            return False
+        self._batches.mkdir(parents=True, exist_ok=True)
+        if not self.hello_path.exists():
+            _write_atomically(self.hello_path, hello)
+        self._bytes = self._used_bytes() + _write_atomically(
+            self._batches / f"{batch['seq']:012d}.json", batch
+        )
+        return True
+
+    def batch_paths(self) -> list[Path]:
+        """Spooled batches, oldest seq first."""
+        if not self._batches.is_dir():
+            return []
+        return sorted(self._batches.glob("*.json"))
+
+    def __bool__(self) -> bool:
+        return bool(self.batch_paths())
+
+    @staticmethod
+    def load(path: Path) -> dict[str, Any]:
+        return json.loads(path.read_text())
+
+    def remove(self, path: Path) -> None:
+        size = path.stat().st_size if path.exists() else 0
+        path.unlink(missing_ok=True)
+        if self._bytes is not None:
+            self._bytes = max(0, self._bytes - size)
+
+    def write_end(
+        self, hello: dict[str, Any], status: str, counters: dict[str, int], next_seq: int
+    ) -> None:
+        """Record how the run ended, its final counters, and the next unused seq."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.hello_path.exists():
+            _write_atomically(self.hello_path, hello)
+        payload = {"status": status, "agent": counters, "next_seq": next_seq}
+        _write_atomically(self.end_path, payload)
+
+    def read_end(self) -> dict[str, Any] | None:
+        return json.loads(self.end_path.read_text()) if self.end_path.exists() else None
+
+    def discard(self) -> None:
+        """Delete the run's directory once everything in it is stored on the server."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def run_directories(path: Path) -> list[Path]:
+    """`path` itself when it is one spooled run, else the spooled runs directly under it."""
+    path = Path(path)
+    if (path / "hello.json").exists():
+        return [path]
+    if not path.is_dir():
+        return []
+    return sorted(p for p in path.iterdir() if (p / "hello.json").exists())
