@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AnyHttpUrl,
     BaseModel,
     ConfigDict,
@@ -33,6 +34,7 @@ from backend.models import (
     Comparison,
     SeedMarker,
 )
+from backend.protocol import _no_nul
 
 UNITS = {
     AlertMetric.gpu_util: "%",
@@ -62,6 +64,9 @@ class WebhookChannel(BaseModel):
 
 
 Channel = Annotated[BrowserChannel | WebhookChannel, Field(discriminator="type")]
+# Text both databases can store (PostgreSQL text cannot hold NUL), and ids in a row id's range.
+RuleText = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_no_nul)]
+RuleRunId = Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
 class _RuleFields(BaseModel):
@@ -76,7 +81,7 @@ class _RuleFields(BaseModel):
 
 
 class AlertRuleCreate(_RuleFields):
-    name: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    name: RuleText
     metric: AlertMetric
     comparison: Comparison
     threshold: float
@@ -84,8 +89,8 @@ class AlertRuleCreate(_RuleFields):
     keep_firing_for_s: float = Field(default=0.0, ge=0, le=86_400)
     only_while_stepping: bool = False
     scope: AlertScope = AlertScope.all
-    project: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
-    run_id: int | None = None
+    project: RuleText | None = None
+    run_id: RuleRunId | None = None
     channels: list[Channel] = Field(
         default_factory=lambda: [BrowserChannel(type="browser")], max_length=20
     )
@@ -98,7 +103,7 @@ class AlertRuleCreate(_RuleFields):
 
 
 class AlertRuleUpdate(_RuleFields):
-    name: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+    name: RuleText | None = None
     metric: AlertMetric | None = None
     comparison: Comparison | None = None
     threshold: float | None = None
@@ -106,8 +111,8 @@ class AlertRuleUpdate(_RuleFields):
     keep_firing_for_s: float | None = Field(default=None, ge=0, le=86_400)
     only_while_stepping: bool | None = None
     scope: AlertScope | None = None
-    project: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
-    run_id: int | None = None
+    project: RuleText | None = None
+    run_id: RuleRunId | None = None
     channels: list[Channel] | None = Field(default=None, max_length=20)
     enabled: bool | None = None
 

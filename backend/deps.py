@@ -4,7 +4,7 @@ import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Path, Query
 from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
@@ -30,6 +30,10 @@ def get_writer(conn: HTTPConnection) -> Writer:
 def get_hub(conn: HTTPConnection) -> LiveHub:
     return conn.app.state.hub
 
+
+# Row ids are 32-bit on PostgreSQL: a larger id is a 422, not an overflow in the database.
+RunId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the run's id")]
+OptionalRunIdQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
 SettingsDep = Annotated[Settings, Depends(get_app_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]

@@ -2,13 +2,14 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from backend.alerting import AlertRuleCreate, AlertRuleUpdate
-from backend.deps import SessionDep, ViewerAuth, WriterDep
+from backend.deps import OptionalRunIdQuery, SessionDep, ViewerAuth, WriterDep
 from backend.diagnosis_store import create_rule, delete_rule, list_alerts, list_rules, update_rule
 from backend.models import AlertRulePublic, AlertRulesPublic, AlertsPublic, AlertState
 
+RuleId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 router = APIRouter(prefix="/api/v1", tags=["alerts"], dependencies=[ViewerAuth])
 
 
@@ -26,7 +27,7 @@ async def add_rule(spec: AlertRuleCreate, request: Request, writer: WriterDep) -
 
 @router.patch("/alert-rules/{rule_id}")
 async def change_rule(
-    rule_id: int, patch: AlertRuleUpdate, request: Request, writer: WriterDep
+    rule_id: RuleId, patch: AlertRuleUpdate, request: Request, writer: WriterDep
 ) -> AlertRulePublic:
     rule = await writer.run(update_rule, rule_id=rule_id, patch=patch)
     request.app.state.detectors.rules_changed()
@@ -34,7 +35,7 @@ async def change_rule(
 
 
 @router.delete("/alert-rules/{rule_id}", status_code=204)
-async def remove_rule(rule_id: int, request: Request, writer: WriterDep) -> Response:
+async def remove_rule(rule_id: RuleId, request: Request, writer: WriterDep) -> Response:
     await writer.run(delete_rule, rule_id=rule_id)
     request.app.state.detectors.rules_changed()
     return Response(status_code=204)
@@ -43,9 +44,9 @@ async def remove_rule(rule_id: int, request: Request, writer: WriterDep) -> Resp
 @router.get("/alerts")
 def read_alerts(
     session: SessionDep,
-    run_id: int | None = None,
+    run_id: OptionalRunIdQuery = None,
     state: AlertState | None = None,
-    rule_id: int | None = None,
+    rule_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
 ) -> AlertsPublic:
     return list_alerts(session=session, run_id=run_id, state=state, rule_id=rule_id, limit=limit)

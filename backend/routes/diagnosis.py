@@ -5,7 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from backend.deps import SessionDep, ViewerAuth
+from backend.deps import RunId, SessionDep, ViewerAuth
 from backend.diagnosis import Diagnosis, diagnose
 from backend.diagnosis_store import list_events, starved_ranges, window_from_db
 from backend.models import RunEventsPublic
@@ -16,7 +16,7 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAut
 
 @router.get("/runs/{run_id}/diagnosis")
 def read_diagnosis(
-    run_id: int,
+    run_id: RunId,
     request: Request,
     session: SessionDep,
     window_s: Annotated[float | None, Query(gt=0, le=86_400)] = None,
@@ -47,10 +47,10 @@ def read_diagnosis(
 
 @router.get("/runs/{run_id}/starvation")
 def read_starvation(
-    run_id: int,
+    run_id: RunId,
     session: SessionDep,
-    threshold: Annotated[float, Query(gt=0, le=1)] = 0.2,
-    rank: Annotated[int, Query(ge=0)] = 0,
+    threshold: Annotated[float, Query(ge=0.001, le=1)] = 0.2,
+    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
     max_gap: Annotated[int, Query(ge=0, le=10_000)] = 0,
 ) -> dict:
     """Step ranges whose input wait is at least `threshold` of step time, for shading."""
@@ -62,7 +62,7 @@ def read_starvation(
 
 @router.get("/runs/{run_id}/events")
 def read_events(
-    run_id: int,
+    run_id: RunId,
     session: SessionDep,
     kind: Annotated[str | None, Query(max_length=50)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 500,

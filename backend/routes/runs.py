@@ -2,11 +2,11 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 from sqlmodel import Session
 
-from backend.deps import HubDep, SessionDep, ViewerAuth, WriterDep
+from backend.deps import HubDep, RunId, SessionDep, ViewerAuth, WriterDep
 from backend.errors import RunNotFound
 from backend.ingest import delete_run, update_run
 from backend.models import RunPublic, RunsPublic, RunStatus, RunUpdate, StepSeries
@@ -27,7 +27,6 @@ from backend.queries import (
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[ViewerAuth])
 
 # Run ids are 32-bit on every database; larger numbers are refused up front (422).
-RunId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 MaxPoints = Annotated[int, Query(ge=2, le=200_000, description="at most this many points")]
 Int64Query = Annotated[int, Query(ge=0, le=2**63 - 1)]
 
