@@ -100,6 +100,8 @@ class StepColumns(_Columns):
             raise ValueError("column 't' must hold finite timestamps")
         if not all(math.isfinite(v) for v in self.dur):
             raise ValueError("column 'dur' must hold finite durations")
+        if any(b <= a for a, b in zip(self.step, self.step[1:], strict=False)):
+            raise ValueError("column 'step' must increase strictly within a batch")
         return self
 
 

@@ -76,8 +76,9 @@ def step_series(
     bucket = (col(Step.step) - first_step) // width
     rows = session.exec(
         select(
-            func.min(Step.step),
-            func.min(Step.t),
+            # A bucket sits at its last step, so live steps merged after it are all newer.
+            func.max(Step.step),
+            func.max(Step.t),
             func.avg(Step.dur),
             func.min(Step.dur),
             func.max(Step.dur),

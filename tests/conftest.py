@@ -37,6 +37,14 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
     process.stop()
 
 
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for a whole module, for tests that leave no state the others read."""
+    process = ServerProcess(data_dir=tmp_path_factory.mktemp("shared-server")).start()
+    yield process
+    process.stop()
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     require(Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is not None, "Chromium")

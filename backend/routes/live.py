@@ -35,7 +35,7 @@ async def live_socket(websocket: WebSocket) -> None:
     try:
         runs = await asyncio.to_thread(_current_runs, websocket.app.state.engine)
         for run in runs:
-            client.offer({"type": "run", "run": run})
+            client.offer_message({"type": "run", "run": run})
         sender = asyncio.create_task(_send_forever(websocket, client), name="stoker-live-send")
         try:
             await _receive_commands(websocket, client)
@@ -57,8 +57,11 @@ def _current_runs(engine) -> list[dict]:
 
 async def _send_forever(websocket: WebSocket, client: LiveClient) -> None:
     while True:
-        message = await client.queue.get()
-        await websocket.send_text(json.dumps(message))
+        encoded = await client.queue.get()
+        notice = client.take_notice()
+        if notice is not None:
+            await websocket.send_text(notice)
+        await websocket.send_text(encoded)
 
 
 async def _receive_commands(websocket: WebSocket, client: LiveClient) -> None:
@@ -72,7 +75,7 @@ async def _receive_commands(websocket: WebSocket, client: LiveClient) -> None:
             if kind not in ("subscribe", "unsubscribe") or not isinstance(run_id, int):
                 raise ValueError
         except (ValueError, KeyError, TypeError):
-            client.offer(
+            client.offer_message(
                 {
                     "type": "notice",
                     "message": 'commands are {"type": "subscribe"|"unsubscribe", "run_id": <int>}',

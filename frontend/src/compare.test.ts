@@ -1,0 +1,91 @@
+import { describe, expect, it } from "vitest";
+import { bestIndices, compareDuration, compareHref, compareRows, compareRunOf, diffDocuments, diffFromServer, overlayColumns, parseRunIds } from "./compare";
+import { seriesFromColumns } from "./series";
+import { makeRun } from "./testing";
+
+describe("parseRunIds", () => {
+  it("keeps positive integer ids once, in order", () => {
+    expect(parseRunIds("3,1,3, 2,x,-1,0")).toEqual([3, 1, 2]);
+    expect(parseRunIds(null)).toEqual([]);
+  });
+  it("round-trips with compareHref", () => {
+    expect(compareHref([1, 2])).toBe("#/compare?runs=1,2");
+  });
+});
+
+describe("bestIndices", () => {
+  it("marks the lowest or highest value", () => {
+    expect([...bestIndices([30, 10, 20], "lower")]).toEqual([1]);
+    expect([...bestIndices([30, 10, 20], "higher")]).toEqual([0]);
+  });
+  it("marks every tie for best and ignores missing values", () => {
+    expect([...bestIndices([10, null, 10, 20], "lower")].sort()).toEqual([0, 2]);
+  });
+  it("treats values within half a percent as ties", () => {
+    expect(bestIndices([17179076116, 17179529099], "lower").size).toBe(0);
+    expect([...bestIndices([100, 100.2, 150], "lower")]).toEqual([0, 1]);
+  });
+  it("marks nothing with fewer than two values or when all are equal", () => {
+    expect(bestIndices([5, null], "lower").size).toBe(0);
+    expect(bestIndices([5, 5], "lower").size).toBe(0);
+  });
+});
+
+describe("compareRows", () => {
+  it("formats each metric per run and marks the best", () => {
+    const a = compareRunOf(makeRun({ id: 1, summary: { ...makeRun().summary, step_time_ms_median: 40, gpu_util_mean: 90 } }));
+    const b = compareRunOf(makeRun({ id: 2, summary: { ...makeRun().summary, step_time_ms_median: 50, gpu_util_mean: 60 } }));
+    const rows = compareRows([a, b]);
+    const median = rows.find((r) => r.key === "median")!;
+    expect(median.cells.map((c) => [c.text, c.best])).toEqual([
+      ["40.0 ms", true],
+      ["50.0 ms", false],
+    ]);
+    const gpu = rows.find((r) => r.key === "gpu")!;
+    expect(gpu.cells.map((c) => c.best)).toEqual([true, false]);
+  });
+  it("derives duration from timestamps when the summary has none", () => {
+    const r = compareRunOf(makeRun({ started_at: "2024-05-01T12:00:00Z", ended_at: "2024-05-01T12:01:30Z" }));
+    expect(compareDuration(r)).toBe(90);
+  });
+});
+
+describe("diffDocuments", () => {
+  it("lists only keys whose values differ, flattened, missing keys included", () => {
+    const rows = diffDocuments([
+      { batch_size: 256, opt: { lr: 0.1, name: "sgd" }, same: 1 },
+      { batch_size: 512, opt: { lr: 0.1, name: "adam" }, same: 1, extra: true },
+    ]);
+    expect(rows).toEqual([
+      { key: "batch_size", values: ["256", "512"] },
+      { key: "extra", values: ["(absent)", "true"] },
+      { key: "opt.name", values: ["sgd", "adam"] },
+    ]);
+  });
+  it("reads the server's differences as rows", () => {
+    expect(diffFromServer({ b: [1, 2], a: ["x", null] }, 2)).toEqual([
+      { key: "a", values: ["x", "null"] },
+      { key: "b", values: ["1", "2"] },
+    ]);
+    expect(diffFromServer(undefined, 2)).toBeNull();
+  });
+});
+
+describe("overlayColumns", () => {
+  const a = seriesFromColumns({ step: [1, 2], t: [100, 101], dur: [0.1, 0.2], wait: [null, null] });
+  const b = seriesFromColumns({ step: [2, 3], t: [500, 502], dur: [0.3, 0.4], wait: [null, 0.1] });
+  it("aligns by step on the union of steps", () => {
+    expect(overlayColumns([a, b], "step")).toEqual([
+      [1, 2, 3],
+      [100, 200, null],
+      [null, 300, 400],
+    ]);
+  });
+  it("aligns by seconds since each run's first step", () => {
+    expect(overlayColumns([a, b], "elapsed")).toEqual([
+      [0, 1, 2],
+      [100, 200, null],
+      [300, null, 400],
+    ]);
+  });
+});

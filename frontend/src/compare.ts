@@ -1,0 +1,165 @@
+// The compare view's pure parts: which runs, the summary table with the best
+// value marked, config/environment differences, and overlay alignment.
+
+import { formatDuration, formatMs, formatPercent, formatPercentValue, formatRate, formatValue } from "./format";
+import { formatBytes, joinTracks } from "./samples";
+import type { StepSeries } from "./series";
+import { flattenEntries } from "./runs";
+import type { CompareRun, Run, RunSummary } from "./types";
+import { parseIso } from "./format";
+
+/** `runs=1,2,3` from a hash query (`#/compare?runs=1,2`), deduplicated, positive ids only. */
+export function parseRunIds(raw: string | null | undefined): number[] {
+  if (!raw) return [];
+  const out: number[] = [];
+  for (const part of raw.split(",")) {
+    const p = part.trim();
+    if (!/^\d+$/.test(p)) continue;
+    const id = Number(p);
+    if (Number.isSafeInteger(id) && id > 0 && !out.includes(id)) out.push(id);
+  }
+  return out;
+}
+
+export function compareHref(ids: number[]): string {
+  return `#/compare?runs=${ids.join(",")}`;
+}
+
+export type Better = "lower" | "higher";
+
+export interface CompareMetric {
+  key: string;
+  label: string;
+  better: Better;
+  value: (r: CompareRun) => number | null;
+  format: (v: number | null) => string;
+}
+
+function n(v: unknown): number | null {
+  return typeof v === "number" && Number.isFinite(v) ? v : null;
+}
+
+/** Run duration in seconds: the summary's when sent, else from the timestamps. */
+export function compareDuration(r: CompareRun): number | null {
+  const d = n(r.summary?.duration_s);
+  if (d !== null) return d;
+  const a = parseIso(r.started_at);
+  const b = parseIso(r.ended_at ?? null);
+  return a !== null && b !== null ? Math.max(0, (b - a) / 1000) : null;
+}
+
+export const COMPARE_METRICS: CompareMetric[] = [
+  { key: "median", label: "Step time median", better: "lower", value: (r) => n(r.summary?.step_time_ms_median), format: formatMs },
+  { key: "p95", label: "Step time p95", better: "lower", value: (r) => n(r.summary?.step_time_ms_p95), format: formatMs },
+  { key: "wait", label: "Input wait", better: "lower", value: (r) => n(r.summary?.input_wait_share), format: (v) => formatPercent(v) },
+  { key: "gpu", label: "GPU util (mean)", better: "higher", value: (r) => n(r.summary?.gpu_util_mean), format: formatPercentValue },
+  { key: "memory", label: "Peak GPU memory", better: "lower", value: (r) => n(r.summary?.peak_memory_bytes), format: formatBytes },
+  { key: "throughput", label: "Samples/s", better: "higher", value: (r) => n(r.summary?.samples_per_s), format: formatRate },
+  { key: "duration", label: "Duration", better: "lower", value: compareDuration, format: formatDuration },
+  { key: "steps", label: "Steps", better: "higher", value: (r) => n(r.summary?.steps), format: (v) => (v === null ? "—" : Math.round(v).toLocaleString("en-US")) },
+];
+
+/**
+ * Indices of the best values. Nothing is marked unless at least two runs have
+ * a value and they are not all equal; ties for best are all marked. Values
+ * within `tolerance` (relative) of the best count as ties, so that 16.0 GiB
+ * and 16.0 GiB are not told apart by a few kilobytes.
+ */
+export function bestIndices(values: (number | null)[], better: Better, tolerance = 0.005): Set<number> {
+  const present = values.map((v, i) => [v, i] as const).filter((p): p is readonly [number, number] => p[0] !== null && Number.isFinite(p[0]));
+  if (present.length < 2) return new Set();
+  const nums = present.map((p) => p[0]);
+  const best = better === "lower" ? Math.min(...nums) : Math.max(...nums);
+  const tie = (v: number) => Math.abs(v - best) <= tolerance * Math.abs(best);
+  if (nums.every(tie)) return new Set();
+  return new Set(present.filter((p) => tie(p[0])).map((p) => p[1]));
+}
+
+export interface CompareRow {
+  key: string;
+  label: string;
+  better: Better;
+  cells: { text: string; best: boolean; value: number | null }[];
+}
+
+export function compareRows(runs: CompareRun[], metrics: CompareMetric[] = COMPARE_METRICS): CompareRow[] {
+  return metrics.map((m) => {
+    const values = runs.map(m.value);
+    const best = bestIndices(values, m.better);
+    return {
+      key: m.key,
+      label: m.label,
+      better: m.better,
+      cells: values.map((v, i) => ({ text: m.format(v), best: best.has(i), value: v })),
+    };
+  });
+}
+
+export interface DiffRow {
+  key: string;
+  values: string[];
+}
+
+/** Flattened keys whose values differ between documents (a key missing in one differs). */
+export function diffDocuments(docs: unknown[]): DiffRow[] {
+  const flat = docs.map((d) => new Map(flattenEntries(d, 8)));
+  const keys = new Set<string>();
+  for (const f of flat) for (const k of f.keys()) keys.add(k);
+  const rows: DiffRow[] = [];
+  for (const key of [...keys].sort()) {
+    const values = flat.map((f) => f.get(key) ?? "(absent)");
+    if (values.some((v) => v !== values[0])) rows.push({ key, values });
+  }
+  return rows;
+}
+
+/** The server's `differences.config` (key → values per run) as rows, keys sorted. */
+export function diffFromServer(diff: Record<string, unknown[]> | null | undefined, runCount: number): DiffRow[] | null {
+  if (!diff || typeof diff !== "object") return null;
+  return Object.keys(diff)
+    .sort()
+    .map((key) => {
+      const vals = Array.isArray(diff[key]) ? diff[key] : [];
+      const values: string[] = [];
+      for (let i = 0; i < runCount; i++) values.push(vals[i] === undefined ? "(absent)" : formatValue(vals[i]));
+      return { key, values };
+    });
+}
+
+/** A CompareRun from a full Run (when `/compare` is missing on the server). */
+export function compareRunOf(run: Run): CompareRun {
+  return {
+    id: run.id,
+    name: run.name,
+    project: run.project,
+    status: run.status,
+    tags: run.tags,
+    started_at: run.started_at,
+    ended_at: run.ended_at,
+    summary: run.summary ?? ({} as RunSummary),
+  };
+}
+
+export type Align = "step" | "elapsed";
+
+/**
+ * Overlay of several runs' step times on one x axis: by step index, or by
+ * seconds since each run's first step. `[x, run1 ms, run2 ms, ...]`.
+ */
+export function overlayColumns(series: StepSeries[], align: Align, field: "durMs" | "waitMs" = "durMs"): (number | null)[][] {
+  const parts = series.map((s) => {
+    if (align === "step") return { x: s.step, ys: [s[field]] };
+    const t0 = s.t.find((t) => t !== null) ?? null;
+    const x: number[] = [];
+    const y: (number | null)[] = [];
+    for (let i = 0; i < s.step.length; i++) {
+      const t = s.t[i];
+      if (t === null || t === undefined || t0 === null) continue;
+      x.push(t - t0);
+      y.push(s[field][i] ?? null);
+    }
+    return { x, ys: [y] };
+  });
+  if (parts.length === 0) return [[]];
+  return joinTracks(parts);
+}

@@ -1,0 +1,86 @@
+import { describe, expect, it } from "vitest";
+import { batchSizeOf, isStarved, starvedRanges, throughputColumns, waitShare } from "./derive";
+import { seriesFromColumns } from "./series";
+
+const s = (dur: number[], wait: (number | null)[]) =>
+  seriesFromColumns({ step: dur.map((_, i) => i * 10), t: dur.map((_, i) => i), dur, wait });
+
+describe("isStarved", () => {
+  it("counts a step as starved from 20 % input wait", () => {
+    expect(isStarved(100, 20)).toBe(true);
+    expect(isStarved(100, 19)).toBe(false);
+    expect(isStarved(100, null)).toBe(false);
+    expect(isStarved(0, 0)).toBe(false);
+  });
+});
+
+describe("starvedRanges", () => {
+  it("merges consecutive starved steps; edges sit halfway to the neighbours", () => {
+    const r = starvedRanges(s([1, 1, 1, 1, 1], [0, 0.5, 0.5, 0, 0.9]));
+    expect(r).toEqual([
+      { from: 5, to: 25, label: "starved: steps 10–20" },
+      { from: 35, to: 40, label: "starved: step 40" },
+    ]);
+  });
+  it("finds nothing without measured wait", () => {
+    expect(starvedRanges(s([1, 1], [null, null]))).toEqual([]);
+  });
+});
+
+describe("waitShare", () => {
+  it("is total wait over total step time of rows with both", () => {
+    expect(waitShare(s([1, 3], [0.5, 0.5]))).toBeCloseTo(0.25);
+    expect(waitShare(s([1], [null]))).toBeNull();
+  });
+});
+
+describe("throughput", () => {
+  it("reads the batch size from the config", () => {
+    expect(batchSizeOf({ batch_size: 256 })).toBe(256);
+    expect(batchSizeOf({ batch_size: "64" })).toBe(64);
+    expect(batchSizeOf({ batch_size: 0 })).toBeNull();
+    expect(batchSizeOf(undefined)).toBeNull();
+  });
+  it("is samples/s with a batch size, steps/s without", () => {
+    const series = s([0.1, 0.2], [null, null]);
+    expect(throughputColumns(series, 32)).toEqual({ data: [[0, 10], [320, 160]], unit: "samples/s", band: false });
+    expect(throughputColumns(series, null).unit).toBe("steps/s");
+  });
+  it("turns the step-time band into a rate band (slowest step = lowest rate)", () => {
+    const ds = seriesFromColumns({ step: [0], t: [0], dur: [0.1], wait: [null], dur_min: [0.05], dur_max: [0.2] });
+    const c = throughputColumns(ds, null);
+    expect(c.band).toBe(true);
+    expect(c.data).toEqual([[0], [10], [5], [20]]);
+  });
+});
+
+import { combineStarved, rangesFromStarvation } from "./derive";
+
+describe("rangesFromStarvation", () => {
+  it("widens step ranges by half a step and keeps the wall-clock span", () => {
+    const r = rangesFromStarvation({
+      ranges: [
+        { start: 5, end: 5, t_start: 100, t_end: 100.5, steps: 1, wait_share: 0.5 },
+        { start: 10, end: 20, t_start: 110, t_end: 120, steps: 11, wait_share: null },
+      ],
+    });
+    expect(r.steps).toEqual([
+      { from: 4.5, to: 5.5, label: "starved: step 5 (50 % waiting)" },
+      { from: 9.5, to: 20.5, label: "starved: steps 10–20" },
+    ]);
+    expect(r.time.map((t) => [t.from, t.to])).toEqual([
+      [100, 100.5],
+      [110, 120],
+    ]);
+    expect(rangesFromStarvation(null)).toEqual({ steps: [], time: [] });
+  });
+  it("adds derived ranges only after the step the server covered", () => {
+    const server = [{ from: 1, to: 2, label: "s" }];
+    const derived = [{ from: 1.5, to: 2, label: "d1" }, { from: 10, to: 25, label: "d3" }, { from: 30, to: 31, label: "d2" }];
+    expect(combineStarved(server, 20, derived).map((r) => [r.label, r.from])).toEqual([
+      ["s", 1],
+      ["d3", 20],
+      ["d2", 30],
+    ]);
+  });
+});

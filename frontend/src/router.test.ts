@@ -1,0 +1,32 @@
+import { describe, expect, it } from "vitest";
+import { parseRoute, runHref } from "./router";
+
+describe("parseRoute", () => {
+  it("maps the empty and root hashes to the runs list", () => {
+    expect(parseRoute("")).toEqual({ name: "runs" });
+    expect(parseRoute("#")).toEqual({ name: "runs" });
+    expect(parseRoute("#/")).toEqual({ name: "runs" });
+    expect(parseRoute("#/runs")).toEqual({ name: "runs" });
+  });
+  it("maps #/runs/<id> to the run page", () => {
+    expect(parseRoute("#/runs/42")).toEqual({ name: "run", id: 42 });
+    expect(parseRoute("#/runs/42/")).toEqual({ name: "run", id: 42 });
+    expect(parseRoute("#/runs/7?x=1")).toEqual({ name: "run", id: 7 });
+  });
+  it("rejects malformed ids and unknown paths", () => {
+    expect(parseRoute("#/runs/abc").name).toBe("notFound");
+    expect(parseRoute("#/runs/-1").name).toBe("notFound");
+    expect(parseRoute("#/nope").name).toBe("notFound");
+  });
+  it("maps #/compare?runs=1,2 to the compare view with deduplicated ids", () => {
+    expect(parseRoute("#/compare?runs=1,2")).toEqual({ name: "compare", ids: [1, 2] });
+    expect(parseRoute("#/compare?runs=3,x,3,,4")).toEqual({ name: "compare", ids: [3, 4] });
+    expect(parseRoute("#/compare")).toEqual({ name: "compare", ids: [] });
+  });
+  it("maps #/alerts to the alerts view", () => {
+    expect(parseRoute("#/alerts")).toEqual({ name: "alerts" });
+  });
+  it("round-trips with runHref", () => {
+    expect(parseRoute(runHref(15))).toEqual({ name: "run", id: 15 });
+  });
+});

@@ -1,0 +1,118 @@
+// The diagnosis verdict: labels, tones and defensive parsing. Pure, unit-tested.
+
+import { inputWaitLevel } from "./format";
+import type { Diagnosis, Evidence, Run, Verdict } from "./types";
+
+export const VERDICTS: readonly Verdict[] = [
+  "highly_input_bound",
+  "moderately_input_bound",
+  "not_input_bound",
+  "stalled",
+  "insufficient_data",
+];
+
+export function isVerdict(v: unknown): v is Verdict {
+  return typeof v === "string" && (VERDICTS as readonly string[]).includes(v);
+}
+
+export type VerdictTone = "bad" | "warn" | "ok" | "info";
+
+export function verdictTone(v: Verdict | null | undefined): VerdictTone {
+  switch (v) {
+    case "highly_input_bound":
+    case "stalled":
+      return "bad";
+    case "moderately_input_bound":
+      return "warn";
+    case "not_input_bound":
+      return "ok";
+    default:
+      return "info";
+  }
+}
+
+/** Short badge text. */
+export function verdictShort(v: Verdict | null | undefined): string {
+  switch (v) {
+    case "highly_input_bound":
+      return "input-bound";
+    case "moderately_input_bound":
+      return "partly input-bound";
+    case "not_input_bound":
+      return "fed";
+    case "stalled":
+      return "stalled";
+    case "insufficient_data":
+      return "too early";
+    default:
+      return "—";
+  }
+}
+
+/** Headline of the verdict banner. */
+export function verdictHeadline(v: Verdict): string {
+  switch (v) {
+    case "highly_input_bound":
+      return "Highly input-bound: the GPU waits for data";
+    case "moderately_input_bound":
+      return "Moderately input-bound: the input pipeline sometimes lags";
+    case "not_input_bound":
+      return "Not input-bound: the GPU is being fed";
+    case "stalled":
+      return "Stalled: steps stopped while the process is alive";
+    case "insufficient_data":
+      return "Not enough data for a verdict yet";
+  }
+}
+
+/** A diagnosis from the wire, or null when it is not one. */
+export function parseDiagnosis(raw: unknown): Diagnosis | null {
+  if (typeof raw !== "object" || raw === null) return null;
+  const r = raw as Record<string, unknown>;
+  if (!isVerdict(r.verdict)) return null;
+  const share = typeof r.input_wait_share === "number" && Number.isFinite(r.input_wait_share) ? r.input_wait_share : null;
+  const evidence = Array.isArray(r.evidence)
+    ? r.evidence.filter((e): e is Evidence | string => typeof e === "string" || (typeof e === "object" && e !== null))
+    : [];
+  const advice = Array.isArray(r.advice) ? r.advice.map((a) => String(a)) : [];
+  const d: Diagnosis = {
+    verdict: r.verdict,
+    input_wait_share: share,
+    source: r.source === "fallback" ? "fallback" : "measured",
+    evidence,
+    advice,
+  };
+  if (typeof r.run_id === "number") d.run_id = r.run_id;
+  if (typeof r.window_s === "number") d.window_s = r.window_s;
+  if (typeof r.steps_in_window === "number") d.steps_in_window = r.steps_in_window;
+  return d;
+}
+
+/** One line of evidence as text. */
+export function evidenceText(e: Evidence | string): string {
+  if (typeof e === "string") return e;
+  if (typeof e.text === "string" && e.text) return e.text;
+  return `${e.key}: ${String(e.value)}`;
+}
+
+/**
+ * The verdict to badge a run with in the list: a verdict the server sent
+ * (live message or summary) wins; otherwise, for runs with a measured input
+ * wait, the level its input-wait share implies (marked as derived).
+ */
+export function runVerdict(run: Run, known: Verdict | undefined): { verdict: Verdict | null; derived: boolean } {
+  if (known) return { verdict: known, derived: false };
+  const fromSummary = run.summary?.verdict;
+  if (isVerdict(fromSummary)) return { verdict: fromSummary, derived: false };
+  const level = inputWaitLevel(run.summary?.input_wait_share);
+  switch (level) {
+    case "high":
+      return { verdict: "highly_input_bound", derived: true };
+    case "moderate":
+      return { verdict: "moderately_input_bound", derived: true };
+    case "low":
+      return { verdict: "not_input_bound", derived: true };
+    default:
+      return { verdict: null, derived: true };
+  }
+}

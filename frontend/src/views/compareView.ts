@@ -1,0 +1,249 @@
+// `#/compare?runs=1,2` — chosen runs side by side: an overlay of their step
+// times (aligned by step or by elapsed time), a summary table with the best
+// value of each row marked, and the config and environment keys that differ.
+
+import { isMissingEndpoint, isNotFound } from "../api";
+import { overlaySpec, type OverlayData } from "../chartSpecs";
+import { compareRows, compareRunOf, diffDocuments, diffFromServer, type Align, type DiffRow } from "../compare";
+import { h, replaceChildren, setAttrs, setText } from "../dom";
+import { LiveChart } from "../liveChart";
+import { RUNS_HREF, runHref } from "../router";
+import { emptySeries, seriesFromColumns, type StepSeries } from "../series";
+import type { CompareRun, Run } from "../types";
+import { errorMessage, statusBadge, type AppContext, type View } from "./common";
+
+export class CompareView implements View {
+  readonly el: HTMLElement;
+  private readonly ctx: AppContext;
+  private readonly ids: number[];
+  private readonly abort = new AbortController();
+  private readonly body: HTMLElement;
+  private readonly chartBox: HTMLElement;
+  private readonly chartInfo: HTMLElement;
+  private readonly alignSelect: HTMLSelectElement;
+  private readonly fieldSelect: HTMLSelectElement;
+  private chart: LiveChart<OverlayData> | null = null;
+  private runs: CompareRun[] = [];
+  private series: StepSeries[] = [];
+  private destroyed = false;
+
+  constructor(ctx: AppContext, ids: number[]) {
+    this.ctx = ctx;
+    this.ids = ids;
+    this.body = h("div", { class: "compare-body" }, h("p", { class: "muted", text: "Loading runs…" }));
+    this.chartBox = h("div", { attrs: { "data-testid": "compare-chart", role: "group", "aria-label": "Step time of the compared runs" } });
+    this.chartInfo = h("span", { class: "chart-info muted" });
+    this.alignSelect = h(
+      "select",
+      { attrs: { "aria-label": "Align runs by", "data-testid": "align-select" }, on: { change: () => this.draw() } },
+      h("option", { text: "align by step", attrs: { value: "step" } }),
+      h("option", { text: "align by elapsed time", attrs: { value: "elapsed" } }),
+    );
+    this.fieldSelect = h(
+      "select",
+      { attrs: { "aria-label": "Series to overlay", "data-testid": "overlay-field" }, on: { change: () => this.draw() } },
+      h("option", { text: "step time", attrs: { value: "durMs" } }),
+      h("option", { text: "input wait", attrs: { value: "waitMs" } }),
+    );
+    this.el = h(
+      "section",
+      { class: "page compare-page", attrs: { "data-testid": "compare-view", "aria-labelledby": "compare-heading" } },
+      h(
+        "nav",
+        { class: "breadcrumb", attrs: { "aria-label": "Breadcrumb" } },
+        h("a", { text: "Runs", attrs: { href: RUNS_HREF } }),
+        h("span", { class: "sep", text: "/", attrs: { "aria-hidden": "true" } }),
+        h("span", { text: "compare", attrs: { "aria-current": "page" } }),
+      ),
+      h("div", { class: "page-head" }, h("h1", { text: `Compare ${ids.length} runs`, attrs: { id: "compare-heading" } })),
+      this.body,
+    );
+  }
+
+  mounted(): void {
+    if (this.ids.length < 2) {
+      replaceChildren(
+        this.body,
+        h(
+          "div",
+          { class: "empty-state", attrs: { "data-testid": "compare-empty" } },
+          h("h2", { text: "Choose runs to compare" }),
+          h("p", null, "Tick two or more runs in the ", h("a", { text: "runs list", attrs: { href: RUNS_HREF } }), " and press Compare."),
+        ),
+      );
+      return;
+    }
+    void this.load();
+  }
+
+  destroy(): void {
+    this.destroyed = true;
+    this.abort.abort();
+    this.chart?.destroy();
+  }
+
+  private async load(): Promise<void> {
+    let config: DiffRow[] | null = null;
+    let env: DiffRow[] | null = null;
+    let missing: number[] = [];
+    let source = "server";
+    try {
+      const resp = await this.ctx.api.compare(this.ids, this.abort.signal);
+      this.runs = Array.isArray(resp.runs) ? resp.runs : [];
+      config = diffFromServer(resp.differences?.config, this.runs.length);
+      env = diffFromServer(resp.differences?.environment, this.runs.length);
+    } catch (err) {
+      if (this.destroyed) return;
+      if (!isMissingEndpoint(err)) {
+        replaceChildren(this.body, h("p", { class: "error", text: `Cannot compare runs: ${errorMessage(err)}` }));
+        return;
+      }
+      // No /compare on this server (or a run is unknown): build the comparison from the runs.
+      source = "client";
+      const full: Run[] = [];
+      for (const id of this.ids) {
+        try {
+          full.push(await this.ctx.api.getRun(id, this.abort.signal));
+        } catch (e) {
+          if (this.destroyed) return;
+          if (isNotFound(e)) missing.push(id);
+          else throw e;
+        }
+      }
+      this.runs = full.map(compareRunOf);
+      config = diffDocuments(full.map((r) => r.config));
+      env = diffDocuments(full.map((r) => r.environment));
+    }
+    if (this.destroyed) return;
+    if (source === "server") missing = this.ids.filter((id) => !this.runs.some((r) => r.id === id));
+    this.render(config ?? [], env ?? [], missing, source);
+    await this.loadSeries();
+  }
+
+  private render(config: DiffRow[], env: DiffRow[], missing: number[], source: string): void {
+    const runs = this.runs;
+    const rows = compareRows(runs);
+    const head = h(
+      "tr",
+      null,
+      h("th", { text: "", attrs: { scope: "col" } }),
+      ...runs.map((r) =>
+        h(
+          "th",
+          { attrs: { scope: "col", "data-run-id": r.id } },
+          h("a", { text: r.name || `run ${r.id}`, attrs: { href: runHref(r.id) } }),
+          h("span", { class: "run-id", text: `#${r.id}` }),
+          r.status ? h("div", null, statusBadge(r.status)) : null,
+        ),
+      ),
+    );
+    const table = h(
+      "table",
+      { class: "compare-table", attrs: { "data-testid": "compare-table" } },
+      h("caption", { class: "visually-hidden", text: "Summary of the compared runs; the best value of each row is marked" }),
+      h("thead", null, head),
+      h(
+        "tbody",
+        null,
+        ...rows.map((row) =>
+          h(
+            "tr",
+            { attrs: { "data-metric": row.key } },
+            h("th", { attrs: { scope: "row", title: `${row.better} is better` } }, row.label, h("span", { class: "better muted", text: row.better === "lower" ? " ↓" : " ↑", attrs: { "aria-hidden": "true" } })),
+            ...row.cells.map((c) =>
+              h(
+                "td",
+                { class: `num${c.best ? " best" : ""}`, attrs: { "data-best": c.best ? "true" : null } },
+                c.text,
+                c.best ? h("span", { class: "best-mark", text: " ★", attrs: { "aria-label": "best", title: "best" } }) : null,
+              ),
+            ),
+          ),
+        ),
+      ),
+    );
+    const diffTable = (rowsIn: DiffRow[], testId: string, caption: string, none: string) =>
+      rowsIn.length === 0
+        ? h("p", { class: "muted", text: none, attrs: { "data-testid": testId, "data-rows": 0 } })
+        : h(
+            "table",
+            { class: "kv diff", attrs: { "data-testid": testId, "data-rows": rowsIn.length } },
+            h("caption", { class: "visually-hidden", text: caption }),
+            h("thead", null, h("tr", null, h("th", { text: "key", attrs: { scope: "col" } }), ...runs.map((r) => h("th", { text: r.name || `run ${r.id}`, attrs: { scope: "col" } })))),
+            h(
+              "tbody",
+              null,
+              ...rowsIn.map((d) => h("tr", { attrs: { "data-key": d.key } }, h("th", { text: d.key, attrs: { scope: "row" } }), ...d.values.map((v) => h("td", { text: v })))),
+            ),
+          );
+    replaceChildren(
+      this.body,
+      missing.length > 0
+        ? h("p", { class: "error", text: `Not found: ${missing.map((i) => `#${i}`).join(", ")}`, attrs: { "data-testid": "compare-missing" } })
+        : null,
+      h(
+        "section",
+        { class: "panel chart-panel", attrs: { "aria-labelledby": "overlay-heading" } },
+        h(
+          "div",
+          { class: "panel-head" },
+          h("h2", { text: "Overlay", attrs: { id: "overlay-heading" } }),
+          this.chartInfo,
+          h("div", { class: "spacer" }),
+          this.fieldSelect,
+          this.alignSelect,
+        ),
+        this.chartBox,
+      ),
+      h("section", { class: "panel", attrs: { "aria-labelledby": "summary-heading" } }, h("div", { class: "panel-head" }, h("h2", { text: "Summary", attrs: { id: "summary-heading" } }), h("span", { class: "muted small", text: "★ best of the row" })), h("div", { class: "table-wrap" }, table)),
+      h(
+        "div",
+        { class: "details" },
+        h(
+          "section",
+          { class: "panel", attrs: { "aria-labelledby": "config-diff-heading" } },
+          h("div", { class: "panel-head" }, h("h2", { text: "Config differences", attrs: { id: "config-diff-heading" } })),
+          diffTable(config, "config-diff", "Config keys whose values differ", "The configs do not differ."),
+        ),
+        h(
+          "section",
+          { class: "panel", attrs: { "aria-labelledby": "env-diff-heading" } },
+          h("div", { class: "panel-head" }, h("h2", { text: "Environment differences", attrs: { id: "env-diff-heading" } })),
+          diffTable(env, "env-diff", "Environment keys whose values differ", "The environments do not differ."),
+        ),
+      ),
+      h("p", { class: "muted small", text: source === "client" ? "Compared in the browser (this server has no /compare endpoint)." : "" }),
+    );
+    setAttrs(this.el, { "data-source": source });
+    this.chart = new LiveChart(this.chartBox, overlaySpec(), { height: 280, emptyText: "Loading step series…" });
+  }
+
+  private async loadSeries(): Promise<void> {
+    const width = this.chart?.widthPx ?? 800;
+    this.series = await Promise.all(
+      this.runs.map(async (r) => {
+        try {
+          return seriesFromColumns(await this.ctx.api.getSteps(r.id, { maxPoints: Math.max(200, width) }, this.abort.signal));
+        } catch {
+          return emptySeries();
+        }
+      }),
+    );
+    if (this.destroyed) return;
+    this.draw();
+  }
+
+  private draw(): void {
+    if (!this.chart || this.runs.length === 0) return;
+    const align = this.alignSelect.value as Align;
+    const field = this.fieldSelect.value === "waitMs" ? "waitMs" : "durMs";
+    const points = this.series.reduce((n, s) => n + s.step.length, 0);
+    if (points === 0) {
+      this.chart.setEmptyText("No steps recorded for these runs.");
+      return;
+    }
+    setText(this.chartInfo, align === "step" ? "x: step" : "x: seconds since each run's first step");
+    setAttrs(this.chartBox, { "data-align": align });
+    this.chart.setData({ series: this.series, names: this.runs.map((r) => r.name || `run ${r.id}`), align, field });
+  }
+}

@@ -1,0 +1,375 @@
+// `#/` — every run, newest first, kept current by the live socket.
+
+import { compareHref } from "../compare";
+import { h, replaceChildren, setAttrs, setText } from "../dom";
+import { DEFAULT_SORT, matchesFilter, nextSort, runRowCells, sortRuns, type RunSort, type RunSortKey } from "../runs";
+import { runHref } from "../router";
+import type { Run, RunStatus } from "../types";
+import { every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
+
+interface Column {
+  key: string;
+  label: string;
+  numeric?: boolean;
+  title?: string;
+  /** Sort key when the column sorts. */
+  sort?: RunSortKey;
+}
+
+const COLUMNS: Column[] = [
+  { key: "name", label: "Name", sort: "name" },
+  { key: "project", label: "Project", sort: "project" },
+  { key: "tags", label: "Tags" },
+  { key: "status", label: "Status", sort: "status" },
+  { key: "verdict", label: "Verdict", sort: "verdict", title: "Is the GPU being fed? The latest diagnosis" },
+  { key: "started", label: "Started", sort: "started" },
+  { key: "duration", label: "Duration", numeric: true, sort: "duration" },
+  { key: "steps", label: "Steps", numeric: true, sort: "steps" },
+  { key: "median", label: "Step median", numeric: true, title: "Median step time", sort: "median" },
+  { key: "p95", label: "Step p95", numeric: true, title: "95th percentile step time", sort: "p95" },
+  { key: "wait", label: "Input wait", numeric: true, title: "Share of step time spent waiting for input data", sort: "wait" },
+  { key: "gpu", label: "GPU util", numeric: true, title: "Mean GPU utilization", sort: "gpu" },
+];
+
+const STATUSES: (RunStatus | "")[] = ["", "running", "finished", "failed", "interrupted"];
+
+interface RowRefs {
+  tr: HTMLTableRowElement;
+  /** JSON of what the row shows, to skip rewriting unchanged rows. */
+  key: string;
+}
+
+export class RunsListView implements View {
+  readonly el: HTMLElement;
+  private readonly ctx: AppContext;
+  private readonly tbody: HTMLTableSectionElement;
+  private readonly table: HTMLTableElement;
+  private readonly stateBox: HTMLElement;
+  private readonly countEl: HTMLElement;
+  private readonly filterInput: HTMLInputElement;
+  private readonly statusSelect: HTMLSelectElement;
+  private readonly compareButton: HTMLButtonElement;
+  private readonly moreButton: HTMLButtonElement;
+  private readonly selectAll: HTMLInputElement;
+  private readonly headers = new Map<RunSortKey, HTMLElement>();
+  private readonly rows = new Map<number, RowRefs>();
+  private readonly selected = new Set<number>();
+  private readonly cleanups: (() => void)[] = [];
+  private sort: RunSort = DEFAULT_SORT;
+  private shownIds: number[] = [];
+
+  constructor(ctx: AppContext) {
+    this.ctx = ctx;
+    this.statusSelect = h(
+      "select",
+      { class: "filter-select", attrs: { "aria-label": "Filter by status", "data-testid": "status-filter" }, on: { change: () => this.render() } },
+      ...STATUSES.map((st) => h("option", { text: st === "" ? "any status" : st, attrs: { value: st } })),
+    );
+    this.compareButton = h("button", {
+      class: "primary",
+      text: "Compare",
+      attrs: { type: "button", disabled: true, "data-testid": "compare-button", title: "Select two or more runs to compare" },
+      on: { click: () => this.openCompare() },
+    });
+    this.moreButton = h("button", {
+      text: "Load older runs",
+      attrs: { type: "button", hidden: true, "data-testid": "runs-load-more" },
+      on: { click: () => void this.loadMore() },
+    });
+    this.selectAll = h("input", {
+      attrs: { type: "checkbox", "aria-label": "Select all shown runs", "data-testid": "run-select-all" },
+      on: { change: () => this.toggleAll(this.selectAll.checked) },
+    });
+    this.countEl = h("span", { class: "count", attrs: { "data-testid": "runs-count" } });
+    this.filterInput = h("input", {
+      class: "filter",
+      attrs: {
+        type: "search",
+        placeholder: "Filter by name, project, tag, status",
+        "aria-label": "Filter runs",
+        autocomplete: "off",
+        spellcheck: "false",
+      },
+      on: { input: () => this.render() },
+    });
+    this.tbody = h("tbody");
+    this.table = h(
+      "table",
+      { class: "runs-table", attrs: { "data-testid": "runs-table" } },
+      h("caption", { class: "visually-hidden", text: "Training runs, newest first" }),
+      h(
+        "thead",
+        null,
+        h(
+          "tr",
+          null,
+          h("th", { class: "select-col", attrs: { scope: "col" } }, this.selectAll),
+          ...COLUMNS.map((c) => this.headerCell(c)),
+        ),
+      ),
+      this.tbody,
+    );
+    this.stateBox = h("div", { class: "state-box", attrs: { "aria-live": "polite" } });
+    this.el = h(
+      "section",
+      { class: "page runs-page", attrs: { "aria-labelledby": "runs-heading" } },
+      h(
+        "div",
+        { class: "page-head" },
+        h("h1", { text: "Runs", attrs: { id: "runs-heading" } }),
+        this.countEl,
+        h("div", { class: "spacer" }),
+        this.statusSelect,
+        this.filterInput,
+        this.compareButton,
+      ),
+      h("div", { class: "table-wrap" }, this.table),
+      this.stateBox,
+      h("div", { class: "more-row" }, this.moreButton),
+    );
+    this.cleanups.push(ctx.runs.subscribe((changed) => (changed ? this.renderRun(changed) : this.render())));
+    this.cleanups.push(every(10_000, () => this.render()));
+    this.render();
+  }
+
+  destroy(): void {
+    for (const c of this.cleanups.splice(0)) c();
+  }
+
+  private headerCell(c: Column): HTMLElement {
+    if (!c.sort) return h("th", { class: c.numeric ? "num" : "", text: c.label, attrs: { scope: "col", title: c.title ?? null } });
+    const key = c.sort;
+    const button = h(
+      "button",
+      {
+        class: "sort",
+        attrs: { type: "button", title: c.title ? `${c.title}: sort` : `Sort by ${c.label.toLowerCase()}`, "data-sort": key },
+        on: {
+          click: () => {
+            this.sort = nextSort(this.sort, key);
+            this.render();
+          },
+        },
+      },
+      c.label,
+      h("span", { class: "sort-mark", attrs: { "aria-hidden": "true" } }),
+    );
+    const th = h("th", { class: c.numeric ? "num" : "", attrs: { scope: "col" } }, button);
+    this.headers.set(key, th);
+    return th;
+  }
+
+  private showSort(): void {
+    for (const [key, th] of this.headers) {
+      const active = key === this.sort.key;
+      setAttrs(th, { "aria-sort": active ? (this.sort.desc ? "descending" : "ascending") : null });
+      const mark = th.querySelector(".sort-mark");
+      if (mark) setText(mark, active ? (this.sort.desc ? "▾" : "▴") : "");
+    }
+  }
+
+  private toggle(id: number, on: boolean): void {
+    if (on) this.selected.add(id);
+    else this.selected.delete(id);
+    this.showSelection();
+  }
+
+  private toggleAll(on: boolean): void {
+    for (const id of this.shownIds) {
+      if (on) this.selected.add(id);
+      else this.selected.delete(id);
+    }
+    for (const [id, refs] of this.rows) {
+      const box = refs.tr.querySelector<HTMLInputElement>('input[type="checkbox"]');
+      if (box) box.checked = this.selected.has(id);
+    }
+    this.showSelection();
+  }
+
+  private showSelection(): void {
+    const n = this.selected.size;
+    this.compareButton.disabled = n < 2;
+    setText(this.compareButton, n >= 2 ? `Compare ${n}` : "Compare");
+    setAttrs(this.compareButton, { title: n >= 2 ? `Compare the ${n} selected runs` : "Select two or more runs to compare" });
+    const shownSelected = this.shownIds.filter((id) => this.selected.has(id)).length;
+    this.selectAll.checked = shownSelected > 0 && shownSelected === this.shownIds.length;
+    this.selectAll.indeterminate = shownSelected > 0 && shownSelected < this.shownIds.length;
+  }
+
+  private async loadMore(): Promise<void> {
+    this.moreButton.disabled = true;
+    try {
+      const page = await this.ctx.api.listRuns(undefined, { limit: 1000, offset: this.ctx.runs.size });
+      this.ctx.runs.replaceAll(Array.isArray(page?.data) ? page.data : [], page?.count);
+    } catch {
+      /* the button stays; a retry is one click away */
+    } finally {
+      this.moreButton.disabled = false;
+    }
+  }
+
+  private openCompare(): void {
+    const ids = [...this.selected].sort((a, b) => a - b);
+    if (ids.length >= 2) location.hash = compareHref(ids);
+  }
+
+  /** One run changed: update its row in place, or re-order when it is new. */
+  private renderRun(run: Run): void {
+    const refs = this.rows.get(run.id);
+    if (refs && this.matches(run) && this.sort.key === "started") {
+      this.updateRow(refs, run, this.ctx.now());
+      return;
+    }
+    this.render();
+  }
+
+  private matches(run: Run): boolean {
+    const st = this.statusSelect.value;
+    return (st === "" || run.status === st) && matchesFilter(run, this.filterInput.value);
+  }
+
+  private render(): void {
+    const now = this.ctx.now();
+    const all = this.ctx.runs.list();
+    const shown = sortRuns(
+      all.filter((r) => this.matches(r)),
+      this.sort,
+      now,
+      (id) => this.ctx.runs.verdictOf(id),
+    );
+    this.shownIds = shown.map((r) => r.id);
+    this.showSort();
+    setText(this.countEl, shown.length === all.length ? `${all.length}` : `${shown.length} of ${all.length}`);
+
+    const keep = new Set<number>();
+    let prev: HTMLTableRowElement | null = null;
+    for (const run of shown) {
+      keep.add(run.id);
+      let refs = this.rows.get(run.id);
+      if (!refs) {
+        refs = { tr: h("tr", { attrs: { "data-testid": "run-row", "data-run-id": run.id } }), key: "" };
+        this.rows.set(run.id, refs);
+      }
+      this.updateRow(refs, run, now);
+      // Keep DOM order equal to list order without re-inserting rows that are in place.
+      const expected: ChildNode | null = prev ? prev.nextSibling : this.tbody.firstChild;
+      if (expected !== refs.tr) this.tbody.insertBefore(refs.tr, expected);
+      prev = refs.tr;
+    }
+    for (const [id, refs] of this.rows) {
+      if (!keep.has(id)) {
+        refs.tr.remove();
+        this.rows.delete(id);
+      }
+    }
+    for (const id of [...this.selected]) if (!this.ctx.runs.get(id)) this.selected.delete(id);
+    this.showSelection();
+    const total = this.ctx.runs.total;
+    this.moreButton.hidden = total === null || total <= all.length;
+    if (total !== null && total > all.length) setText(this.moreButton, `Load older runs (${all.length} of ${total} shown)`);
+    this.renderState(all.length, shown.length);
+  }
+
+  private updateRow(refs: RowRefs, run: Run, now: number): void {
+    const c = runRowCells(run, now, this.ctx.runs.verdictOf(run.id));
+    const key = JSON.stringify(c);
+    if (key === refs.key) return;
+    refs.key = key;
+    const tr = refs.tr;
+    setAttrs(tr, { "data-status": run.status });
+    const link = h("a", { class: "run-link", text: c.name, attrs: { href: runHref(run.id) } });
+    const num = (text: string, extra = "") => h("td", { class: `num ${extra}`.trim(), text });
+    const box = h("input", {
+      attrs: {
+        type: "checkbox",
+        "aria-label": `Select ${c.name} to compare`,
+        "data-testid": "run-select",
+        "data-run-id": run.id,
+      },
+      on: { change: (ev) => this.toggle(run.id, (ev.target as HTMLInputElement).checked) },
+    });
+    box.checked = this.selected.has(run.id);
+    replaceChildren(
+      tr,
+      h("td", { class: "select-col" }, box),
+      h("td", { class: "name" }, link, h("span", { class: "run-id", text: `#${run.id}` })),
+      h("td", { class: "project", text: c.project }),
+      h("td", { class: "tags-cell" }, tagList(c.tags)),
+      h("td", null, statusBadge(c.status)),
+      h(
+        "td",
+        null,
+        h("span", {
+          class: c.verdict ? `badge verdict tone-${c.verdictTone}` : "muted",
+          text: c.verdictText,
+          attrs: { "data-testid": "verdict-badge", "data-verdict": c.verdict ?? "none", title: c.verdictTitle },
+        }),
+      ),
+      h("td", { class: "started", text: c.started, attrs: { title: c.startedTitle } }),
+      num(c.duration),
+      num(c.steps),
+      num(c.median),
+      num(c.p95),
+      h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle } }),
+      num(c.gpu),
+    );
+  }
+
+  private renderState(total: number, shown: number): void {
+    const runs = this.ctx.runs;
+    if (total > 0) {
+      if (shown === 0) replaceChildren(this.stateBox, h("p", { class: "muted", text: "No run matches the filter.", attrs: { "data-testid": "runs-no-match" } }));
+      else replaceChildren(this.stateBox);
+      return;
+    }
+    if (runs.error) {
+      replaceChildren(
+        this.stateBox,
+        h("p", { class: "error", text: `Cannot load runs: ${runs.error}` }),
+      );
+      return;
+    }
+    if (!runs.loaded) {
+      replaceChildren(this.stateBox, h("p", { class: "muted", text: "Loading runs…" }));
+      return;
+    }
+    replaceChildren(this.stateBox, emptyState());
+  }
+}
+
+/** What to do when there is nothing yet: add the callback to `model.fit`. */
+function emptyState(): HTMLElement {
+  const server = `${location.protocol}//${location.host}`;
+  const code = [
+    "from trainer_agent import StokerCallback",
+    "",
+    `cb = StokerCallback(run_name="my-run", project="my-project", server="${server}")`,
+    "model.fit(cb.wrap(train_ds), epochs=3, callbacks=[cb])",
+  ].join("\n");
+  return h(
+    "div",
+    { class: "empty-state", attrs: { "data-testid": "runs-empty" } },
+    h("h2", { text: "No runs yet" }),
+    h(
+      "p",
+      null,
+      "Add ",
+      h("code", { text: "StokerCallback" }),
+      " to your ",
+      h("code", { text: "model.fit" }),
+      " call and start training; the run appears here live.",
+    ),
+    h("pre", { class: "code" }, h("code", { text: code })),
+    h(
+      "p",
+      { class: "muted" },
+      "Wrapping the dataset with ",
+      h("code", { text: "cb.wrap(...)" }),
+      " measures input wait. For a custom training loop use ",
+      h("code", { text: "Monitor" }),
+      ", or run ",
+      h("code", { text: "stoker demo" }),
+      " to see a real Keras training.",
+    ),
+  );
+}

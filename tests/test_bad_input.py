@@ -1,0 +1,144 @@
+"""Bad input gets a clear 4xx (or WebSocket close code) with a reason, and nothing half stored."""
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from tests.support import ServerProcess
+
+
+def _hello(**overrides: Any) -> dict[str, Any]:
+    message = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": "bad"}
+    message.update(overrides)
+    return message
+
+
+def _steps_batch(**steps: Any) -> dict[str, Any]:
+    columns = {"step": [1, 2], "t": [1.7e9, 1.7e9 + 1], "dur": [0.1, 0.1]}
+    columns.update(steps)
+    return {"type": "batch", "seq": 1, "steps": columns}
+
+
+DEEP = '{"a":' * 50_000 + "1" + "}" * 50_000
+
+BAD_HTTP_BODIES: dict[str, tuple[bytes, str]] = {
+    "malformed json": (b'{"hello": ', "Invalid JSON"),
+    "empty body": (b"", "Invalid JSON"),
+    "not an object": (b"[]", "object"),
+    "deep nesting": (
+        (
+            '{"hello": {"type": "hello", "protocol": 1, "run_key": "k'
+            + "x" * 20
+            + '", "config": '
+            + DEEP
+            + "}}"
+        ).encode(),
+        "recursion limit",
+    ),
+    "wrong type": (json.dumps({"hello": _hello(name=5)}).encode(), "hello.name"),
+    "unknown field": (json.dumps({"hello": _hello(colour="red")}).encode(), "hello.colour"),
+    "unknown protocol": (json.dumps({"hello": _hello(protocol=2)}).encode(), "protocol version"),
+    "a million tags": (json.dumps({"hello": _hello(tags=["t"] * 1_000_000)}).encode(), "tags"),
+    "negative step": (
+        json.dumps({"hello": _hello(), "batches": [_steps_batch(step=[-1, 2])]}).encode(),
+        "greater than or equal to 0",
+    ),
+    "out-of-order steps": (
+        json.dumps({"hello": _hello(), "batches": [_steps_batch(step=[5, 4])]}).encode(),
+        "increase strictly",
+    ),
+    "NaN timestamp": (
+        json.dumps({"hello": _hello(), "batches": [_steps_batch(t=[float("nan"), 1.0])]}).encode(),
+        "finite",
+    ),
+    "Inf duration": (
+        json.dumps(
+            {"hello": _hello(), "batches": [_steps_batch(dur=[float("inf"), 1.0])]}
+        ).encode(),
+        "finite",
+    ),
+    "huge array over the size limit": (
+        json.dumps(
+            {"hello": _hello(), "batches": [_steps_batch(step=list(range(2_000_000)))]}
+        ).encode(),
+        "bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_HTTP_BODIES))
+def test_bad_http_ingest_is_refused_with_reason_and_stores_nothing(
+    shared_server: ServerProcess, case: str
+) -> None:
+    server = shared_server
+    runs_before = server.get("/api/v1/runs")["count"]
+    body, expected = BAD_HTTP_BODIES[case]
+    response = httpx.post(
+        f"{server.url}/api/v1/ingest",
+        content=body,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert 400 <= response.status_code < 500, response.text[:300]
+    assert expected in response.json()["detail"]
+    assert server.get("/api/v1/runs")["count"] == runs_before
+
+
+def test_unicode_names_are_stored_exactly(shared_server: ServerProcess) -> None:
+    server = shared_server
+    name = "训练 🚀 \u202eevil\u202c ü"
+    body = {"hello": _hello(name=name, tags=["ß", "🏷"], project="проект")}
+    response = httpx.post(f"{server.url}/api/v1/ingest", json=body)
+    assert response.status_code == 200
+    run = server.get(f"/api/v1/runs/{response.json()['run_id']}")
+    assert (run["name"], run["tags"], run["project"]) == (name, ["ß", "🏷"], "проект")
+
+
+def _agent(server: ServerProcess) -> Any:
+    ws = connect(f"{server.ws_url}/api/v1/agent", max_size=None).__enter__()
+    ws.send(json.dumps(_hello()))
+    assert json.loads(ws.recv(timeout=10))["type"] == "welcome"
+    return ws
+
+
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        ("{not json", "Invalid JSON"),
+        (json.dumps({"type": "batch"}), "seq"),
+        (json.dumps({"type": "teleport", "seq": 1}), "type"),
+        (json.dumps({**_steps_batch(), "extra": 1}), "extra"),
+        (json.dumps(_steps_batch(dur=["slow", 0.1])), "dur"),
+    ],
+)
+def test_bad_websocket_frame_gets_error_and_socket_stays_usable(
+    shared_server: ServerProcess, frame: str, expected: str
+) -> None:
+    ws = _agent(shared_server)
+    ws.send(frame)
+    reply = json.loads(ws.recv(timeout=10))
+    assert reply["type"] == "error" and expected in reply["message"]
+    ws.send(json.dumps(_steps_batch()))
+    assert json.loads(ws.recv(timeout=10)) == {"type": "ack", "seq": 1}
+    ws.close()
+
+
+def test_oversize_websocket_frame_closes_with_1009(shared_server: ServerProcess) -> None:
+    ws = _agent(shared_server)
+    ws.send(json.dumps(_steps_batch(step=list(range(2_000_000)))))
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=30)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+def test_garbage_before_hello_closes_with_reason(shared_server: ServerProcess) -> None:
+    ws = connect(f"{shared_server.ws_url}/api/v1/agent").__enter__()
+    ws.send("hello?")
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd.code == 4400 and "bad hello" in closed.value.rcvd.reason

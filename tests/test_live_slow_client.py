@@ -1,0 +1,63 @@
+"""A browser that stops reading never slows ingest: its queue drops oldest and says so."""
+
+import json
+import socket
+import uuid
+from pathlib import Path
+
+from websockets.sync.client import connect
+
+from tests.support import ServerProcess
+
+STEPS_PER_BATCH = 500
+
+
+def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path, env={"STOKER_LIVE_QUEUE_SIZE": "20"}).start()
+    try:
+        agent = connect(f"{server.ws_url}/api/v1/agent", max_size=None).__enter__()
+        hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": "slow"}
+        agent.send(json.dumps(hello))
+        run_id = json.loads(agent.recv(timeout=10))["run_id"]
+
+        # A tiny receive buffer, so the server's writes to this client back up quickly.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        slow = connect(
+            f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1, compression=None
+        ).__enter__()
+        slow.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+        fast = connect(f"{server.ws_url}/api/v1/live", max_size=None).__enter__()
+        fast.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+
+        batches = 400
+        for seq in range(1, batches + 1):
+            first = (seq - 1) * STEPS_PER_BATCH
+            steps = list(range(first, first + STEPS_PER_BATCH))
+            batch = {"type": "batch", "seq": seq,
+                     "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
+                               "dur": [0.01] * STEPS_PER_BATCH}}  # fmt: skip
+            agent.send(json.dumps(batch))
+            assert json.loads(agent.recv(timeout=10)) == {"type": "ack", "seq": seq}
+
+        # The reading client got every batch, in order.
+        received_last = -1
+        while received_last < batches * STEPS_PER_BATCH - 1:
+            message = json.loads(fast.recv(timeout=10))
+            if message["type"] == "steps":
+                assert message["data"]["step"][0] == received_last + 1
+                received_last = message["data"]["step"][-1]
+
+        # The slow client, once it reads, is told that messages were dropped for it.
+        notices, received = [], 0
+        while not notices and received < 3 * batches:
+            message = json.loads(slow.recv(timeout=10))
+            received += 1
+            if message["type"] == "notice":
+                notices.append(message)
+        assert notices, f"no drop notice in {received} messages"
+        assert notices[0]["dropped"] > 0
+        assert "re-fetch" in notices[0]["message"]
+    finally:
+        server.stop()
