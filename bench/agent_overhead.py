@@ -7,13 +7,15 @@ Configurations, interleaved in a random order within each trial, one fresh model
   callback     StokerCallback alone (no wrap)
   tensorboard  keras.callbacks.TensorBoard(update_freq="batch")
 A minimal timer callback (the same in every configuration) measures the steady-state step
-period from batch 10 to the end of the epoch, so per-run start and flush costs are not
-spread over the steps; they are reported separately as the fixed cost of a fit.
-Figures are medians over trials of the paired difference to the baseline of the same trial.
+period from batch 10 to the end of the epoch, in wall-clock time and in this process's CPU
+time (all threads: the agent's threads and TensorFlow's), so per-run start and flush costs
+are not spread over the steps; they are reported separately as the fixed cost of a fit.
+Figures are medians over trials of the paired difference to the baseline of the same
+trial. CPU time is far less disturbed by other processes on a shared machine.
 
 The machine this runs on is shared and small: read the IQR column before the medians.
 
-Usage: .venv/bin/python bench/agent_overhead.py [--trials 11]
+Usage: .venv/bin/python bench/agent_overhead.py [--trials 25]
 """
 
 import argparse
@@ -39,25 +41,29 @@ SKIP = 10  # steps before the timed window (tracing, warm-up)
 
 
 class Timer(tf.keras.callbacks.Callback):
+    """Wall-clock and process CPU time per step, from batch SKIP to the end of the epoch."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.start = 0.0
-        self.period_s = 0.0
+        self.start = self.start_cpu = 0.0
+        self.period_s = self.cpu_s = 0.0
         self._batch = 0
 
     def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
         if batch == SKIP:
-            self.start = time.perf_counter()
+            self.start, self.start_cpu = time.perf_counter(), time.process_time()
         self._batch = batch
 
     def on_epoch_end(self, epoch: int, logs: object = None) -> None:
-        self.period_s = (time.perf_counter() - self.start) / (self._batch + 1 - SKIP)
+        steps = self._batch + 1 - SKIP
+        self.period_s = (time.perf_counter() - self.start) / steps
+        self.cpu_s = (time.process_time() - self.start_cpu) / steps
 
 
 MODELS = {
     # name: (input features, hidden widths, batch size, steps per fit)
-    "small MLP": (32, [256, 256], 64, 300),
-    "wide": (512, [1024, 1024], 128, 60),
+    "small MLP": (32, [256, 256], 64, 160),
+    "wide": (512, [1024, 1024], 128, 40),
 }
 
 
@@ -87,12 +93,12 @@ def run_fit(config: str, model: tf.keras.Model, ds: tf.data.Dataset, server: str
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=logdir, update_freq="batch"))
     started = time.perf_counter()
     model.fit(data, epochs=1, callbacks=callbacks, verbose=0)
-    return timer.period_s, time.perf_counter() - started
+    return timer.period_s, timer.cpu_s, time.perf_counter() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--trials", type=int, default=11)
+    parser.add_argument("--trials", type=int, default=25)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
     fake = FakeNvml(build(work / "nvml"), work / "nvml-control.txt")
@@ -108,17 +114,57 @@ def main() -> None:
             for config in configs:  # warm-up: trace every model once
                 run_fit(config, models[config], ds, server.url, str(work / "tb"))
             periods: dict[str, list[float]] = {c: [] for c in configs}
+            cpus: dict[str, list[float]] = {c: [] for c in configs}
             totals: dict[str, list[float]] = {c: [] for c in configs}
             for _ in range(args.trials):
                 for config in random.sample(configs, len(configs)):
-                    period, total = run_fit(
-                        config, models[config], ds, server.url, str(work / "tb")
-                    )
+                    logdir = str(work / "tb")
+                    period, cpu, total = run_fit(config, models[config], ds, server.url, logdir)
                     periods[config].append(period)
+                    cpus[config].append(cpu)
                     totals[config].append(total)
-            report(name, steps, configs, periods, totals)
+            report(name, steps, configs, periods, cpus, totals)
+        hook_costs(server.url)
     finally:
         server.stop()
+
+
+def hook_costs(server: str) -> None:
+    """The agent's own per-step work, timed directly: no fit, no noise from TensorFlow."""
+    from trainer_agent.callback import READ_EVERY_CALLS
+    from trainer_agent.input_wait import StampRing
+
+    model = make_model(8, [8])
+    callback = StokerCallback(run_name="bench-hooks", server=server)
+    callback.set_model(model)
+    callback.set_params({"epochs": 1, "steps": 10**6, "verbose": 0})
+    callback.on_train_begin()
+    logs = {"loss": 0.5}
+    per_step = []
+    for _ in range(7):
+        started = time.perf_counter()
+        for i in range(20_000):
+            callback.on_train_batch_begin(i)
+            callback.on_train_batch_end(i, logs)
+        per_step.append((time.perf_counter() - started) / 20_000)
+    callback.on_train_end()
+    ring = StampRing()
+    reads = []
+    for _ in range(50):
+        started = time.perf_counter()
+        ring.read(0.0)
+        reads.append(time.perf_counter() - started)
+    read = statistics.median(reads)
+    print(
+        f"\nhooks in isolation (batch begin + end, recording a step): "
+        f"{statistics.median(per_step) * 1e6:.1f} µs/step (target ≤ 20 µs); "
+        f"reading the stamp ring: {read * 1e6:.0f} µs every {READ_EVERY_CALLS} steps "
+        f"= {read / READ_EVERY_CALLS * 1e6:.1f} µs/step"
+    )
+
+
+def paired(values: dict[str, list[float]], config: str) -> list[float]:
+    return [v - b for v, b in zip(values[config], values["baseline"], strict=True)]
 
 
 def report(
@@ -126,16 +172,22 @@ def report(
     steps: int,
     configs: list[str],
     periods: dict[str, list[float]],
+    cpus: dict[str, list[float]],
     totals: dict[str, list[float]],
 ) -> None:
     base = statistics.median(periods["baseline"])
-    print(f"\n{name}: baseline step {base * 1e3:.2f} ms ({steps} steps per fit)")
+    base_cpu = statistics.median(cpus["baseline"])
     print(
-        f"{'configuration':14} {'µs/step':>9} {'IQR µs':>15} {'% of step':>10} {'fixed ms/fit':>13}"
+        f"\n{name}: baseline step {base * 1e3:.2f} ms wall, {base_cpu * 1e3:.2f} ms CPU "
+        f"({steps} steps per fit, timed from step {SKIP})"
     )
-    cost = {}
+    print(
+        f"{'configuration':12} {'wall µs/step':>12} {'(IQR)':>17} {'CPU µs/step':>12} "
+        f"{'(IQR)':>17} {'fixed ms/fit':>12}"
+    )
+    wall, cpu = {}, {}
     for config in configs[1:]:
-        diffs = [p - b for p, b in zip(periods[config], periods["baseline"], strict=True)]
+        diffs, cpu_diffs = paired(periods, config), paired(cpus, config)
         fixed = [
             (t - p * (steps - SKIP)) - (tb - pb * (steps - SKIP))
             for t, p, tb, pb in zip(
@@ -143,17 +195,22 @@ def report(
                 strict=True,
             )
         ]  # fmt: skip
-        cost[config] = statistics.median(diffs)
-        q1, _, q3 = statistics.quantiles(diffs, n=4)
+        wall[config], cpu[config] = statistics.median(diffs), statistics.median(cpu_diffs)
+        w1, _, w3 = statistics.quantiles(diffs, n=4)
+        c1, _, c3 = statistics.quantiles(cpu_diffs, n=4)
         print(
-            f"{config:14} {cost[config] * 1e6:9.1f} {q1 * 1e6:7.1f}..{q3 * 1e6:<7.1f}"
-            f"{cost[config] / base * 100:9.2f}% {statistics.median(fixed) * 1e3:13.1f}"
+            f"{config:12} {wall[config] * 1e6:12.1f} {w1 * 1e6:8.0f}..{w3 * 1e6:<7.0f} "
+            f"{cpu[config] * 1e6:12.1f} {c1 * 1e6:8.0f}..{c3 * 1e6:<7.0f} "
+            f"{statistics.median(fixed) * 1e3:12.1f}"
         )
-    tb = cost["tensorboard"]
-    ratio = cost["stoker"] / tb if tb > 0 else float("nan")
-    print(f"stoker / tensorboard per-step cost: {ratio:.2f} (target ≤ 0.25 on the small MLP)")
-    print(f"stoker share of the step: {cost['stoker'] / base * 100:.2f} % (target ≤ 1 % wide)")
-    print(f"callback alone: {cost['callback'] * 1e6:.1f} µs/step (target ≤ 20 µs)")
+    for label, cost, step in (("wall", wall, base), ("CPU", cpu, base_cpu)):
+        tb = cost["tensorboard"]
+        ratio = cost["stoker"] / tb if tb > 0 else float("nan")
+        print(
+            f"{label}: stoker/tensorboard {ratio:.2f} (target ≤ 0.25, small MLP); "
+            f"stoker {cost['stoker'] / step * 100:.2f} % of the step (target ≤ 1 %, wide); "
+            f"callback alone {cost['callback'] * 1e6:.1f} µs (target ≤ 20 µs)"
+        )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainer_agent.input_wait import Execution, Stamp, WaitResolver, split_execution
+from trainer_agent.input_wait import Execution, Stamp, StampTable, WaitResolver, split_execution
 
 
 def stamps(generation: int, times: list[float], size: int = 32) -> dict[tuple[int, int], Stamp]:
@@ -49,7 +49,7 @@ def test_resolver_follows_new_iterator_each_epoch_and_skips_warmup_iterator() ->
         Execution(2, 1, begin=2.0, end=2.4, epoch_start=True),
         Execution(3, 1, begin=2.4, end=2.5, epoch_start=False),
     ]
-    rows = WaitResolver().resolve(executions, ring)
+    rows = WaitResolver().resolve(executions, StampTable.of(ring))
     assert [r.wait for r in rows] == pytest.approx([0.1, 0.1, 0.2, 0.0])
 
 
@@ -60,7 +60,7 @@ def test_resolver_keeps_iterator_across_epochs_when_none_is_new() -> None:
         Execution(1, 1, begin=1.4, end=1.8, epoch_start=False),
         Execution(2, 1, begin=2.0, end=2.6, epoch_start=True),
     ]
-    rows = WaitResolver().resolve(executions, ring)
+    rows = WaitResolver().resolve(executions, StampTable.of(ring))
     assert [r.wait for r in rows] == pytest.approx([0.0, 0.1, 0.5])
 
 
@@ -71,13 +71,13 @@ def test_resolver_overwritten_stamps_give_unknown_wait() -> None:
         Execution(1, 1, begin=1.5, end=1.8, epoch_start=False),
         Execution(2, 1, begin=1.8, end=2.0, epoch_start=False),
     ]
-    rows = WaitResolver().resolve(executions, ring)
+    rows = WaitResolver().resolve(executions, StampTable.of(ring))
     assert [r.wait for r in rows] == pytest.approx([0.0, None, 0.1])
 
 
 def test_resolver_first_step_of_run_does_not_count_wait() -> None:
     ring = stamps(1, [1.8])
     executions = [Execution(0, 1, begin=1.0, end=2.0, epoch_start=True, count_wait=False)]
-    (row,) = WaitResolver().resolve(executions, ring)
+    (row,) = WaitResolver().resolve(executions, StampTable.of(ring))
     assert row.wait is None
     assert row.batch_size == 32

@@ -14,14 +14,22 @@ from trainer_agent.config import (
     resolve_token,
 )
 from trainer_agent.environment import collect, detect_rank
-from trainer_agent.input_wait import Execution, StampRing, StepRow, WaitResolver, split_execution
+from trainer_agent.input_wait import (
+    Execution,
+    StampRing,
+    StampTable,
+    StepRow,
+    WaitResolver,
+    split_execution,
+)
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline import describe_pipeline
 from trainer_agent.session import RunSession
 
 log = logging.getLogger("trainer_agent")
 
-# Read the stamp ring after this many train-function calls, or after this long.
+# Read the stamp ring after this many steps (train-function calls times steps_per_execution),
+# or after this long.
 READ_EVERY_CALLS = 50
 READ_EVERY_S = 1.0
 
@@ -157,7 +165,8 @@ class StokerCallback(keras.callbacks.Callback):
             count_wait=self._step > 0,
         )  # fmt: skip
         self._step += n
-        if len(self._pending) >= READ_EVERY_CALLS or now - self._last_read >= READ_EVERY_S:
+        read_every = max(1, READ_EVERY_CALLS // self._steps_per_execution)
+        if len(self._pending) >= read_every or now - self._last_read >= READ_EVERY_S:
             self._flush_pending(now)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
@@ -213,11 +222,11 @@ class StokerCallback(keras.callbacks.Callback):
             return
         executions, self._pending = self._pending, []
         try:
-            stamps = self._ring.read(self._wall_to_perf_s)
+            stamps = self._ring.read(self._wall_to_perf_s, after=self._resolver.cursor)
         except Exception:
             log.exception("Stoker could not read input stamps; input wait is not measured")
             self._ring = None
-            stamps = {}
+            stamps = StampTable.of({})
         self._record(self._resolver.resolve(executions, stamps))
 
     def _record(self, rows: list[StepRow]) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_RING_SIZE = 4096
+DEFAULT_RING_SIZE = 2048
 
 # Row layout in the ring.
 _TS, _GEN, _INDEX, _BATCH = range(4)
@@ -73,9 +73,10 @@ class StampRing:
 
         def stamp(state: tuple[Any, Any], element: Any) -> tuple[tuple[Any, Any], Any]:
             gen, index = state
-            gen = tf.cond(
-                tf.equal(index, 0), lambda: generation.assign_add(1), lambda: tf.identity(gen)
-            )
+            # A new iterator starts at index 0: it takes the next generation number. (No
+            # tf.cond: an add of 0 for every other element is cheaper than a branch.)
+            first = tf.equal(index, 0)
+            gen = tf.where(first, generation.assign_add(tf.cast(first, tf.int64)), gen)
             slot = tf.math.floormod(count.assign_add(1) - 1, size)
             leaves = tf.nest.flatten(element)
             batch = tf.constant(-1.0, tf.float64)
@@ -92,16 +93,61 @@ class StampRing:
         initial = (tf.constant(0, tf.int64), tf.constant(0, tf.int64))
         return dataset.scan(initial, stamp)
 
-    def read(self, wall_to_perf_s: float) -> dict[tuple[int, int], Stamp]:
-        """Every stamp still in the ring, keyed by (generation, index), in perf_counter time."""
+    def read(self, wall_to_perf_s: float, after: tuple[int, int] | None = None) -> "StampTable":
+        """The stamps still in the ring, in perf_counter time.
+
+        With `after=(generation, index)`, only that iterator's elements from `index` on and
+        those of newer iterators: what the resolver can still need.
+        """
         rows = self._ring.numpy()
-        stamps: dict[tuple[int, int], Stamp] = {}
-        for ts, gen, index, batch in rows.tolist():
-            if gen <= 0:
-                continue
-            size = int(batch) if batch >= 0 else None
-            stamps[(int(gen), int(index))] = Stamp(ts - wall_to_perf_s, size)
-        return stamps
+        gens = rows[:, _GEN]
+        if after is None:
+            keep = gens > 0
+        else:
+            gen, index = after
+            keep = (gens > gen) | ((gens == gen) & (rows[:, _INDEX] >= index))
+        rows = rows[keep]
+        rows[:, _TS] -= wall_to_perf_s
+        return StampTable(rows)
+
+
+class StampTable:
+    """Stamps keyed by (generation, index); rows become `Stamp`s only when asked for."""
+
+    def __init__(self, rows: Any) -> None:
+        self._rows = rows
+        keys = zip(
+            rows[:, _GEN].astype("int64").tolist(),
+            rows[:, _INDEX].astype("int64").tolist(),
+            strict=True,
+        )
+        self._position = {key: i for i, key in enumerate(keys)}
+
+    @classmethod
+    def of(cls, stamps: dict[tuple[int, int], Stamp]) -> "StampTable":
+        """A table from plain stamps (tests, and callers without TensorFlow)."""
+        table = cls.__new__(cls)
+        table._rows = [
+            (s.ts, gen, index, -1 if s.batch_size is None else s.batch_size)
+            for (gen, index), s in stamps.items()
+        ]
+        table._position = {key: i for i, key in enumerate(stamps)}
+        return table
+
+    def get(self, key: tuple[int, int]) -> Stamp | None:
+        i = self._position.get(key)
+        if i is None:
+            return None
+        row = self._rows[i]
+        return Stamp(float(row[_TS]), int(row[_BATCH]) if row[_BATCH] >= 0 else None)
+
+    def first_stamps(self) -> dict[int, float]:
+        """Generation → ready time of its first element, for the generations still held."""
+        return {
+            gen: float(self._rows[i][_TS])
+            for (gen, index), i in self._position.items()
+            if index == 0
+        }
 
 
 def _solve_compute_s(begin: float, end: float, ready: Sequence[float]) -> float:
@@ -155,10 +201,13 @@ class WaitResolver:
         self._generation: int | None = None
         self._next_index = 0
 
-    def resolve(
-        self, executions: Sequence[Execution], stamps: dict[tuple[int, int], Stamp]
-    ) -> list[StepRow]:
-        firsts = {gen: s.ts for (gen, index), s in stamps.items() if index == 0}
+    @property
+    def cursor(self) -> tuple[int, int] | None:
+        """(generation, index) of the next element to match; None before the first."""
+        return None if self._generation is None else (self._generation, self._next_index)
+
+    def resolve(self, executions: Sequence[Execution], stamps: StampTable) -> list[StepRow]:
+        firsts = stamps.first_stamps()
         rows: list[StepRow] = []
         for execution in executions:
             if execution.epoch_start:
@@ -179,7 +228,7 @@ class WaitResolver:
             self._generation = max(candidates)[1]
             self._next_index = 0
 
-    def _take(self, n: int, stamps: dict[tuple[int, int], Stamp]) -> list[Stamp] | None:
+    def _take(self, n: int, stamps: StampTable) -> list[Stamp] | None:
         if self._generation is None:
             return None
         first = self._next_index
