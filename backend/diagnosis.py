@@ -423,6 +423,15 @@ def diagnose(
         else:
             _device_advice(advice, util=util, mean_step=mean_step)
         return result(verdict, share)
+    if source == "measured":
+        # Wait is measured but the window does not hold enough steps yet: say only that.
+        add(
+            "measured_steps",
+            window.waited_count,
+            f"{window.waited_count} of the {min_steps} measured steps a verdict needs so far",
+        )
+        advice.append("Keep training: the verdict appears once enough steps are measured.")
+        return result(Verdict.insufficient_data, share)
 
     # Fallback: input wait not measured. Infer from device utilization, step-time variance
     # and host CPU, and say so.

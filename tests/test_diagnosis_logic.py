@@ -47,6 +47,16 @@ def test_measured_wait_share_follows_profiler_thresholds(wait: float, expected: 
     assert any(e.key == "input_wait_share" for e in diagnosis.evidence)
 
 
+def test_too_few_measured_steps_is_insufficient_without_wrap_advice() -> None:
+    window = _window()
+    _feed(window, 3, dur=0.1, wait=0.05)
+    diagnosis = _verdict(window)
+    assert diagnosis.verdict == Verdict.insufficient_data
+    assert diagnosis.source == "measured"
+    assert any("3 of the 5 measured steps" in e.text for e in diagnosis.evidence)
+    assert not any("Wrap" in a or "not measured" in a for a in diagnosis.advice)
+
+
 def test_window_slides_so_old_starvation_is_forgotten() -> None:
     window = _window(window_s=5.0)
     _feed(window, 50, dur=0.1, wait=0.05)  # 5 s starved
