@@ -1,7 +1,11 @@
 import { describe, expect, it } from "vitest";
 import {
+  BYTE_INCRS,
   LIGHT_PALETTE,
   STEP_INCRS,
+  axisSplits,
+  formatBytesTick,
+  pickIncr,
   durationRange,
   formatStepTick,
   isFullRange,
@@ -128,5 +132,55 @@ describe("robustMax", () => {
     const [lo, hi] = range({ data, series: [{}, { idxs: [0, 99] }] }, 50, 2000);
     expect(lo).toBe(0);
     expect(hi).toBeCloseTo(50 * 1.25 * 1.08);
+  });
+});
+
+describe("byte axis increments", () => {
+  const MiB = 1024 ** 2;
+  const GiB = 1024 ** 3;
+
+  it("are ascending powers of two covering MiB and GiB", () => {
+    for (let i = 0; i < BYTE_INCRS.length; i++) {
+      const v = BYTE_INCRS[i]!;
+      expect(Math.log2(v)).toBe(Math.round(Math.log2(v)));
+      if (i > 0) expect(v).toBe(2 * BYTE_INCRS[i - 1]!);
+    }
+    for (const v of [256 * MiB, 512 * MiB, GiB, 2 * GiB, 4 * GiB, 8 * GiB, 16 * GiB, 32 * GiB, 64 * GiB]) expect(BYTE_INCRS).toContain(v);
+    // No decimal steps: 10 GB would be labelled 9.31 GiB.
+    expect(BYTE_INCRS).not.toContain(1e9);
+    expect(BYTE_INCRS).not.toContain(1e10);
+    expect(BYTE_INCRS).not.toContain(2e10);
+  });
+
+  it("label binary values in round binary units", () => {
+    expect(formatBytesTick(0)).toBe("0");
+    expect(formatBytesTick(16 * GiB)).toBe("16 GiB");
+    expect(formatBytesTick(32 * GiB)).toBe("32 GiB");
+    expect(formatBytesTick(512 * MiB)).toBe("512 MiB");
+    expect(formatBytesTick(1.5 * GiB)).toBe("1.5 GiB");
+    expect(formatBytesTick(1.25 * GiB)).toBe("1.25 GiB");
+    expect(formatBytesTick(1024 * GiB)).toBe("1 TiB");
+    expect(formatBytesTick(null)).toBe("");
+  });
+
+  it("give ticks such as 16 GiB, 32 GiB on a GPU-sized range", () => {
+    // An 80 GB card (80e9 bytes ≈ 74.5 GiB) with the range's 8 % headroom, 200 px tall, ≥ 30 px between ticks.
+    const max = 80e9 * 1.08;
+    const incr = pickIncr(BYTE_INCRS, 0, max, 200, 30);
+    expect(incr).toBe(16 * GiB);
+    expect(axisSplits(0, max, incr).map(formatBytesTick)).toEqual(["0", "16 GiB", "32 GiB", "48 GiB", "64 GiB", "80 GiB"]);
+  });
+
+  it("never produce decimal-GB labels over a wide spread of ranges", () => {
+    for (const gb of [0.3, 1, 2.5, 6, 11, 16, 24, 40, 48, 80, 141, 192]) {
+      for (const px of [120, 200, 320]) {
+        const max = gb * 1e9 * 1.08;
+        const incr = pickIncr(BYTE_INCRS, 0, max, px, 30);
+        for (const label of axisSplits(0, max, incr).map(formatBytesTick)) {
+          // Whole numbers, or halves/quarters at most (1.5 GiB, 1.25 GiB) — never 18.6 GiB.
+          expect(label).toMatch(/^(0|\d+(\.(5|25|75))? (B|KiB|MiB|GiB|TiB))$/);
+        }
+      }
+    }
   });
 });

@@ -52,6 +52,51 @@ export const STEP_INCRS: number[] = (() => {
   return out;
 })();
 
+/**
+ * Tick increments for byte axes: powers of two (1 B … 256 MiB, 512 MiB, 1 GiB,
+ * 2 GiB … 16 GiB, 32 GiB … 1 PiB). Memory is labelled in binary units, so
+ * ticks must fall on binary values: decimal steps (10 GB = 9.31 GiB) would read
+ * 18.6 GiB, 37.3 GiB.
+ */
+export const BYTE_INCRS: number[] = Array.from({ length: 51 }, (_, e) => 2 ** e);
+
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+
+/**
+ * Byte tick label in binary units with at most two decimals and no trailing
+ * zeros: 512 MiB, 1.5 GiB, 16 GiB.
+ */
+export function formatBytesTick(v: number | null | undefined): string {
+  if (typeof v !== "number" || !Number.isFinite(v)) return "";
+  if (v === 0) return "0";
+  let k = 0;
+  while (k < BYTE_UNITS.length - 1 && Math.abs(v) >= 1024 ** (k + 1)) k++;
+  const n = v / 1024 ** k;
+  const text = Number.isInteger(n) ? String(n) : n.toFixed(2).replace(/\.?0+$/, "");
+  return `${text} ${BYTE_UNITS[k]}`;
+}
+
+/**
+ * The increment uPlot picks from `incrs` for a numeric axis: the smallest one
+ * whose ticks are at least `minSpacePx` apart over `dimPx` pixels for the range
+ * `min..max` (the largest increment if none is wide enough).
+ */
+export function pickIncr(incrs: readonly number[], min: number, max: number, dimPx: number, minSpacePx: number): number {
+  const span = max - min;
+  if (!(span > 0) || !(dimPx > 0)) return incrs[0] ?? 1;
+  const minIncr = (span / dimPx) * minSpacePx;
+  for (const incr of incrs) if (incr >= minIncr) return incr;
+  return incrs[incrs.length - 1] ?? 1;
+}
+
+/** Tick values (multiples of `incr`) in `min..max`. */
+export function axisSplits(min: number, max: number, incr: number): number[] {
+  const out: number[] = [];
+  if (!(incr > 0)) return out;
+  for (let v = Math.ceil(min / incr) * incr; v <= max + incr * 1e-9; v += incr) out.push(v);
+  return out;
+}
+
 /** Step index tick label: 950, 12k, 1.2M. */
 export function formatStepTick(v: number | null | undefined): string {
   if (typeof v !== "number" || !Number.isFinite(v)) return "";
@@ -258,6 +303,8 @@ export interface AxisSpec {
   size?: number;
   /** Ignore rare outliers of these series (uPlot indices) when scaling. */
   clipOutliersOf?: number[];
+  /** Tick increments uPlot chooses from (e.g. BYTE_INCRS for binary units). */
+  incrs?: number[];
 }
 
 export interface LineSpec {
@@ -339,6 +386,7 @@ export function lineChartOptions(args: LineChartArgs): uPlot.Options {
         size: a.size ?? 56,
         side: right ? 1 : 3,
         ...(right || rightCount > 0 ? { grid: { show: false } } : {}),
+        ...(a.incrs ? { incrs: a.incrs } : {}),
         values: (_u, splits) => splits.map((v) => (v == null ? "" : a.format(v))),
       }),
     );

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { LIGHT_PALETTE, SERIES_COLORS, lineChartOptions, rangeFor, withAlpha } from "./chartOptions";
+import { BYTE_INCRS, LIGHT_PALETTE, SERIES_COLORS, lineChartOptions, rangeFor, withAlpha } from "./chartOptions";
 import { isRatioMetric, metricsSpec, overlaySpec, telemetryChart, telemetrySpec, throughputSpec } from "./chartSpecs";
 import { normalizeMetrics, normalizeSamples } from "./samples";
 import { seriesFromColumns } from "./series";
@@ -73,5 +73,25 @@ describe("chart specs", () => {
     const a = seriesFromColumns({ step: [1], t: [0], dur: [0.1], wait: [null] });
     const o = overlaySpec().options({ series: [a, a], names: ["x", "y"], align: "elapsed", field: "durMs" }, size, style);
     expect(o.series.map((s) => s.label)).toEqual(["elapsed", "x", "y"]);
+  });
+});
+
+describe("memory axes", () => {
+  const d = normalizeSamples({
+    device: [{ gpu: 0, t: [1, 2], mem_used: [20 * 1024 ** 3, 21 * 1024 ** 3], mem_total: [40e9, 40e9] }],
+    host: [{ t: [1], proc_cpu: [100], rss: [1e9] }],
+  });
+  it("use binary increments and GiB labels on the GPU memory and host charts", () => {
+    for (const kind of ["memory", "host"] as const) {
+      const o = telemetrySpec(kind).options(d, size, style);
+      const axis = o.axes!.find((a) => a.scale === "bytes")!;
+      expect(axis.incrs).toBe(BYTE_INCRS);
+      const values = axis.values as (u: unknown, splits: number[]) => string[];
+      expect(values(null, [0, 16 * 1024 ** 3, 32 * 1024 ** 3])).toEqual(["0", "16 GiB", "32 GiB"]);
+    }
+  });
+  it("other axes keep uPlot's default increments", () => {
+    const o = telemetrySpec("gpu").options(d, size, style);
+    expect(o.axes!.every((a) => a.incrs === undefined)).toBe(true);
   });
 });

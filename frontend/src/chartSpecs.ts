@@ -3,7 +3,7 @@
 // No DOM: unit-tested.
 
 import type uPlot from "uplot";
-import { formatStepTick, lineChartOptions, withAlpha, type AxisSpec, type LineSpec } from "./chartOptions";
+import { BYTE_INCRS, formatBytesTick, formatStepTick, lineChartOptions, withAlpha, type AxisSpec, type LineSpec } from "./chartOptions";
 import { overlayColumns, type Align } from "./compare";
 import { throughputColumns } from "./derive";
 import { formatDuration, formatMs, formatMsTick, formatRate } from "./format";
@@ -13,7 +13,6 @@ import type { StepSeries } from "./series";
 import type { MetricTrack, SamplesData } from "./types";
 
 const pct = (v: number) => `${Math.round(v)}%`;
-const bytesTick = (v: number) => formatBytes(v).replace(".00 ", " ");
 
 function compact(v: number): string {
   const a = Math.abs(v);
@@ -142,7 +141,8 @@ export const TELEMETRY_FIELDS: Record<TelemetryKind, FieldStyle[]> = {
 
 const AXES: Record<string, AxisSpec> = {
   pct: { scale: "pct", label: "%", format: pct, range: [0, 100] },
-  bytes: { scale: "bytes", label: "memory", format: bytesTick, fromZero: true, size: 74 },
+  // Binary increments: ticks at 16 GiB, 32 GiB…, not at decimal GB (18.6 GiB).
+  bytes: { scale: "bytes", label: "memory", format: formatBytesTick, incrs: BYTE_INCRS, fromZero: true, size: 74 },
   temp: { scale: "temp", label: "°C", format: (v) => `${Math.round(v)}°` },
   power: { scale: "power", label: "W", format: (v) => `${Math.round(v)}W`, side: "right", fromZero: true },
   mhz: { scale: "mhz", label: "MHz", format: (v) => `${Math.round(v)}`, hidden: true },

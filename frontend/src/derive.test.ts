@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { batchSizeOf, isStarved, starvedRanges, throughputColumns, waitShare } from "./derive";
+import { batchSizeOf, isStarved, starvedRanges, throughputCaption, throughputColumns, waitShare } from "./derive";
 import { seriesFromColumns } from "./series";
 
 const s = (dur: number[], wait: (number | null)[]) =>
@@ -82,5 +82,28 @@ describe("rangesFromStarvation", () => {
       ["d3", 20],
       ["d2", 30],
     ]);
+  });
+});
+
+describe("throughputCaption", () => {
+  it("says samples/s with the config's batch size", () => {
+    const c = throughputCaption({ batch_size: 256 }, { samples_per_s: 6100 });
+    expect(c.text).toBe("samples/s · batch size 256");
+  });
+
+  it("keeps steps/s without a batch size and quotes the summary's samples/s", () => {
+    const c = throughputCaption({ lr: 0.1 }, { samples_per_s: 6100 });
+    expect(c.text).toContain("steps/s");
+    expect(c.text).toContain("6,100 samples/s");
+    expect(c.text).toContain("no batch_size");
+  });
+
+  it("keeps steps/s when neither the config nor the summary knows samples", () => {
+    for (const summary of [{ samples_per_s: null }, { samples_per_s: 0 }, {}, null, undefined]) {
+      const c = throughputCaption({}, summary);
+      expect(c.text).toBe("steps/s (no batch_size in config)");
+      expect(c.text).not.toContain("samples/s");
+    }
+    expect(throughputCaption(null, { samples_per_s: Number.NaN }).text).toBe("steps/s (no batch_size in config)");
   });
 });

@@ -1,6 +1,7 @@
 // Series derived from the step series: throughput and starved stretches.
 // Pure, unit-tested.
 
+import { formatRate } from "./format";
 import type { ShadeRange } from "./samples";
 import type { StepSeries } from "./series";
 
@@ -64,6 +65,34 @@ export function batchSizeOf(config: Record<string, unknown> | null | undefined):
   const v = config?.batch_size;
   const n = typeof v === "number" ? v : typeof v === "string" ? Number(v) : NaN;
   return Number.isFinite(n) && n > 0 ? n : null;
+}
+
+/**
+ * The throughput chart's caption. With a batch size in the config the chart is
+ * in samples/s; without one it stays in steps/s (per-step sample counts are
+ * unknown), and the run summary's measured samples/s, when the server has it,
+ * is quoted instead so the chart is not mistaken for samples/s.
+ */
+export function throughputCaption(
+  config: Record<string, unknown> | null | undefined,
+  summary: { samples_per_s?: number | null } | null | undefined,
+): { text: string; title: string } {
+  const batch = batchSizeOf(config);
+  if (batch !== null) {
+    return { text: `samples/s · batch size ${batch}`, title: `Samples per second: steps per second × batch_size ${batch} from the run config.` };
+  }
+  const sps = summary?.samples_per_s;
+  if (typeof sps === "number" && Number.isFinite(sps) && sps > 0) {
+    return {
+      text: `steps/s (no batch_size in config) · run summary: ${formatRate(sps)} samples/s`,
+      title:
+        "The config has no batch_size, so the chart shows steps per second. The run summary's samples/s is the agent's own measure over the whole run.",
+    };
+  }
+  return {
+    text: "steps/s (no batch_size in config)",
+    title: "The config has no batch_size, so the chart shows steps per second. Pass config={'batch_size': ...} to StokerCallback for samples/s.",
+  };
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   isStaleUpdate,
   matchesFilter,
   runDurationSeconds,
+  runEnded,
   runRowCells,
   runSummaryFigures,
 } from "./runs";
@@ -248,5 +249,19 @@ describe("run edits", () => {
     const bad = validateRunEdit({ name: " ", tags: "y".repeat(101), notes: "" });
     expect(bad.patch).toBeNull();
     expect(Object.keys(bad.errors).sort()).toEqual(["name", "tags"]);
+  });
+});
+
+describe("runEnded", () => {
+  it("is true only when a running run stops", () => {
+    expect(runEnded("running", "finished")).toBe(true);
+    expect(runEnded("running", "failed")).toBe(true);
+    expect(runEnded("running", "interrupted")).toBe(true);
+    expect(runEnded("running", "running")).toBe(false);
+    expect(runEnded("finished", "finished")).toBe(false);
+    // A page opened on a finished run loads everything anyway: no transition.
+    expect(runEnded(null, "finished")).toBe(false);
+    expect(runEnded(undefined, "finished")).toBe(false);
+    expect(runEnded("running", undefined)).toBe(false);
   });
 });

@@ -27,6 +27,15 @@ export function isTerminal(status: RunStatus): boolean {
 }
 
 /**
+ * Whether a run shown as `prev` just stopped running (finished, failed,
+ * interrupted): the run page then fetches everything one last time, since
+ * polling stops with the run.
+ */
+export function runEnded(prev: RunStatus | null | undefined, next: RunStatus | null | undefined): boolean {
+  return prev === "running" && typeof next === "string" && next !== "running";
+}
+
+/**
  * Whether `incoming` is older than the copy already held, so applying it would
  * step back in time (a REST answer that was in flight while the socket had
  * already delivered a newer state).

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { makeRun } from "./testing";
-import { evidenceText, parseDiagnosis, runVerdict, verdictHeadline, verdictShort, verdictTone } from "./verdict";
+import { evidenceText, parseDiagnosis, runVerdict, VerdictGeneration, verdictHeadline, verdictShort, verdictTone } from "./verdict";
 
 describe("parseDiagnosis", () => {
   it("reads the diagnosis shape with object evidence", () => {
@@ -42,5 +42,27 @@ describe("runVerdict", () => {
     expect(runVerdict({ ...run, summary: { ...run.summary, verdict: "not_input_bound" } }, undefined)).toEqual({ verdict: "not_input_bound", derived: false });
     expect(runVerdict(run, undefined)).toEqual({ verdict: "highly_input_bound", derived: true });
     expect(runVerdict({ ...run, summary: { ...run.summary, input_wait_share: null } }, undefined).verdict).toBeNull();
+  });
+});
+
+describe("VerdictGeneration", () => {
+  it("accepts a REST answer when no live verdict arrived while it was in flight", () => {
+    const g = new VerdictGeneration();
+    const token = g.begin();
+    expect(g.accepts(token)).toBe(true);
+  });
+
+  it("drops a REST answer whose request started before the last live verdict", () => {
+    const g = new VerdictGeneration();
+    const token = g.begin();
+    g.live(); // a newer verdict arrived on the socket while the request was in flight
+    expect(g.accepts(token)).toBe(false);
+    // A request started after that live verdict is current again.
+    const later = g.begin();
+    expect(g.accepts(later)).toBe(true);
+    g.live();
+    g.live();
+    expect(g.accepts(later)).toBe(false);
+    expect(g.accepts(g.begin())).toBe(true);
   });
 });

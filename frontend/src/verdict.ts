@@ -116,3 +116,29 @@ export function runVerdict(run: Run, known: Verdict | undefined): { verdict: Ver
       return { verdict: null, derived: true };
   }
 }
+
+/**
+ * Orders verdicts from two sources: live `verdict` messages and REST
+ * `/diagnosis` answers. A REST request captures the generation when it starts;
+ * every live verdict applied bumps it, so an answer to a request that started
+ * before the latest live verdict is stale and must be dropped (it would
+ * otherwise put an older verdict back on the page).
+ */
+export class VerdictGeneration {
+  private gen = 0;
+
+  /** The token of a REST request starting now. */
+  begin(): number {
+    return this.gen;
+  }
+
+  /** A live verdict was applied. */
+  live(): void {
+    this.gen++;
+  }
+
+  /** Whether the answer to the request started with `token` may still be applied. */
+  accepts(token: number): boolean {
+    return token === this.gen;
+  }
+}

@@ -88,7 +88,8 @@ export class AlertsView implements View {
     this.cleanups.push(every(15_000, () => this.renderAlerts()));
     this.showNotify();
     this.renderAlerts();
-    this.applyForm(emptyRuleForm());
+    // The same path as Cancel and after a save: sets `data-mode="create"`.
+    this.startCreate();
     void this.loadRules();
   }
 

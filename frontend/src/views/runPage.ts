@@ -9,7 +9,7 @@
 
 import { isMissingEndpoint, isNotFound } from "../api";
 import { metricsSpec, telemetryChart, telemetrySpec, throughputSpec, type TelemetryKind, type ThroughputData } from "../chartSpecs";
-import { batchSizeOf, combineStarved, rangesFromStarvation, starvedRanges } from "../derive";
+import { batchSizeOf, combineStarved, rangesFromStarvation, starvedRanges, throughputCaption } from "../derive";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
 import { environmentSummary } from "../environment";
 import { formatCount, formatPercent, formatRelativeTime, formatTimestamp, inputWaitLabel, inputWaitLevel } from "../format";
@@ -25,13 +25,13 @@ import {
   stepRangeQuery,
 } from "../refine";
 import { RUNS_HREF } from "../router";
-import { flattenEntries, isRun, runSummaryFigures, validateRunEdit } from "../runs";
+import { flattenEntries, isRun, runEnded, runSummaryFigures, validateRunEdit } from "../runs";
 import { lastMetricStep, lastSampleTime, mergeMetrics, mergeSamples, sampleCount, throttleRanges, type ShadeRange } from "../samples";
 import { seriesFromColumns, type StepSeries } from "../series";
 import { StepTimeChart } from "../stepChart";
 import { StepSync } from "../stepSync";
 import type { Alert, Diagnosis, MetricTrack, Run, RunEvent, SamplesData } from "../types";
-import { evidenceText, parseDiagnosis, verdictHeadline, verdictTone } from "../verdict";
+import { evidenceText, parseDiagnosis, VerdictGeneration, verdictHeadline, verdictTone } from "../verdict";
 import { errorMessage, every, statusBadge, tagList, type AppContext, type View } from "./common";
 
 const POLL_MS = 5000;
@@ -125,6 +125,10 @@ export class RunPageView implements View {
   private diagnosis: Diagnosis | null = null;
   private diagnosisState: Availability = "loading";
   private lastLiveVerdict = 0;
+  /** Bumped by every live verdict: a REST answer to an older request is dropped. */
+  private readonly verdictGen = new VerdictGeneration();
+  /** The poll in flight, so the final refresh after the run ends runs after it. */
+  private pollTask: Promise<void> | null = null;
 
   constructor(ctx: AppContext, runId: number) {
     this.ctx = ctx;
@@ -320,6 +324,7 @@ export class RunPageView implements View {
       ctx.live.on("verdict", ({ runId: id, diagnosis }) => {
         if (id !== runId) return;
         this.lastLiveVerdict = Date.now();
+        this.verdictGen.live();
         this.diagnosis = diagnosis;
         this.diagnosisState = "ok";
         this.renderBanner();
@@ -400,15 +405,20 @@ export class RunPageView implements View {
   }
 
   private async loadDiagnosis(): Promise<void> {
+    const token = this.verdictGen.begin();
     try {
       const raw = await this.ctx.api.getDiagnosis(this.runId, this.abort.signal);
       if (this.destroyed) return;
+      // A live verdict applied while this request was in flight is newer: keep it.
+      if (!this.verdictGen.accepts(token)) return;
       const d = parseDiagnosis(raw);
       this.diagnosis = d;
       this.diagnosisState = d ? "ok" : "error";
       if (d) this.ctx.runs.setVerdict(this.runId, d.verdict);
     } catch (err) {
       if (this.destroyed || this.abort.signal.aborted) return;
+      // A failed request must not replace a live verdict that arrived meanwhile.
+      if (!this.verdictGen.accepts(token) && this.diagnosis) return;
       // A 404 with a known run means the server has no diagnosis endpoint.
       this.diagnosisState = isMissingEndpoint(err) ? "missing" : "error";
     }
@@ -487,13 +497,57 @@ export class RunPageView implements View {
     this.renderAlerts();
   }
 
-  /** While the run is live: new samples, metrics and (without live verdicts) the diagnosis. */
-  private async poll(): Promise<void> {
-    if (this.polling || this.destroyed || !this.secondaryStarted || this.run?.status !== "running") return;
+  /**
+   * While the run is live: the run itself (its status, should the socket miss
+   * the end), new samples, metrics and (without live verdicts) the diagnosis.
+   */
+  private poll(): Promise<void> {
+    if (this.polling || this.destroyed || !this.secondaryStarted || this.run?.status !== "running") return Promise.resolve();
+    const task = this.pollOnce();
+    this.pollTask = task;
+    return task;
+  }
+
+  private async pollOnce(): Promise<void> {
     this.polling = true;
     try {
-      const tasks: Promise<void>[] = [this.loadSamples(this.samplesState !== "ok"), this.loadMetrics(this.metricsState !== "ok")];
+      const tasks: Promise<void>[] = [
+        this.loadRun(),
+        this.loadSamples(this.samplesState !== "ok"),
+        this.loadMetrics(this.metricsState !== "ok"),
+      ];
       if (this.diagnosisState !== "missing" && Date.now() - this.lastLiveVerdict > 3 * POLL_MS) tasks.push(this.loadDiagnosis());
+      if (this.starvationState !== "missing") tasks.push(this.loadStarvation());
+      await Promise.all(tasks);
+    } finally {
+      this.polling = false;
+      this.pollTask = null;
+    }
+  }
+
+  /**
+   * The run stopped running (live `run` message or poll): polling stops with
+   * it, so fetch everything one last time — steps after the last one held,
+   * samples, metrics, starvation, events and the final diagnosis — and the page
+   * shows the complete run without a reload.
+   */
+  private async finalRefresh(): Promise<void> {
+    if (this.destroyed) return;
+    // Steps: an `after_step` catch-up (live steps are buffered meanwhile).
+    this.sync?.sync();
+    // Before the secondary loads started, they are still to come and fetch it all.
+    if (!this.secondaryStarted) return;
+    // After a poll in flight, so incremental fetches start from what it added.
+    if (this.pollTask) await this.pollTask.catch(() => undefined);
+    if (this.destroyed) return;
+    this.polling = true;
+    try {
+      const tasks: Promise<void>[] = [
+        this.loadSamples(this.samplesState !== "ok"),
+        this.loadMetrics(this.metricsState !== "ok"),
+        this.loadEvents(),
+      ];
+      if (this.diagnosisState !== "missing") tasks.push(this.loadDiagnosis());
       if (this.starvationState !== "missing") tasks.push(this.loadStarvation());
       await Promise.all(tasks);
     } finally {
@@ -526,10 +580,13 @@ export class RunPageView implements View {
     this.chartBox.setAttribute("data-starved-ranges", String(this.starved.length));
     this.chart?.setSeries(series);
     this.throughputChart?.setData({ series, batchSize: batchSizeOf(this.run?.config) });
-    setText(
-      this.throughputBox.info,
-      batchSizeOf(this.run?.config) ? `batch size ${batchSizeOf(this.run?.config)}` : "steps/s (no batch_size in config)",
-    );
+    this.showThroughputCaption();
+  }
+
+  private showThroughputCaption(): void {
+    const caption = throughputCaption(this.run?.config, this.run?.summary);
+    setText(this.throughputBox.info, caption.text);
+    this.throughputBox.info.title = caption.title;
   }
 
   private onStepZoom(range: ZoomRange | null): void {
@@ -989,6 +1046,7 @@ export class RunPageView implements View {
 
   private showRun(run: Run): void {
     const first = this.run === null;
+    const ended = runEnded(this.run?.status, run.status);
     this.run = run;
     const now = this.ctx.now();
     document.title = `${run.name || `run ${run.id}`} · Stoker`;
@@ -1040,6 +1098,8 @@ export class RunPageView implements View {
     this.chart?.setEmptyText(run.status === "running" ? "Waiting for the first steps…" : "No steps were recorded for this run.");
     if (!this.diagnosis) this.renderBanner();
     if (first) this.drawSteps();
+    this.showThroughputCaption();
+    if (ended) void this.finalRefresh();
   }
 
   private showDetails(run: Run): void {
