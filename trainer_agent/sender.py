@@ -102,6 +102,8 @@ class Sender:
         self._post = post
         self._url = websocket_url(config.server, "/api/v1/agent")
         self._stop = threading.Event()
+        # While flushing at exit, no network wait may outlast this (a stuck server).
+        self._flush_deadline = float("inf")
         self._thread = threading.Thread(target=self._run, name="stoker-sender", daemon=True)
         self._pending: deque[Batch] = deque()
         self._pending_rows = 0
@@ -172,6 +174,7 @@ class Sender:
         if self._spool is not None:
             # Spooled records are safe: do not hold the process up long for a dead server.
             deadline = min(deadline, time.monotonic() + 2.0)
+        self._flush_deadline = deadline
         while time.monotonic() < deadline:
             if self._cycle(force_connect=True):
                 try:
@@ -272,15 +275,16 @@ class Sender:
             return True
         if not force and time.monotonic() < self._next_connect_at:
             return False
+        flush_left_s = max(0.1, self._flush_deadline - time.monotonic())
         try:
             ws = self._connect(
                 self._url,
-                open_timeout=self._config.connect_timeout_s,
+                open_timeout=min(self._config.connect_timeout_s, flush_left_s),
                 additional_headers=self._headers(),
                 max_size=None,
             )
             ws.send(json.dumps(self._hello))
-            welcome = json.loads(ws.recv(timeout=self._config.ack_timeout_s))
+            welcome = json.loads(ws.recv(timeout=min(self._config.ack_timeout_s, flush_left_s)))
             if welcome.get("type") != "welcome":
                 ws.close()
                 raise ConnectionError(f"server refused the run: {welcome}")
@@ -404,7 +408,7 @@ class Sender:
         self._await_reply(lambda m: bool(m.get("end")))
 
     def _await_reply(self, matches: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        deadline = time.monotonic() + self._config.ack_timeout_s
+        deadline = min(time.monotonic() + self._config.ack_timeout_s, self._flush_deadline)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
