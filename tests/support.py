@@ -18,6 +18,15 @@ T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 
 
+def upload_spool(spool_dir: Path, server_url: str) -> None:
+    """Run `stoker upload` on an agent spool directory, as a user would after an outage."""
+    upload = subprocess.run(
+        [sys.executable, "-m", "backend.cli", "upload", str(spool_dir), "--server", server_url],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert upload.returncode == 0, upload.stderr
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ from typing import Any
 
 from websockets.sync.server import serve
 
-from tests.support import REPO, ServerProcess, free_port, wait_for
+from tests.support import REPO, ServerProcess, free_port, upload_spool, wait_for
 
 
 class StuckServer:
@@ -56,12 +56,7 @@ def test_stuck_server_never_blocks_training_and_spooled_records_arrive_later(
 
     server = ServerProcess(data_dir=tmp_path / "server", port=free_port()).start()
     try:
-        upload = subprocess.run(
-            [sys.executable, "-m", "backend.cli", "upload", str(agent_spool_dir),
-             "--server", server.url],
-            cwd=REPO, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert upload.returncode == 0, upload.stderr
+        upload_spool(agent_spool_dir, server.url)
         run = wait_for(lambda: server.get("/api/v1/runs")["data"], what="the uploaded run")[0]
         series = server.get(f"/api/v1/runs/{run['id']}/steps", max_points=10_000)
         assert series["step"] == list(range(steps))

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support import REPO, ServerProcess, free_port, wait_for
+from tests.support import REPO, ServerProcess, free_port, upload_spool, wait_for
 from trainer_agent.spool import Spool
 
 
@@ -77,12 +77,7 @@ def test_exit_with_server_down_leaves_spool_that_upload_sends(
 
     server.start()
     try:
-        upload = subprocess.run(
-            [sys.executable, "-m", "backend.cli", "upload", str(agent_spool_dir),
-             "--server", server.url],
-            cwd=REPO, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert upload.returncode == 0, upload.stderr
+        upload_spool(agent_spool_dir, server.url)
         run = server.get("/api/v1/runs")["data"][0]
         assert run["status"] == "finished"
         assert run["summary"]["steps"] == 30
@@ -105,12 +100,7 @@ def test_spool_cap_reached_counts_dropped_rows_in_the_run(
     assert result.returncode == 0, result.stderr
     server.start()
     try:
-        upload = subprocess.run(
-            [sys.executable, "-m", "backend.cli", "upload", str(agent_spool_dir),
-             "--server", server.url],
-            cwd=REPO, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        assert upload.returncode == 0, upload.stderr
+        upload_spool(agent_spool_dir, server.url)
         run = server.get("/api/v1/runs")["data"][0]
         assert run["summary"]["steps"] < 200
         assert run["summary"]["dropped_rows"] > 0
