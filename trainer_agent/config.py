@@ -79,3 +79,28 @@ class AgentConfig:
     transport: str = field(
         default_factory=lambda: os.environ.get("STOKER_TRANSPORT", "websocket").lower()
     )
+
+    @classmethod
+    def from_arguments(
+        cls,
+        *,
+        run_name: str,
+        project: str,
+        server: str | None,
+        config: dict[str, Any] | None,
+        tags: list[str] | None,
+        token: str | None,
+        sample_interval_s: float | None,
+        all_gpus: bool | None,
+    ) -> "AgentConfig":
+        """The callback's and Monitor's arguments, with `STOKER_*` variables filling the gaps."""
+        return cls(
+            server=resolve_server(server),
+            token=resolve_token(token),
+            run_name=run_name,
+            project=project,
+            tags=list(tags or []),
+            config=dict(config or {}),
+            sample_interval_s=resolve_interval_s(sample_interval_s),
+            all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
+        )

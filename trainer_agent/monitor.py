@@ -6,13 +6,7 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-from trainer_agent.config import (
-    AgentConfig,
-    env_flag,
-    resolve_interval_s,
-    resolve_server,
-    resolve_token,
-)
+from trainer_agent.config import AgentConfig
 from trainer_agent.environment import collect, detect_rank
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.session import RunSession
@@ -74,15 +68,15 @@ class Monitor:
         sample_interval_s: float | None = None,
         all_gpus: bool | None = None,
     ) -> None:
-        self.config = AgentConfig(
-            server=resolve_server(server),
-            token=resolve_token(token),
+        self.config = AgentConfig.from_arguments(
             run_name=run_name,
             project=project,
-            tags=list(tags or []),
-            config=dict(config or {}),
-            sample_interval_s=resolve_interval_s(sample_interval_s),
-            all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
+            server=server,
+            config=config,
+            tags=tags,
+            token=token,
+            sample_interval_s=sample_interval_s,
+            all_gpus=all_gpus,
         )
         self.every_n_batches = max(1, int(every_n_batches))
         self.session: RunSession | None = None
