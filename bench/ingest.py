@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 from websockets.asyncio.client import connect
 
+from bench.database import add_database_arguments, run_with_database
 from tests.support import ServerProcess
 
 TARGET_ROWS_PER_S = 100_000
@@ -88,22 +89,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="steps per batch")
     parser.add_argument("--window", type=int, default=2, help="batches in flight per agent")
     parser.add_argument("--seconds", type=float, default=15.0)
-    parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
-    parser.add_argument(
-        "--postgres", action="store_true", help="start a throwaway PostgreSQL and use it"
-    )
-    args = parser.parse_args()
-    postgres = None
-    if args.postgres:
-        from tests.support import PostgresServer
-
-        postgres = PostgresServer().start()
-        args.database_url = postgres.create_database()
-    try:
-        _bench(args)
-    finally:
-        if postgres is not None:
-            postgres.stop()
+    add_database_arguments(parser)
+    run_with_database(parser.parse_args(), _bench)
 
 
 def _bench(args: argparse.Namespace) -> None:

@@ -26,6 +26,7 @@ from backend.db import make_engine
 from backend.ingest import BatchJob, open_run, store_batches
 from backend.protocol import Batch, Hello
 from backend.settings import Settings
+from bench.database import add_database_arguments, run_with_database
 from tests.support import ServerProcess
 
 TARGETS_MS = {"steps": 50.0, "runs": 50.0, "compare": 200.0}
@@ -171,22 +172,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=40)
-    parser.add_argument("--database-url", default=None, help="default: SQLite in a temp dir")
-    parser.add_argument(
-        "--postgres", action="store_true", help="start a throwaway PostgreSQL and use it"
-    )
-    args = parser.parse_args()
-    postgres = None
-    if args.postgres:
-        from tests.support import PostgresServer
-
-        postgres = PostgresServer().start()
-        args.database_url = postgres.create_database()
-    try:
-        _bench(args)
-    finally:
-        if postgres is not None:
-            postgres.stop()
+    add_database_arguments(parser)
+    run_with_database(parser.parse_args(), _bench)
 
 
 def _bench(args: argparse.Namespace) -> None:
