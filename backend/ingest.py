@@ -5,14 +5,14 @@ together, so an acknowledged batch is durable and a replayed one is recognised. 
 through the driver's `executemany` (no per-row ORM work): this is the ingest hot path.
 """
 
-from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+import numpy as np
+from sqlalchemy import bindparam, update
 from sqlalchemy import select as sa_select
-from sqlalchemy import update
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, select
 
@@ -85,6 +85,18 @@ def store_batch(
     return store_batches(session=session, jobs=[BatchJob(run_id, stream, rank, batch)])[0]
 
 
+# Built once: SQLAlchemy caches their compiled form, and building an expression per batch
+# cost more than executing it.
+_RUN_STATE = sa_select(Run.stats, Run.name, Run.tags, Run.notes, Run.status).where(
+    Run.id == bindparam("run_id")  # type: ignore[arg-type]
+)
+_RUN_UPDATE = (
+    update(Run)
+    .where(Run.id == bindparam("run_id"))  # type: ignore[arg-type]
+    .values(stats=bindparam("stats"), summary=bindparam("summary"), last_seen_at=bindparam("now"))
+)
+
+
 def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[str, Any] | None]:
     """Store several batches in one transaction (the writer's group commit).
 
@@ -114,11 +126,7 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
         cursors[key] = job.batch.seq
         run = runs.get(job.run_id)
         if run is None:
-            row = session.execute(
-                sa_select(Run.stats, Run.name, Run.tags, Run.notes, Run.status).where(
-                    Run.id == job.run_id  # type: ignore[arg-type]
-                )
-            ).one()
+            row = connection.execute(_RUN_STATE, {"run_id": job.run_id}).one()
             run = runs[job.run_id] = {
                 "stats": row.stats, "name": row.name, "tags": row.tags, "notes": row.notes,
                 "status": row.status, "dirty_streams": set(),
@@ -130,10 +138,9 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
     for run_id, run in runs.items():
         run["summary"] = summarize(run["stats"]).model_dump()
         run["last_seen_at"] = now
-        session.execute(
-            update(Run)
-            .where(Run.id == run_id)  # type: ignore[arg-type]
-            .values(stats=run["stats"], summary=run["summary"], last_seen_at=now)
+        connection.execute(
+            _RUN_UPDATE,
+            {"run_id": run_id, "stats": run["stats"], "summary": run["summary"], "now": now},
         )
         for stream in run["dirty_streams"]:
             connection.exec_driver_sql(
@@ -152,16 +159,14 @@ def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) ->
     steps = batch.steps
     if steps is not None and len(steps):
         _insert(connection, "step", steps, run_id=run_id, rank=rank)
-        wait = steps.column("wait")
-        _update_rollups(connection, run_id=run_id, rank=rank, steps=steps, wait=wait)
-        stats = add_steps(
-            stats,
-            steps=steps.step,
-            t=steps.t,
-            dur=steps.dur,
-            wait=wait,
-            batch_size=steps.column("batch_size"),
-        )
+        # One numpy copy of each column serves the rollups and the statistics.
+        step = np.asarray(steps.step, dtype=np.int64)
+        t = np.asarray(steps.t, dtype=np.float64)
+        dur = np.asarray(steps.dur, dtype=np.float64)
+        wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
+        batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
+        _update_rollups(connection, run_id=run_id, rank=rank, step=step, t=t, dur=dur, wait=wait)
+        stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
     if batch.metrics is not None and len(batch.metrics):
         _insert(connection, "metric", batch.metrics, run_id=run_id, rank=rank)
         stats = add_metrics(stats, values=batch.metrics.value)
@@ -192,66 +197,86 @@ def _insert(
     values = [getattr(columns, name) for name in names]
     n = len(values[0])
     rows = zip(repeat(run_id, n), repeat(rank, n), *values, strict=True)
+    if connection.dialect.name == "postgresql":
+        # COPY streams the rows in one command: far faster than row-by-row INSERTs.
+        cursor = connection.connection.cursor()
+        try:
+            with cursor.copy(f"COPY {table} (run_id, rank, {', '.join(names)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        finally:
+            cursor.close()
+        return
     mark = _placeholder(connection)
     sql = (
         f"INSERT INTO {table} (run_id, rank, {', '.join(names)}) "
         f"VALUES ({', '.join([mark] * (len(names) + 2))})"
     )
-    # The DBAPI cursor of the same connection (same transaction) takes the row iterator as is.
+    _executemany(connection, sql, rows)
+
+
+def _executemany(connection: Connection, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    """Run `sql` once per row on the DBAPI cursor of the same connection (same transaction).
+
+    SQLAlchemy's own executemany inspects every parameter set; on the ingest path that cost
+    more than the insert.
+    """
     cursor = connection.connection.cursor()
     try:
-        if connection.dialect.name == "postgresql":
-            # COPY streams the rows in one command: far faster than row-by-row INSERTs.
-            with cursor.copy(f"COPY {table} (run_id, rank, {', '.join(names)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-        else:
-            cursor.executemany(sql, rows)
+        cursor.executemany(sql, rows)
     finally:
         cursor.close()
 
 
-def _segments(steps: Sequence[int], width: int) -> list[tuple[int, int, int]]:
-    """(bucket, start, end) index ranges of `steps` that fall in one bucket of `width`."""
-    if list(steps) == sorted(steps):
-        out = []
-        start, n = 0, len(steps)
-        while start < n:
-            bucket = steps[start] // width
-            end = bisect_left(steps, (bucket + 1) * width, start)
-            out.append((bucket, start, end))
-            start = end
-        return out
-    return [(s // width, i, i + 1) for i, s in enumerate(steps)]
+def _rollup_rows(
+    run_id: int, rank: int, *, step: np.ndarray, t: np.ndarray, dur: np.ndarray, wait: np.ndarray
+) -> list[tuple]:
+    """The batch's steps aggregated into every rollup tier: one row per (width, bucket).
+
+    Steps increase within a batch (the protocol checks it), so each bucket is one run of rows.
+    """
+    known = ~np.isnan(wait)
+    wait_known = np.where(known, wait, 0.0)
+    known_n = known.astype(np.int64)
+    n = len(step)
+    rows: list[tuple] = []
+    for width in ROLLUP_WIDTHS:
+        bucket = step // width
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(bucket)) + 1))
+        columns = (
+            bucket[starts],
+            np.diff(np.append(starts, n)),
+            np.maximum.reduceat(step, starts),
+            np.maximum.reduceat(t, starts),
+            np.add.reduceat(dur, starts),
+            np.minimum.reduceat(dur, starts),
+            np.maximum.reduceat(dur, starts),
+            np.add.reduceat(wait_known, starts),
+            np.add.reduceat(known_n, starts),
+        )
+        rows.extend(
+            (run_id, rank, width, *values)
+            for values in zip(*(c.tolist() for c in columns), strict=True)
+        )
+    return rows
 
 
 def _update_rollups(
-    connection: Connection, *, run_id: int, rank: int, steps: Any, wait: Sequence[float | None]
+    connection: Connection,
+    *,
+    run_id: int,
+    rank: int,
+    step: np.ndarray,
+    t: np.ndarray,
+    dur: np.ndarray,
+    wait: np.ndarray,
 ) -> None:
     """Fold the batch's steps into every rollup tier (insert or add to existing buckets)."""
-    step, t, dur = steps.step, steps.t, steps.dur
-    rows: list[tuple[Any, ...]] = []
-    for width in ROLLUP_WIDTHS:
-        merged: dict[int, list[Any]] = {}
-        for bucket, i, j in _segments(step, width):
-            waits = [w for w in wait[i:j] if w is not None]
-            d = dur[i:j]
-            part = [
-                j - i,
-                max(step[i:j]),
-                max(t[i:j]),
-                sum(d),
-                min(d),
-                max(d),
-                sum(waits),
-                len(waits),
-            ]
-            old = merged.get(bucket)
-            merged[bucket] = part if old is None else _combine(old, part)
-        rows.extend((run_id, rank, width, bucket, *agg) for bucket, agg in merged.items())
+    rows = _rollup_rows(run_id, rank, step=step, t=t, dur=dur, wait=wait)
     mark = _placeholder(connection)
     lo, hi = ("min", "max") if connection.dialect.name == "sqlite" else ("LEAST", "GREATEST")
-    connection.exec_driver_sql(
+    _executemany(
+        connection,
         "INSERT INTO steprollup (run_id, rank, width, bucket, n, step_max, t_max, dur_sum, "
         f"dur_min, dur_max, wait_sum, wait_n) VALUES ({', '.join([mark] * 12)}) "
         "ON CONFLICT (run_id, rank, width, bucket) DO UPDATE SET "
@@ -265,13 +290,6 @@ def _update_rollups(
         "wait_n = steprollup.wait_n + excluded.wait_n",
         rows,
     )
-
-
-def _combine(a: list[Any], b: list[Any]) -> list[Any]:
-    return [
-        a[0] + b[0], max(a[1], b[1]), max(a[2], b[2]), a[3] + b[3],
-        min(a[4], b[4]), max(a[5], b[5]), a[6] + b[6], a[7] + b[7],
-    ]  # fmt: skip
 
 
 def end_run(*, session: Session, run_id: int, status: RunStatus) -> Run:
