@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel
 
 HIGHLY_INPUT_BOUND = 0.20
@@ -28,6 +29,7 @@ CPU_SATURATED_PCT = 85.0
 CPU_IDLE_PCT = 50.0
 HIGH_STEP_CV = 0.5
 RECENT_DURATIONS = 256
+STEP_CHUNKS_PER_WINDOW = 32
 
 
 class Verdict(StrEnum):
@@ -99,7 +101,8 @@ class RunWindow:
     name: str = ""
     running: bool = True
     environment: dict[str, Any] = field(default_factory=dict)
-    steps: deque[tuple[float, float, float | None, int | None]] = field(default_factory=deque)
+    # Chunks of steps: (newest end, n, dur, dur², waited n, waited dur, wait, samples, sized dur).
+    steps: deque[tuple[float, ...]] = field(default_factory=deque)
     device: deque[tuple[float, int, float | None, float | None, float | None]] = field(
         default_factory=deque
     )
@@ -111,6 +114,7 @@ class RunWindow:
     last_data_at: float | None = None
     last_device_at: float | None = None
     newest_device_t: float = -math.inf
+    newest_step_t: float = -math.inf
     dirty: bool = True  # fed since the last verdict
     newest_host_t: float = -math.inf
 
@@ -126,58 +130,76 @@ class RunWindow:
         wait: Sequence[float | None],
         batch_size: Sequence[int | None],
     ) -> None:
-        if not step:
+        """Slide the window over a batch of steps.
+
+        The window keeps steps in chunks of at most `window_s / STEP_CHUNKS_PER_WINDOW` of the
+        agent's time, each with its sums: the window's edge is that coarse, and a thousand-step
+        batch costs a few array operations instead of a Python loop per step.
+        """
+        if not len(step):
             return
-        n = total = total2 = waited_n = waited_dur = waited = samples = sized_dur = 0.0
-        append, recent = self.steps.append, self.recent_durations.append
-        for i, index in enumerate(step):
-            if index == 0:
-                continue  # tracing and compilation, not steady state
-            d, w, bs = dur[i], wait[i], batch_size[i]
-            append((t[i] + d, d, w, bs))
-            recent(d)
-            n += 1
-            total += d
-            total2 += d * d
-            if w is not None:
-                waited_n += 1
-                waited_dur += d
-                waited += w if w < d else d
-            if bs is not None:
-                samples += bs
-                sized_dur += d
-        s = self.sums
-        s.n += n
-        s.dur += total
-        s.dur2 += total2
-        s.waited_n += waited_n
-        s.waited_dur += waited_dur
-        s.wait += waited
-        s.samples += samples
-        s.sized_dur += sized_dur
         self.total_steps += len(step)
         self.last_step_at = now
         self.last_data_at = now
+        timed = np.asarray(step) != 0  # step 0 is tracing and compilation, not steady state
+        d = np.asarray(dur, dtype=np.float64)[timed]
+        if not len(d):
+            return
+        end = np.asarray(t, dtype=np.float64)[timed] + d
+        w = np.asarray(wait, dtype=np.float64)[timed]  # unknown: NaN
+        bs = np.asarray(batch_size, dtype=np.float64)[timed]
+        waited, sized = ~np.isnan(w), ~np.isnan(bs)
+        zero = np.zeros_like(d)
+        grain = self.window_s / STEP_CHUNKS_PER_WINDOW
+        slot = np.floor(end / grain)
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(slot)) + 1))
+        columns = [
+            np.maximum.reduceat(end, starts),
+            *(
+                np.add.reduceat(values, starts)
+                for values in (
+                    np.ones_like(d),
+                    d,
+                    d * d,
+                    waited.astype(np.float64),
+                    np.where(waited, d, zero),
+                    np.where(waited, np.minimum(w, d), zero),
+                    np.where(sized, bs, zero),
+                    np.where(sized, d, zero),
+                )
+            ),
+        ]
+        self.newest_step_t = max(self.newest_step_t, float(end.max()))
+        s = self.sums
+        for chunk in zip(*(c.tolist() for c in columns), strict=True):
+            self.steps.append(chunk)  # type: ignore[arg-type]
+            s.n += chunk[1]
+            s.dur += chunk[2]
+            s.dur2 += chunk[3]
+            s.waited_n += chunk[4]
+            s.waited_dur += chunk[5]
+            s.wait += chunk[6]
+            s.samples += chunk[7]
+            s.sized_dur += chunk[8]
+        self.recent_durations.extend(d.tolist())
         self._trim_steps()
 
     def _trim_steps(self) -> None:
         steps = self.steps
         if not steps:
             return
-        horizon = steps[-1][0] - self.window_s
+        horizon = self.newest_step_t - self.window_s
         s = self.sums
         while steps and steps[0][0] < horizon:
-            _, d, w, bs = steps.popleft()
-            s.n -= 1
-            s.dur -= d
-            s.dur2 -= d * d
-            if w is not None:
-                s.waited_n -= 1
-                s.waited_dur -= d
-                s.wait -= w if w < d else d
-            if bs is not None:
-                s.samples -= bs
-                s.sized_dur -= d
+            _, n, dur, dur2, waited_n, waited_dur, wait, samples, sized_dur = steps.popleft()
+            s.n -= n
+            s.dur -= dur
+            s.dur2 -= dur2
+            s.waited_n -= waited_n
+            s.waited_dur -= waited_dur
+            s.wait -= wait
+            s.samples -= samples
+            s.sized_dur -= sized_dur
         if not steps:  # no float drift survives an emptied window
             s.n = s.dur = s.dur2 = s.waited_n = s.waited_dur = s.wait = 0.0
             s.samples = s.sized_dur = 0.0
@@ -412,9 +434,11 @@ def diagnose(
             f"input wait is {_pct(share)} of step time over the last {w:g} s "
             f"({waited} steps: {_ms(per_step_wait)} waiting of {_ms(per_step)} per step)",
         )
-        if share >= highly:
+        # Compared as shown (to a millionth): a share of exactly 20 % is 20 %, whatever
+        # order the floating-point sums happened in.
+        if round(share, 6) >= highly:
             verdict = Verdict.highly_input_bound
-        elif share >= moderately:
+        elif round(share, 6) >= moderately:
             verdict = Verdict.moderately_input_bound
         else:
             verdict = Verdict.not_input_bound

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import psutil
 from websockets.asyncio.client import connect
 
 from bench.database import add_database_arguments, run_with_database
@@ -101,6 +102,8 @@ def _bench(args: argparse.Namespace) -> None:
         assert server.process is not None
         print(f"server pid          {server.process.pid}", flush=True)
         try:
+            server_process = psutil.Process(server.process.pid)
+            cpu_before = server_process.cpu_times()
             result = asyncio.run(
                 _run(
                     f"{server.ws_url}/api/v1/agent",
@@ -110,6 +113,7 @@ def _bench(args: argparse.Namespace) -> None:
                     args.window,
                 )
             )
+            cpu_after = server_process.cpu_times()
             stored = sum(
                 r["summary"]["steps"]
                 for r in httpx.get(f"{server.url}/api/v1/runs", params={"limit": 1000}).json()[
@@ -135,6 +139,12 @@ def _bench(args: argparse.Namespace) -> None:
     ratio = p99 / TARGET_ACK_P99_MS
     print(
         f"ack latency p99     {p99:.1f} ms   target < {TARGET_ACK_P99_MS:.0f} ms  ratio {ratio:.2f}"
+    )
+    server_cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    print(
+        f"server CPU          {server_cpu_s / result['rows'] * 1e6:.2f} us per step row "
+        f"({server_cpu_s / result['elapsed']:.2f} cores busy; the rate on a quiet machine is "
+        "bounded by the cores the server can use over this)"
     )
     if db_bytes:
         per_row = db_bytes / max(stored, 1)
