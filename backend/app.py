@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state = app.state
         state.engine = engine
         state.writer = Writer(engine)
-        state.hub = LiveHub(settings.live_queue_size)
+        state.hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
         state.connections = AgentConnections()
         state.telemetry = Telemetry(agent_connections=state.connections, live_clients=state.hub)
         log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))

@@ -240,12 +240,22 @@ def _rollup_rows(
     known_n = known.astype(np.int64)
     n = len(step)
     rows: list[tuple] = []
+    whole: tuple | None = None  # the batch as one bucket, for the tiers it fits in whole
     for width in ROLLUP_WIDTHS:
+        first_bucket, last_bucket = int(step[0]) // width, int(step[-1]) // width
+        if first_bucket == last_bucket:
+            if whole is None:
+                whole = (
+                    n, int(step[-1]), float(t.max()), float(dur.sum()), float(dur.min()),
+                    float(dur.max()), float(wait_known.sum()), int(known_n.sum()),
+                )  # fmt: skip
+            rows.append((run_id, rank, width, first_bucket, *whole))
+            continue
         bucket = step // width
-        starts = np.concatenate(([0], np.flatnonzero(np.diff(bucket)) + 1))
+        starts = np.concatenate(([0], np.flatnonzero(bucket[1:] != bucket[:-1]) + 1))
         columns = (
             bucket[starts],
-            np.diff(np.append(starts, n)),
+            np.diff(starts, append=n),
             np.maximum.reduceat(step, starts),
             np.maximum.reduceat(t, starts),
             np.add.reduceat(dur, starts),

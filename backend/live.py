@@ -10,6 +10,7 @@ to the other processes sharing the database (backend.fanout).
 
 import asyncio
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,10 +54,13 @@ class LiveClient:
 class LiveHub:
     """Registry of connected browsers. Used only from the event loop thread."""
 
-    def __init__(self, queue_size: int) -> None:
+    def __init__(self, queue_size: int, run_interval_s: float = 1.0) -> None:
         self._queue_size = max(queue_size, 2)
         self._clients: set[LiveClient] = set()
         self.relay: Relay | None = None  # set when other processes share the database
+        self._run_interval_s = run_interval_s
+        self._last_run_push: dict[int, float] = {}
+        self._pending_runs: dict[int, Callable[[], Message]] = {}
 
     def connect(self) -> LiveClient:
         client = LiveClient(queue=asyncio.Queue(maxsize=self._queue_size))
@@ -81,15 +85,43 @@ class LiveHub:
             client.offer(encoded)
 
     def publish_run(self, run: Message, *, relay: bool = True) -> None:
+        """Push a run now: it started, ended or was edited."""
+        self._pending_runs.pop(run["id"], None)  # older than this one: never send it after
+        self._last_run_push[run["id"]] = asyncio.get_running_loop().time()
         self._offer_all({"type": "run", "run": run})
         if relay and self.relay is not None:
             self.relay("run", run["id"])
 
+    def publish_run_progress(self, run_id: int, snapshot: Callable[[], Message]) -> None:
+        """A stored batch changed the run's summary.
+
+        Pushed at most once per `run_interval_s` per run, the latest state winning: every
+        browser receives every run's updates, and 32 agents flushing ten times a second would
+        otherwise send each of them 320 messages a second. `snapshot` is called only when the
+        push happens.
+        """
+        loop = asyncio.get_running_loop()
+        if run_id in self._pending_runs:  # a push is already scheduled: it will send this
+            self._pending_runs[run_id] = snapshot
+            return
+        due = self._last_run_push.get(run_id, -math.inf) + self._run_interval_s
+        now = loop.time()
+        if now >= due:
+            self.publish_run(snapshot())
+            return
+        self._pending_runs[run_id] = snapshot
+        loop.call_later(due - now, self._push_pending_run, run_id)
+
+    def _push_pending_run(self, run_id: int) -> None:
+        snapshot = self._pending_runs.pop(run_id, None)
+        if snapshot is not None:
+            self.publish_run(snapshot())
+
     def publish_steps(
         self, run_id: int, data: Message, *, rank: int = 0, relay: bool = True
     ) -> None:
-        if relay and self.relay is not None and data["step"]:
-            self.relay("steps", run_id, rank=rank, a=min(data["step"]) - 1, b=max(data["step"]))
+        if relay:
+            self.relay_steps(run_id, data["step"], rank=rank)
         watchers = [client for client in self._clients if run_id in client.run_ids]
         if not watchers:
             return
@@ -100,7 +132,14 @@ class LiveHub:
         for client in watchers:
             client.offer(encoded)
 
+    def relay_steps(self, run_id: int, steps: list[int], *, rank: int = 0) -> None:
+        """Tell the other processes sharing the database that these steps are committed."""
+        if self.relay is not None and steps:
+            self.relay("steps", run_id, rank=rank, a=min(steps) - 1, b=max(steps))
+
     def publish_deleted(self, run_id: int, *, relay: bool = True) -> None:
+        self._pending_runs.pop(run_id, None)
+        self._last_run_push.pop(run_id, None)
         self._offer_all({"type": "run_deleted", "run_id": run_id})
         if relay and self.relay is not None:
             self.relay("deleted", run_id)

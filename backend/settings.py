@@ -29,6 +29,13 @@ class Settings(BaseSettings):
     cors_origins: list[str] = []
     max_batch_rows: int = 100_000
     live_queue_size: int = 1000
+    # permessage-deflate on WebSockets: off, because compressing every live message for every
+    # browser costs the server more CPU than the bytes cost on loopback or a LAN.
+    ws_compression: bool = False
+    # Python's GIL switch interval for the server process (see cli.serve).
+    switch_interval_s: float = Field(default=0.0005, gt=0, le=0.1)
+    # A running run's summary is pushed to browsers at most this often.
+    live_run_interval_s: float = Field(default=1.0, ge=0.0, le=60.0)
     log_level: str = "info"
 
     # Diagnosis and alerts (issue 5): tests shorten these.

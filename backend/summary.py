@@ -52,9 +52,10 @@ def add_steps(
     scaled = np.maximum(timed_dur, _BUCKET_UNIT_S) / _BUCKET_UNIT_S
     buckets = np.maximum(0, np.rint(np.log(scaled) / math.log(_BUCKET_BASE))).astype(np.int64)
     hist: dict[str, int] = dict(new.get("dur_hist", {}))
-    for bucket, count in zip(*np.unique(buckets, return_counts=True), strict=True):
-        key = str(int(bucket))
-        hist[key] = hist.get(key, 0) + int(count)
+    counts = np.bincount(buckets)
+    for bucket in np.flatnonzero(counts).tolist():
+        key = str(bucket)
+        hist[key] = hist.get(key, 0) + int(counts[bucket])
     waited = ~np.isnan(timed_wait)
     sized = ~np.isnan(timed_bs)
     last_end = float(np.max(t_a + dur_a))

@@ -1,7 +1,9 @@
 """A browser that stops reading never slows ingest: its queue drops oldest and says so."""
 
+import itertools
 import json
 import socket
+import threading
 import uuid
 from pathlib import Path
 
@@ -32,6 +34,18 @@ def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: P
         fast.send(json.dumps({"type": "subscribe", "run_id": run_id}))
 
         batches = 400
+        last_step = batches * STEPS_PER_BATCH - 1
+        fast_firsts_and_lasts: list[tuple[int, int]] = []
+
+        def read_fast() -> None:
+            while not fast_firsts_and_lasts or fast_firsts_and_lasts[-1][1] != last_step:
+                message = json.loads(fast.recv(timeout=30))
+                if message["type"] == "steps":
+                    step = message["data"]["step"]
+                    fast_firsts_and_lasts.append((step[0], step[-1]))
+
+        reader = threading.Thread(target=read_fast, daemon=True)
+        reader.start()
         for seq in range(1, batches + 1):
             first = (seq - 1) * STEPS_PER_BATCH
             steps = list(range(first, first + STEPS_PER_BATCH))
@@ -40,15 +54,12 @@ def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: P
                                "dur": [0.01] * STEPS_PER_BATCH}}  # fmt: skip
             agent.send(json.dumps(batch))
             assert json.loads(agent.recv(timeout=10)) == {"type": "ack", "seq": seq}
+        reader.join(timeout=60)
 
         # The reading client got every batch from its subscription on, in order, no gap.
-        received_last: int | None = None
-        while received_last != batches * STEPS_PER_BATCH - 1:
-            message = json.loads(fast.recv(timeout=10))
-            if message["type"] == "steps":
-                first = message["data"]["step"][0]
-                assert received_last is None or first == received_last + 1
-                received_last = message["data"]["step"][-1]
+        assert fast_firsts_and_lasts and fast_firsts_and_lasts[-1][1] == last_step
+        for (_, previous_last), (first, _) in itertools.pairwise(fast_firsts_and_lasts):
+            assert first == previous_last + 1
 
         # The slow client, once it reads, is told that messages were dropped for it.
         notices, received = [], 0

@@ -60,13 +60,16 @@ def _reason(text: str) -> str:
     return text.encode("utf-8")[:123].decode("utf-8", "ignore")
 
 
-def _publish_batch(state: Any, run: RunPublic, batch: Batch, rank: int) -> None:
-    hub: LiveHub = state.hub
-    state.telemetry.stored(batch)
-    state.telemetry.live.observe(run.id, rank=rank, batch=batch, steps_total=run.summary.steps)
+def _push_live_steps(hub: LiveHub, run_id: int, batch: Batch, rank: int) -> None:
+    """Show a batch's steps to the browsers watching the run.
+
+    Called as soon as the batch is valid, before it is committed: the chart need not wait for
+    the writer. A batch that then fails to store is resent by the agent, and browsers keep
+    only steps newer than the last one they hold, so nothing shows twice.
+    """
     if batch.steps is not None and len(batch.steps):
         hub.publish_steps(
-            run.id,
+            run_id,
             {
                 "step": batch.steps.step,
                 "t": batch.steps.t,
@@ -74,8 +77,18 @@ def _publish_batch(state: Any, run: RunPublic, batch: Batch, rank: int) -> None:
                 "wait": batch.steps.column("wait"),
             },
             rank=rank,
+            relay=False,
         )
-    hub.publish_run(run.model_dump(mode="json"))
+
+
+def _publish_stored_batch(state: Any, run: RunPublic, batch: Batch, rank: int) -> None:
+    """A committed batch: counters, gauges, the run's summary, other processes."""
+    hub: LiveHub = state.hub
+    state.telemetry.stored(batch)
+    state.telemetry.live.observe(run.id, rank=rank, batch=batch, steps_total=run.summary.steps)
+    if batch.steps is not None:
+        hub.relay_steps(run.id, batch.steps.step, rank=rank)
+    hub.publish_run_progress(run.id, lambda: run.model_dump(mode="json"))
 
 
 def _refreshed(run: RunPublic, fields: dict[str, Any]) -> RunPublic:
@@ -162,6 +175,7 @@ async def _serve_agent(
                 }
             )
             continue
+        _push_live_steps(hub, run.id, frame, hello.rank)
         try:
             fresh = await writer.store(BatchJob(run.id, hello.stream, hello.rank, frame))
         except Exception:
@@ -171,7 +185,7 @@ async def _serve_agent(
         await websocket.send_json({"type": "ack", "seq": frame.seq})
         if fresh is not None:
             public = _refreshed(public, fresh)
-            _publish_batch(state, public, frame, hello.rank)
+            _publish_stored_batch(state, public, frame, hello.rank)
             state.detectors.observe_batch(public, frame)
         else:
             telemetry.replays.inc()
@@ -250,7 +264,8 @@ async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[
         acked.append(batch.seq)
         if fresh is not None:
             public = _refreshed(public, fresh)
-            _publish_batch(state, public, batch, payload.hello.rank)
+            _push_live_steps(hub, run.id, batch, payload.hello.rank)
+            _publish_stored_batch(state, public, batch, payload.hello.rank)
             state.detectors.observe_batch(public, batch)
     if payload.end is not None:
         run = await writer.run(end_run, run_id=run.id, status=RunStatus(payload.end.status))
