@@ -121,6 +121,7 @@ class Sender:
             else None
         )
         self._spool_dropped = 0
+        self._warned_spool_error = False
         self._pending_dropped = 0
         self._reported_counters: dict[str, int] | None = None
         self.run_id: int | None = None
@@ -186,14 +187,23 @@ class Sender:
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
         self._spool_pending(force=True)
         if self._spool is not None:
-            self._spool.write_end(
-                self._hello, self._end_status, self.counters(), next_seq=self._next_seq
+            try:
+                self._spool.write_end(
+                    self._hello, self._end_status, self.counters(), next_seq=self._next_seq
+                )
+            except OSError as error:
+                log.warning("Stoker: cannot record the run's end in the spool (%s)", error)
+            dropped = (
+                f" {self.dropped_rows} records were dropped (spool full or disk full)."
+                if self.dropped_rows
+                else ""
             )
             log.warning(
-                "Stoker: the server at %s is unreachable; this run's records are kept in %s. "
+                "Stoker: the server at %s is unreachable; this run's records are kept in %s.%s "
                 "Send them later with: stoker upload %s",
                 self._config.server,
                 self._spool.directory,
+                dropped,
                 self._spool.directory,
             )
         elif self.pending_rows:
@@ -234,7 +244,14 @@ class Sender:
             try:
                 stored = self._spool.add(self._hello, batch)
             except OSError as error:
-                log.warning("Stoker: cannot write the spool (%s); dropping records", error)
+                if not self._warned_spool_error:
+                    self._warned_spool_error = True
+                    log.warning(
+                        "Stoker: cannot write the spool in %s (%s); records that do not fit "
+                        "are dropped and counted",
+                        self._spool.directory,
+                        error,
+                    )
                 stored = False
             if stored:
                 self.spooled_rows += rows

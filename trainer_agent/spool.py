@@ -1,10 +1,12 @@
 """The disk spool: batches the server has not acknowledged, kept in order across outages.
 
-One directory per run: `hello.json`, `batches/<seq>.json`, and `end.json` once the run
-ended (its status and the agent's final counters). Files are written to a temporary name
-and renamed, so a crash never leaves half a batch. The directory is capped in bytes; a batch
-that does not fit is dropped and counted, never silently. `stoker upload DIR` sends what a
-run left behind.
+One directory per run: `hello.json`, `batches/<seq>.json`, and `end.json` (the run's end
+status and the agent's final counters). Files are written to a temporary name and renamed,
+so a crash never leaves half a batch. The directory is capped in bytes; a batch that does
+not fit, under the cap or on a full disk, is dropped and counted, never silently.
+`end.json` is reserved (blank) when the spool starts and overwritten in place at the end,
+so the count of dropped records is kept even when the disk has filled up meanwhile.
+`stoker upload DIR` sends what a run left behind.
 """
 
 import json
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_MAX_BYTES = 512 * 2**20
+END_RESERVED_BYTES = 4096  # far more than an end record (a status and a few counters) needs
 
 
 def default_spool_dir() -> Path:
@@ -24,7 +27,11 @@ def default_spool_dir() -> Path:
 def _write_atomically(path: Path, payload: Any) -> int:
     data = json.dumps(payload, separators=(",", ":")).encode()
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_bytes(data)
+    try:
+        temporary.write_bytes(data)
+    except OSError:  # a full disk: leave no partial file taking the space
+        temporary.unlink(missing_ok=True)
+        raise
     os.replace(temporary, path)
     return len(data)
 
@@ -52,17 +59,28 @@ class Spool:
         return self._bytes
 
     def add(self, hello: dict[str, Any], batch: dict[str, Any]) -> bool:
-        """Store one batch; False (nothing written) when it would exceed the cap."""
+        """Store one batch; False (nothing written) when it would exceed the cap.
+
+        Raises OSError when the disk refuses the write (full, read-only): nothing is left
+        half written, and the caller counts the batch as dropped.
+        """
         size = len(json.dumps(batch, separators=(",", ":")))
         if self._used_bytes() + size > self.max_bytes:
             return False
-        self._batches.mkdir(parents=True, exist_ok=True)
-        if not self.hello_path.exists():
-            _write_atomically(self.hello_path, hello)
+        self._start(hello)
         self._bytes = self._used_bytes() + _write_atomically(
             self._batches / f"{batch['seq']:012d}.json", batch
         )
         return True
+
+    def _start(self, hello: dict[str, Any]) -> None:
+        """Create the run's directory, the reserved end record and the hello, once."""
+        if not self.end_path.exists():
+            self._batches.mkdir(parents=True, exist_ok=True)
+            with self.end_path.open("wb") as reserved:
+                reserved.write(b" " * END_RESERVED_BYTES)
+        if not self.hello_path.exists():
+            _write_atomically(self.hello_path, hello)
 
     def batch_paths(self) -> list[Path]:
         """Spooled batches, oldest seq first."""
@@ -86,15 +104,21 @@ class Spool:
     def write_end(
         self, hello: dict[str, Any], status: str, counters: dict[str, int], next_seq: int
     ) -> None:
-        """Record how the run ended, its final counters, and the next unused seq."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if not self.hello_path.exists():
-            _write_atomically(self.hello_path, hello)
-        payload = {"status": status, "agent": counters, "next_seq": next_seq}
-        _write_atomically(self.end_path, payload)
+        """Record how the run ended, its final counters, and the next unused seq.
+
+        Written over the reserved blank record, in place: it needs no free disk space.
+        """
+        self._start(hello)
+        data = json.dumps({"status": status, "agent": counters, "next_seq": next_seq}).encode()
+        with self.end_path.open("r+b") as record:
+            record.write(data.ljust(END_RESERVED_BYTES))
 
     def read_end(self) -> dict[str, Any] | None:
-        return json.loads(self.end_path.read_text()) if self.end_path.exists() else None
+        """The end record, or None when the run never ended (the record is still blank)."""
+        if not self.end_path.exists():
+            return None
+        text = self.end_path.read_text().strip()
+        return json.loads(text) if text else None
 
     def discard(self) -> None:
         """Delete the run's directory once everything in it is stored on the server."""
