@@ -51,15 +51,18 @@ class LiveGauges(Collector):
         gauges.steps = steps_total
         if batch.steps is not None and len(batch.steps):
             durations = batch.steps.dur
-            gauges.step_time_s = sum(durations) / len(durations)
-            waited = [
-                (w, d)
-                for w, d in zip(batch.steps.column("wait"), durations, strict=True)
-                if w is not None
-            ]
-            total = sum(d for _, d in waited)
+            duration_sum = sum(durations)
+            gauges.step_time_s = duration_sum / len(durations)
+            wait = batch.steps.wait
+            if wait is not None and None not in wait:  # the usual case, summed in C
+                wait_sum, total = sum(wait), duration_sum
+            else:
+                waited = [
+                    (w, d) for w, d in zip(wait or (), durations, strict=False) if w is not None
+                ]
+                wait_sum, total = sum(w for w, _ in waited), sum(d for _, d in waited)
             if total > 0:
-                gauges.input_wait_share = min(1.0, sum(w for w, _ in waited) / total)
+                gauges.input_wait_share = min(1.0, wait_sum / total)
         if batch.device is not None:
             device = batch.device
             for i, gpu in enumerate(device.gpu):
