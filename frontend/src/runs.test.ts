@@ -109,6 +109,19 @@ describe("runDurationSeconds", () => {
   it("uses last_seen_at for an ended run without ended_at", () => {
     expect(runDurationSeconds(makeRun({ status: "interrupted", ended_at: null }), NOW)).toBe(300);
   });
+  it("uses the training's own duration for a run uploaded after it ended", () => {
+    const uploaded = makeRun({
+      status: "finished",
+      started_at: "2024-05-01T12:05:00Z",
+      ended_at: "2024-05-01T12:05:01Z",
+      last_seen_at: "2024-05-01T12:05:01Z",
+    });
+    uploaded.summary = { ...uploaded.summary, duration_s: 3600 };
+    expect(runDurationSeconds(uploaded, NOW)).toBe(3600);
+    const live = makeRun({ status: "finished", ended_at: "2024-05-01T12:01:00Z" });
+    live.summary = { ...live.summary, duration_s: 42 };
+    expect(runDurationSeconds(live, NOW)).toBe(60);
+  });
 });
 
 describe("runRowCells", () => {

@@ -162,9 +162,13 @@ export function isRun(v: unknown): v is Run {
 export function runDurationSeconds(run: Run, nowMs: number): number | null {
   const start = parseIso(run.started_at);
   if (start === null) return null;
-  let end = parseIso(run.ended_at);
-  if (end === null) end = run.status === "running" ? nowMs : (parseIso(run.last_seen_at) ?? nowMs);
-  return Math.max(0, (end - start) / 1000);
+  if (run.status === "running") return Math.max(0, (nowMs - start) / 1000);
+  const end = parseIso(run.ended_at) ?? parseIso(run.last_seen_at) ?? nowMs;
+  const wall = Math.max(0, (end - start) / 1000);
+  // The agent's own first-step-to-last-step time: longer than the server's wall time when
+  // the server saw the run only briefly (a run uploaded after an outage or offline).
+  const trained = run.summary?.duration_s;
+  return typeof trained === "number" && Number.isFinite(trained) ? Math.max(wall, trained) : wall;
 }
 
 /** Text and hints for one runs-table row; the DOM layer only places them. */
