@@ -194,7 +194,13 @@ def _bucket_of(session: Session, expression: Any) -> Any:
 
 
 def step_series(
-    *, session: Session, run_id: int, max_points: int, after_step: int | None = None, rank: int = 0
+    *,
+    session: Session,
+    run_id: int,
+    max_points: int,
+    after_step: int | None = None,
+    before_step: int | None = None,
+    rank: int = 0,
 ) -> StepSeries:
     """Steps of one rank in step order, downsampled to at most `max_points` buckets.
 
@@ -203,8 +209,12 @@ def step_series(
     step rollups (models.StepRollup) instead of the steps themselves.
     """
     where = [Step.run_id == run_id, Step.rank == rank]
+    bounded = after_step is not None or before_step is not None
     if after_step is not None:
         where.append(Step.step > after_step)
+    if before_step is not None:
+        where.append(Step.step < before_step)
+    if bounded:
         total, first_step, last_step = session.exec(
             select(func.count(), func.min(Step.step), func.max(Step.step)).where(*where)
         ).one()
@@ -235,7 +245,7 @@ def step_series(
         )
     needed = -(-(last_step - first_step + 1) // (max_points - 1))
     tier = max((w for w in ROLLUP_WIDTHS if w <= needed), default=None)
-    if tier is None or after_step is not None:
+    if tier is None or bounded:  # rollups cover whole runs; a range reads its steps
         width = -(-(last_step - first_step + 1) // max_points)
         bucket = (col(Step.step) - first_step) // width
         query = (
@@ -341,7 +351,7 @@ def _fields(requested: str | None, allowed: Sequence[str]) -> list[str]:
 
 def device_series(
     *, session: Session, run_id: int, max_points: int, gpu: int | None = None,
-    fields: str | None = None, since_t: float | None = None,
+    fields: str | None = None, since_t: float | None = None, until_t: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Device samples per (rank, GPU) over wall-clock time, each downsampled to `max_points`."""
     chosen = _fields(fields, DEVICE_FIELDS)
@@ -350,6 +360,8 @@ def device_series(
         where.append(DeviceSample.gpu == gpu)
     if since_t is not None:
         where.append(DeviceSample.t > since_t)
+    if until_t is not None:
+        where.append(DeviceSample.t < until_t)
     pairs = session.exec(
         select(DeviceSample.rank, DeviceSample.gpu)
         .where(*where)
@@ -372,13 +384,15 @@ def device_series(
 
 def host_series(
     *, session: Session, run_id: int, max_points: int, fields: str | None = None,
-    since_t: float | None = None,
+    since_t: float | None = None, until_t: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Host samples per rank over wall-clock time, each downsampled to `max_points`."""
     chosen = _fields(fields, HOST_FIELDS)
     where: list[Any] = [HostSample.run_id == run_id]
     if since_t is not None:
         where.append(HostSample.t > since_t)
+    if until_t is not None:
+        where.append(HostSample.t < until_t)
     ranks = session.exec(
         select(HostSample.rank).where(*where).distinct().order_by(col(HostSample.rank))
     ).all()
@@ -394,7 +408,7 @@ def host_series(
 
 def metric_series(
     *, session: Session, run_id: int, max_points: int, names: Sequence[str] = (), rank: int = 0,
-    after_step: int | None = None,
+    after_step: int | None = None, before_step: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Logged scalars by step, one series per name (all names when none are asked for)."""
     base: list[Any] = [Metric.run_id == run_id, Metric.rank == rank]
@@ -404,6 +418,8 @@ def metric_series(
     chosen = list(dict.fromkeys(names)) if names else available[:50]
     if after_step is not None:
         base.append(Metric.step > after_step)
+    if before_step is not None:
+        base.append(Metric.step < before_step)
     series = []
     for name in chosen:
         data = _xy_series(

@@ -142,6 +142,15 @@ def test_device_samples_are_series_per_gpu_downsampled(db_server: ServerProcess)
     assert gpu1["t"] == sorted(gpu1["t"])
     hosts = db_server.get(f"/api/v1/runs/{run_id}/host")
     assert hosts["series"][0]["proc_cpu"] == [100.0] * 50
+    # A zoomed time range: both ends exclusive.
+    window = db_server.get(
+        f"/api/v1/runs/{run_id}/samples", gpu=0, since_t=1.7e9 + 99, until_t=1.7e9 + 200
+    )
+    assert window["series"][0]["t"] == [1.7e9 + i for i in range(100, 200)]
+    host_window = db_server.get(
+        f"/api/v1/runs/{run_id}/host", since_t=1.7e9 + 9, until_t=1.7e9 + 20
+    )
+    assert host_window["series"][0]["t"] == [1.7e9 + i for i in range(10, 20)]
     bad = httpx.get(f"{db_server.url}/api/v1/runs/{run_id}/samples", params={"fields": "bogus"})
     assert bad.status_code == 422 and "bogus" in bad.json()["detail"]
 
@@ -162,6 +171,10 @@ def test_metrics_series_by_name(db_server: ServerProcess) -> None:
     every = db_server.get(f"/api/v1/runs/{run_id}/metrics")
     assert [s["name"] for s in every["series"]] == ["accuracy", "loss"]
     assert every["series"][1]["value"][:2] == [1.0, 0.5]
+    zoomed = db_server.get(
+        f"/api/v1/runs/{run_id}/metrics", name="loss", after_step=9, before_step=20
+    )
+    assert zoomed["series"][0]["step"] == list(range(10, 20))
 
 
 def test_compare_reports_summaries_and_differing_keys(db_server: ServerProcess) -> None:

@@ -50,6 +50,22 @@ def test_steps_after_step_returns_only_newer_rows(db_server: ServerProcess) -> N
     assert series["downsampled"] is False
 
 
+def test_steps_zoomed_range_is_bounded_on_both_sides(db_server: ServerProcess) -> None:
+    run_id = _upload_run(db_server, 20_000, spike_at=15_000)
+    exact = db_server.get(f"/api/v1/runs/{run_id}/steps", after_step=99, before_step=200)
+    assert exact["step"] == list(range(100, 200))
+    assert exact["total"] == 100
+    zoomed = db_server.get(
+        f"/api/v1/runs/{run_id}/steps", after_step=9_999, before_step=16_000, max_points=300
+    )
+    assert zoomed["downsampled"] is True
+    assert zoomed["total"] == 6_000
+    assert min(zoomed["step"]) >= 10_000 and max(zoomed["step"]) <= 15_999
+    assert max(zoomed["dur_max"]) == 2.5  # the spike inside the range stays visible
+    outside = db_server.get(f"/api/v1/runs/{run_id}/steps", after_step=15_000, before_step=16_000)
+    assert max(outside["dur"]) == 0.01
+
+
 def test_steps_of_unknown_run_is_404_json(db_server: ServerProcess) -> None:
     response = httpx.get(f"{db_server.url}/api/v1/runs/999/steps")
     assert response.status_code == 404

@@ -29,6 +29,10 @@ router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[ViewerAuth])
 # Run ids are 32-bit on every database; larger numbers are refused up front (422).
 MaxPoints = Annotated[int, Query(ge=2, le=200_000, description="at most this many points")]
 Int64Query = Annotated[int, Query(ge=0, le=2**63 - 1)]
+AfterStep = Annotated[int | None, Query(ge=-1, le=2**63 - 1, description="steps after this")]
+BeforeStep = Annotated[int | None, Query(ge=0, le=2**63 - 1, description="steps before this")]
+SinceT = Annotated[float | None, Query(allow_inf_nan=False, description="samples after t")]
+UntilT = Annotated[float | None, Query(allow_inf_nan=False, description="samples before t")]
 
 
 @router.get("/runs", response_model=RunsPublic)
@@ -81,13 +85,16 @@ def read_steps(
     run_id: RunId,
     session: SessionDep,
     max_points: MaxPoints = 2000,
-    after_step: Annotated[int | None, Query(ge=-1, le=2**63 - 1)] = None,
+    after_step: AfterStep = None,
+    before_step: BeforeStep = None,
     rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
 ) -> StepSeries:
+    """Steps of one rank; `after_step` / `before_step` (exclusive) bound a zoomed range."""
     get_run(session=session, run_id=run_id)
     return step_series(
-        session=session, run_id=run_id, max_points=max_points, after_step=after_step, rank=rank
-    )
+        session=session, run_id=run_id, max_points=max_points, after_step=after_step,
+        before_step=before_step, rank=rank,
+    )  # fmt: skip
 
 
 @router.get("/runs/{run_id}/steps.csv", response_class=StreamingResponse)
@@ -114,13 +121,14 @@ def read_device_samples(
     max_points: MaxPoints = 2000,
     gpu: Annotated[int | None, Query(ge=0, le=1024)] = None,
     fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
-    since_t: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    since_t: SinceT = None,
+    until_t: UntilT = None,
 ) -> dict[str, Any]:
     """Device (GPU) samples per rank and GPU over wall-clock time, downsampled."""
     get_run(session=session, run_id=run_id)
     return device_series(
         session=session, run_id=run_id, max_points=max_points, gpu=gpu, fields=fields,
-        since_t=since_t,
+        since_t=since_t, until_t=until_t,
     )  # fmt: skip
 
 
@@ -130,13 +138,15 @@ def read_host_samples(
     session: SessionDep,
     max_points: MaxPoints = 2000,
     fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
-    since_t: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+    since_t: SinceT = None,
+    until_t: UntilT = None,
 ) -> dict[str, Any]:
     """Host samples (CPU, memory) per rank over wall-clock time, downsampled."""
     get_run(session=session, run_id=run_id)
     return host_series(
-        session=session, run_id=run_id, max_points=max_points, fields=fields, since_t=since_t
-    )
+        session=session, run_id=run_id, max_points=max_points, fields=fields, since_t=since_t,
+        until_t=until_t,
+    )  # fmt: skip
 
 
 @router.get("/runs/{run_id}/metrics")
@@ -146,13 +156,14 @@ def read_metrics(
     name: Annotated[list[str] | None, Query(max_length=50)] = None,
     max_points: MaxPoints = 2000,
     rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
-    after_step: Annotated[int | None, Query(ge=-1, le=2**63 - 1)] = None,
+    after_step: AfterStep = None,
+    before_step: BeforeStep = None,
 ) -> dict[str, Any]:
     """Logged scalars (loss, accuracy, ...) by step, one series per `name` (repeatable)."""
     get_run(session=session, run_id=run_id)
     return metric_series(
         session=session, run_id=run_id, max_points=max_points, names=name or (), rank=rank,
-        after_step=after_step,
+        after_step=after_step, before_step=before_step,
     )  # fmt: skip
 
 
