@@ -23,6 +23,7 @@ from backend.queries import run_public
 
 log = logging.getLogger(__name__)
 CHANNEL = "stoker_live"
+MAX_NOTIFY_BYTES = 7900  # PostgreSQL caps a NOTIFY payload at 8000 bytes
 
 
 def _conninfo(engine: Engine) -> str:
@@ -42,6 +43,13 @@ class PgFanout:
     # -- sending (event loop; never blocks the caller) -------------------------------------
     def relay(self, kind: str, run_id: int, **extra: Any) -> None:
         payload = json.dumps({"o": self.origin, "k": kind, "r": run_id, **extra})
+        if len(payload.encode()) > MAX_NOTIFY_BYTES:
+            # PostgreSQL refuses larger notifications; the other servers' browsers get it on
+            # their next fetch instead.
+            self.dropped += 1
+            log.warning("live %s update of run %s too large to relay (%d bytes)", kind, run_id,
+                        len(payload))  # fmt: skip
+            return
         try:
             self._outbox.put_nowait(payload)
         except asyncio.QueueFull:
@@ -98,6 +106,8 @@ class PgFanout:
             return
         if kind == "deleted":
             self.hub.publish_deleted(run_id, relay=False)
+        elif kind == "message" and isinstance(message.get("m"), dict):
+            self.hub.broadcast(message["m"], relay=False)
         elif kind == "run":
             run = await asyncio.to_thread(self._load_run, run_id)
             if run is not None:

@@ -147,6 +147,8 @@ class LiveHub:
     def publish_notice(self, text: str) -> None:
         self._offer_all({"type": "notice", "message": text})
 
-    def broadcast(self, message: Message) -> None:
+    def broadcast(self, message: Message, *, relay: bool = True) -> None:
         """Send to every browser: verdicts, alerts and events are rare and concern everyone."""
         self._offer_all(message)
+        if relay and self.relay is not None:
+            self.relay("message", int(message.get("run_id") or 0), m=message)

@@ -21,6 +21,7 @@ def two_servers(
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     url = postgres_server.create_database()
     env = {"STOKER_DATABASE_URL": url}
+    env["STOKER_DETECTOR_TICK_S"] = "0.2"
     first = ServerProcess(data_dir=tmp_path / "a", env=env).start()
     second = ServerProcess(data_dir=tmp_path / "b", env=env).start()
     yield first, second
@@ -65,3 +66,24 @@ def test_browser_on_one_server_sees_steps_sent_to_another(
     agent.close()
     first = seen_steps[0]
     assert first % 10 == 0 and seen_steps == list(range(first, first + 10))  # one whole batch
+
+
+def test_browser_on_one_server_sees_verdicts_made_by_another(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    ingest_server, view_server = two_servers
+    with connect(f"{view_server.ws_url}/api/v1/live") as browser:
+        agent, welcome = open_agent(ingest_server, hello(name="starved-elsewhere"))
+        run_id = welcome["run_id"]
+        for seq in range(1, 6):  # half of every step waits for input: highly input-bound
+            starved = batch(seq, (seq - 1) * 10)
+            starved["steps"]["wait"] = [0.005] * 10
+            assert send(agent, starved)["type"] == "ack"
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "no verdict reached the other server"
+            message = json.loads(browser.recv(timeout=max(0.1, deadline - time.monotonic())))
+            if message["type"] == "verdict" and message["run_id"] == run_id:
+                break
+        agent.close()
+    assert message["diagnosis"]["verdict"] == "highly_input_bound"
