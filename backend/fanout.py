@@ -4,7 +4,8 @@ Every process publishes what its own agents send to its own browsers (backend.li
 PostgreSQL, it also sends a small notification on the `stoker_live` channel after each commit:
 which run changed, or which step range of which run was stored. The other processes listen on
 that channel and, for runs their browsers are watching, read the new rows from the database
-(committed before the notification was sent) and publish them to their browsers. A
+(committed before the notification was sent) and publish them to their browsers. Verdicts,
+alerts and events are small and rare: their notification carries the message itself. A
 notification names its origin, so a process ignores its own.
 """
 
