@@ -1,6 +1,8 @@
 """Bad input gets a clear 4xx (or WebSocket close code) with a reason, and nothing half stored."""
 
 import json
+import os
+import socket
 import uuid
 from typing import Any
 
@@ -128,12 +130,49 @@ def test_bad_websocket_frame_gets_error_and_socket_stays_usable(
     ws.close()
 
 
+def _masked_frame(payload: bytes, *, declared_length: int | None = None) -> bytes:
+    """A client text frame (RFC 6455 5.2) whose header may claim more than it carries."""
+    length = len(payload) if declared_length is None else declared_length
+    if length < 126:
+        head = bytes([0x81, 0x80 | length])
+    elif length < 2**16:
+        head = bytes([0x81, 0x80 | 126]) + length.to_bytes(2, "big")
+    else:
+        head = bytes([0x81, 0x80 | 127]) + length.to_bytes(8, "big")
+    mask = os.urandom(4)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def _read_frame(stream: Any) -> tuple[int, bytes]:
+    first, second = stream.read(2)
+    length = second & 0x7F
+    if length == 126:
+        length = int.from_bytes(stream.read(2), "big")
+    elif length == 127:
+        length = int.from_bytes(stream.read(8), "big")
+    return first & 0x0F, stream.read(length)
+
+
 def test_oversize_websocket_frame_closes_with_1009(shared_server: ServerProcess) -> None:
-    ws = _agent(shared_server)
-    ws.send(json.dumps(_steps_batch(step=list(range(2_000_000)))))
-    with pytest.raises(ConnectionClosed) as closed:
-        ws.recv(timeout=30)
-    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    # Raw socket: the frame's header announces 20 MB; the server must refuse it from the
+    # header alone, with close code 1009, without reading (or buffering) the payload.
+    with socket.create_connection(("127.0.0.1", shared_server.port), timeout=30) as sock:
+        sock.sendall(
+            b"GET /api/v1/agent HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        stream = sock.makefile("rb")
+        assert b" 101 " in stream.readline()
+        while stream.readline() not in (b"\r\n", b""):
+            pass
+        sock.sendall(_masked_frame(json.dumps(_hello()).encode()))
+        opcode, welcome = _read_frame(stream)
+        assert opcode == 1 and json.loads(welcome)["type"] == "welcome"
+        sock.sendall(_masked_frame(b"x" * 65536, declared_length=20 * 2**20))
+        opcode, payload = _read_frame(stream)
+    assert opcode == 8  # close
+    assert int.from_bytes(payload[:2], "big") == 1009
 
 
 def test_garbage_before_hello_closes_with_reason(shared_server: ServerProcess) -> None:

@@ -1,7 +1,10 @@
 """Agent ingest: the WebSocket stream and its HTTP fallback (DESIGN.md, "Wire protocol")."""
 
+import asyncio
+import contextlib
 import json
 import logging
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Request, WebSocket
@@ -14,6 +17,7 @@ from backend.live import LiveHub
 from backend.models import Run, RunPublic, RunStatus, RunSummary
 from backend.protocol import PROTOCOL_VERSION, Batch, End, Hello, HttpIngest
 from backend.queries import run_public
+from backend.writer import StreamFailed
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["agent"])
@@ -124,11 +128,29 @@ async def agent_socket(websocket: WebSocket) -> None:
         state.connections.disconnect(run.id)
 
 
+# Batches of one agent being stored at once. The agent may send ahead of its acks; while
+# this many wait for their commit, the server reads no further frames from it.
+MAX_IN_FLIGHT = 8
+
+
+@dataclass
+class _InFlight:
+    frame: Batch | End
+    stored: asyncio.Future
+
+
 async def _serve_agent(
     websocket: WebSocket, state: Any, run: Run, hello: Hello, last_seq: int
 ) -> None:
+    """Read, check and queue the agent's frames; `_acknowledge` answers them once stored.
+
+    Reading does not wait for commits, so an agent that sends ahead is stored in bigger
+    groups and its steps reach the browsers (pushed on arrival) without waiting for the
+    database. Acks still follow the commit, in the order the frames came.
+    """
     settings, writer, hub, telemetry = state.settings, state.writer, state.hub, state.telemetry
     assert run.id is not None
+    await writer.forgive((run.id, hello.stream))
     telemetry.live.started(run.id, name=run.name, project=run.project)
     public = run_public(run)
     await websocket.send_json(
@@ -142,53 +164,103 @@ async def _serve_agent(
     )
     hub.publish_run(public.model_dump(mode="json"))
     state.detectors.attach(public)
-    while True:
-        text = await _receive_text(websocket, settings.max_frame_bytes, telemetry)
-        if text is None:
-            return
+    in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
+    failed = asyncio.Event()
+    acknowledging = asyncio.create_task(
+        _acknowledge(websocket, state, public, hello, in_flight, failed),
+        name=f"stoker-acks-{run.id}",
+    )
+    try:
+        while not failed.is_set():
+            text = await _receive_text(websocket, settings.max_frame_bytes, telemetry)
+            if text is None or failed.is_set():
+                return
+            try:
+                frame = AgentFrame.validate_json(text)
+            except ValidationError as error:
+                telemetry.rejects.labels("invalid").inc()
+                reply: dict[str, Any] = {"type": "error", "message": describe(error)}
+                seq = _seq_of(text)
+                if seq is not None:
+                    reply["seq"] = seq
+                await websocket.send_json(reply)
+                continue
+            if isinstance(frame, End):
+                stored = writer.submit(end_run, run_id=run.id, status=RunStatus(frame.status))
+                await in_flight.put(_InFlight(frame, stored))
+                continue
+            if frame.row_count() > settings.max_batch_rows:
+                telemetry.rejects.labels("too_many_rows").inc()
+                await websocket.send_json(
+                    {
+                        "type": "error",
+                        "seq": frame.seq,
+                        "message": f"batch has {frame.row_count()} rows; the limit is "
+                        f"{settings.max_batch_rows}: send smaller batches",
+                    }
+                )
+                continue
+            _push_live_steps(hub, run.id, frame, hello.rank)
+            stored = writer.submit_store(BatchJob(run.id, hello.stream, hello.rank, frame))
+            await in_flight.put(_InFlight(frame, stored))
+    finally:
+        await in_flight.put(None)
+        await acknowledging
+
+
+async def _acknowledge(
+    websocket: WebSocket,
+    state: Any,
+    public: RunPublic,
+    hello: Hello,
+    in_flight: "asyncio.Queue[_InFlight | None]",
+    failed: asyncio.Event,
+) -> None:
+    """Ack each queued frame once stored, in order, and publish what it changed.
+
+    Runs until the reader is done, even after the socket closed: a batch committed after the
+    agent went away still updates the run's summary, the gauges and the detectors.
+    """
+    hub, telemetry = state.hub, state.telemetry
+    connected = True
+
+    async def reply(message: dict[str, Any]) -> None:
+        nonlocal connected
+        if connected:
+            try:
+                await websocket.send_json(message)
+            except Exception:  # the agent went away; keep publishing what gets stored
+                connected = False
+
+    while (item := await in_flight.get()) is not None:
         try:
-            frame = AgentFrame.validate_json(text)
-        except ValidationError as error:
-            telemetry.rejects.labels("invalid").inc()
-            reply: dict[str, Any] = {"type": "error", "message": describe(error)}
-            seq = _seq_of(text)
-            if seq is not None:
-                reply["seq"] = seq
-            await websocket.send_json(reply)
+            result = await item.stored
+        except Exception as error:
+            if not failed.is_set():
+                failed.set()
+                if not isinstance(error, StreamFailed):
+                    log.error("storing a frame of run %s failed", public.id, exc_info=error)
+                with contextlib.suppress(Exception):
+                    await websocket.close(
+                        code=CLOSE_SERVER_ERROR, reason="storage error; retry later"
+                    )
+                connected = False
             continue
+        frame = item.frame
         if isinstance(frame, End):
-            ended = await writer.run(end_run, run_id=run.id, status=RunStatus(frame.status))
-            await websocket.send_json({"type": "ack", "end": True})
-            telemetry.live.ended(run.id)
-            public = run_public(ended)
+            await reply({"type": "ack", "end": True})
+            telemetry.live.ended(public.id)
+            public = run_public(result)
             hub.publish_run(public.model_dump(mode="json"))
             state.detectors.observe_run(public)
             continue
-        if frame.row_count() > settings.max_batch_rows:
-            telemetry.rejects.labels("too_many_rows").inc()
-            await websocket.send_json(
-                {
-                    "type": "error",
-                    "seq": frame.seq,
-                    "message": f"batch has {frame.row_count()} rows; the limit is "
-                    f"{settings.max_batch_rows}: send smaller batches",
-                }
-            )
-            continue
-        _push_live_steps(hub, run.id, frame, hello.rank)
-        try:
-            fresh = await writer.store(BatchJob(run.id, hello.stream, hello.rank, frame))
-        except Exception:
-            log.exception("storing batch %s of run %s failed", frame.seq, run.id)
-            await websocket.close(code=CLOSE_SERVER_ERROR, reason="storage error; retry later")
-            return
-        await websocket.send_json({"type": "ack", "seq": frame.seq})
-        if fresh is not None:
-            public = _refreshed(public, fresh)
-            _publish_stored_batch(state, public, frame, hello.rank)
-            state.detectors.observe_batch(public, frame)
-        else:
+        await reply({"type": "ack", "seq": frame.seq})
+        if result is None:
             telemetry.replays.inc()
+            continue
+        public = _refreshed(public, result)
+        _publish_stored_batch(state, public, frame, hello.rank)
+        state.detectors.observe_batch(public, frame)
 
 
 def _seq_of(text: str) -> int | None:
