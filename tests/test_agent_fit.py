@@ -1,11 +1,14 @@
 """The agent in real Keras fits and custom loops on the CPU, against a real `stoker serve`."""
 
+import json
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from tests.support import ServerProcess
+from tests.support import REPO, ServerProcess
 
 tf = pytest.importorskip("tensorflow")
 
@@ -170,3 +173,20 @@ def test_fit_under_mirrored_strategy_reports_steps_and_waits(server: ServerProce
     assert series["step"] == list(range(20))
     assert all(w is not None for w in series["wait"][1:])
     assert run["summary"]["input_wait_share"] > 0.3
+
+
+def test_fit_under_mirrored_strategy_with_two_replicas(server: ServerProcess) -> None:
+    training = subprocess.run(
+        [sys.executable, "-m", "tests.mirrored_script", "--server", server.url],
+        cwd=REPO, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert training.returncode == 0, training.stderr[-3000:]
+    assert json.loads(training.stdout.strip().splitlines()[-1]) == {"replicas": 2}
+    run = _only_run(server)
+    assert run["environment"]["strategy"] == "MirroredStrategy"
+    assert run["environment"]["replicas"] == 2
+    series = server.get(f"/api/v1/runs/{run['id']}/steps")
+    assert series["step"] == list(range(40))
+    assert all(w is not None for w in series["wait"][1:])
+    # 40 ms of input per batch against a few ms of compute: most of each step is waiting.
+    assert run["summary"]["input_wait_share"] > 0.5
