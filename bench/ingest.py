@@ -140,11 +140,13 @@ def _bench(args: argparse.Namespace) -> None:
     print(
         f"ack latency p99     {p99:.1f} ms   target < {TARGET_ACK_P99_MS:.0f} ms  ratio {ratio:.2f}"
     )
-    server_cpu_s = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
+    user_s = cpu_after.user - cpu_before.user
+    system_s = cpu_after.system - cpu_before.system
+    server_cpu_s = user_s + system_s
     print(
         f"server CPU          {server_cpu_s / result['rows'] * 1e6:.2f} us per step row "
-        f"({server_cpu_s / result['elapsed']:.2f} cores busy; the rate on a quiet machine is "
-        "bounded by the cores the server can use over this)"
+        f"({user_s / result['rows'] * 1e6:.2f} user, {system_s / result['rows'] * 1e6:.2f} "
+        f"system; {server_cpu_s / result['elapsed']:.2f} cores busy)"
     )
     if db_bytes:
         per_row = db_bytes / max(stored, 1)
