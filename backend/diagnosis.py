@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ CPU_IDLE_PCT = 50.0
 HIGH_STEP_CV = 0.5
 RECENT_DURATIONS = 256
 STEP_CHUNKS_PER_WINDOW = 32
+PENDING_STEP_ROWS = 50_000  # fold sooner than the next read when this many steps wait
 
 
 class Verdict(StrEnum):
@@ -107,7 +109,10 @@ class RunWindow:
         default_factory=deque
     )
     host: deque[tuple[float, float | None, float | None]] = field(default_factory=deque)
-    sums: _Sums = field(default_factory=_Sums)
+    _sums: _Sums = field(default_factory=_Sums)
+    # Step batches not yet folded into the chunks (see add_steps).
+    _pending_steps: list[tuple[Sequence[Any], ...]] = field(default_factory=list)
+    _pending_rows: int = 0
     recent_durations: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_DURATIONS))
     total_steps: int = 0
     last_step_at: float | None = None
@@ -132,22 +137,47 @@ class RunWindow:
     ) -> None:
         """Slide the window over a batch of steps.
 
-        The window keeps steps in chunks of at most `window_s / STEP_CHUNKS_PER_WINDOW` of the
-        agent's time, each with its sums: the window's edge is that coarse, and a thousand-step
-        batch costs a few array operations instead of a Python loop per step.
+        The batch is kept as it came and folded into the window when the window is read
+        (a detector tick) or when many rows wait: one pass over many batches instead of one
+        per batch, which at hundreds of batches a second mattered on the event loop.
         """
         if not len(step):
             return
         self.total_steps += len(step)
         self.last_step_at = now
         self.last_data_at = now
-        timed = np.asarray(step) != 0  # step 0 is tracing and compilation, not steady state
-        d = np.asarray(dur, dtype=np.float64)[timed]
+        self._pending_steps.append((step, t, dur, wait, batch_size))
+        self._pending_rows += len(step)
+        if self._pending_rows >= PENDING_STEP_ROWS:
+            self._fold_steps()
+
+    @property
+    def sums(self) -> _Sums:
+        """Running sums over the window's steps and samples (pending steps folded in)."""
+        self._fold_steps()
+        return self._sums
+
+    def _fold_steps(self) -> None:
+        """Add the pending batches to the window's chunks of steps.
+
+        The window keeps steps in chunks of at most `window_s / STEP_CHUNKS_PER_WINDOW` of the
+        agent's time, each with its sums, so the window's edge is that coarse.
+        """
+        if not self._pending_steps:
+            return
+        pending, self._pending_steps, self._pending_rows = self._pending_steps, [], 0
+
+        def column(i: int, dtype: Any) -> np.ndarray:
+            return np.asarray(list(chain.from_iterable(p[i] for p in pending)), dtype=dtype)
+
+        step = column(0, np.int64)
+        timed = step != 0  # step 0 is tracing and compilation, not steady state
+        d = column(2, np.float64)[timed]
         if not len(d):
             return
-        end = np.asarray(t, dtype=np.float64)[timed] + d
-        w = np.asarray(wait, dtype=np.float64)[timed]  # unknown: NaN
-        bs = np.asarray(batch_size, dtype=np.float64)[timed]
+        end = column(1, np.float64)[timed] + d
+        w = column(3, np.float64)[timed]  # unknown: NaN
+        bs = column(4, np.float64)[timed]
         waited, sized = ~np.isnan(w), ~np.isnan(bs)
         zero = np.zeros_like(d)
         grain = self.window_s / STEP_CHUNKS_PER_WINDOW
@@ -170,9 +200,9 @@ class RunWindow:
             ),
         ]
         self.newest_step_t = max(self.newest_step_t, float(end.max()))
-        s = self.sums
+        s = self._sums
         for chunk in zip(*(c.tolist() for c in columns), strict=True):
-            self.steps.append(chunk)  # type: ignore[arg-type]
+            self.steps.append(chunk)
             s.n += chunk[1]
             s.dur += chunk[2]
             s.dur2 += chunk[3]
@@ -181,7 +211,7 @@ class RunWindow:
             s.wait += chunk[6]
             s.samples += chunk[7]
             s.sized_dur += chunk[8]
-        self.recent_durations.extend(d.tolist())
+        self.recent_durations.extend(d[-RECENT_DURATIONS:].tolist())
         self._trim_steps()
 
     def _trim_steps(self) -> None:
@@ -189,7 +219,7 @@ class RunWindow:
         if not steps:
             return
         horizon = self.newest_step_t - self.window_s
-        s = self.sums
+        s = self._sums
         while steps and steps[0][0] < horizon:
             _, n, dur, dur2, waited_n, waited_dur, wait, samples, sized_dur = steps.popleft()
             s.n -= n
@@ -217,7 +247,7 @@ class RunWindow:
     ) -> None:
         if not t:
             return
-        s = self.sums
+        s = self._sums
         for i, ti in enumerate(t):
             used, total = mem_used[i], mem_total[i]
             share = used / total if used is not None and total else None
@@ -246,7 +276,7 @@ class RunWindow:
     ) -> None:
         if not t:
             return
-        s = self.sums
+        s = self._sums
         for i, ti in enumerate(t):
             self.host.append((ti, proc_cpu[i], sys_cpu[i]))
             c = sys_cpu[i]
@@ -316,6 +346,7 @@ class RunWindow:
         return rows
 
     def median_step_s(self) -> float | None:
+        self._fold_steps()
         return statistics.median(self.recent_durations) if self.recent_durations else None
 
     def stall_threshold_s(self, *, min_s: float, factor: float) -> float:
