@@ -2,6 +2,7 @@
 (so an agent's seq cursor never skips past it) until the stream connects again."""
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,23 @@ def test_failed_batch_refuses_later_batches_of_its_stream_until_forgiven(tmp_pat
         stored = await writer.store(BatchJob(run.id, stream, 0, _batch(2, 5)))
         assert stored is not None and stored["summary"]["steps"] == 10
 
+    outcome: list[BaseException | None] = []
+
+    def run_scenario() -> None:  # own thread: other tests (Playwright) may hold a loop here
+        try:
+            asyncio.run(scenario())
+        except BaseException as error:
+            outcome.append(error)
+        else:
+            outcome.append(None)
+
     try:
-        asyncio.run(scenario())
+        runner = threading.Thread(target=run_scenario)
+        runner.start()
+        runner.join(timeout=60)
+        assert outcome, "the scenario did not finish"
+        if outcome[0] is not None:
+            raise outcome[0]
     finally:
         writer.close()
         engine.dispose()
