@@ -28,6 +28,8 @@ DEFAULT_RING_SIZE = 2048
 # Row layout in the ring.
 _REQ, _TS, _GEN, _INDEX, _BATCH = range(5)
 _COLUMNS = 5
+# Ring offset between consecutive iterators (odd, so generations spread over the ring).
+_GENERATION_STRIDE = 1021
 
 # Dataset classes tf.data counts as asynchronous: it injects no prefetch after them.
 _ASYNC_DATASETS = {
@@ -78,14 +80,13 @@ class StampRing:
             self._ring = tf.Variable(
                 tf.zeros([size, _COLUMNS], tf.float64), trainable=False, name="stoker_stamps"
             )
-            self._count = tf.Variable(tf.constant(0, tf.int64), trainable=False)
             self._generation = tf.Variable(tf.constant(0, tf.int64), trainable=False)
 
     def wrap(self, dataset: Any) -> Any:
         """Return `dataset` with the stamping stage appended; elements pass through unchanged."""
         import tensorflow as tf
 
-        ring, count, generation, size = self._ring, self._count, self._generation, self.size
+        ring, generation, size = self._ring, self._generation, self.size
         if _would_inject_prefetch(dataset):
             # What tf.data would have appended at the end goes before the stage, so the stage
             # sees the consumer's own requests (the wrapped pipeline disables the injection).
@@ -123,7 +124,10 @@ class StampRing:
                     batch,
                 ]
             )
-            slot = tf.math.floormod(count.assign_add(1) - 1, size)
+            # The slot follows from (generation, index): no counter variable to update. A
+            # later iterator starts elsewhere in the ring; the rows carry their keys, so an
+            # overwritten stamp is missing, never mistaken for another.
+            slot = tf.math.floormod(index + gen * _GENERATION_STRIDE, size)
             with tf.control_dependencies([ring.scatter_nd_update([[slot]], [row])]):
                 return tf.nest.map_structure(tf.identity, element)
 
