@@ -107,6 +107,7 @@ def main() -> None:
     os.environ["STOKER_SPOOL_DIR"] = str(work / "spool")
     server = ServerProcess(data_dir=work / "server").start()
     configs = ["baseline", "stoker", "callback", "tensorboard"]
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     try:
         for name, (features, widths, batch, steps) in MODELS.items():
             ds = dataset(features, batch, steps)
@@ -125,6 +126,7 @@ def main() -> None:
                     totals[config].append(total)
             report(name, steps, configs, periods, cpus, totals)
         hook_costs(server.url)
+        print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         server.stop()
 

@@ -1,16 +1,20 @@
 """How accurate is the measured input wait? Known per-batch delays on a CPU Keras fit.
 
 Each scenario injects a fixed per-batch delay D (a sleeping `numpy_function` in the
-pipeline). tf.data appends a prefetch to every pipeline, so a delay shorter than the compute
-time C is hidden; D = C / (1 - w) makes the step wait a share w of 0 %, ~30 %, ~60 % or
-~80 % of its time. One more scenario hides the ~60 % delay with `num_parallel_calls` +
-`prefetch`. Runs are interleaved (scenario, then its cached twin) for `--rounds` rounds on
-one model; truth and error are computed per round (each pair saw the same machine load)
-and their medians reported. Truth is (step period of the scenario - step
-period with the same data cached in memory) / step period of the scenario. Measured is
-Σ wait / Σ step duration as `StokerCallback` + `wrap` report it (steps after step 0).
+pipeline). tf.data prefetches at the end of every pipeline, so a delay shorter than the
+compute time C is hidden; D = C / (1 - w) makes the step wait a share w of 0 %, ~30 %, ~60 %
+or ~80 % of its time. One more scenario hides the ~60 % delay with `num_parallel_calls` +
+`prefetch`.
 
-Usage: .venv/bin/python bench/input_wait_accuracy.py [--steps 40] [--epochs 3] [--rounds 3]
+Truth is (step period of the scenario - step period of the same pipeline with its data
+cached in memory) / step period of the scenario. On a shared machine the step period moves
+by several ms within seconds, so each round alternates one-epoch fits of the scenario and of
+its cached twin (`--pairs` of each, the cache filled beforehand, one traced model) and takes
+truth and measurement from those same fits. Measured is Σ wait / Σ step duration as
+`StokerCallback` + `wrap` report it (each fit's step 0 left out, as the agent does). The
+table gives medians over `--rounds` rounds; the error is the median of per-round errors.
+
+Usage: .venv/bin/python bench/input_wait_accuracy.py [--steps 40] [--pairs 3] [--rounds 3]
 """
 
 import argparse
@@ -19,6 +23,7 @@ import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("STOKER_SPOOL_DIR", "off")  # no server here: keep nothing on disk
 
 import numpy as np
 import tensorflow as tf
@@ -83,35 +88,46 @@ def pipeline(steps: int, delay_s: float, *, hidden: bool, cached: bool) -> tf.da
     return ds
 
 
-def run(
-    model: tf.keras.Model,
-    steps: int,
-    epochs: int,
-    delay_s: float,
-    *,
-    hidden: bool = False,
-    cached: bool = False,
-) -> list[StepRow]:
+Wrapped = tuple[CapturingCallback, tf.data.Dataset]
+
+
+def run(model: tf.keras.Model, wrapped: Wrapped) -> list[StepRow]:
+    """One epoch of `fit` (one run) on a wrapped dataset; the rows after step 0."""
+    callback, dataset = wrapped
+    model.fit(dataset, epochs=1, callbacks=[callback], verbose=0)
+    return [r for r in callback.rows if r.step >= 1]
+
+
+def wrap(steps: int, delay_s: float, *, hidden: bool, cached: bool) -> Wrapped:
     callback = CapturingCallback()
     dataset = callback.wrap(pipeline(steps, delay_s, hidden=hidden, cached=cached))
-    model.fit(dataset, epochs=epochs, callbacks=[callback], verbose=0)
-    first_counted = steps if cached else 1  # the cached pipeline fills during epoch 1
-    return [r for r in callback.rows if r.step >= first_counted]
+    if cached:
+        for _ in dataset:  # fill the in-memory cache: later iterators read from it
+            pass
+    return callback, dataset
 
 
 def period_s(rows: list[StepRow]) -> float:
     return sum(r.dur for r in rows) / len(rows)
 
 
+def wait_share(rows: list[StepRow]) -> float:
+    waited = [r for r in rows if r.wait is not None]
+    return sum(r.wait or 0.0 for r in waited) / sum(r.dur for r in waited)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40, help="steps per epoch")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=3, help="scenario/cached fits per round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
     model = make_model()
-    compute = statistics.median(period_s(run(model, args.steps, 2, 0.0)) for _ in range(3))
+    compute_only = wrap(args.steps, 0.0, hidden=False, cached=False)
+    run(model, compute_only)  # trace
+    compute = statistics.median(period_s(run(model, compute_only)) for _ in range(3))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"compute-only step period C: {compute * 1e3:.1f} ms")
     scenarios = [
         ("0 % wait", 0.0, False),
@@ -127,25 +143,30 @@ def main() -> None:
     for name, delay_s, hidden in scenarios:
         periods, cacheds, truths, shares = [], [], [], []
         for _ in range(args.rounds):
-            # The scenario and its cached twin back to back, so both see the same machine.
-            rows = run(model, args.steps, args.epochs, delay_s, hidden=hidden)
-            cached_rows = run(model, args.steps, args.epochs, delay_s, hidden=hidden, cached=True)
-            period, cached = period_s(rows), period_s(cached_rows)
+            scenario = wrap(args.steps, delay_s, hidden=hidden, cached=False)
+            cached = wrap(args.steps, delay_s, hidden=hidden, cached=True)
+            rows: list[StepRow] = []
+            cached_rows: list[StepRow] = []
+            for _ in range(args.pairs):
+                # Scenario and cached twin alternate, so both see the same machine.
+                rows += run(model, scenario)
+                cached_rows += run(model, cached)
+            period, cached_period = period_s(rows), period_s(cached_rows)
             periods.append(period)
-            cacheds.append(cached)
-            truths.append(max(0.0, (period - cached) / period))
-            waited = [r for r in rows if r.wait is not None]
-            shares.append(sum(r.wait or 0.0 for r in waited) / sum(r.dur for r in waited))
-        period, cached = statistics.median(periods), statistics.median(cacheds)
+            cacheds.append(cached_period)
+            truths.append((period - cached_period) / period)  # unclipped: noise both ways
+            shares.append(wait_share(rows))
+        period, cached_period = statistics.median(periods), statistics.median(cacheds)
         truth, measured = statistics.median(truths), statistics.median(shares)
         error = statistics.median(m - t for m, t in zip(shares, truths, strict=True)) * 100
         errors.append(abs(error))
         print(
-            f"{name:48} {delay_s * 1e3:9.1f} {period * 1e3:10.1f} {cached * 1e3:10.1f} "
+            f"{name:48} {delay_s * 1e3:9.1f} {period * 1e3:10.1f} {cached_period * 1e3:10.1f} "
             f"{truth * 100:8.1f} {measured * 100:11.1f} {error:+9.1f}"
         )
     print(f"max |error|: {max(errors):.1f} pp (target ≤ 5 pp); "
           f"median {statistics.median(errors):.1f} pp")  # fmt: skip
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -81,3 +81,46 @@ def test_resolver_first_step_of_run_does_not_count_wait() -> None:
     (row,) = WaitResolver().resolve(executions, StampTable.of(ring))
     assert row.wait is None
     assert row.batch_size == 32
+
+
+def test_split_execution_wait_counts_from_the_request_not_the_begin() -> None:
+    # The train function asked for the element 1 ms after the batch-begin hook.
+    execution = Execution(first_step=5, n=1, begin=10.0, end=10.5, epoch_start=False)
+    (row,) = split_execution(execution, [Stamp(10.201, 64, requested=10.001)])
+    assert row.wait == pytest.approx(0.2)
+    assert (row.start, row.dur) == (10.0, 0.5)
+
+
+def test_split_execution_element_waiting_in_the_buffer_has_no_wait_after_the_begin() -> None:
+    # Handed over 30 µs after the request, 1 ms after the begin: no wait, not 1 ms.
+    execution = Execution(first_step=0, n=1, begin=10.0, end=10.03, epoch_start=False)
+    (row,) = split_execution(execution, [Stamp(10.00103, 8, requested=10.001)])
+    assert row.wait == pytest.approx(0.00003)
+
+
+def test_split_execution_many_steps_split_at_their_requests() -> None:
+    execution = Execution(first_step=8, n=3, begin=10.0, end=10.9, epoch_start=False)
+    stamps_ = [
+        Stamp(10.1, 16, requested=10.001),
+        Stamp(10.3001, 16, requested=10.3),
+        Stamp(10.7, 16, requested=10.5),
+    ]
+    rows = split_execution(execution, stamps_)
+    assert [r.start for r in rows] == pytest.approx([10.0, 10.3, 10.5])
+    assert [r.dur for r in rows] == pytest.approx([0.3, 0.2, 0.4])
+    assert [r.wait for r in rows] == pytest.approx([0.099, 0.0001, 0.2])
+
+
+def test_split_execution_requests_ahead_of_the_step_count_from_the_begin() -> None:
+    # A later asynchronous stage (a device prefetch) asked before the step began.
+    execution = Execution(first_step=0, n=1, begin=10.0, end=10.5, epoch_start=False)
+    (row,) = split_execution(execution, [Stamp(10.2, 8, requested=9.5)])
+    assert row.wait == pytest.approx(0.2)
+    (row,) = split_execution(execution, [Stamp(9.9, 8, requested=9.5)])
+    assert row.wait == 0.0
+
+
+def test_stamp_table_keeps_request_times() -> None:
+    table = StampTable.of({(1, 0): Stamp(2.0, 4, requested=1.5), (1, 1): Stamp(3.0, None)})
+    assert table.get((1, 0)) == Stamp(2.0, 4, requested=1.5)
+    assert table.get((1, 1)) == Stamp(3.0, None, requested=None)

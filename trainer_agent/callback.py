@@ -34,10 +34,10 @@ class StokerCallback(keras.callbacks.Callback):
     A step's time is measured from one `on_train_batch_begin` to the next, so it includes
     everything the training loop does per step. Pass the training data through
     `cb.wrap(dataset)` to measure input wait: one synchronous stage at the end of the
-    `tf.data` pipeline stamps when each element is handed over. The batch hooks only append
-    to memory; the stamps are read every ~50 steps, the scalar logs kept every
-    `every_n_batches` steps. All I/O happens in one background thread; if the server is
-    down, training is unaffected. Each `fit()` call is one run.
+    `tf.data` pipeline stamps when each element is asked for and when it is handed over.
+    The batch hooks only append to memory; the stamps are read every ~50 steps, the scalar
+    logs kept every `every_n_batches` steps. All I/O happens in one background thread; if
+    the server is down, training is unaffected. Each `fit()` call is one run.
 
     Args:
         run_name: Name shown in the UI. Defaults to a short random id.
@@ -215,6 +215,9 @@ class StokerCallback(keras.callbacks.Callback):
         if not self._pending or self._ring is None:
             return
         executions, self._pending = self._pending, []
+        # The stamps are in TensorFlow's wall clock; the offset to perf_counter is taken
+        # afresh at every read, so a clock adjustment during a long run cannot skew waits.
+        self._wall_to_perf_s = time.time() - time.perf_counter()
         try:
             stamps = self._ring.read(self._wall_to_perf_s, after=self._resolver.cursor)
         except Exception:

@@ -1,17 +1,22 @@
-"""Input wait in `model.fit`: stamp each element as the pipeline hands it over, match to steps.
+"""Input wait in `model.fit`: time each hand-over at the end of the pipeline, match to steps.
 
-`StampRing.wrap(dataset)` appends one synchronous `scan` stage at the very end of a
-`tf.data` pipeline. For every element it writes a row `(tf.timestamp(), generation, index,
-batch_size)` into a `tf.Variable` ring buffer; `generation` counts the iterators created
-over the dataset (Keras makes a new one per epoch), `index` is the element's position in
-its iterator. The element itself is untouched. Writing a variable needs no GIL and no
-Python; the training thread reads the ring only every ~50 steps (or once a second).
+`StampRing.wrap(dataset)` appends a synchronous stamping stage to a `tf.data` pipeline, with
+tf.data's automatic prefetch placed *before* it instead of after it. When the training step
+asks for an element, the stage takes `tf.timestamp()` (the request), then pulls the element
+from the prefetch buffer, waiting if it is not there yet, then takes another timestamp (the
+hand-over). Both, with the iterator's generation (Keras makes one iterator per epoch), the
+element's index in its iterator and its batch size, go into one row of a `tf.Variable` ring
+buffer. The element itself is untouched. The stage's functions run inline on the calling
+thread (no inter-op thread pool hand-off), so it costs a few µs per element and needs no GIL
+and no Python; the training thread reads the ring only every ~50 steps (or once a second).
 
 `WaitResolver` is pure Python: it turns the callback's step begin/end times and the stamps
-into per-step rows. Step k asked for its element at its begin `b`; the element was ready at
-its stamp `s`; the wait is `max(0, s - b)`. With `steps_per_execution = N` the callback sees
-one begin and end per N steps; the N elements' stamps and a per-step compute time `c`
-(solved so that the simulated execution ends when it really ended) give each step's wait.
+into per-step rows. A step's wait is hand-over - request: the time `IteratorGetNext` blocked,
+measured in the graph, so the ~1 ms between `on_train_batch_begin` and the fetch inside the
+train function is not counted. With `steps_per_execution = N` the callback sees one begin and
+end per N steps; the N requests split the execution into its steps. When a later stage (e.g.
+a `tf.distribute` device prefetch) pulls elements ahead of the step, a request can precede the
+step; then the wait counts from the step's begin at the earliest.
 """
 
 from collections.abc import Sequence
@@ -21,13 +26,26 @@ from typing import Any
 DEFAULT_RING_SIZE = 2048
 
 # Row layout in the ring.
-_TS, _GEN, _INDEX, _BATCH = range(4)
+_REQ, _TS, _GEN, _INDEX, _BATCH = range(5)
+_COLUMNS = 5
+# Ring offset between consecutive iterators (odd, so generations spread over the ring).
+_GENERATION_STRIDE = 1021
+
+# Dataset classes tf.data counts as asynchronous: it injects no prefetch after them.
+_ASYNC_DATASETS = {
+    "_PrefetchDataset",
+    "_ParallelMapDataset",
+    "ParallelInterleaveDataset",
+    "_ParallelBatchDataset",
+    "_MapAndBatchDataset",
+}
 
 
 @dataclass
 class Stamp:
-    ts: float  # perf_counter seconds
+    ts: float  # perf_counter seconds: the element was handed over to the consumer
     batch_size: int | None
+    requested: float | None = None  # perf_counter seconds: the consumer asked for it
 
 
 @dataclass
@@ -60,38 +78,68 @@ class StampRing:
         self.size = size
         with tf.init_scope(), tf.device("/CPU:0"):
             self._ring = tf.Variable(
-                tf.zeros([size, 4], tf.float64), trainable=False, name="stoker_stamps"
+                tf.zeros([size, _COLUMNS], tf.float64), trainable=False, name="stoker_stamps"
             )
-            self._count = tf.Variable(tf.constant(0, tf.int64), trainable=False)
             self._generation = tf.Variable(tf.constant(0, tf.int64), trainable=False)
 
     def wrap(self, dataset: Any) -> Any:
         """Return `dataset` with the stamping stage appended; elements pass through unchanged."""
         import tensorflow as tf
 
-        ring, count, generation, size = self._ring, self._count, self._generation, self.size
+        ring, generation, size = self._ring, self._generation, self.size
+        if _would_inject_prefetch(dataset):
+            # What tf.data would have appended at the end goes before the stage, so the stage
+            # sees the consumer's own requests (the wrapped pipeline disables the injection).
+            dataset = dataset.prefetch(tf.data.AUTOTUNE)
 
-        def stamp(state: tuple[Any, Any], element: Any) -> tuple[tuple[Any, Any], Any]:
-            gen, index = state
-            # A new iterator starts at index 0: it takes the next generation number. (No
-            # tf.cond: an add of 0 for every other element is cheaper than a branch.)
-            first = tf.equal(index, 0)
-            gen = tf.where(first, generation.assign_add(tf.cast(first, tf.int64)), gen)
-            slot = tf.math.floormod(count.assign_add(1) - 1, size)
+        def next_generation(_: Any) -> Any:
+            return generation.assign_add(1)
+
+        def requests(gen: Any) -> Any:
+            # One per element the consumer asks for: (generation, index), then the request
+            # time, taken when the zip below asks this input first.
+            # (Not Dataset.counter(): it is a `scan`, whose function runs on the inter-op
+            # pool, ~0.2 ms per element on a small CPU.)
+            numbered = tf.data.Dataset.zip(
+                tf.data.Dataset.from_tensors(gen).repeat(), tf.data.Dataset.range(2**62)
+            )
+            return _inline_map(numbered, lambda g, i: (g, i, tf.timestamp()))
+
+        # A new iterator starts a new flat_map input: its generation is taken once, lazily.
+        ticks = _inline_map(tf.data.Dataset.range(1), next_generation).flat_map(requests)
+
+        def stamp(tick: tuple[Any, Any, Any], element: Any) -> Any:
+            gen, index, requested = tick
             leaves = tf.nest.flatten(element)
             batch = tf.constant(-1.0, tf.float64)
             shape = getattr(leaves[0], "shape", None) if leaves else None
             if shape is not None and shape.rank:
                 batch = tf.cast(tf.shape(leaves[0])[0], tf.float64)
             row = tf.stack(
-                [tf.timestamp(), tf.cast(gen, tf.float64), tf.cast(index, tf.float64), batch]
+                [
+                    requested,
+                    tf.timestamp(),
+                    tf.cast(gen, tf.float64),
+                    tf.cast(index, tf.float64),
+                    batch,
+                ]
             )
+            # The slot follows from (generation, index): no counter variable to update. A
+            # later iterator starts elsewhere in the ring; the rows carry their keys, so an
+            # overwritten stamp is missing, never mistaken for another.
+            slot = tf.math.floormod(index + gen * _GENERATION_STRIDE, size)
             with tf.control_dependencies([ring.scatter_nd_update([[slot]], [row])]):
-                index = tf.identity(index) + 1
-            return (gen, index), element
+                return tf.nest.map_structure(tf.identity, element)
 
-        initial = (tf.constant(0, tf.int64), tf.constant(0, tf.int64))
-        return dataset.scan(initial, stamp)
+        # zip asks its inputs in order: first the request stamp, then the element.
+        stamped = _inline_map(tf.data.Dataset.zip(ticks, dataset), stamp)
+        cardinality = int(dataset.cardinality())
+        if cardinality >= 0 or cardinality == tf.data.INFINITE_CARDINALITY:
+            # flat_map hides the cardinality; Keras needs it for steps per epoch.
+            stamped = stamped.apply(tf.data.experimental.assert_cardinality(cardinality))
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        return stamped.with_options(options)
 
     def read(self, wall_to_perf_s: float, after: tuple[int, int] | None = None) -> "StampTable":
         """The stamps still in the ring, in perf_counter time.
@@ -107,8 +155,40 @@ class StampRing:
             gen, index = after
             keep = (gens > gen) | ((gens == gen) & (rows[:, _INDEX] >= index))
         rows = rows[keep]
+        rows[:, _REQ] -= wall_to_perf_s
         rows[:, _TS] -= wall_to_perf_s
         return StampTable(rows)
+
+
+def _would_inject_prefetch(dataset: Any) -> bool:
+    """Whether tf.data would append its automatic prefetch to `dataset`."""
+    try:
+        options = dataset.options()
+        if options.autotune.enabled is False:
+            return False
+        if options.experimental_optimization.inject_prefetch is False:
+            return False
+        node = dataset
+        while type(node).__name__ == "_OptionsDataset":
+            node = node._input_dataset
+        return type(node).__name__ not in _ASYNC_DATASETS
+    except Exception:
+        return True
+
+
+def _inline_map(dataset: Any, function: Any) -> Any:
+    """`dataset.map(function)` with the function's ops run on the calling thread.
+
+    A plain `map` dispatches each op of its function to the inter-op thread pool, which the
+    training step uses too: on a small CPU that hand-off cost ~0.5 ms per element. tf.data's
+    map op has a switch for inline execution that `Dataset.map` does not expose.
+    """
+    try:
+        from tensorflow.python.data.ops.map_op import _MapDataset
+
+        return _MapDataset(dataset, function, use_inter_op_parallelism=False)
+    except Exception:
+        return dataset.map(function)
 
 
 class StampTable:
@@ -128,7 +208,13 @@ class StampTable:
         """A table from plain stamps (tests, and callers without TensorFlow)."""
         table = cls.__new__(cls)
         table._rows = [
-            (s.ts, gen, index, -1 if s.batch_size is None else s.batch_size)
+            (
+                float("nan") if s.requested is None else s.requested,
+                s.ts,
+                gen,
+                index,
+                -1 if s.batch_size is None else s.batch_size,
+            )
             for (gen, index), s in stamps.items()
         ]
         table._position = {key: i for i, key in enumerate(stamps)}
@@ -139,7 +225,12 @@ class StampTable:
         if i is None:
             return None
         row = self._rows[i]
-        return Stamp(float(row[_TS]), int(row[_BATCH]) if row[_BATCH] >= 0 else None)
+        requested = float(row[_REQ])
+        return Stamp(
+            float(row[_TS]),
+            int(row[_BATCH]) if row[_BATCH] >= 0 else None,
+            None if requested != requested else requested,  # NaN: not known
+        )
 
     def first_stamps(self) -> dict[int, float]:
         """Generation → ready time of its first element, for the generations still held."""
@@ -181,16 +272,57 @@ def split_execution(execution: Execution, stamps: Sequence[Stamp] | None) -> lis
             StepRow(execution.first_step + j, begin + j * each, each, None, sizes[j])
             for j in range(n)
         ]
+    if _requested_in_order(execution, stamps):
+        return _split_by_requests(execution, stamps)
     ready = [s.ts for s in stamps]
     compute = _solve_compute_s(begin, end, ready) if n > 1 else 0.0
     rows = []
     t = begin
     for j, stamp in enumerate(stamps):
-        wait = max(0.0, stamp.ts - t)
+        asked = t if stamp.requested is None else max(t, stamp.requested)
+        wait = max(0.0, stamp.ts - asked)
         last = j == n - 1
-        dur = (end - t) if last else wait + compute
+        dur = (end - t) if last else max(0.0, stamp.ts - t) + compute
         rows.append(StepRow(execution.first_step + j, t, dur, wait, stamp.batch_size))
         t += dur
+    return rows
+
+
+# Slack for comparing stamps (TensorFlow's wall clock, converted) with the hooks' times.
+_CLOCK_SLACK_S = 0.0005
+
+
+def _requested_in_order(execution: Execution, stamps: Sequence[Stamp]) -> bool:
+    """Whether the steps themselves asked for these elements: each request within the
+    execution, after the previous element was handed over (the synchronous stage)."""
+    previous = execution.begin
+    for stamp in stamps:
+        if stamp.requested is None or stamp.requested < previous - _CLOCK_SLACK_S:
+            return False
+        if stamp.ts < stamp.requested or stamp.ts > execution.end + _CLOCK_SLACK_S:
+            return False
+        previous = stamp.ts
+    return True
+
+
+def _split_by_requests(execution: Execution, stamps: Sequence[Stamp]) -> list[StepRow]:
+    """Step j runs from its request to the next one (the first from the begin, the last to
+    the end); it waited from its request to the hand-over."""
+    starts = [execution.begin] + [s.requested or 0.0 for s in stamps[1:]]
+    ends = [*starts[1:], execution.end]
+    rows = []
+    for j, stamp in enumerate(stamps):
+        start = starts[j]
+        wait = max(0.0, stamp.ts - max(start, stamp.requested or start))
+        rows.append(
+            StepRow(
+                execution.first_step + j,
+                start,
+                max(0.0, ends[j] - start),
+                wait,
+                stamp.batch_size,
+            )
+        )
     return rows
 
 
