@@ -180,6 +180,7 @@ class Sender:
             if self._cycle(force_connect=True):
                 try:
                     self._send_end()
+                    self._discard_delivered_spool()
                     return
                 except Exception as error:
                     log.debug("end failed: %s", error)
@@ -415,6 +416,13 @@ class Sender:
         body = response.json()
         self.run_id = body.get("run_id", self.run_id)
         self.acked_batches += len(batches)
+
+    def _discard_delivered_spool(self) -> None:
+        """The server holds everything, the end included: leave no run behind on disk, where
+        `stoker upload` would later take it for a run that never ended."""
+        if self._spool is None or self._spool.batch_paths():
+            return
+        self._spool.discard()
 
     def _send_end(self) -> None:
         end = {"type": "end", "status": self._end_status}
