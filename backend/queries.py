@@ -19,7 +19,6 @@ from backend.models import (
     Metric,
     Run,
     RunPublic,
-    RunsPublic,
     RunStatus,
     RunSummary,
     Step,
@@ -99,31 +98,6 @@ def _run_order(sort: str) -> tuple[Any, Any]:
     return order, tiebreak
 
 
-def list_runs(
-    *,
-    session: Session,
-    limit: int = 100,
-    offset: int = 0,
-    project: str | None = None,
-    tag: str | None = None,
-    status: RunStatus | None = None,
-    q: str | None = None,
-    sort: RunSort = "-started_at",
-) -> RunsPublic:
-    """Runs matching every given filter, sorted, one page of them, and how many match."""
-    where = _run_filters(session, project=project, tag=tag, status=status, q=q)
-    count = session.exec(select(func.count()).select_from(Run).where(*where)).one()
-    runs = session.exec(
-        select(Run)
-        .options(defer(Run.stats))  # type: ignore[arg-type]
-        .where(*where)
-        .order_by(*_run_order(sort))
-        .offset(offset)
-        .limit(limit)
-    ).all()
-    return RunsPublic(data=[run_public(r) for r in runs], count=count)
-
-
 _SCALAR_COLUMNS = (
     "id", "name", "project", "notes", "status", "started_at", "ended_at", "last_seen_at",
 )  # fmt: skip
@@ -141,7 +115,8 @@ def list_runs_json(
     q: str | None = None,
     sort: RunSort = "-started_at",
 ) -> bytes:
-    """`list_runs` as the JSON document the API sends, built without models.
+    """Runs matching every given filter, sorted, one page of them, and how many match: the
+    JSON document the API sends, built without models.
 
     The JSON columns are read as text and spliced into the answer as stored (no decode and
     re-encode), so a page of 1,000 runs costs little more than reading it.

@@ -10,7 +10,7 @@ from sqlmodel import Session
 
 from backend.deps import presented_token, token_matches
 from backend.live import LiveClient
-from backend.queries import list_runs
+from backend.queries import list_runs_json
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["live"])
@@ -52,8 +52,8 @@ async def live_socket(websocket: WebSocket) -> None:
 
 def _current_runs(engine) -> list[dict]:
     with Session(engine) as session:
-        runs = list_runs(session=session, limit=1000).data
-    return [run.model_dump(mode="json") for run in reversed(runs)]
+        runs = json.loads(list_runs_json(session=session, limit=1000))["data"]
+    return list(reversed(runs))
 
 
 async def _send_forever(websocket: WebSocket, client: LiveClient) -> None:
