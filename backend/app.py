@@ -22,9 +22,8 @@ from backend.fanout import PgFanout
 from backend.lifecycle import AgentConnections, reaper_loop
 from backend.live import LiveHub
 from backend.middleware import BodySizeLimit
-from backend.queries import run_public
 from backend.routes import agent, alerts, diagnosis, live, runs
-from backend.routes.agent import describe
+from backend.routes.agent import describe, publish_run_ended
 from backend.settings import Settings, get_settings
 from backend.telemetry import Telemetry
 from backend.writer import Writer
@@ -59,9 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await detectors.start()
 
         def interrupted(run) -> None:
-            state.telemetry.live.ended(run.id)
-            state.hub.publish_run(run_public(run).model_dump(mode="json"))
-            detectors.observe_run(run)
+            publish_run_ended(state, run)
 
         # Long-running loops, all in one place.
         tasks = []

@@ -86,13 +86,23 @@ def _push_live_steps(hub: LiveHub, run_id: int, batch: Batch, rank: int) -> None
 
 
 def _publish_stored_batch(state: Any, run: RunPublic, batch: Batch, rank: int) -> None:
-    """A committed batch: counters, gauges, the run's summary, other processes."""
+    """A committed batch: counters, gauges, the run's summary, other processes, detectors."""
     hub: LiveHub = state.hub
     state.telemetry.stored(batch)
     state.telemetry.live.observe(run.id, rank=rank, batch=batch, steps_total=run.summary.steps)
     if batch.steps is not None:
         hub.relay_steps(run.id, batch.steps.step, rank=rank)
     hub.publish_run_progress(run.id, lambda: run.model_dump(mode="json"))
+    state.detectors.observe_batch(run, batch)
+
+
+def publish_run_ended(state: Any, run: Run) -> RunPublic:
+    """A run ended (its agent said so, or it was reaped): gauges, browsers, detectors."""
+    public = run_public(run)
+    state.telemetry.live.ended(public.id)
+    state.hub.publish_run(public.model_dump(mode="json"))
+    state.detectors.observe_run(public)
+    return public
 
 
 def _refreshed(run: RunPublic, fields: dict[str, Any]) -> RunPublic:
@@ -221,7 +231,7 @@ async def _acknowledge(
     Runs until the reader is done, even after the socket closed: a batch committed after the
     agent went away still updates the run's summary, the gauges and the detectors.
     """
-    hub, telemetry = state.hub, state.telemetry
+    telemetry = state.telemetry
     connected = True
 
     async def reply(message: dict[str, Any]) -> None:
@@ -249,10 +259,7 @@ async def _acknowledge(
         frame = item.frame
         if isinstance(frame, End):
             await reply({"type": "ack", "end": True})
-            telemetry.live.ended(public.id)
-            public = run_public(result)
-            hub.publish_run(public.model_dump(mode="json"))
-            state.detectors.observe_run(public)
+            public = publish_run_ended(state, result)
             continue
         await reply({"type": "ack", "seq": frame.seq})
         if result is None:
@@ -260,7 +267,6 @@ async def _acknowledge(
             continue
         public = _refreshed(public, result)
         _publish_stored_batch(state, public, frame, hello.rank)
-        state.detectors.observe_batch(public, frame)
 
 
 def _seq_of(text: str) -> int | None:
@@ -338,10 +344,7 @@ async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[
             public = _refreshed(public, fresh)
             _push_live_steps(hub, run.id, batch, payload.hello.rank)
             _publish_stored_batch(state, public, batch, payload.hello.rank)
-            state.detectors.observe_batch(public, batch)
     if payload.end is not None:
         run = await writer.run(end_run, run_id=run.id, status=RunStatus(payload.end.status))
-        state.telemetry.live.ended(run.id)
-        hub.publish_run(run_public(run).model_dump(mode="json"))
-        state.detectors.observe_run(run)
+        publish_run_ended(state, run)
     return {"run_id": run.id, "acked": acked}
