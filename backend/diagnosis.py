@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from backend.summary import timed_steps
+
 HIGHLY_INPUT_BOUND = 0.20
 MODERATELY_INPUT_BOUND = 0.05
 # Fallback (no measured wait): what utilization and host CPU levels mean.
@@ -167,18 +169,14 @@ class RunWindow:
             return
         pending, self._pending_steps, self._pending_rows = self._pending_steps, [], 0
 
-        def column(i: int, dtype: Any) -> np.ndarray:
-            return np.asarray(list(chain.from_iterable(p[i] for p in pending)), dtype=dtype)
+        def column(i: int) -> list[Any]:
+            return list(chain.from_iterable(p[i] for p in pending))
 
-        step = column(0, np.int64)
-        timed = step != 0  # step 0 is tracing and compilation, not steady state
-        d = column(2, np.float64)[timed]
+        timed = timed_steps(*(column(i) for i in range(5)))
+        d, end, w, bs = timed.dur, timed.end, timed.wait, timed.batch_size
         if not len(d):
             return
-        end = column(1, np.float64)[timed] + d
-        w = column(3, np.float64)[timed]  # unknown: NaN
-        bs = column(4, np.float64)[timed]
-        waited, sized = ~np.isnan(w), ~np.isnan(bs)
+        waited, sized = timed.waited, timed.sized
         zero = np.zeros_like(d)
         grain = self.window_s / STEP_CHUNKS_PER_WINDOW
         slot = np.floor(end / grain)

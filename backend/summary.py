@@ -7,6 +7,7 @@ over millions of step rows on every request.
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,34 @@ _BUCKET_UNIT_S = 1e-6
 
 def _bucket_value_s(bucket: int) -> float:
     return _BUCKET_UNIT_S * _BUCKET_BASE**bucket
+
+
+@dataclass(frozen=True)
+class TimedSteps:
+    """The steps that count for timing, as arrays (unknown waits and batch sizes are NaN)."""
+
+    dur: np.ndarray
+    end: np.ndarray  # t + dur
+    wait: np.ndarray
+    batch_size: np.ndarray
+    waited: np.ndarray  # wait is known
+    sized: np.ndarray  # batch size is known
+
+
+def timed_steps(
+    step: Sequence[int],
+    t: Sequence[float],
+    dur: Sequence[float],
+    wait: Sequence[float | None],
+    batch_size: Sequence[int | None],
+) -> TimedSteps:
+    """Every step but step 0, which traces and compiles the train function: not steady state."""
+    timed = np.asarray(step, dtype=np.int64) != 0
+    d = np.asarray(dur, dtype=np.float64)[timed]
+    w = np.asarray(wait, dtype=np.float64)[timed]
+    bs = np.asarray(batch_size, dtype=np.float64)[timed]
+    end = np.asarray(t, dtype=np.float64)[timed] + d
+    return TimedSteps(d, end, w, bs, ~np.isnan(w), ~np.isnan(bs))
 
 
 def add_steps(
@@ -45,10 +74,9 @@ def add_steps(
     step_a = np.asarray(steps, dtype=np.int64)
     t_a = np.asarray(t, dtype=np.float64)
     dur_a = np.asarray(dur, dtype=np.float64)
-    timed = step_a != 0  # drop step 0 from the timing statistics, keep it in the count
-    timed_dur = dur_a[timed]
-    timed_wait = np.asarray(wait, dtype=np.float64)[timed]
-    timed_bs = np.asarray(batch_size, dtype=np.float64)[timed]
+    timed = timed_steps(step_a, t_a, dur_a, wait, batch_size)  # step 0 counts, is not timed
+    timed_dur, timed_wait, timed_bs = timed.dur, timed.wait, timed.batch_size
+    waited, sized = timed.waited, timed.sized
     scaled = np.maximum(timed_dur, _BUCKET_UNIT_S) / _BUCKET_UNIT_S
     buckets = np.maximum(0, np.rint(np.log(scaled) / math.log(_BUCKET_BASE))).astype(np.int64)
     hist: dict[str, int] = dict(new.get("dur_hist", {}))
@@ -56,8 +84,6 @@ def add_steps(
     for bucket in np.flatnonzero(counts).tolist():
         key = str(bucket)
         hist[key] = hist.get(key, 0) + int(counts[bucket])
-    waited = ~np.isnan(timed_wait)
-    sized = ~np.isnan(timed_bs)
     last_end = float(np.max(t_a + dur_a))
     first_t = float(np.min(t_a))
     new["first_t"] = min(new.get("first_t", first_t), first_t)
@@ -65,7 +91,7 @@ def add_steps(
     last = int(np.max(step_a))
     new.update(
         steps=new.get("steps", 0) + n,
-        timed_steps=new.get("timed_steps", 0) + int(timed.sum()),
+        timed_steps=new.get("timed_steps", 0) + len(timed_dur),
         dur_sum_s=new.get("dur_sum_s", 0.0) + float(timed_dur.sum()),
         waited_dur_sum_s=new.get("waited_dur_sum_s", 0.0) + float(timed_dur[waited].sum()),
         wait_sum_s=new.get("wait_sum_s", 0.0) + float(timed_wait[waited].sum()),
