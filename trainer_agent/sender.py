@@ -387,12 +387,12 @@ class Sender:
         """POST the spool and then memory to `/api/v1/ingest`, in chunks."""
         if self._spool is not None:
             paths = self._spool.batch_paths()
-            for chunk in _chunks(paths, lambda p: p.stat().st_size):
+            for chunk in http_chunks(paths, lambda p: p.stat().st_size):
                 self._post_batches([self._spool.load(p) for p in chunk])
                 for path in chunk:
                     self._spool.remove(path)
         while self._pending:
-            chunk = _chunks(list(self._pending), lambda b: len(json.dumps(b)))[0]
+            chunk = http_chunks(list(self._pending), lambda b: len(json.dumps(b)))[0]
             self._post_batches(chunk)
             for batch in chunk:
                 self._pending.popleft()
@@ -463,8 +463,9 @@ class Sender:
                 ws.close()
 
 
-def _chunks(items: list[Any], size_of: Callable[[Any], int]) -> list[list[Any]]:
-    """Consecutive groups of at most ~HTTP_CHUNK_BYTES (and 1000 items), each non-empty."""
+def http_chunks(items: list[Any], size_of: Callable[[Any], int]) -> list[list[Any]]:
+    """Consecutive groups of at most ~HTTP_CHUNK_BYTES (and 1000 items), each non-empty: what
+    one `POST /api/v1/ingest` carries."""
     chunks: list[list[Any]] = []
     current: list[Any] = []
     current_bytes = 0

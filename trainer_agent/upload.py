@@ -15,26 +15,10 @@ from typing import Any
 import httpx
 
 from trainer_agent.config import resolve_server, resolve_token
+from trainer_agent.sender import http_chunks
 from trainer_agent.spool import Spool, run_directories
 
 log = logging.getLogger("trainer_agent")
-CHUNK_BYTES = 4 * 2**20
-
-
-def _chunks(spool: Spool) -> list[list[Path]]:
-    chunks: list[list[Path]] = []
-    current: list[Path] = []
-    size = 0
-    for path in spool.batch_paths():
-        file_size = path.stat().st_size
-        if current and (size + file_size > CHUNK_BYTES or len(current) >= 1000):
-            chunks.append(current)
-            current, size = [], 0
-        current.append(path)
-        size += file_size
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 def upload_run(directory: Path, *, server: str, token: str | None = None) -> dict[str, Any]:
@@ -47,7 +31,7 @@ def upload_run(directory: Path, *, server: str, token: str | None = None) -> dic
     run_id = None
     last_seq = 0
     with httpx.Client(timeout=60) as client:
-        for chunk in _chunks(spool):
+        for chunk in http_chunks(spool.batch_paths(), lambda path: path.stat().st_size):
             batches = [spool.load(path) for path in chunk]
             response = client.post(url, json={"hello": hello, "batches": batches}, headers=headers)
             response.raise_for_status()
