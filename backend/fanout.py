@@ -118,7 +118,7 @@ class PgFanout:
                 self._load_steps, run_id, int(message["rank"]), int(message["a"]), int(message["b"])
             )
             if data["step"]:
-                self.hub.publish_steps(run_id, data, relay=False)
+                self.hub.publish_steps(run_id, data)
 
     def _load_run(self, run_id: int) -> dict[str, Any] | None:
         with Session(self.engine) as session:

@@ -123,11 +123,8 @@ class LiveHub:
         if snapshot is not None:
             self.publish_run(snapshot())
 
-    def publish_steps(
-        self, run_id: int, data: Message, *, rank: int = 0, relay: bool = True
-    ) -> None:
-        if relay:
-            self.relay_steps(run_id, data["step"], rank=rank)
+    def publish_steps(self, run_id: int, data: Message, *, rank: int = 0) -> None:
+        """Steps to the browsers watching the run (other processes: see `relay_steps`)."""
         watchers = [client for client in self._clients if run_id in client.run_ids]
         if not watchers:
             return

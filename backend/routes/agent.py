@@ -81,7 +81,6 @@ def _push_live_steps(hub: LiveHub, run_id: int, batch: Batch, rank: int) -> None
                 "wait": batch.steps.column("wait"),
             },
             rank=rank,
-            relay=False,
         )
 
 
