@@ -91,34 +91,31 @@ class StampRing:
             # What tf.data would have appended at the end goes before the stage, so the stage
             # sees the consumer's own requests (the wrapped pipeline disables the injection).
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
+        batch_size = _static_batch_size(dataset)
 
-        def next_generation(_: Any) -> Any:
-            return generation.assign_add(1)
+        # One per element the consumer asks for: its index in this iterator and the request
+        # time, taken when the zip below asks this input, before it asks for the element.
+        # (Not Dataset.counter(): it is a `scan`, whose function runs on the inter-op pool.)
+        requests = _inline_map(tf.data.Dataset.range(2**62), lambda i: (i, tf.timestamp()))
 
-        def requests(gen: Any) -> Any:
-            # One per element the consumer asks for: (generation, index), then the request
-            # time, taken when the zip below asks this input first.
-            # (Not Dataset.counter(): it is a `scan`, whose function runs on the inter-op
-            # pool, ~0.2 ms per element on a small CPU.)
-            numbered = tf.data.Dataset.zip(
-                tf.data.Dataset.from_tensors(gen).repeat(), tf.data.Dataset.range(2**62)
-            )
-            return _inline_map(numbered, lambda g, i: (g, i, tf.timestamp()))
-
-        # A new iterator starts a new flat_map input: its generation is taken once, lazily.
-        ticks = _inline_map(tf.data.Dataset.range(1), next_generation).flat_map(requests)
-
-        def stamp(tick: tuple[Any, Any, Any], element: Any) -> Any:
-            gen, index, requested = tick
-            leaves = tf.nest.flatten(element)
-            batch = tf.constant(-1.0, tf.float64)
-            shape = getattr(leaves[0], "shape", None) if leaves else None
-            if shape is not None and shape.rank:
+        def stamp(request: tuple[Any, Any], element: Any) -> Any:
+            # Everything here runs on the step's critical path, once per element: few ops.
+            # Stateful ops run in program order and always run, though the output does not
+            # depend on them.
+            index, requested = request
+            handed_over = tf.timestamp()
+            # Every iterator (Keras makes one per epoch) numbers its elements from 0: the
+            # first element opens the next generation.
+            gen = generation.assign_add(tf.cast(tf.equal(index, 0), tf.int64))
+            if batch_size is None:
+                leaves = tf.nest.flatten(element)
                 batch = tf.cast(tf.shape(leaves[0])[0], tf.float64)
+            else:
+                batch = tf.constant(float(batch_size), tf.float64)
             row = tf.stack(
                 [
                     requested,
-                    tf.timestamp(),
+                    handed_over,
                     tf.cast(gen, tf.float64),
                     tf.cast(index, tf.float64),
                     batch,
@@ -128,15 +125,16 @@ class StampRing:
             # later iterator starts elsewhere in the ring; the rows carry their keys, so an
             # overwritten stamp is missing, never mistaken for another.
             slot = tf.math.floormod(index + gen * _GENERATION_STRIDE, size)
-            with tf.control_dependencies([ring.scatter_nd_update([[slot]], [row])]):
-                return tf.nest.map_structure(tf.identity, element)
+            ring.scatter_nd_update([[slot]], [row])
+            return element
 
         # zip asks its inputs in order: first the request stamp, then the element.
-        stamped = _inline_map(tf.data.Dataset.zip(ticks, dataset), stamp)
-        cardinality = int(dataset.cardinality())
-        if cardinality >= 0 or cardinality == tf.data.INFINITE_CARDINALITY:
-            # flat_map hides the cardinality; Keras needs it for steps per epoch.
-            stamped = stamped.apply(tf.data.experimental.assert_cardinality(cardinality))
+        stamped = _inline_map(tf.data.Dataset.zip(requests, dataset), stamp)
+        if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
+            # zip with the (finite) index range would report 2**62 elements.
+            stamped = stamped.apply(
+                tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY)
+            )
         options = tf.data.Options()
         options.experimental_optimization.inject_prefetch = False
         return stamped.with_options(options)
@@ -158,6 +156,23 @@ class StampRing:
         rows[:, _REQ] -= wall_to_perf_s
         rows[:, _TS] -= wall_to_perf_s
         return StampTable(rows)
+
+
+def _static_batch_size(dataset: Any) -> int | None:
+    """The leading dimension of every element when the pipeline fixes it, -1 when elements
+    have none (batch size unknown), None when it varies (read from each element).
+
+    Fixed for e.g. `batch(n, drop_remainder=True)`: then the stage records a constant
+    instead of reading the shape of each element.
+    """
+    import tensorflow as tf
+
+    leaves = tf.nest.flatten(dataset.element_spec)
+    shape = getattr(leaves[0], "shape", None) if leaves else None
+    if shape is None or not shape.rank:
+        return -1
+    first = shape[0]
+    return None if first is None else int(first)
 
 
 def _would_inject_prefetch(dataset: Any) -> bool:
