@@ -199,15 +199,15 @@ def hook_costs(server: str) -> tuple[float, float]:
         started = time.perf_counter()
         ring.read(0.0)
         reads.append(time.perf_counter() - started)
-    read = statistics.median(reads)
-    hooks = statistics.median(per_step)
+    hooks, read = statistics.median(per_step), statistics.median(reads)
+    reads_per_step = read / READ_EVERY_CALLS
     print(
         f"\nhooks in isolation (batch begin + end, recording a step): "
-        f"{statistics.median(per_step) * 1e6:.1f} µs/step (target ≤ 20 µs); "
+        f"{hooks * 1e6:.1f} µs/step (target ≤ 20 µs); "
         f"reading the stamp ring: {read * 1e6:.0f} µs every {READ_EVERY_CALLS} steps "
-        f"= {read / READ_EVERY_CALLS * 1e6:.1f} µs/step"
+        f"= {reads_per_step * 1e6:.1f} µs/step"
     )
-    return hooks, read / READ_EVERY_CALLS
+    return hooks, reads_per_step
 
 
 def stage_cost(features: int, widths: list[int], batch: int, pairs: int) -> float:
