@@ -4,6 +4,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from tests.fake_nvml import NOT_SUPPORTED, UNKNOWN, FakeNvml
 from tests.support import REPO, ServerProcess, wait_for
 from trainer_agent.nvml import Nvml
 from trainer_agent.recorder import Recorder
-from trainer_agent.samplers import DeviceSource, Sampler
+from trainer_agent.samplers import DeviceSource, HostSource, Sampler
 
 
 @pytest.fixture
@@ -165,3 +166,20 @@ def test_loop_without_driver_warns_once_and_host_rows_still_flow(
     assert run["summary"]["steps"] == 30
     assert server.rows("SELECT COUNT(*) FROM devicesample") == [(0,)]
     assert server.rows("SELECT COUNT(*) FROM hostsample")[0][0] >= 1
+
+
+def test_host_source_reports_this_process_busy_then_idle() -> None:
+    recorder = Recorder(max_rows=10)
+    host = HostSource()
+    spin_until = time.process_time() + 0.3
+    while time.process_time() < spin_until:
+        pass
+    host.sample(1.0, recorder)
+    time.sleep(0.3)
+    host.sample(2.0, recorder)
+    columns = recorder.host.drain() or {}
+    busy, idle = columns["proc_cpu"]
+    cpus = os.cpu_count() or 1
+    # One busy thread is one CPU of the machine's `cpus`; the sleeping process is near zero.
+    assert busy > 100 / cpus * 0.5 > idle
+    assert columns["rss"][0] > 10 * 2**20

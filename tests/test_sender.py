@@ -1,5 +1,6 @@
 """The sender against an injected in-memory WebSocket: commands, acks and counters."""
 
+import datetime
 import json
 import queue
 from pathlib import Path
@@ -56,3 +57,27 @@ def test_sender_passes_server_commands_on_and_sends_counters(tmp_path: Path) -> 
     assert batches[0]["steps"]["step"] == list(range(10))
     assert batches[0]["agent"] == {"dropped_rows": 2, "spooled_rows": 0}
     assert socket.sent[-1] == {"type": "end", "status": "finished"}
+
+
+def test_sender_writes_diverged_losses_as_null_and_odd_config_values_as_text(
+    tmp_path: Path,
+) -> None:
+    socket = ScriptedSocket()
+    recorder = Recorder(max_rows=10)
+    config = AgentConfig(flush_interval_s=0.05, spool_dir=tmp_path)
+    user_config = {"started": datetime.date(2026, 11, 22), "data": Path("/data/train"), 3: "x"}
+    hello = {"type": "hello", "run_key": "r" * 16, "config": user_config}
+    sender = Sender(config=config, hello=hello, buffer=recorder, connect=lambda url, **kw: socket)
+    recorder.metrics.append(0, "loss", float("nan"))
+    recorder.metrics.append(1, "loss", float("inf"))
+    recorder.metrics.append(2, "loss", 0.5)
+    sender.start()
+    wait_for(lambda: sender.acked_batches >= 1, timeout_s=10, what="an ack")
+    sender.close("finished", timeout_s=10)
+    assert socket.sent[0]["config"] == {
+        "started": "2026-11-22",
+        "data": "/data/train",
+        "3": "x",
+    }
+    batch = next(m for m in socket.sent if m["type"] == "batch")
+    assert batch["metrics"]["value"] == [None, None, 0.5]

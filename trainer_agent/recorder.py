@@ -62,7 +62,7 @@ class ColumnBuffer:
             columns, self._columns = self._columns, self._empty()
         required = REQUIRED[self.section]
         for name in self._names:
-            if name not in required and all(v is None for v in columns[name]):
+            if name not in required and columns[name].count(None) == len(columns[name]):
                 del columns[name]
         return columns
 

@@ -10,15 +10,16 @@ already stored. It never blocks or raises into the training thread.
 """
 
 import contextlib
-import json
 import logging
 import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from trainer_agent import wire
 from trainer_agent.config import AgentConfig, websocket_url
 from trainer_agent.recorder import Columns, Recorder, row_count
 from trainer_agent.spool import Spool
@@ -43,7 +44,8 @@ def _default_connect(url: str, **kwargs: Any) -> Any:
 def _default_post(url: str, *, payload: dict[str, Any], headers: dict[str, str], timeout: float):
     import httpx
 
-    return httpx.post(url, json=payload, headers=headers, timeout=timeout)
+    headers = {**headers, "Content-Type": "application/json"}
+    return httpx.post(url, content=wire.dumps(payload), headers=headers, timeout=timeout)
 
 
 class Backoff:
@@ -66,6 +68,8 @@ class Backoff:
 def split_sections(sections: dict[str, Columns], max_rows: int) -> list[dict[str, Columns]]:
     """Cut sections into chunks of at most `max_rows` rows per section, in order."""
     longest = max((row_count(columns) for columns in sections.values()), default=0)
+    if 0 < longest <= max_rows:  # the usual case: one chunk, no copies
+        return [sections]
     chunks = []
     for start in range(0, longest, max_rows):
         chunk = {}
@@ -121,6 +125,9 @@ class Sender:
             else None
         )
         self._spool_dropped = 0
+        # Listing the spool directory every flush costs more than the rest of a flush: it is
+        # listed only while it may hold batches (at start, and after an outage).
+        self._spool_may_hold_batches = self._spool is not None
         self._warned_spool_error = False
         self._pending_dropped = 0
         self._reported_counters: dict[str, int] | None = None
@@ -256,6 +263,7 @@ class Sender:
                 stored = False
             if stored:
                 self.spooled_rows += rows
+                self._spool_may_hold_batches = True
             else:
                 self._spool_dropped += rows
 
@@ -301,8 +309,8 @@ class Sender:
                 additional_headers=self._headers(),
                 max_size=None,
             )
-            ws.send(json.dumps(self._hello))
-            welcome = json.loads(ws.recv(timeout=min(self._config.ack_timeout_s, flush_left_s)))
+            ws.send(wire.dumps_text(self._hello))
+            welcome = wire.loads(ws.recv(timeout=min(self._config.ack_timeout_s, flush_left_s)))
             if welcome.get("type") != "welcome":
                 ws.close()
                 raise ConnectionError(f"server refused the run: {welcome}")
@@ -356,10 +364,17 @@ class Sender:
                 error,
             )
 
+    def _spooled_paths(self, spool: Spool) -> list[Path]:
+        if not self._spool_may_hold_batches:
+            return []
+        paths = spool.batch_paths()
+        self._spool_may_hold_batches = bool(paths)
+        return paths
+
     def _send_spooled_ws(self) -> None:
         if self._spool is None:
             return
-        for path in self._spool.batch_paths():
+        for path in self._spooled_paths(self._spool):
             batch = self._spool.load(path)
             self._send_one_ws(batch)
             self._spool.remove(path)
@@ -372,7 +387,7 @@ class Sender:
             self._pending_rows -= batch_rows(batch)
 
     def _send_one_ws(self, batch: Batch) -> None:
-        self._ws.send(json.dumps(batch))
+        self._ws.send(wire.dumps_text(batch))
         reply = self._await_reply(lambda m, seq=batch["seq"]: m.get("seq") == seq)
         self._count_reply(batch, reply.get("type") == "error", reply)
 
@@ -386,13 +401,13 @@ class Sender:
     def _send_http(self) -> None:
         """POST the spool and then memory to `/api/v1/ingest`, in chunks."""
         if self._spool is not None:
-            paths = self._spool.batch_paths()
+            paths = self._spooled_paths(self._spool)
             for chunk in http_chunks(paths, lambda p: p.stat().st_size):
                 self._post_batches([self._spool.load(p) for p in chunk])
                 for path in chunk:
                     self._spool.remove(path)
         while self._pending:
-            chunk = http_chunks(list(self._pending), lambda b: len(json.dumps(b)))[0]
+            chunk = http_chunks(list(self._pending), lambda b: len(wire.dumps(b)))[0]
             self._post_batches(chunk)
             for batch in chunk:
                 self._pending.popleft()
@@ -429,7 +444,7 @@ class Sender:
         if self._use_http:
             self._post_batches([], end=end)
             return
-        self._ws.send(json.dumps(end))
+        self._ws.send(wire.dumps_text(end))
         self._await_reply(lambda m: bool(m.get("end")))
 
     def _await_reply(self, matches: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
@@ -438,7 +453,7 @@ class Sender:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError("no acknowledgement from the server")
-            message = json.loads(self._ws.recv(timeout=remaining))
+            message = wire.loads(self._ws.recv(timeout=remaining))
             if message.get("type") == "command":
                 self._handle_command(message)
                 continue

@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from trainer_agent import wire
+
 DEFAULT_MAX_BYTES = 512 * 2**20
 END_RESERVED_BYTES = 4096  # far more than an end record (a status and a few counters) needs
 
@@ -25,7 +27,7 @@ def default_spool_dir() -> Path:
 
 
 def _write_atomically(path: Path, payload: Any) -> int:
-    data = json.dumps(payload, separators=(",", ":")).encode()
+    data = wire.dumps(payload)
     temporary = path.with_name(path.name + ".tmp")
     try:
         temporary.write_bytes(data)
@@ -64,7 +66,7 @@ class Spool:
         Raises OSError when the disk refuses the write (full, read-only): nothing is left
         half written, and the caller counts the batch as dropped.
         """
-        size = len(json.dumps(batch, separators=(",", ":")))
+        size = len(wire.dumps(batch))
         if self._used_bytes() + size > self.max_bytes:
             return False
         self._start(hello)
@@ -93,6 +95,7 @@ class Spool:
 
     @staticmethod
     def load(path: Path) -> dict[str, Any]:
+        # `json` also reads the NaN literals that spools written before orjson may hold.
         return json.loads(path.read_text())
 
     def remove(self, path: Path) -> None:
@@ -109,7 +112,7 @@ class Spool:
         Written over the reserved blank record, in place: it needs no free disk space.
         """
         self._start(hello)
-        data = json.dumps({"status": status, "agent": counters, "next_seq": next_seq}).encode()
+        data = wire.dumps({"status": status, "agent": counters, "next_seq": next_seq})
         with self.end_path.open("r+b") as record:
             record.write(data.ljust(END_RESERVED_BYTES))
 
