@@ -2,8 +2,9 @@
  * A scriptable fake of NVIDIA's NVML (libnvidia-ml.so.1) for tests on machines without a GPU.
  *
  * Built by tests/fake_nvml.py against the real nvml.h (nvidia-nvml-dev wheel) and loaded by
- * the real pynvml. Every call re-reads the control file named by $FAKE_NVML_CONTROL, so a
- * test can change values or inject errors mid-run by rewriting it atomically. Lines:
+ * the real pynvml. Every call checks the control file named by $FAKE_NVML_CONTROL and
+ * re-reads it when it changed, so a test can change values or inject errors mid-run by
+ * rewriting it atomically (a rename: a new inode). Lines:
  *
  *   device_count 2
  *   driver_version 550.54.15
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 
 #include "nvml.h"
@@ -85,10 +87,30 @@ static void set_gpu(FakeGpu *g, const char *key, const char *value) {
     else if (!strcmp(key, "cc_minor")) g->cc_minor = (int)v;
 }
 
-/* Re-read the control file; called at the start of every API function, under the lock. */
+/* The control file last parsed: parsing it on every call would make the fake cost several
+ * times what the code under test does, in benchmarks that time the sampler. */
+static struct { char path[4096]; dev_t dev; ino_t ino; off_t size; struct timespec mtime; } loaded;
+
+static int unchanged(const char *path, const struct stat *st) {
+    return !strcmp(loaded.path, path) && loaded.dev == st->st_dev && loaded.ino == st->st_ino &&
+           loaded.size == st->st_size && loaded.mtime.tv_sec == st->st_mtim.tv_sec &&
+           loaded.mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+/* Re-read the control file when it changed; called at the start of every API function, under
+ * the lock. */
 static void load(void) {
-    defaults();
     const char *path = getenv("FAKE_NVML_CONTROL");
+    struct stat st;
+    if (path && strlen(path) < sizeof loaded.path && !stat(path, &st)) {
+        if (unchanged(path, &st)) return;
+        strcpy(loaded.path, path);
+        loaded.dev = st.st_dev; loaded.ino = st.st_ino; loaded.size = st.st_size;
+        loaded.mtime = st.st_mtim;
+    } else {
+        loaded.path[0] = 0;
+    }
+    defaults();
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) return;
     char line[512], key[TEXT], value[400];
