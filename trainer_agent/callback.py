@@ -205,10 +205,12 @@ class StokerCallback(keras.callbacks.Callback):
         if execution is None or self._session is None:
             return
         execution.end = now
-        if self._ring is None:
-            self._record(split_execution(execution, None))
-        else:
+        if self._ring is not None:
             self._pending.append(execution)
+        elif execution.n == 1:  # the common case, recorded without building rows
+            self._session.record_step(execution.first_step, execution.begin, now - execution.begin)
+        else:
+            self._record(split_execution(execution, None))
 
     def _flush_pending(self, now: float) -> None:
         self._last_read = now

@@ -1,8 +1,8 @@
 """The in-memory columnar buffers between the recording threads and the sender thread.
 
-Recording only appends to Python lists (a few hundred nanoseconds); the sender swaps the
-lists out under a lock. When nothing drains them (a wedged sender), each buffer stops
-growing at its cap and counts what it drops.
+Recording appends one row tuple to a list under a lock (a few hundred nanoseconds); the
+sender swaps the list out and turns the rows into columns. When nothing drains them (a
+wedged sender), each buffer stops growing at its cap and counts what it drops.
 """
 
 import threading
@@ -32,42 +32,38 @@ Columns = dict[str, list[Any]]
 
 
 class ColumnBuffer:
-    """Rows of one section, stored as columns."""
+    """Rows of one section, handed out as columns."""
 
     def __init__(self, section: str, max_rows: int) -> None:
         self.section = section
         self._names = SECTIONS[section]
         self._max_rows = max_rows
         self._lock = threading.Lock()
-        self._columns = self._empty()
+        self._rows: list[tuple[Any, ...]] = []
         self.dropped = 0
-
-    def _empty(self) -> Columns:
-        return {name: [] for name in self._names}
 
     def append(self, *row: Any) -> None:
         with self._lock:
-            columns = self._columns
-            if len(columns[self._names[0]]) >= self._max_rows:
+            if len(self._rows) >= self._max_rows:
                 self.dropped += 1
                 return
-            for name, value in zip(self._names, row, strict=True):
-                columns[name].append(value)
+            self._rows.append(row)
 
     def drain(self) -> Columns | None:
         """Take everything recorded so far, or None when empty."""
         with self._lock:
-            if not self._columns[self._names[0]]:
+            if not self._rows:
                 return None
-            columns, self._columns = self._columns, self._empty()
+            rows, self._rows = self._rows, []
+        columns = dict(zip(self._names, map(list, zip(*rows, strict=True)), strict=True))
         required = REQUIRED[self.section]
         for name in self._names:
-            if name not in required and columns[name].count(None) == len(columns[name]):
+            if name not in required and columns[name].count(None) == len(rows):
                 del columns[name]
         return columns
 
     def __len__(self) -> int:
-        return len(self._columns[self._names[0]])
+        return len(self._rows)
 
 
 class Recorder:
