@@ -171,6 +171,7 @@ def test_loop_without_driver_warns_once_and_host_rows_still_flow(
 def test_host_source_reports_this_process_busy_then_idle() -> None:
     recorder = Recorder(max_rows=10)
     host = HostSource()
+    host.sample(0.0, recorder)  # the sampler's first tick, right after the start
     spin_until = time.process_time() + 0.3
     while time.process_time() < spin_until:
         pass
@@ -178,8 +179,10 @@ def test_host_source_reports_this_process_busy_then_idle() -> None:
     time.sleep(0.3)
     host.sample(2.0, recorder)
     columns = recorder.host.drain() or {}
-    busy, idle = columns["proc_cpu"]
+    first, busy, idle = columns["proc_cpu"]
     cpus = os.cpu_count() or 1
-    # One busy thread is one CPU of the machine's `cpus`; the sleeping process is near zero.
+    # An interval of microseconds says nothing; one busy thread is one CPU of the machine's
+    # `cpus`; the sleeping process is near zero.
+    assert first is None and columns["sys_cpu"][0] is None
     assert busy > 100 / cpus * 0.5 > idle
     assert columns["rss"][0] > 10 * 2**20

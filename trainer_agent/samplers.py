@@ -19,6 +19,9 @@ from trainer_agent.recorder import Recorder
 log = logging.getLogger("trainer_agent")
 
 MIN_INTERVAL_S = 0.1
+# CPU percentages over a shorter interval than this are noise (the first tick comes right
+# after the start); they are sent as null.
+MIN_CPU_INTERVAL_S = MIN_INTERVAL_S / 2
 DEVICE_FIELDS = (
     "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
     "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_tx_bps",
@@ -95,21 +98,21 @@ class HostSource:
         # The first cpu_percent(None) call only starts the measurement interval.
         psutil.cpu_percent(None)
 
-    def _process_cpu_percent(self) -> float:
+    def _cpu_percents(self) -> tuple[float | None, float | None]:
+        """(process, system) CPU percent since the last reading, or None for both."""
         cpu_s, at = time.process_time(), time.monotonic()
         elapsed_s = at - self._cpu_at
-        busy_s = cpu_s - self._cpu_s
+        if elapsed_s < MIN_CPU_INTERVAL_S:
+            return None, None
+        process = (cpu_s - self._cpu_s) / elapsed_s / self._cpus * 100
         self._cpu_s, self._cpu_at = cpu_s, at
-        return busy_s / elapsed_s / self._cpus * 100 if elapsed_s > 0 else 0.0
+        return min(100.0, process), self._psutil.cpu_percent(None)
 
     def sample(self, t: float, recorder: Recorder) -> None:
-        psutil = self._psutil
-        proc_cpu = self._process_cpu_percent()
+        proc_cpu, sys_cpu = self._cpu_percents()
         rss = self._process.memory_info().rss
-        memory = psutil.virtual_memory()
-        recorder.host.append(
-            t, min(100.0, proc_cpu), psutil.cpu_percent(None), rss, memory.used, memory.total
-        )
+        memory = self._psutil.virtual_memory()
+        recorder.host.append(t, proc_cpu, sys_cpu, rss, memory.used, memory.total)
 
 
 class Sampler:
