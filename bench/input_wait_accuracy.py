@@ -14,6 +14,12 @@ truth and measurement from those same fits. Measured is Σ wait / Σ step durati
 `StokerCallback` + `wrap` report it (each fit's step 0 left out, as the agent does). The
 table gives medians over `--rounds` rounds; the error is the median of per-round errors.
 
+The last column splits the difference: how much longer the rest of a step (its duration
+minus its measured wait) takes in the scenario than in its cached twin. The truth counts
+that time, the agent does not see it as waiting, so the error is about minus this over the
+period. `bench/resume_penalty.py` measures the same slowdown without Stoker: a step run
+right after the process sat idle.
+
 Usage: .venv/bin/python bench/input_wait_accuracy.py [--steps 40] [--pairs 3] [--rounds 3]
 """
 
@@ -111,6 +117,11 @@ def period_s(rows: list[StepRow]) -> float:
     return sum(r.dur for r in rows) / len(rows)
 
 
+def rest_s(rows: list[StepRow]) -> float:
+    """Mean time of a step that was not measured as waiting."""
+    return sum(r.dur - (r.wait or 0.0) for r in rows) / len(rows)
+
+
 def wait_share(rows: list[StepRow]) -> float:
     waited = [r for r in rows if r.wait is not None]
     return sum(r.wait or 0.0 for r in waited) / sum(r.dur for r in waited)
@@ -139,11 +150,11 @@ def main() -> None:
         ("~60 % delay, hidden by parallel map + prefetch", compute / 0.4, True),
     ]
     header = f"{'scenario':48} {'delay ms':>9} {'period ms':>10} {'cached ms':>10} "
-    header += f"{'truth %':>8} {'measured %':>11} {'error pp':>9}"
+    header += f"{'truth %':>8} {'measured %':>11} {'error pp':>9} {'rest slower ms':>15}"
     print(header)
     errors = []
     for name, delay_s, hidden in scenarios:
-        periods, cacheds, truths, shares = [], [], [], []
+        periods, cacheds, truths, shares, slower = [], [], [], [], []
         for _ in range(args.rounds):
             scenario = wrap(args.steps, delay_s, hidden=hidden, cached=False)
             cached = wrap(args.steps, delay_s, hidden=hidden, cached=True)
@@ -158,13 +169,15 @@ def main() -> None:
             cacheds.append(cached_period)
             truths.append((period - cached_period) / period)  # unclipped: noise both ways
             shares.append(wait_share(rows))
+            slower.append(rest_s(rows) - rest_s(cached_rows))
         period, cached_period = statistics.median(periods), statistics.median(cacheds)
         truth, measured = statistics.median(truths), statistics.median(shares)
         error = statistics.median(m - t for m, t in zip(shares, truths, strict=True)) * 100
         errors.append(abs(error))
         print(
             f"{name:48} {delay_s * 1e3:9.1f} {period * 1e3:10.1f} {cached_period * 1e3:10.1f} "
-            f"{truth * 100:8.1f} {measured * 100:11.1f} {error:+9.1f}"
+            f"{truth * 100:8.1f} {measured * 100:11.1f} {error:+9.1f} "
+            f"{statistics.median(slower) * 1e3:+15.2f}"
         )
     print(f"max |error|: {max(errors):.1f} pp (target ≤ 5 pp); "
           f"median {statistics.median(errors):.1f} pp")  # fmt: skip
