@@ -6,6 +6,8 @@ import queue
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tests.support import wait_for
 from trainer_agent.config import AgentConfig
 from trainer_agent.recorder import Recorder
@@ -59,13 +61,19 @@ def test_sender_passes_server_commands_on_and_sends_counters(tmp_path: Path) -> 
     assert socket.sent[-1] == {"type": "end", "status": "finished"}
 
 
-def test_sender_writes_diverged_losses_as_null_and_odd_config_values_as_text(
+def test_sender_writes_diverged_losses_as_null_and_encodes_any_config_value(
     tmp_path: Path,
 ) -> None:
     socket = ScriptedSocket()
     recorder = Recorder(max_rows=10)
     config = AgentConfig(flush_interval_s=0.05, spool_dir=tmp_path)
-    user_config = {"started": datetime.date(2026, 11, 22), "data": Path("/data/train"), 3: "x"}
+    user_config = {
+        "started": datetime.date(2026, 11, 22),
+        "data": Path("/data/train"),
+        3: "x",
+        "lr": np.float32(0.5),
+        "sizes": np.array([1, 2]),
+    }
     hello = {"type": "hello", "run_key": "r" * 16, "config": user_config}
     sender = Sender(config=config, hello=hello, buffer=recorder, connect=lambda url, **kw: socket)
     recorder.metrics.append(0, "loss", float("nan"))
@@ -78,6 +86,8 @@ def test_sender_writes_diverged_losses_as_null_and_odd_config_values_as_text(
         "started": "2026-11-22",
         "data": "/data/train",
         "3": "x",
+        "lr": 0.5,
+        "sizes": [1, 2],
     }
     batch = next(m for m in socket.sent if m["type"] == "batch")
     assert batch["metrics"]["value"] == [None, None, 0.5]
