@@ -26,8 +26,7 @@ def default_spool_dir() -> Path:
     return Path(base) / "stoker" / "spool"
 
 
-def _write_atomically(path: Path, payload: Any) -> int:
-    data = wire.dumps(payload)
+def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(path.name + ".tmp")
     try:
         temporary.write_bytes(data)
@@ -35,7 +34,6 @@ def _write_atomically(path: Path, payload: Any) -> int:
         temporary.unlink(missing_ok=True)
         raise
     os.replace(temporary, path)
-    return len(data)
 
 
 class Spool:
@@ -66,13 +64,12 @@ class Spool:
         Raises OSError when the disk refuses the write (full, read-only): nothing is left
         half written, and the caller counts the batch as dropped.
         """
-        size = len(wire.dumps(batch))
-        if self._used_bytes() + size > self.max_bytes:
+        data = wire.dumps(batch)
+        if self._used_bytes() + len(data) > self.max_bytes:
             return False
         self._start(hello)
-        self._bytes = self._used_bytes() + _write_atomically(
-            self._batches / f"{batch['seq']:012d}.json", batch
-        )
+        _write_atomically(self._batches / f"{batch['seq']:012d}.json", data)
+        self._bytes = self._used_bytes() + len(data)
         return True
 
     def _start(self, hello: dict[str, Any]) -> None:
@@ -82,7 +79,7 @@ class Spool:
             with self.end_path.open("wb") as reserved:
                 reserved.write(b" " * END_RESERVED_BYTES)
         if not self.hello_path.exists():
-            _write_atomically(self.hello_path, hello)
+            _write_atomically(self.hello_path, wire.dumps(hello))
 
     def batch_paths(self) -> list[Path]:
         """Spooled batches, oldest seq first."""
