@@ -168,6 +168,8 @@ describe("runSummaryFigures", () => {
     const figs = runSummaryFigures(makeRun(), NOW);
     expect(figs.map((f) => f.key)).toEqual(["steps", "median", "p95", "wait", "gpu", "throughput", "duration", "last_seen"]);
     expect(figs.find((f) => f.key === "wait")?.tone).toBe("wait-high");
+    // The figure is time blocked on input; the tooltip says feeding the step can save more.
+    expect(figs.find((f) => f.key === "wait")?.title).toMatch(/blocked waiting.*somewhat more/);
     expect(figs.find((f) => f.key === "gpu")?.value).toBe("64%");
     expect(figs.find((f) => f.key === "throughput")?.value).toBe("6,100");
   });

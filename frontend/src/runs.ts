@@ -339,7 +339,9 @@ export function runSummaryFigures(run: Run, nowMs: number): SummaryFigure[] {
       key: "wait",
       label: "Input wait",
       value: formatPercent(s.input_wait_share),
-      title: `Share of step time spent waiting for input: ${inputWaitLabel(level)}`,
+      title:
+        `Share of step time spent blocked waiting for the next batch: ${inputWaitLabel(level)}. ` +
+        "A starved step also computes a little slower after the wait, so feeding it can save somewhat more.",
       tone: `wait-${level}`,
     },
     { key: "gpu", label: "GPU util (mean)", value: formatPercentValue(s.gpu_util_mean) },
