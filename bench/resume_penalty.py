@@ -9,13 +9,19 @@ measures the time a step is blocked on input, so the slowdown is what it cannot 
 Steps of one compiled Keras train function on cached data, each preceded by a sleep of
 0, 5, 20 or 40 ms in a random order; the figure is each step's own duration.
 
-Usage: .venv/bin/python bench/resume_penalty.py [--steps 150]
+With `--spinner`, a `nice 19` busy loop runs in another process meanwhile, so the machine's
+CPUs never sit idle (a VM's vCPUs never halt): if the slowdown stays, it is not the
+hypervisor waking a halted vCPU.
+
+Usage: .venv/bin/python bench/resume_penalty.py [--steps 150] [--spinner]
 """
 
 import argparse
 import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -29,7 +35,20 @@ IDLE_S = [0.0, 0.005, 0.02, 0.04]
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=150, help="steps per idle length")
+    parser.add_argument("--spinner", action="store_true", help="keep the CPUs busy at nice 19")
     args = parser.parse_args()
+    spinner = None
+    if args.spinner:
+        busy_loop = [sys.executable, "-c", "while True: pass"]
+        spinner = subprocess.Popen(["nice", "-n", "19", *busy_loop])
+    try:
+        measure(args.steps)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+
+
+def measure(steps: int) -> None:
     # The model and batch of bench/input_wait_accuracy.py.
     x = np.random.default_rng(0).normal(size=(40, 64, 256)).astype("float32")
     data = tf.data.Dataset.from_tensor_slices((x, x[..., :1].copy())).cache().repeat()
@@ -45,7 +64,7 @@ def main() -> None:
     for _ in range(30):  # trace, warm up
         model.train_function(iterator)
     took: dict[float, list[float]] = {idle: [] for idle in IDLE_S}
-    for _ in range(args.steps):
+    for _ in range(steps):
         for idle in random.sample(IDLE_S, len(IDLE_S)):
             if idle:
                 time.sleep(idle)
