@@ -406,8 +406,7 @@ class Sender:
                 self._post_batches([self._spool.load(p) for p in chunk])
                 for path in chunk:
                     self._spool.remove(path)
-        while self._pending:
-            chunk = http_chunks(list(self._pending), lambda b: len(wire.dumps(b)))[0]
+        for chunk in http_chunks(list(self._pending), lambda b: len(wire.dumps(b))):
             self._post_batches(chunk)
             for batch in chunk:
                 self._pending.popleft()
