@@ -1,7 +1,10 @@
 """Real Keras training on the CPU, input wait measured by `cb.wrap`, judged by a real server:
-a starved pipeline is flagged, the same pipeline with its delay hidden is not, a fed one never."""
+a starved pipeline is flagged, the same pipeline with its delay hidden is not, a fed one never.
 
-import time
+The step is GPU-like (`tests.gpu_like.DeviceHold`), and every delay is set from the step time
+measured in this module, so "slower than the step" and "hidden" hold on any machine."""
+
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,10 +16,18 @@ from tests.support import ServerProcess, wait_for
 
 tf = pytest.importorskip("tensorflow")
 
-BATCH = 128
-FEATURES = 256
-BATCHES = 150
-DELAY_S = 0.04  # per batch: stands in for slow decoding or reading
+from tests.gpu_like import (  # noqa: E402  (needs TensorFlow)
+    MARGIN,
+    held_model,
+    measure_step_s,
+    sleep_per_batch,
+    starving_delay_s,
+)
+
+BATCH = 64
+FEATURES = 32
+BATCHES = 100
+HOLD_S = 0.015  # the device's share of a step: no CPU, so the pipeline keeps both cores
 
 
 @pytest.fixture(scope="module")
@@ -27,46 +38,39 @@ def keras_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     process.stop()
 
 
-def _model() -> "tf.keras.Model":
-    # A CPU step of a few milliseconds: well under the delay, so a serial pipeline starves
-    # it, while 16 parallel reads behind a prefetch hide the delay.
-    model = tf.keras.Sequential(
-        [tf.keras.Input(shape=(FEATURES,)), tf.keras.layers.Dense(256, activation="relu"),
-         tf.keras.layers.Dense(256, activation="relu"), tf.keras.layers.Dense(1)]
-    )  # fmt: skip
-    model.compile(optimizer="sgd", loss="mse")
-    return model
+def _source() -> "tf.data.Dataset":
+    x = np.random.default_rng(0).normal(size=(BATCHES * BATCH, FEATURES)).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(BATCH)
 
 
-def _dataset(pipeline: str) -> "tf.data.Dataset":
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(BATCHES * BATCH, FEATURES)).astype("float32")
-    ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(BATCH)
+@pytest.fixture(scope="module")
+def step_s() -> float:
+    """This machine's step time with cached input, measured before any delay is chosen."""
+    return measure_step_s(held_model(FEATURES, HOLD_S), _source())
+
+
+def _dataset(pipeline: str, step_s: float) -> "tf.data.Dataset":
+    ds = _source()
     if pipeline == "fed":
         return ds.cache().prefetch(tf.data.AUTOTUNE)
-
-    def slow(a: np.ndarray) -> np.ndarray:
-        time.sleep(DELAY_S)
-        return a
-
-    def delay(a: "tf.Tensor", b: "tf.Tensor") -> tuple["tf.Tensor", "tf.Tensor"]:
-        return tf.ensure_shape(tf.numpy_function(slow, [a], tf.float32), a.shape), b
-
+    delay_s = starving_delay_s(step_s)  # a serial read takes MARGIN steps or more
     if pipeline == "starved":
-        return ds.map(delay)  # serial, no prefetch
+        return sleep_per_batch(ds, delay_s)  # serial, no prefetch
+    # Enough parallel reads that the pipeline delivers MARGIN x faster than the step asks.
     # One epoch per run: a new epoch's iterator waits once for its first batch (a real,
     # but one-off wait that a long epoch dilutes and a short test would not).
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = 32  # the delay sleeps; threads, not CPUs
-    ds = ds.map(delay, num_parallel_calls=16, deterministic=True).prefetch(tf.data.AUTOTUNE)
-    return ds.with_options(options)
+    parallel = math.ceil(MARGIN * delay_s / step_s)
+    return sleep_per_batch(ds, delay_s, parallel=parallel).prefetch(tf.data.AUTOTUNE)
 
 
-def _train(server: ServerProcess, pipeline: str, epochs: int = 1) -> int:
+def _train(server: ServerProcess, pipeline: str, step_s: float, epochs: int = 1) -> int:
     from trainer_agent import StokerCallback
 
     callback = StokerCallback(run_name=f"{pipeline}-pipeline", project="diag", server=server.url)
-    _model().fit(callback.wrap(_dataset(pipeline)), epochs=epochs, callbacks=[callback], verbose=0)
+    model = held_model(FEATURES, HOLD_S)
+    model.fit(
+        callback.wrap(_dataset(pipeline, step_s)), epochs=epochs, callbacks=[callback], verbose=0
+    )
     run = wait_for(
         lambda: next(
             (r for r in server.get("/api/v1/runs", limit=1000)["data"]
@@ -86,8 +90,10 @@ def _verdict_events(server: ServerProcess, run_id: int) -> list[str]:
 FLAGGED = {"highly_input_bound", "moderately_input_bound"}
 
 
-def test_starved_pipeline_is_flagged_highly_input_bound(keras_server: ServerProcess) -> None:
-    run_id = _train(keras_server, "starved")
+def test_starved_pipeline_is_flagged_highly_input_bound(
+    keras_server: ServerProcess, step_s: float
+) -> None:
+    run_id = _train(keras_server, "starved", step_s)
     diagnosis = keras_server.get(f"/api/v1/runs/{run_id}/diagnosis")
     print("starved:", diagnosis["input_wait_share"], _verdict_events(keras_server, run_id))
     assert diagnosis["verdict"] == "highly_input_bound"
@@ -104,9 +110,9 @@ def test_starved_pipeline_is_flagged_highly_input_bound(keras_server: ServerProc
 
 
 def test_prefetch_and_parallel_map_hiding_the_delay_is_not_flagged(
-    keras_server: ServerProcess,
+    keras_server: ServerProcess, step_s: float
 ) -> None:
-    run_id = _train(keras_server, "hidden")
+    run_id = _train(keras_server, "hidden", step_s)
     diagnosis = keras_server.get(f"/api/v1/runs/{run_id}/diagnosis")
     print("hidden:", diagnosis["input_wait_share"], _verdict_events(keras_server, run_id))
     assert diagnosis["verdict"] == "not_input_bound"
@@ -114,8 +120,8 @@ def test_prefetch_and_parallel_map_hiding_the_delay_is_not_flagged(
     assert not FLAGGED & set(_verdict_events(keras_server, run_id))
 
 
-def test_fed_pipeline_is_never_flagged(keras_server: ServerProcess) -> None:
-    run_id = _train(keras_server, "fed", epochs=2)
+def test_fed_pipeline_is_never_flagged(keras_server: ServerProcess, step_s: float) -> None:
+    run_id = _train(keras_server, "fed", step_s, epochs=2)
     diagnosis = keras_server.get(f"/api/v1/runs/{run_id}/diagnosis")
     print("fed:", diagnosis["input_wait_share"], _verdict_events(keras_server, run_id))
     assert diagnosis["verdict"] == "not_input_bound"
