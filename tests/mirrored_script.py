@@ -3,6 +3,8 @@ devices), reporting to Stoker; run by tests in its own process because the split
 happen before TensorFlow starts.
 
 Usage: python -m tests.mirrored_script --server URL [--batches N] [--delay-s S]
+
+Without --delay-s the per-batch input delay is several times the step measured here first.
 """
 
 import argparse
@@ -17,7 +19,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
     parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--delay-s", type=float, default=0.04)
+    parser.add_argument("--delay-s", type=float, default=None)
     args = parser.parse_args()
 
     import numpy as np
@@ -26,18 +28,12 @@ def main() -> None:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
+    from tests.gpu_like import measure_step_s, starving_delay_s
     from trainer_agent import StokerCallback
 
     batch = 16
     x = np.random.default_rng(0).normal(size=(args.batches * batch, 8)).astype("float32")
     dataset = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(batch)
-
-    def slow(a: np.ndarray) -> np.ndarray:
-        time.sleep(args.delay_s)
-        return a
-
-    def starve(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return tf.ensure_shape(tf.numpy_function(slow, [a], tf.float32), a.shape), b
 
     callback = StokerCallback(run_name="mirrored-2", server=args.server)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -47,6 +43,17 @@ def main() -> None:
              tf.keras.layers.Dense(1)]
         )  # fmt: skip
         model.compile(optimizer="sgd", loss="mse")
+    delay_s = args.delay_s
+    if delay_s is None:
+        delay_s = starving_delay_s(measure_step_s(model, dataset), floor_s=0.04)
+
+    def slow(a: np.ndarray) -> np.ndarray:
+        time.sleep(delay_s)
+        return a
+
+    def starve(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.ensure_shape(tf.numpy_function(slow, [a], tf.float32), a.shape), b
+
     model.fit(callback.wrap(dataset.map(starve)), epochs=2, callbacks=[callback], verbose=0)
     print(json.dumps({"replicas": strategy.num_replicas_in_sync}), flush=True)
 

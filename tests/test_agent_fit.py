@@ -12,8 +12,9 @@ from tests.support import REPO, ServerProcess
 
 tf = pytest.importorskip("tensorflow")
 
+from tests.gpu_like import measure_step_s, starving_delay_s  # noqa: E402  (needs TensorFlow)
+
 BATCH = 16
-DELAY_S = 0.04
 
 
 def _model(steps_per_execution: int = 1) -> "tf.keras.Model":
@@ -42,17 +43,25 @@ def _dataset(batches: int, delay_s: float = 0.0) -> "tf.data.Dataset":
     return ds
 
 
+@pytest.fixture(scope="module")
+def delay_s() -> float:
+    """A per-batch input delay several times this machine's step of the model below."""
+    return starving_delay_s(measure_step_s(_model(), _dataset(20)), floor_s=0.04)
+
+
 def _only_run(server: ServerProcess) -> dict:
     runs = server.get("/api/v1/runs")
     assert runs["count"] == 1
     return runs["data"][0]
 
 
-def test_fit_wrapped_slow_pipeline_reports_each_steps_input_wait(server: ServerProcess) -> None:
+def test_fit_wrapped_slow_pipeline_reports_each_steps_input_wait(
+    server: ServerProcess, delay_s: float
+) -> None:
     from trainer_agent import StokerCallback
 
     callback = StokerCallback(run_name="slow-input", server=server.url, every_n_batches=5)
-    _model().fit(callback.wrap(_dataset(12, DELAY_S)), epochs=2, callbacks=[callback], verbose=0)
+    _model().fit(callback.wrap(_dataset(12, delay_s)), epochs=2, callbacks=[callback], verbose=0)
 
     run = _only_run(server)
     assert run["status"] == "finished"
@@ -66,8 +75,8 @@ def test_fit_wrapped_slow_pipeline_reports_each_steps_input_wait(server: ServerP
     assert series["wait"][0] is None  # step 0 traces the function
     waits = series["wait"][1:]
     assert all(w is not None for w in waits)
-    # The tiny model computes in about a millisecond: nearly all of each step is the delay.
-    assert sorted(waits)[len(waits) // 2] > DELAY_S * 0.3
+    # The delay is several times the measured step: most of each step is waiting.
+    assert sorted(waits)[len(waits) // 2] > delay_s * 0.3
     assert run["summary"]["input_wait_share"] > 0.3
     sizes = server.rows("SELECT DISTINCT batch_size FROM step WHERE run_id = ?", run["id"])
     assert sizes == [(BATCH,)]
@@ -86,12 +95,14 @@ def test_fit_wrapped_fast_pipeline_reports_near_zero_wait(server: ServerProcess)
     assert run["summary"]["input_wait_share"] < 0.5
 
 
-def test_fit_steps_per_execution_reports_every_step_with_wait(server: ServerProcess) -> None:
+def test_fit_steps_per_execution_reports_every_step_with_wait(
+    server: ServerProcess, delay_s: float
+) -> None:
     from trainer_agent import StokerCallback
 
     callback = StokerCallback(run_name="spe", server=server.url)
     _model(steps_per_execution=4).fit(
-        callback.wrap(_dataset(12, DELAY_S)), epochs=2, callbacks=[callback], verbose=0
+        callback.wrap(_dataset(12, delay_s)), epochs=2, callbacks=[callback], verbose=0
     )
     run = _only_run(server)
     series = server.get(f"/api/v1/runs/{run['id']}/steps")
@@ -118,7 +129,9 @@ def test_fit_called_twice_with_one_callback_makes_two_finished_runs(
     assert all(w is not None for w in second["wait"][1:])
 
 
-def test_monitor_custom_loop_reports_steps_waits_and_scalars(server: ServerProcess) -> None:
+def test_monitor_custom_loop_reports_steps_waits_and_scalars(
+    server: ServerProcess, delay_s: float
+) -> None:
     from trainer_agent import Monitor
 
     model = _model()
@@ -134,13 +147,13 @@ def test_monitor_custom_loop_reports_steps_waits_and_scalars(server: ServerProce
 
     with Monitor(run_name="loop", server=server.url, every_n_batches=4) as mon:
         for _ in range(2):
-            for x, y in mon.iterate(_dataset(8, DELAY_S)):
+            for x, y in mon.iterate(_dataset(8, delay_s)):
                 mon.log(loss=train_step(x, y))
     run = _only_run(server)
     assert run["status"] == "finished"
     series = server.get(f"/api/v1/runs/{run['id']}/steps")
     assert series["step"] == list(range(16))
-    assert sorted(series["wait"])[8] > DELAY_S * 0.3
+    assert sorted(series["wait"])[8] > delay_s * 0.3
     logged = server.rows("SELECT step FROM metric WHERE run_id = ? ORDER BY step", run["id"])
     assert [s for (s,) in logged] == [0, 4, 8, 12]
 
@@ -157,11 +170,13 @@ def test_monitor_exception_in_loop_marks_run_failed(server: ServerProcess) -> No
     assert run["summary"]["steps"] == 3
 
 
-def test_fit_under_mirrored_strategy_reports_steps_and_waits(server: ServerProcess) -> None:
+def test_fit_under_mirrored_strategy_reports_steps_and_waits(
+    server: ServerProcess, delay_s: float
+) -> None:
     from trainer_agent import StokerCallback
 
     callback = StokerCallback(run_name="mirrored", server=server.url)
-    dataset = callback.wrap(_dataset(10, DELAY_S))
+    dataset = callback.wrap(_dataset(10, delay_s))
     strategy = tf.distribute.MirroredStrategy()
     with strategy.scope():
         model = _model()

@@ -48,10 +48,19 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tests.gpu_like import measure_step_s, starving_delay_s
 from trainer_agent import StokerCallback
 
 server, project, gate = sys.argv[1], sys.argv[2], sys.argv[5]
-BATCH, FEATURES, BATCHES, DELAY_S = 64, 64, 120, 0.04
+BATCH, FEATURES, BATCHES = 64, 64, 120
+
+
+def model():
+    m = tf.keras.Sequential([tf.keras.Input(shape=(FEATURES,)),
+                             tf.keras.layers.Dense(64, activation="relu"),
+                             tf.keras.layers.Dense(1)])
+    m.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    return m
 
 
 def dataset(pipeline):
@@ -75,20 +84,18 @@ def dataset(pipeline):
     return ds.map(delay)  # serial, no prefetch: every step waits for its batch
 
 
+# The delay is several times this machine's step, measured first: starved on any machine.
+DELAY_S = starving_delay_s(measure_step_s(model(), dataset("fed")), floor_s=0.04)
 for pipeline, name in (("starved", sys.argv[3]), ("fed", sys.argv[4])):
     config = {
         "pipeline": "serial map, no prefetch" if pipeline == "starved" else "cache + prefetch",
-        "input_delay_ms": DELAY_S * 1000 if pipeline == "starved" else 0,
+        "input_delay_ms": round(DELAY_S * 1000, 1) if pipeline == "starved" else 0,
         "batch_size": BATCH,
         "optimizer": {"name": "sgd", "learning_rate": 0.01},
     }
     cb = StokerCallback(run_name=name, project=project, server=server, config=config,
                         tags=["ui-test", pipeline])
-    model = tf.keras.Sequential([tf.keras.Input(shape=(FEATURES,)),
-                                 tf.keras.layers.Dense(64, activation="relu"),
-                                 tf.keras.layers.Dense(1)])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
-    model.fit(cb.wrap(dataset(pipeline)), epochs=1, callbacks=[cb], verbose=0)
+    model().fit(cb.wrap(dataset(pipeline)), epochs=1, callbacks=[cb], verbose=0)
 """
 
 
