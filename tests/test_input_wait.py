@@ -98,7 +98,9 @@ def test_split_execution_element_waiting_in_the_buffer_has_no_wait_after_the_beg
     assert row.wait == pytest.approx(0.00003)
 
 
-def test_split_execution_many_steps_split_at_their_requests() -> None:
+def test_split_execution_steps_asking_in_turn_wait_their_blocked_time() -> None:
+    # Each step asks for its element after the previous one computed: no overlap, so the
+    # idle time of the chain is the time each fetch blocked.
     execution = Execution(first_step=8, n=3, begin=10.0, end=10.9, epoch_start=False)
     stamps_ = [
         Stamp(10.1, 16, requested=10.001),
@@ -106,9 +108,35 @@ def test_split_execution_many_steps_split_at_their_requests() -> None:
         Stamp(10.7, 16, requested=10.5),
     ]
     rows = split_execution(execution, stamps_)
-    assert [r.start for r in rows] == pytest.approx([10.0, 10.3, 10.5])
-    assert [r.dur for r in rows] == pytest.approx([0.3, 0.2, 0.4])
-    assert [r.wait for r in rows] == pytest.approx([0.099, 0.0001, 0.2])
+    assert [r.start for r in rows] == pytest.approx([10.0, 10.3, 10.5], abs=2e-4)
+    assert [r.dur for r in rows] == pytest.approx([0.3, 0.2, 0.4], abs=2e-4)
+    assert [r.wait for r in rows] == pytest.approx([0.099, 0.0001, 0.2], abs=2e-4)
+    assert sum(r.dur for r in rows) == pytest.approx(0.9)
+
+
+def test_split_execution_fetches_overlapping_compute_count_only_the_idle_time() -> None:
+    # Keras's execution loop asks for element j + 1 as soon as j is handed over, while step
+    # j computes (0.2 s). Each element takes 0.3 s to make: every fetch blocks 0.3 s, but
+    # the steps lose only 0.1 s each after the first (which waits from the begin).
+    execution = Execution(first_step=4, n=3, begin=10.0, end=11.1, epoch_start=False)
+    stamps_ = [
+        Stamp(10.3, 16, requested=10.0),
+        Stamp(10.6, 16, requested=10.3),
+        Stamp(10.9, 16, requested=10.6),
+    ]
+    rows = split_execution(execution, stamps_)
+    assert [r.wait for r in rows] == pytest.approx([0.3, 0.1, 0.1], abs=1e-6)
+    assert [r.start for r in rows] == pytest.approx([10.0, 10.5, 10.8], abs=1e-6)
+    assert [r.dur for r in rows] == pytest.approx([0.5, 0.3, 0.3], abs=1e-6)
+
+
+def test_split_execution_prefetched_elements_overlapping_compute_do_not_wait() -> None:
+    # Elements were ready long before their steps: the chain never idles after the first.
+    execution = Execution(first_step=0, n=4, begin=10.0, end=10.81, epoch_start=False)
+    stamps_ = [Stamp(10.01 + 0.2 * j, 8, requested=10.0 + 0.2 * j) for j in range(4)]
+    rows = split_execution(execution, stamps_)
+    assert rows[0].wait == pytest.approx(0.01)
+    assert [r.wait for r in rows[1:]] == pytest.approx([0.0, 0.0, 0.0], abs=1e-6)
 
 
 def test_split_execution_requests_ahead_of_the_step_count_from_the_begin() -> None:

@@ -14,9 +14,10 @@ and no Python; the training thread reads the ring only every ~50 steps (or once 
 into per-step rows. A step's wait is hand-over - request: the time `IteratorGetNext` blocked,
 measured in the graph, so the ~1 ms between `on_train_batch_begin` and the fetch inside the
 train function is not counted. With `steps_per_execution = N` the callback sees one begin and
-end per N steps; the N requests split the execution into its steps. When a later stage (e.g.
-a `tf.distribute` device prefetch) pulls elements ahead of the step, a request can precede the
-step; then the wait counts from the step's begin at the earliest.
+end per N steps, and the steps' fetches overlap their compute: the wait of each step is then
+the time the chain of steps sat idle for its element (`split_execution`). When a later stage
+(e.g. a `tf.distribute` device prefetch) pulls elements ahead of the step, a request can
+precede the step; then the wait counts from the step's begin at the earliest.
 """
 
 from collections.abc import Sequence
@@ -278,7 +279,19 @@ def _solve_compute_s(begin: float, end: float, ready: Sequence[float]) -> float:
 
 
 def split_execution(execution: Execution, stamps: Sequence[Stamp] | None) -> list[StepRow]:
-    """The execution's steps as rows, with waits when every element's stamp is known."""
+    """The execution's steps as rows, with waits when every element's stamp is known.
+
+    One step (N = 1) waited from its request, or the begin if later, to the hand-over.
+
+    With N > 1 steps in one execution, TensorFlow fetches the next element while the current
+    step computes (Keras's execution loop asks for element j + 1 as soon as j is handed over),
+    so the time a fetch blocked overlaps compute and summing it counts waits that cost
+    nothing. The time actually lost is the time the chain of steps sat idle for want of
+    input: with one compute time c per step (solved so that the chain ends at the execution's
+    end), step j computes from max(its hand-over, the end of step j - 1) for c, and it waited
+    from the end of step j - 1 (or its request, if later) to its hand-over. Where the steps
+    themselves ask in turn, this equals the blocked time.
+    """
     n, begin, end = execution.n, execution.begin, execution.end
     if stamps is None or not execution.count_wait:
         each = (end - begin) / n
@@ -287,57 +300,15 @@ def split_execution(execution: Execution, stamps: Sequence[Stamp] | None) -> lis
             StepRow(execution.first_step + j, begin + j * each, each, None, sizes[j])
             for j in range(n)
         ]
-    if _requested_in_order(execution, stamps):
-        return _split_by_requests(execution, stamps)
-    ready = [s.ts for s in stamps]
-    compute = _solve_compute_s(begin, end, ready) if n > 1 else 0.0
+    compute = _solve_compute_s(begin, end, [s.ts for s in stamps]) if n > 1 else 0.0
     rows = []
-    t = begin
+    t = begin  # when the previous step's compute ended: this step's start
     for j, stamp in enumerate(stamps):
-        asked = t if stamp.requested is None else max(t, stamp.requested)
-        wait = max(0.0, stamp.ts - asked)
-        last = j == n - 1
-        dur = (end - t) if last else max(0.0, stamp.ts - t) + compute
-        rows.append(StepRow(execution.first_step + j, t, dur, wait, stamp.batch_size))
-        t += dur
-    return rows
-
-
-# Slack for comparing stamps (TensorFlow's wall clock, converted) with the hooks' times.
-_CLOCK_SLACK_S = 0.0005
-
-
-def _requested_in_order(execution: Execution, stamps: Sequence[Stamp]) -> bool:
-    """Whether the steps themselves asked for these elements: each request within the
-    execution, after the previous element was handed over (the synchronous stage)."""
-    previous = execution.begin
-    for stamp in stamps:
-        if stamp.requested is None or stamp.requested < previous - _CLOCK_SLACK_S:
-            return False
-        if stamp.ts < stamp.requested or stamp.ts > execution.end + _CLOCK_SLACK_S:
-            return False
-        previous = stamp.ts
-    return True
-
-
-def _split_by_requests(execution: Execution, stamps: Sequence[Stamp]) -> list[StepRow]:
-    """Step j runs from its request to the next one (the first from the begin, the last to
-    the end); it waited from its request to the hand-over."""
-    starts = [execution.begin] + [s.requested or 0.0 for s in stamps[1:]]
-    ends = [*starts[1:], execution.end]
-    rows = []
-    for j, stamp in enumerate(stamps):
-        start = starts[j]
-        wait = max(0.0, stamp.ts - max(start, stamp.requested or start))
-        rows.append(
-            StepRow(
-                execution.first_step + j,
-                start,
-                max(0.0, ends[j] - start),
-                wait,
-                stamp.batch_size,
-            )
-        )
+        idle_from = t if stamp.requested is None else max(t, stamp.requested)
+        wait = max(0.0, stamp.ts - idle_from)
+        step_end = end if j == n - 1 else max(t, stamp.ts) + compute
+        rows.append(StepRow(execution.first_step + j, t, step_end - t, wait, stamp.batch_size))
+        t = step_end
     return rows
 
 
