@@ -1,44 +1,54 @@
-"""How accurate is the measured input wait? Known per-batch delays on a CPU Keras fit.
+"""How accurate is the measured input wait? Known input delays against a known step.
 
-Each scenario injects a fixed per-batch delay D (a sleeping `numpy_function` in the
-pipeline). tf.data prefetches at the end of every pipeline, so a delay shorter than the
-compute time C is hidden; D = C / (1 - w) makes the step wait a share w of 0 %, ~30 %, ~60 %
-or ~80 % of its time. One more scenario hides the ~60 % delay with `num_parallel_calls` +
-`prefetch`.
+Truth is (step period of a scenario - step period of the same pipeline with its data cached
+in memory) / step period of the scenario: the share of the step that the input costs. Each
+round alternates one-epoch fits of the scenario and of its cached twin (`--pairs` of each,
+the cache filled beforehand, one traced model) and takes truth and measurement from those
+same fits, over the steps whose wait the agent measures. Measured is Σ wait / Σ step
+duration as `StokerCallback` + `wrap` (or `Monitor.iterate`) report it. The table gives
+medians over `--rounds` rounds; the error is the median of per-round errors.
 
-Truth is (step period of the scenario - step period of the same pipeline with its data
-cached in memory) / step period of the scenario. On a shared machine the step period moves
-by several ms within seconds, so each round alternates one-epoch fits of the scenario and of
-its cached twin (`--pairs` of each, the cache filled beforehand, one traced model) and takes
-truth and measurement from those same fits. Measured is Σ wait / Σ step duration as
-`StokerCallback` + `wrap` report it (each fit's step 0 left out, as the agent does). The
-table gives medians over `--rounds` rounds; the error is the median of per-round errors.
+Regimes:
+- `gpu` (default): the step is GPU-like (`tests.gpu_like.DeviceHold`): it holds for
+  `--hold-ms` without the CPU once its batch arrived, and the pipeline's delays sleep, as
+  slow reads or a decoder in another process would. The step and the pipeline do not share
+  the CPUs, so truth is clean, as on a GPU. Delays are set from the step period C measured
+  first: D = C / (1 - w) makes a step wait a share w.
+- `cpu`: the old regime, for information: a CPU-bound model whose compute shares the 2 cores
+  with the pipeline. A starved step also computes slower after its wait (see
+  `bench/resume_penalty.py`), which the truth counts and no input-wait measure should.
+  The last column shows that slowdown: how much longer the rest of a step (duration minus
+  measured wait) takes in the scenario than in its cached twin.
 
-The last column splits the difference: how much longer the rest of a step (its duration
-minus its measured wait) takes in the scenario than in its cached twin. The truth counts
-that time, the agent does not see it as waiting, so the error is about minus this over the
-period. `bench/resume_penalty.py` measures the same slowdown without Stoker: a step run
-right after the process sat idle.
-
-Usage: .venv/bin/python bench/input_wait_accuracy.py [--steps 40] [--pairs 3] [--rounds 3]
+Usage: .venv/bin/python bench/input_wait_accuracy.py [--regime gpu|cpu] [--steps 40]
+       [--pairs 3] [--rounds 3] [--hold-ms 20] [--only NAME]
 """
 
 import argparse
+import math
 import os
 import statistics
+import sys
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("STOKER_SPOOL_DIR", "off")  # no server here: keep nothing on disk
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import tensorflow as tf
 
+from tests.gpu_like import DeviceHold
 from trainer_agent.callback import StokerCallback
 from trainer_agent.input_wait import StepRow
+from trainer_agent.monitor import Monitor
 
 BATCH = 64
 FEATURES = 256
+TARGET_PP = 5.0
 
 
 class CapturingCallback(StokerCallback):
@@ -57,60 +67,185 @@ class CapturingCallback(StokerCallback):
         self.rows.extend(rows)
 
 
-def make_model() -> tf.keras.Model:
-    model = tf.keras.Sequential(
-        [tf.keras.Input(shape=(FEATURES,)),
-         tf.keras.layers.Dense(1024, activation="relu"),
-         tf.keras.layers.Dense(1024, activation="relu"),
-         tf.keras.layers.Dense(1)]
-    )  # fmt: skip
-    model.compile(optimizer="sgd", loss="mse")
+class CapturingMonitor(Monitor):
+    """`Monitor.iterate`'s step rows, kept here; no server is involved."""
+
+    def __init__(self) -> None:
+        super().__init__(server="http://127.0.0.1:9")
+        self.rows: list[StepRow] = []
+
+    def _close_step(self, now: float) -> None:
+        opened, self._open = self._open, None
+        if opened is not None:
+            step, start, wait, size = opened
+            self.rows.append(StepRow(step, start, now - start, wait, size))
+
+
+def make_model(regime: str, hold_s: float, steps_per_execution: int = 1) -> tf.keras.Model:
+    if regime == "gpu":
+        layers = [DeviceHold(hold_s), tf.keras.layers.Dense(16), tf.keras.layers.Dense(1)]
+    else:
+        dense = tf.keras.layers.Dense
+        layers = [dense(1024, activation="relu"), dense(1024, activation="relu"), dense(1)]
+    model = tf.keras.Sequential([tf.keras.Input(shape=(FEATURES,)), *layers])
+    model.compile(
+        optimizer="sgd", loss="mse", steps_per_execution=steps_per_execution, jit_compile=False
+    )
     return model
 
 
-def pipeline(steps: int, delay_s: float, *, hidden: bool, cached: bool) -> tf.data.Dataset:
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(steps * BATCH, FEATURES)).astype("float32")
-    y = x[:, :1].copy()
-    # Pre-batched arrays: the pipeline itself costs next to nothing, so the injected delay
-    # is the only difference between a scenario and its cached twin.
-    shape = (steps, BATCH)
-    ds = tf.data.Dataset.from_tensor_slices((x.reshape(*shape, -1), y.reshape(*shape, -1)))
+def sleep_s(delay_s: float, every: int) -> Callable[[np.ndarray], np.ndarray]:
+    """A numpy function that sleeps `delay_s` on every `every`-th call (bursts), else not."""
+    calls = [0]
 
     def slow(a: np.ndarray) -> np.ndarray:
-        time.sleep(delay_s)
+        calls[0] += 1
+        if calls[0] % every == 0:
+            time.sleep(delay_s)
         return a
 
-    def delay(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        out = tf.numpy_function(slow, [a], tf.float32)
-        return tf.ensure_shape(out, a.shape), b
+    return slow
 
-    if delay_s > 0:
-        ds = ds.map(delay, num_parallel_calls=tf.data.AUTOTUNE if hidden else None)
+
+@dataclass
+class Scenario:
+    name: str
+    wait_share: float  # the intended share: sets the delay from the measured step period
+    kind: str = "serial"  # serial | prefetched | hidden | burst | generator
+    steps_per_execution: int = 1
+    epochs: int = 1
+    loop: str = "fit"  # fit | monitor
+    burst_every: int = 1
+
+
+GPU_SCENARIOS = [
+    Scenario("fed (cache + prefetch)", 0.0),
+    Scenario("serial map, ~60 %", 0.6),
+    Scenario("prefetched map, ~80 %", 0.8, kind="prefetched"),
+    Scenario("moderate, ~12 %", 0.12, kind="prefetched"),
+    Scenario("bursty: 1 batch in 8 slow", 0.3, kind="burst", burst_every=8),
+    Scenario("generator, ~50 %", 0.5, kind="generator"),
+    Scenario("parallel map + prefetch hides 3 C", 0.0, kind="hidden"),
+    Scenario("custom loop, Monitor.iterate, ~60 %", 0.6, loop="monitor"),
+    Scenario("steps_per_execution 4, ~50 %", 0.5, kind="prefetched", steps_per_execution=4),
+    Scenario("steps_per_execution 16, ~50 %", 0.5, kind="prefetched", steps_per_execution=16),
+    Scenario("steps_per_execution 16, fed", 0.0, steps_per_execution=16),
+    Scenario("3 epochs, serial ~40 %", 0.4, epochs=3),
+]
+CPU_SCENARIOS = [
+    Scenario("0 % wait", 0.0),
+    Scenario("~30 % wait", 0.3),
+    Scenario("~60 % wait", 0.6),
+    Scenario("~80 % wait", 0.8),
+    Scenario("~60 % delay, hidden by parallel map + prefetch", 0.6, kind="hidden"),
+]
+
+
+def pipeline(scenario: Scenario, steps: int, compute_s: float, *, cached: bool) -> tf.data.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(steps, BATCH, FEATURES)).astype("float32")
+    y = x[:, :, :1].copy()
+    if scenario.kind == "hidden":
+        delay_s = 3 * compute_s
+    elif scenario.kind == "burst":
+        # One slow batch in `burst_every`, slow enough that the buffer runs dry behind it.
+        delay_s = scenario.burst_every * compute_s / (1 - scenario.wait_share)
+    else:
+        delay_s = compute_s / (1 - scenario.wait_share) if scenario.wait_share else 0.0
+    every = scenario.burst_every
+    if scenario.kind == "generator":
+
+        def generate() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for a, b in zip(x, y, strict=True):
+                time.sleep(delay_s)  # Python work in the generator, holding the step
+                yield a, b
+
+        spec = (tf.TensorSpec((BATCH, FEATURES), tf.float32), tf.TensorSpec((BATCH, 1), tf.float32))
+        ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    else:
+        ds = tf.data.Dataset.from_tensor_slices((x, y))
+        if delay_s > 0:
+            slow = sleep_s(delay_s, every)
+
+            def delay(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+                out = tf.numpy_function(slow, [a], tf.float32, stateful=True)
+                return tf.ensure_shape(out, a.shape), b
+
+            parallel = None
+            if scenario.kind == "hidden":
+                parallel = math.ceil(3 * delay_s / compute_s)  # delivers 3x faster than C
+                options = tf.data.Options()
+                options.threading.private_threadpool_size = 2 * parallel
+                ds = ds.with_options(options)
+            ds = ds.map(delay, num_parallel_calls=parallel, deterministic=True)
     if cached:
         ds = ds.cache()
-    if hidden:
+    if scenario.kind in ("prefetched", "hidden", "burst") or scenario.wait_share == 0.0:
         ds = ds.prefetch(tf.data.AUTOTUNE)
     return ds
 
 
-Wrapped = tuple[CapturingCallback, tf.data.Dataset]
+@dataclass
+class Trial:
+    """One wrapped dataset (or loop) and how to run one training on it."""
+
+    scenario: Scenario
+    model: tf.keras.Model
+    dataset: tf.data.Dataset
+    callback: CapturingCallback | None
+
+    def run(self) -> list[StepRow]:
+        """One training (one run): the rows whose wait the agent measured."""
+        if self.callback is not None:
+            self.model.fit(
+                self.dataset, epochs=self.scenario.epochs, callbacks=[self.callback], verbose=0
+            )
+            rows = self.callback.rows
+        else:
+            rows = run_custom_loop(self.model, self.dataset, self.scenario.epochs)
+        return [r for r in rows if r.wait is not None and r.step >= 1]
 
 
-def run(model: tf.keras.Model, wrapped: Wrapped) -> list[StepRow]:
-    """One epoch of `fit` (one run) on a wrapped dataset; the rows after step 0."""
-    callback, dataset = wrapped
-    model.fit(dataset, epochs=1, callbacks=[callback], verbose=0)
-    return [r for r in callback.rows if r.step >= 1]
+def run_custom_loop(model: tf.keras.Model, dataset: tf.data.Dataset, epochs: int) -> list[StepRow]:
+    monitor = CapturingMonitor()
+    train_step = custom_train_step(model)
+    for _ in range(epochs):
+        for x, y in monitor.iterate(dataset):
+            train_step(x, y)
+    return monitor.rows
 
 
-def wrap(steps: int, delay_s: float, *, hidden: bool, cached: bool) -> Wrapped:
-    callback = CapturingCallback()
-    dataset = callback.wrap(pipeline(steps, delay_s, hidden=hidden, cached=cached))
+_TRAIN_STEPS: dict[int, Callable[..., tf.Tensor]] = {}
+
+
+def custom_train_step(model: tf.keras.Model) -> Callable[..., tf.Tensor]:
+    if id(model) not in _TRAIN_STEPS:
+        optimizer = tf.keras.optimizers.SGD()
+
+        @tf.function
+        def train_step(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(x) - y) ** 2)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        _TRAIN_STEPS[id(model)] = train_step
+    return _TRAIN_STEPS[id(model)]
+
+
+def trial(scenario: Scenario, model: tf.keras.Model, steps: int, compute_s: float, *,
+          cached: bool) -> Trial:  # fmt: skip
+    raw = pipeline(scenario, steps, compute_s, cached=cached)
+    if scenario.loop == "monitor":
+        dataset, callback = raw, None
+    else:
+        callback = CapturingCallback()
+        dataset = callback.wrap(raw)
     if cached:
         for _ in dataset:  # fill the in-memory cache: later iterators read from it
             pass
-    return callback, dataset
+    return Trial(scenario, model, dataset, callback)
 
 
 def period_s(rows: list[StepRow]) -> float:
@@ -123,63 +258,74 @@ def rest_s(rows: list[StepRow]) -> float:
 
 
 def wait_share(rows: list[StepRow]) -> float:
-    waited = [r for r in rows if r.wait is not None]
-    return sum(r.wait or 0.0 for r in waited) / sum(r.dur for r in waited)
+    return sum(r.wait or 0.0 for r in rows) / sum(r.dur for r in rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--regime", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--steps", type=int, default=40, help="steps per epoch")
     parser.add_argument("--pairs", type=int, default=3, help="scenario/cached fits per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hold-ms", type=float, default=20.0, help="GPU-like step hold")
+    parser.add_argument("--only", default="", help="run the scenarios whose name contains this")
     args = parser.parse_args()
+    hold_s = args.hold_ms / 1e3
+    scenarios = GPU_SCENARIOS if args.regime == "gpu" else CPU_SCENARIOS
+    scenarios = [s for s in scenarios if args.only in s.name]
 
-    model = make_model()
-    compute_only = wrap(args.steps, 0.0, hidden=False, cached=False)
-    for _ in range(3):  # trace, then warm up: the first fits after tracing run slow
-        run(model, compute_only)
-    # C sets the delays: an overestimate shifts every scenario to more waiting.
-    compute = statistics.median(period_s(run(model, compute_only)) for _ in range(7))
+    models: dict[int, tf.keras.Model] = {}
+    compute_by_spe: dict[int, float] = {}
+    fed = Scenario("compute only", 0.0)
+    for spe in sorted({s.steps_per_execution for s in scenarios}):
+        models[spe] = make_model(args.regime, hold_s, spe)
+        compute_only = trial(fed, models[spe], args.steps, 0.0, cached=True)
+        for _ in range(3):  # trace, then warm up: the first fits after tracing run slow
+            compute_only.run()
+        # C sets the delays: an overestimate shifts every scenario to more waiting.
+        compute_by_spe[spe] = statistics.median(period_s(compute_only.run()) for _ in range(5))
+    print(
+        f"regime {args.regime}"
+        + (f", device hold {args.hold_ms:.0f} ms" if args.regime == "gpu" else "")
+    )
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"compute-only step period C: {compute * 1e3:.1f} ms")
-    scenarios = [
-        ("0 % wait", 0.0, False),
-        ("~30 % wait", compute / 0.7, False),
-        ("~60 % wait", compute / 0.4, False),
-        ("~80 % wait", compute / 0.2, False),
-        ("~60 % delay, hidden by parallel map + prefetch", compute / 0.4, True),
-    ]
-    header = f"{'scenario':48} {'delay ms':>9} {'period ms':>10} {'cached ms':>10} "
+    for spe, compute in compute_by_spe.items():
+        print(f"cached step period C (steps_per_execution {spe}): {compute * 1e3:.1f} ms")
+    header = f"{'scenario':40} {'period ms':>10} {'cached ms':>10} "
     header += f"{'truth %':>8} {'measured %':>11} {'error pp':>9} {'rest slower ms':>15}"
     print(header)
     errors = []
-    for name, delay_s, hidden in scenarios:
+    for scenario in scenarios:
+        model, compute = (
+            models[scenario.steps_per_execution],
+            compute_by_spe[scenario.steps_per_execution],
+        )
         periods, cacheds, truths, shares, slower = [], [], [], [], []
         for _ in range(args.rounds):
-            scenario = wrap(args.steps, delay_s, hidden=hidden, cached=False)
-            cached = wrap(args.steps, delay_s, hidden=hidden, cached=True)
+            live = trial(scenario, model, args.steps, compute, cached=False)
+            cached = trial(scenario, model, args.steps, compute, cached=True)
             rows: list[StepRow] = []
             cached_rows: list[StepRow] = []
             for _ in range(args.pairs):
                 # Scenario and cached twin alternate, so both see the same machine.
-                rows += run(model, scenario)
-                cached_rows += run(model, cached)
+                rows += live.run()
+                cached_rows += cached.run()
             period, cached_period = period_s(rows), period_s(cached_rows)
             periods.append(period)
             cacheds.append(cached_period)
             truths.append((period - cached_period) / period)  # unclipped: noise both ways
             shares.append(wait_share(rows))
             slower.append(rest_s(rows) - rest_s(cached_rows))
-        period, cached_period = statistics.median(periods), statistics.median(cacheds)
         truth, measured = statistics.median(truths), statistics.median(shares)
         error = statistics.median(m - t for m, t in zip(shares, truths, strict=True)) * 100
         errors.append(abs(error))
         print(
-            f"{name:48} {delay_s * 1e3:9.1f} {period * 1e3:10.1f} {cached_period * 1e3:10.1f} "
-            f"{truth * 100:8.1f} {measured * 100:11.1f} {error:+9.1f} "
-            f"{statistics.median(slower) * 1e3:+15.2f}"
+            f"{scenario.name:40} {statistics.median(periods) * 1e3:10.1f} "
+            f"{statistics.median(cacheds) * 1e3:10.1f} {truth * 100:8.1f} {measured * 100:11.1f} "
+            f"{error:+9.1f} {statistics.median(slower) * 1e3:+15.2f}",
+            flush=True,
         )
-    print(f"max |error|: {max(errors):.1f} pp (target ≤ 5 pp); "
+    print(f"max |error|: {max(errors):.1f} pp (target ≤ {TARGET_PP:.0f} pp); "
           f"median {statistics.median(errors):.1f} pp")  # fmt: skip
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -152,3 +152,18 @@ def test_stamp_table_keeps_request_times() -> None:
     table = StampTable.of({(1, 0): Stamp(2.0, 4, requested=1.5), (1, 1): Stamp(3.0, None)})
     assert table.get((1, 0)) == Stamp(2.0, 4, requested=1.5)
     assert table.get((1, 1)) == Stamp(3.0, None, requested=None)
+
+
+def test_split_execution_epoch_end_work_after_the_return_is_not_compute() -> None:
+    # The execution of the epoch's last steps returned at 11.1; Keras's epoch-end work ran
+    # until 11.25. The steps still lost 0.1 s each, and the last step's row runs to the end.
+    execution = Execution(first_step=4, n=3, begin=10.0, end=11.25, epoch_start=False)
+    execution.returned = 11.1
+    stamps_ = [
+        Stamp(10.3, 16, requested=10.0),
+        Stamp(10.6, 16, requested=10.3),
+        Stamp(10.9, 16, requested=10.6),
+    ]
+    rows = split_execution(execution, stamps_)
+    assert [r.wait for r in rows] == pytest.approx([0.3, 0.1, 0.1], abs=1e-6)
+    assert sum(r.dur for r in rows) == pytest.approx(1.25)

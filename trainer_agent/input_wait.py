@@ -59,6 +59,9 @@ class Execution:
     end: float
     epoch_start: bool
     count_wait: bool = True
+    # When the train function returned (its batch-end hook), if known: the steps' compute
+    # ends there; what follows until `end` (Keras's epoch-end work) is no step's compute.
+    returned: float | None = None
 
 
 @dataclass
@@ -287,10 +290,10 @@ def split_execution(execution: Execution, stamps: Sequence[Stamp] | None) -> lis
     step computes (Keras's execution loop asks for element j + 1 as soon as j is handed over),
     so the time a fetch blocked overlaps compute and summing it counts waits that cost
     nothing. The time actually lost is the time the chain of steps sat idle for want of
-    input: with one compute time c per step (solved so that the chain ends at the execution's
-    end), step j computes from max(its hand-over, the end of step j - 1) for c, and it waited
-    from the end of step j - 1 (or its request, if later) to its hand-over. Where the steps
-    themselves ask in turn, this equals the blocked time.
+    input: with one compute time c per step (solved so that the chain ends when the train
+    function returned), step j computes from max(its hand-over, the end of step j - 1) for c,
+    and it waited from the end of step j - 1 (or its request, if later) to its hand-over.
+    Where the steps themselves ask in turn, this equals the blocked time.
     """
     n, begin, end = execution.n, execution.begin, execution.end
     if stamps is None or not execution.count_wait:
@@ -300,7 +303,8 @@ def split_execution(execution: Execution, stamps: Sequence[Stamp] | None) -> lis
             StepRow(execution.first_step + j, begin + j * each, each, None, sizes[j])
             for j in range(n)
         ]
-    compute = _solve_compute_s(begin, end, [s.ts for s in stamps]) if n > 1 else 0.0
+    compute_end = end if execution.returned is None else min(end, execution.returned)
+    compute = _solve_compute_s(begin, compute_end, [s.ts for s in stamps]) if n > 1 else 0.0
     rows = []
     t = begin  # when the previous step's compute ended: this step's start
     for j, stamp in enumerate(stamps):
