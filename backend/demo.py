@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import httpx
 
@@ -84,10 +85,29 @@ def ensure_demo_rule(server_url: str) -> None:
         print(f"  (could not create the demo alert rule: {error})", flush=True)
 
 
+def wait_until_ended(server_url: str, run_id: int, *, timeout_s: float = 60.0) -> bool:
+    """Wait until the server has stored the run's end (the agent delivers it after fit()
+    returns, in the background). An ended run's diagnosis is judged on its stored steps, so
+    from then on it is final."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            run = httpx.get(f"{server_url}/api/v1/runs/{run_id}", timeout=10).json()
+            if run.get("status") != "running":
+                return True
+        except (httpx.HTTPError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
 def report_run(server_url: str, run_id: int | None) -> None:
-    """Print the run's verdict, its evidence and advice, and its alerts."""
+    """Print the run's final verdict, its evidence and advice, and its alerts."""
     if run_id is None:
         return
+    if not wait_until_ended(server_url, run_id):
+        print("  (the run's end has not reached the server yet: this verdict may change)")
     try:
         diagnosis = httpx.get(f"{server_url}/api/v1/runs/{run_id}/diagnosis", timeout=10).json()
         alerts = httpx.get(
@@ -162,13 +182,17 @@ def train_demo_runs(server_url: str, *, epochs: int) -> None:
             config={"batch_size": 64, "pipeline": name.split("-")[0], "epochs": epochs},
             tags=["demo"],
         )
-        print(f"Training {name} ...", flush=True)
-        model.fit(callback.wrap(make_dataset()), epochs=epochs, callbacks=[callback], verbose=2)
-        session = callback.run_session
-        run_id = getattr(getattr(session, "sender", None), "run_id", None) or _last_run_id(
-            server_url, name
+        # The callback lets go of its run session when fit() ends; its sender knows the run id.
+        kept: dict[str, Any] = {}
+        keep = tf.keras.callbacks.LambdaCallback(
+            on_train_begin=lambda logs, kept=kept, cb=callback: kept.update(session=cb.run_session)
         )
-        report_run(server_url, run_id)
+        print(f"Training {name} ...", flush=True)
+        model.fit(
+            callback.wrap(make_dataset()), epochs=epochs, callbacks=[callback, keep], verbose=2
+        )
+        run_id = getattr(getattr(kept.get("session"), "sender", None), "run_id", None)
+        report_run(server_url, run_id or _last_run_id(server_url, name))
 
 
 def _last_run_id(server_url: str, name: str) -> int | None:

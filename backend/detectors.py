@@ -117,8 +117,17 @@ class Detectors:
     def rules_changed(self) -> None:
         self._rules_stale = True
 
-    def current(self, run_id: int) -> Diagnosis | None:
-        return self.verdicts.get(run_id)
+    def diagnose_now(self, run_id: int) -> Diagnosis | None:
+        """The verdict over the run's window as it is now, with every batch observed so far.
+
+        The verdict the tick keeps (`verdicts`) may predate the last batches; a reader must
+        not get it. None when the run is not watched. Call it on the event loop: the window
+        is fed there.
+        """
+        window = self.windows.get(run_id)
+        if window is None:
+            return None
+        return self._diagnose(window, time.monotonic(), run_id in self.connections.run_ids())
 
     # -- the tick ---------------------------------------------------------------------------
 

@@ -23,10 +23,16 @@ FAST_DETECTORS = {
 class ScriptedAgent:
     """Speaks the real agent protocol over the real WebSocket; the test decides the numbers."""
 
-    def __init__(self, server: ServerProcess, name: str = "scripted", project: str = "tests"):
+    def __init__(
+        self,
+        server: ServerProcess,
+        name: str = "scripted",
+        project: str = "tests",
+        run_key: str | None = None,
+    ):
         self.ws = connect(f"{server.ws_url}/api/v1/agent").__enter__()
         hello = {
-            "type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": name,
+            "type": "hello", "protocol": 1, "run_key": run_key or uuid.uuid4().hex, "name": name,
             "project": project, "host": "h1",
         }  # fmt: skip
         self.ws.send(json.dumps(hello))

@@ -225,7 +225,7 @@ async def _acknowledge(
     in_flight: "asyncio.Queue[_InFlight | None]",
     failed: asyncio.Event,
 ) -> None:
-    """Ack each queued frame once stored, in order, and publish what it changed.
+    """Publish what each queued frame changed once it is stored, then ack it, in order.
 
     Runs until the reader is done, even after the socket closed: a batch committed after the
     agent went away still updates the run's summary, the gauges and the detectors.
@@ -255,17 +255,19 @@ async def _acknowledge(
                     )
                 connected = False
             continue
+        # Published before the ack: whoever the agent tells next (a user reading the
+        # diagnosis after fit() returned) must find the detectors holding what was stored.
         frame = item.frame
         if isinstance(frame, End):
-            await reply({"type": "ack", "end": True})
             public = publish_run_ended(state, result)
+            await reply({"type": "ack", "end": True})
             continue
-        await reply({"type": "ack", "seq": frame.seq})
         if result is None:
             telemetry.replays.inc()
-            continue
-        public = _refreshed(public, result)
-        _publish_stored_batch(state, public, frame, hello.rank)
+        else:
+            public = _refreshed(public, result)
+            _publish_stored_batch(state, public, frame, hello.rank)
+        await reply({"type": "ack", "seq": frame.seq})
 
 
 def _seq_of(text: str) -> int | None:

@@ -4,41 +4,50 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from backend.deps import RunId, SessionDep, ViewerAuth
-from backend.diagnosis import Diagnosis, diagnose
+from backend.diagnosis import Diagnosis, Verdict, diagnose
 from backend.diagnosis_store import list_events, starved_ranges, window_from_db
-from backend.models import RunEventsPublic
+from backend.models import RunEventsPublic, RunStatus
 from backend.queries import get_run
 
 router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
 
 
 @router.get("/runs/{run_id}/diagnosis")
-def read_diagnosis(
+async def read_diagnosis(
     run_id: RunId,
     request: Request,
     session: SessionDep,
     window_s: Annotated[float | None, Query(gt=0, le=86_400)] = None,
 ) -> Diagnosis:
-    """The live verdict over the server's sliding window, or, for a run not being watched
-    (or with an explicit `window_s`), the verdict over the last `window_s` seconds stored."""
-    run = get_run(session=session, run_id=run_id)
-    settings = request.app.state.settings
-    detectors = request.app.state.detectors
-    if window_s is None:
-        live = detectors.current(run_id)
-        if live is not None:
+    """The verdict over the run's last `window_s` seconds (default: the server's window).
+
+    A running run this server watches is judged on its live window, which holds every batch
+    acknowledged so far. Otherwise, and when that window holds too few steps for a verdict
+    (it may have begun after steps were stored, as after a restart), or with an explicit
+    `window_s`, the verdict is judged on the stored steps: an ended run's answer is final.
+    """
+    state = request.app.state
+    settings, detectors = state.settings, state.detectors
+    run = await run_in_threadpool(get_run, session=session, run_id=run_id)
+    running = run.status == RunStatus.running
+    if window_s is None and running:
+        # Judged here, on the event loop that feeds the window, not in a worker thread.
+        live = detectors.diagnose_now(run_id)
+        if live is not None and live.verdict != Verdict.insufficient_data:
             return live
-        window_s = settings.diagnosis_window_s
-    window = window_from_db(session=session, run=run, window_s=window_s)
+    window = await run_in_threadpool(
+        window_from_db, session=session, run=run, window_s=window_s or settings.diagnosis_window_s
+    )
     watched = detectors.windows.get(run_id)
     if watched is not None:  # stall detection needs the live arrival times
         window.last_step_at = watched.last_step_at
     return diagnose(
         window,
         now=time.monotonic(),
-        connected=run_id in request.app.state.connections.run_ids(),
+        connected=run_id in state.connections.run_ids(),
         min_steps=settings.diagnosis_min_steps,
         stall_min_s=settings.stall_min_s,
         stall_step_factor=settings.stall_step_factor,
