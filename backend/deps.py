@@ -2,13 +2,15 @@
 
 import hmac
 from collections.abc import Iterator
+from enum import StrEnum
 from typing import Annotated
 
-from fastapi import Depends, Path, Query
+from fastapi import Depends, Path, Query, WebSocket
+from fastapi.responses import JSONResponse
 from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
-from backend.errors import Unauthorized
+from backend.errors import Forbidden, StokerError, Unauthorized
 from backend.live import LiveHub
 from backend.settings import Settings
 from backend.writer import Writer
@@ -58,19 +60,54 @@ def token_matches(expected: str | None, presented: str | None) -> bool:
     )
 
 
-def require_view_token(conn: HTTPConnection, settings: SettingsDep) -> None:
-    # An agent token also grants reading: an agent may need to look up its own run.
+class TokenKind(StrEnum):
+    agent = "agent"  # delivers: the agent WebSocket and POST /ingest (fallback, upload)
+    viewer = "viewer"  # reads, and the UI's edits
+
+
+_WRONG_KIND = {
+    TokenKind.viewer: "the agent token only delivers runs; reading needs the viewer token",
+    TokenKind.agent: "the viewer token cannot deliver runs; sending needs the agent token",
+}
+
+
+def check_token(conn: HTTPConnection, settings: Settings, needed: TokenKind) -> None:
+    """Raise unless `conn` presents the `needed` token, or that token is not set (then this
+    side is open to anyone, whichever token they present).
+
+    The tokens grant disjoint rights: the agent token sits in every training job's
+    environment, so it must not read what other runs hold. A valid token of the other kind
+    is a 403, a missing or wrong one a 401.
+    """
+    expected, other = (
+        (settings.agent_token, settings.view_token)
+        if needed == TokenKind.agent
+        else (settings.view_token, settings.agent_token)
+    )
     presented = presented_token(conn)
-    if token_matches(settings.view_token, presented):
+    if token_matches(expected, presented):
         return
-    if settings.agent_token and token_matches(settings.agent_token, presented):
-        return
-    raise Unauthorized("a valid viewer token is required (Authorization: Bearer <token>)")
+    if other and token_matches(other, presented):
+        raise Forbidden(_WRONG_KIND[needed])
+    raise Unauthorized(f"a valid {needed} token is required (Authorization: Bearer <token>)")
+
+
+async def refuse_websocket(websocket: WebSocket, error: StokerError) -> None:
+    """Refuse a WebSocket handshake as HTTP (401/403, `{"detail": ...}`) where the server
+    supports denial responses; else a policy-violation close, which clients see as 403."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        body = JSONResponse({"detail": error.detail}, status_code=error.status_code)
+        await websocket.send_denial_response(body)
+    else:
+        await websocket.close(code=1008, reason=error.detail)
+
+
+def require_view_token(conn: HTTPConnection, settings: SettingsDep) -> None:
+    check_token(conn, settings, TokenKind.viewer)
 
 
 def require_agent_token(conn: HTTPConnection, settings: SettingsDep) -> None:
-    if not token_matches(settings.agent_token, presented_token(conn)):
-        raise Unauthorized("a valid agent token is required (Authorization: Bearer <token>)")
+    check_token(conn, settings, TokenKind.agent)
 
 
 ViewerAuth = Depends(require_view_token)

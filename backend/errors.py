@@ -24,6 +24,12 @@ class Unauthorized(StokerError):
     status_code = 401
 
 
+class Forbidden(StokerError):
+    """A valid token that does not grant this (the agent token reading, say)."""
+
+    status_code = 403
+
+
 class BadRequest(StokerError):
     """Input that parsed but makes no sense (an unknown field name, a malformed id list)."""
 

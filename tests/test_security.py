@@ -78,11 +78,70 @@ def test_every_http_route_refuses_missing_and_wrong_tokens(locked_server: Server
         right = AGENT if (method, path) in AGENT_ONLY else VIEW
         response = httpx.request(method, url, headers={"Authorization": f"Bearer {right}"}, json={})
         assert response.status_code != 401, (method, path)
-        if (method, path) in AGENT_ONLY:
-            response = httpx.request(
-                method, url, headers={"Authorization": f"Bearer {VIEW}"}, json={}
-            )
-            assert response.status_code == 401, (method, path)
+
+
+def _refused_as_wrong_kind(response: httpx.Response, needed: str) -> bool:
+    """403 with a JSON message naming the token that is needed."""
+    return response.status_code == 403 and f"{needed} token" in response.json()["detail"]
+
+
+def test_agent_token_is_refused_on_every_read_route(locked_server: ServerProcess) -> None:
+    """The agent token sits in every training job's environment: it must not read."""
+    reads = [op for op in _operations(locked_server) if op not in AGENT_ONLY]
+    assert ("get", "/api/v1/runs") in reads and ("get", "/metrics") in reads
+    for method, path in reads:
+        for auth in (
+            {"headers": {"Authorization": f"Bearer {AGENT}"}},
+            {"params": {"token": AGENT}},
+        ):
+            response = httpx.request(method, f"{locked_server.url}{path}", json={}, **auth)
+            assert _refused_as_wrong_kind(response, "viewer"), (method, path, response.text)
+
+
+def test_view_token_is_refused_on_ingest_and_stores_nothing(locked_server: ServerProcess) -> None:
+    view = {"Authorization": f"Bearer {VIEW}"}
+    run = hello(name="sent-with-the-view-token")
+    response = httpx.post(f"{locked_server.url}/api/v1/ingest", json={"hello": run}, headers=view)
+    assert _refused_as_wrong_kind(response, "agent")
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"{locked_server.ws_url}/api/v1/agent?token={VIEW}")
+    assert refused.value.response.status_code == 403
+    assert "agent token" in json.loads(refused.value.response.body)["detail"]
+    runs = httpx.get(f"{locked_server.url}/api/v1/runs", params={"q": run["name"]}, headers=view)
+    assert runs.status_code == 200 and runs.json()["count"] == 0
+
+
+def test_live_socket_refuses_the_agent_token_with_a_json_403(locked_server: ServerProcess) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"{locked_server.ws_url}/api/v1/live?token={AGENT}")
+    assert refused.value.response.status_code == 403
+    assert "viewer token" in json.loads(refused.value.response.body)["detail"]
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"{locked_server.ws_url}/api/v1/live?token=wrong")
+    assert refused.value.response.status_code == 401
+
+
+def test_each_token_works_where_it_belongs(locked_server: ServerProcess) -> None:
+    """The agent token delivers over both paths; the viewer token reads what it delivered."""
+    name = "delivered-with-the-agent-token"
+    agent = {"Authorization": f"Bearer {AGENT}"}
+    batch = {"type": "batch", "seq": 1, "steps": {"step": [0], "t": [1.7e9], "dur": [0.1]}}
+    response = httpx.post(
+        f"{locked_server.url}/api/v1/ingest",
+        json={"hello": hello(name=name), "batches": [batch], "end": {"type": "end"}},
+        headers=agent,
+    )
+    assert response.status_code == 200 and response.json()["acked"] == [1]
+    with connect(f"{locked_server.ws_url}/api/v1/agent", additional_headers=agent) as ws:
+        ws.send(json.dumps(hello(name=name)))
+        assert json.loads(ws.recv(timeout=10))["type"] == "welcome"
+        ws.send(json.dumps({**batch, "steps": {**batch["steps"], "t": [1.7e9 + 1]}}))
+        assert json.loads(ws.recv(timeout=10)) == {"type": "ack", "seq": 1}
+    view = {"Authorization": f"Bearer {VIEW}"}
+    runs = httpx.get(f"{locked_server.url}/api/v1/runs", params={"q": name}, headers=view)
+    assert runs.status_code == 200 and runs.json()["count"] == 2
+    with connect(f"{locked_server.ws_url}/api/v1/live?token={VIEW}") as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] in ("run", "notice")
 
 
 def test_token_in_query_parameter_is_accepted(locked_server: ServerProcess) -> None:
@@ -95,7 +154,8 @@ def test_token_in_query_parameter_is_accepted(locked_server: ServerProcess) -> N
 def test_websockets_refuse_missing_and_wrong_tokens(
     locked_server: ServerProcess, path: str
 ) -> None:
-    for suffix in ("", "?token=wrong", f"?token={VIEW if path.endswith('agent') else 'x'}"):
+    other_kind = VIEW if path.endswith("agent") else AGENT
+    for suffix in ("", "?token=wrong", f"?token={other_kind}"):
         with (
             pytest.raises((InvalidStatus, ConnectionClosed)),
             connect(f"{locked_server.ws_url}{path}{suffix}") as ws,
@@ -151,3 +211,34 @@ def test_oversize_websocket_frame_closes_with_1009(locked_server: ServerProcess)
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+@pytest.mark.parametrize("only", ["agent", "view"])
+def test_with_one_token_set_only_its_side_is_locked(tmp_path: Path, only: str) -> None:
+    """STOKER_AGENT_TOKEN alone locks delivery and leaves reading open; STOKER_VIEW_TOKEN
+    alone locks reading and leaves delivery open (docs/api.md, "Authentication")."""
+    token = AGENT if only == "agent" else VIEW
+    env = {"STOKER_AGENT_TOKEN" if only == "agent" else "STOKER_VIEW_TOKEN": token}
+    server = ServerProcess(data_dir=tmp_path / "server", env=env).start()
+    try:
+        bearer = {"Authorization": f"Bearer {token}"}
+        ingest = f"{server.url}/api/v1/ingest"
+        runs = f"{server.url}/api/v1/runs"
+        open_ingest = httpx.post(ingest, json={"hello": hello()})
+        if only == "agent":
+            assert open_ingest.status_code == 401 and "agent token" in open_ingest.json()["detail"]
+            assert httpx.post(ingest, json={"hello": hello()}, headers=bearer).status_code == 200
+            open_read = httpx.get(runs)
+            assert open_read.status_code == 200 and open_read.json()["count"] == 1
+            with connect(f"{server.ws_url}/api/v1/live") as ws:
+                assert json.loads(ws.recv(timeout=10))["type"] in ("run", "notice")
+        else:
+            assert open_ingest.status_code == 200
+            with connect(f"{server.ws_url}/api/v1/agent") as ws:
+                ws.send(json.dumps(hello()))
+                assert json.loads(ws.recv(timeout=10))["type"] == "welcome"
+            open_read = httpx.get(runs)
+            assert open_read.status_code == 401 and "viewer token" in open_read.json()["detail"]
+            assert httpx.get(runs, headers=bearer).json()["count"] == 2
+    finally:
+        server.stop()

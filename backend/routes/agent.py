@@ -10,8 +10,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request, WebSocket
 from pydantic import Field, TypeAdapter, ValidationError
 
-from backend.deps import AgentAuth, HubDep, WriterDep, presented_token, token_matches
-from backend.errors import PayloadTooLarge
+from backend.deps import AgentAuth, HubDep, TokenKind, WriterDep, check_token, refuse_websocket
+from backend.errors import PayloadTooLarge, StokerError
 from backend.ingest import BatchJob, end_run, open_run, store_batch
 from backend.live import LiveHub
 from backend.models import Run, RunPublic, RunStatus, RunSummary
@@ -25,7 +25,6 @@ router = APIRouter(prefix="/api/v1", tags=["agent"])
 AgentFrame = TypeAdapter(Annotated[Batch | End, Field(discriminator="type")])
 
 # WebSocket close codes (RFC 6455 and the private 4000 range).
-CLOSE_POLICY = 1008
 CLOSE_UNSUPPORTED_DATA = 1003
 CLOSE_TOO_BIG = 1009
 CLOSE_SERVER_ERROR = 1011
@@ -113,9 +112,11 @@ def _refreshed(run: RunPublic, fields: dict[str, Any]) -> RunPublic:
 async def agent_socket(websocket: WebSocket) -> None:
     state = websocket.app.state
     settings, writer, telemetry = state.settings, state.writer, state.telemetry
-    if not token_matches(settings.agent_token, presented_token(websocket)):
+    try:
+        check_token(websocket, settings, TokenKind.agent)
+    except StokerError as error:
         telemetry.rejects.labels("unauthorized").inc()
-        await websocket.close(code=CLOSE_POLICY, reason="a valid agent token is required")
+        await refuse_websocket(websocket, error)
         return
     await websocket.accept()
     telemetry.connections.inc()

@@ -8,7 +8,8 @@ import logging
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from sqlmodel import Session
 
-from backend.deps import presented_token, token_matches
+from backend.deps import TokenKind, check_token, refuse_websocket
+from backend.errors import StokerError
 from backend.live import LiveClient
 from backend.queries import list_runs_json
 
@@ -17,18 +18,12 @@ router = APIRouter(prefix="/api/v1", tags=["live"])
 MAX_COMMAND_BYTES = 4096
 
 
-def _viewer_allowed(websocket: WebSocket) -> bool:
-    settings = websocket.app.state.settings
-    presented = presented_token(websocket)
-    if token_matches(settings.view_token, presented):
-        return True
-    return bool(settings.agent_token) and token_matches(settings.agent_token, presented)
-
-
 @router.websocket("/live")
 async def live_socket(websocket: WebSocket) -> None:
-    if not _viewer_allowed(websocket):
-        await websocket.close(code=1008, reason="a valid viewer token is required")
+    try:
+        check_token(websocket, websocket.app.state.settings, TokenKind.viewer)
+    except StokerError as error:
+        await refuse_websocket(websocket, error)
         return
     await websocket.accept()
     hub = websocket.app.state.hub
