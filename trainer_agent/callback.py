@@ -1,13 +1,13 @@
 """`StokerCallback`: step timing, input wait and scalar logs for `model.fit`."""
 
 import logging
+import os
 import time
 from typing import Any
 
-import keras
-
 from trainer_agent.config import AgentConfig
-from trainer_agent.environment import collect, detect_rank
+from trainer_agent.environment import collect_later, detect_rank, plain_int
+from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.input_wait import (
     Execution,
     StampRing,
@@ -26,9 +26,30 @@ log = logging.getLogger("trainer_agent")
 # or after this long.
 READ_EVERY_CALLS = 50
 READ_EVERY_S = 1.0
+# Every Keras hook the callback overrides; each is guarded (trainer_agent/guard.py).
+GUARDED_HOOKS = (
+    "on_train_begin", "on_train_batch_begin", "on_train_batch_end", "on_test_begin",
+    "on_epoch_end", "on_train_end",
+)  # fmt: skip
 
 
-class StokerCallback(keras.callbacks.Callback):
+def _keras_callback_base() -> type:
+    """The `Callback` class of the Keras whose `fit` will run: tf_keras when TensorFlow is
+    told to use it (`TF_USE_LEGACY_KERAS`, TensorFlow's own switch), else Keras 3. Each
+    Keras refuses the other's callbacks."""
+    if os.environ.get("TF_USE_LEGACY_KERAS", "") in ("true", "True", "1"):
+        try:
+            import tf_keras
+
+            return tf_keras.callbacks.Callback
+        except ImportError:
+            pass
+    import keras
+
+    return keras.callbacks.Callback
+
+
+class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
     """Streams every training step of `model.fit` to a Stoker server.
 
     A step's time is measured from one `on_train_batch_begin` to the next, so it includes
@@ -37,7 +58,8 @@ class StokerCallback(keras.callbacks.Callback):
     `tf.data` pipeline stamps when each element is asked for and when it is handed over.
     The batch hooks only append to memory; the stamps are read every ~50 steps, the scalar
     logs kept every `every_n_batches` steps. All I/O happens in one background thread; if
-    the server is down, training is unaffected. Each `fit()` call is one run.
+    the server is down, training is unaffected. Each `fit()` call is one run. If the agent
+    itself fails, it logs why once, ends its run and stays off; training goes on.
 
     Args:
         run_name: Name shown in the UI. Defaults to a short random id.
@@ -60,6 +82,8 @@ class StokerCallback(keras.callbacks.Callback):
     # The batch-end hook only appends to a locked buffer, so Keras may dispatch it from
     # another thread (backends that support that; with TensorFlow all hooks are synchronous).
     async_safe = True
+    # tf_keras: hand the batch logs over as tensors; only every n-th step's are converted.
+    _supports_tf_logs = True
 
     def __init__(
         self,
@@ -96,6 +120,12 @@ class StokerCallback(keras.callbacks.Callback):
         self._last_read = 0.0
         self._wall_to_perf_s = 0.0
         self._next_log_step = 0
+        self._guard = Guard(
+            self,
+            {name: None for name in GUARDED_HOOKS} | {"wrap": _unwrapped},
+            on_disable=self._end_disabled_run,
+        )
+        self._fault = self._guard.fault  # tests only; one cheap check per hook
 
     @property
     def run_session(self) -> RunSession | None:
@@ -107,36 +137,43 @@ class StokerCallback(keras.callbacks.Callback):
         The elements are unchanged. Wrap the dataset you pass to `fit` as the training data.
         """
         try:
+            if self._fault is not None:
+                self._guard.inject("wrap")
             if self._ring is None:
                 self._ring = StampRing()
             self._input_pipeline = describe_pipeline(dataset)  # for the diagnosis's advice
             return self._ring.wrap(dataset)
-        except Exception:
-            log.exception("Stoker could not wrap the dataset; input wait will not be measured")
+        except Exception as error:
+            self._guard.trip("wrap", error)
             return dataset
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        try:
+            if self._fault is not None:
+                self._guard.inject("on_train_begin")
+            self._begin_run()
+        except Exception as error:
+            self._guard.trip("on_train_begin", error)
+
+    def _begin_run(self) -> None:
         if self._session is not None:
             # The previous fit() never reached on_train_end: it raised.
             self._session.close_abnormally("failed")
             self._session = None
-        try:
-            nvml = shared_nvml()
-            environment = collect(
-                nvml, model=self.model, fit_params=self.params, all_gpus=self._agent_config.all_gpus
-            )
-            pipeline = getattr(self, "_input_pipeline", None)
-            if pipeline:  # what wrap saw of the tf.data pipeline, for the diagnosis's advice
-                environment["input_pipeline"] = pipeline
-            self._session = RunSession(
-                self._agent_config, environment=environment, rank=detect_rank(), nvml=nvml
-            )
-            self._session.before_abnormal_close = self._hand_over_completed_steps
-            self._session.start()
-        except Exception:
-            log.exception("Stoker could not start; training continues unmonitored")
-            self._session = None
-        self._steps_per_execution = max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+        nvml = shared_nvml()
+        pipeline = getattr(self, "_input_pipeline", None)  # for the diagnosis's advice
+        environment = collect_later(  # the slow part is read on the sender thread
+            nvml, model=self.model, fit_params=self.params, all_gpus=self._agent_config.all_gpus,
+            extra={"input_pipeline": pipeline} if pipeline else None,
+        )  # fmt: skip
+        self._session = RunSession(
+            self._agent_config, environment=environment, rank=detect_rank(), nvml=nvml
+        )
+        self._session.before_abnormal_close = self._hand_over_completed_steps
+        self._session.start()
+        self._steps_per_execution = max(
+            1, plain_int(getattr(self.model, "steps_per_execution", 1)) or 1
+        )
         self._steps_per_epoch = (self.params or {}).get("steps")
         self._resolver = WaitResolver()
         self._pending = []
@@ -147,53 +184,84 @@ class StokerCallback(keras.callbacks.Callback):
         self._wall_to_perf_s = time.time() - time.perf_counter()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        now = time.perf_counter()
-        self._close(now)
-        if self._session is None:
-            return
-        n = self._steps_per_execution
-        if self._steps_per_epoch:
-            n = max(1, min(n, self._steps_per_epoch - batch))
-        self._open = Execution(
-            first_step=self._step, n=n, begin=now, epoch_start=batch == 0, end=now,
-            count_wait=self._step > 0,
-        )  # fmt: skip
-        self._step += n
-        read_every = max(1, READ_EVERY_CALLS // self._steps_per_execution)
-        if len(self._pending) >= read_every or now - self._last_read >= READ_EVERY_S:
-            self._flush_pending(now)
+        try:
+            if self._fault is not None:
+                self._guard.inject("on_train_batch_begin")
+            now = time.perf_counter()
+            self._close(now)
+            if self._session is None:
+                return
+            n = self._steps_per_execution
+            if self._steps_per_epoch:
+                n = max(1, min(n, self._steps_per_epoch - batch))
+            self._open = Execution(
+                first_step=self._step, n=n, begin=now, epoch_start=batch == 0, end=now,
+                count_wait=self._step > 0,
+            )  # fmt: skip
+            self._step += n
+            read_every = max(1, READ_EVERY_CALLS // self._steps_per_execution)
+            if len(self._pending) >= read_every or now - self._last_read >= READ_EVERY_S:
+                self._flush_pending(now)
+        except Exception as error:
+            self._guard.trip("on_train_batch_begin", error)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        session = self._session
-        step = self._step - 1
-        if session is None or not logs or step < self._next_log_step:
-            return
-        self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
-        for name, value in logs.items():
-            try:
-                session.record_metric(step, str(name), float(value))
-            except (TypeError, ValueError):
-                continue
+        try:
+            if self._fault is not None:
+                self._guard.inject("on_train_batch_end")
+            if self._steps_per_execution > 1 and self._open is not None:
+                self._open.returned = time.perf_counter()  # the end of the steps' compute
+            session = self._session
+            step = self._step - 1
+            if session is None or not logs or step < self._next_log_step:
+                return
+            self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
+            for name, value in logs.items():
+                try:
+                    session.record_metric(step, str(name), float(value))
+                except (TypeError, ValueError):
+                    continue
+        except Exception as error:
+            self._guard.trip("on_train_batch_end", error)
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
-        # Validation runs after the epoch's last step; it must not count as step time.
-        self._close(time.perf_counter())
+        try:
+            if self._fault is not None:
+                self._guard.inject("on_test_begin")
+            # Validation runs after the epoch's last step; it must not count as step time.
+            self._close(time.perf_counter())
+        except Exception as error:
+            self._guard.trip("on_test_begin", error)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        now = time.perf_counter()
-        self._close(now)
-        self._flush_pending(now)
+        try:
+            if self._fault is not None:
+                self._guard.inject("on_epoch_end")
+            now = time.perf_counter()
+            self._close(now)
+            self._flush_pending(now)
+        except Exception as error:
+            self._guard.trip("on_epoch_end", error)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
-        now = time.perf_counter()
-        self._close(now)
-        self._flush_pending(now)
-        if self._session is not None:
-            try:
-                self._session.close("finished")
-            except Exception:
-                log.exception("Stoker could not flush its records")
-            self._session = None
+        try:
+            if self._fault is not None:
+                self._guard.inject("on_train_end")
+            now = time.perf_counter()
+            self._close(now)
+            self._flush_pending(now)
+            session, self._session = self._session, None
+            if session is not None:
+                session.close("finished", wait=False)  # delivered in the background (§ agent.md)
+        except Exception as error:
+            self._guard.trip("on_train_end", error)
+
+    def _end_disabled_run(self, reason: str) -> None:
+        # The steps still held here are dropped: the state that raised is not trusted.
+        session, self._session = self._session, None
+        self._open, self._pending = None, []
+        if session is not None:
+            end_in_background(session, DISABLED_STATUS)
 
     def _hand_over_completed_steps(self) -> None:
         # The step that was open when training raised never completed: it is not recorded.
@@ -234,3 +302,8 @@ class StokerCallback(keras.callbacks.Callback):
             return
         for row in rows:
             session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
+
+
+def _unwrapped(dataset: Any) -> Any:
+    """`wrap` once the agent is disabled: the dataset as given."""
+    return dataset

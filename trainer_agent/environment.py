@@ -31,6 +31,24 @@ def _safe(fn: Callable[[], Any]) -> Any:
         return None
 
 
+def plain_int(value: Any) -> int | None:
+    """`value` as a Python int: an int, a NumPy scalar, a tensor, a `tf.Variable`, or a
+    distributed value (`MirroredVariable`, `PerReplica`; its first local component). None
+    when it holds no single integer (e.g. a symbolic tensor).
+
+    tf.keras 2.x keeps `steps_per_execution` in a variable, a `MirroredVariable` under a
+    distribution strategy, which `int()` refuses.
+    """
+    components = getattr(value, "values", None)  # tf.distribute.DistributedValues
+    if isinstance(components, tuple) and components:
+        value = components[0]
+    numpy = getattr(value, "numpy", None)
+    try:
+        return int(numpy() if callable(numpy) else value)
+    except Exception:
+        return None
+
+
 def jsonable(value: Any, depth: int = 0) -> Any:
     """`value` as plain JSON types (unknown objects become their repr)."""
     if value is None or isinstance(value, bool | int | str):
@@ -144,7 +162,7 @@ def model_facts(model: Any, fit_params: dict[str, Any] | None = None) -> dict[st
             "dtype_policy": _safe(lambda: model.dtype_policy.name),
         },
         "jit_compile": _safe(lambda: bool(model.jit_compile)),
-        "steps_per_execution": _safe(lambda: int(model.steps_per_execution)),
+        "steps_per_execution": _safe(lambda: plain_int(model.steps_per_execution)),
         "strategy": type(strategy).__name__ if strategy is not None else None,
         "replicas": _safe(lambda: int(strategy.num_replicas_in_sync)),
         "optimizer": (
@@ -188,3 +206,27 @@ def collect(
         if isinstance(value, dict):
             report.update(value)
     return jsonable(report)
+
+
+def collect_later(
+    nvml: Nvml,
+    *,
+    model: Any = None,
+    fit_params: dict[str, Any] | None = None,
+    all_gpus: bool = False,
+    extra: dict[str, Any] | None = None,
+) -> Callable[[], dict[str, Any]]:
+    """`collect` in two halves: what only the training thread may read (the model, the fit's
+    parameters; cheap) now, and a function that reads the rest (host, GPUs, TensorFlow's
+    build: tens of ms) on another thread and returns the whole report, `extra` included."""
+    training = _safe(lambda: jsonable(model_facts(model, fit_params))) if model is not None else None
+    extra = jsonable(extra or {})
+
+    def finish() -> dict[str, Any]:
+        report = collect(nvml, all_gpus=all_gpus)
+        if isinstance(training, dict):
+            report.update(training)
+        report.update(extra)
+        return report
+
+    return finish

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from trainer_agent.config import AgentConfig
 from trainer_agent.environment import collect, detect_rank
+from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.session import RunSession
 
@@ -34,7 +35,8 @@ class Monitor:
 
     A step runs from one request for a batch to the next; its input wait is the time the
     `next()` on your dataset took. `log()` keeps the scalars of every `every_n_batches`-th
-    step only, so tensors are converted (a device sync) rarely.
+    step only, so tensors are converted (a device sync) rarely. If the monitor itself fails,
+    it logs why once, ends its run and stays off; your loop and its data go on untouched.
 
     Args:
         run_name: Name shown in the UI.
@@ -83,18 +85,25 @@ class Monitor:
         self._step = 0
         self._open: tuple[int, float, float, int | None] | None = None
         self._next_log_step = 0
+        self._guard = Guard(
+            self,
+            {"start": lambda: self, "iterate": _untimed, "log": None, "close": None},
+            on_disable=self._end_disabled_run,
+        )
+        self._fault = self._guard.fault  # tests only; one cheap check per hook
 
     def start(self) -> "Monitor":
         try:
+            if self._fault is not None:
+                self._guard.inject("start")
             nvml = shared_nvml()
             environment = collect(nvml, all_gpus=self.config.all_gpus)
             self.session = RunSession(
                 self.config, environment=environment, rank=detect_rank(), nvml=nvml
             )
             self.session.start()
-        except Exception:
-            log.exception("Stoker could not start; training continues unmonitored")
-            self.session = None
+        except Exception as error:
+            self._guard.trip("start", error)
         return self
 
     def __enter__(self) -> "Monitor":
@@ -114,45 +123,78 @@ class Monitor:
             self.close("failed")
 
     def iterate(self, iterable: Iterable[T]) -> Iterator[T]:
-        """Yield the elements of `iterable`, timing each step and each wait for data."""
+        """Yield the elements of `iterable`, timing each step and each wait for data.
+
+        The iterable's own errors (and its end) reach the loop unchanged; if the timing fails,
+        the monitor is disabled and the rest of the elements are yielded untimed.
+        """
         iterator = iter(iterable)
         try:
             while True:
-                asked = time.perf_counter()
-                self._close_step(asked)
+                try:
+                    if self._fault is not None:
+                        self._guard.inject("iterate")
+                    asked = time.perf_counter()
+                    self._close_step(asked)
+                except Exception as error:
+                    self._guard.trip("iterate", error)
+                    break
                 try:
                     element = next(iterator)
                 except StopIteration:
                     return
-                got = time.perf_counter()
-                self._open = (self._step, asked, got - asked, batch_size_of(element))
-                self._step += 1
+                try:
+                    got = time.perf_counter()
+                    self._open = (self._step, asked, got - asked, batch_size_of(element))
+                    self._step += 1
+                except Exception as error:
+                    self._guard.trip("iterate", error)
+                    yield element
+                    break
                 yield element
         finally:
-            self._close_step(time.perf_counter())
+            try:
+                self._close_step(time.perf_counter())
+            except Exception as error:
+                self._guard.trip("iterate", error)
+        yield from iterator  # the guard tripped: the rest, untimed
 
     def log(self, **scalars: Any) -> None:
         """Record scalars (floats or tensors) for the current step, every n-th step."""
-        session = self.session
-        step = self._step - 1
-        if session is None or step < self._next_log_step:
-            return
-        self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
-        for name, value in scalars.items():
-            try:
-                session.record_metric(max(0, step), name, float(value))
-            except (TypeError, ValueError):
-                continue
+        try:
+            if self._fault is not None:
+                self._guard.inject("log")
+            session = self.session
+            step = self._step - 1
+            if session is None or step < self._next_log_step:
+                return
+            self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
+            for name, value in scalars.items():
+                try:
+                    session.record_metric(max(0, step), name, float(value))
+                except (TypeError, ValueError):
+                    continue
+        except Exception as error:
+            self._guard.trip("log", error)
 
     def close(self, status: str = "finished") -> None:
         """Flush what is recorded and end the run (bounded by the close timeout)."""
-        self._close_step(time.perf_counter())
-        session, self.session = self.session, None
-        if session is not None:
-            try:
+        try:
+            if self._fault is not None:
+                self._guard.inject("close")
+            self._close_step(time.perf_counter())
+            session, self.session = self.session, None
+            if session is not None:
                 session.close(status)
-            except Exception:
-                log.exception("Stoker could not flush its records")
+        except Exception as error:
+            self._guard.trip("close", error)
+
+    def _end_disabled_run(self, reason: str) -> None:
+        # The step still open is dropped: the state that raised is not trusted.
+        session, self.session = self.session, None
+        self._open = None
+        if session is not None:
+            end_in_background(session, DISABLED_STATUS)
 
     def _close_step(self, now: float) -> None:
         opened, self._open = self._open, None
@@ -160,3 +202,8 @@ class Monitor:
             return
         step, start, wait, size = opened
         self.session.record_step(step, start, now - start, wait, size)
+
+
+def _untimed(iterable: Iterable[T]) -> Iterator[T]:
+    """`iterate` once the monitor is disabled: the iterable's own iterator."""
+    return iter(iterable)
