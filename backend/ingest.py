@@ -17,12 +17,15 @@ from sqlalchemy.engine import Connection
 from sqlmodel import Session, select
 
 from backend.models import IngestCursor, Run, RunStatus, utc_now
-from backend.protocol import Batch, Hello, _Columns
+from backend.protocol import Batch, EpochColumns, Hello, _Columns
 from backend.summary import (
     add_agent_counters,
     add_device_samples,
     add_metrics,
     add_steps,
+    epoch_metric_summary,
+    metric_goal,
+    set_unsent_steps,
     summarize,
 )
 
@@ -180,9 +183,47 @@ def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) ->
         )
     if batch.host is not None and len(batch.host):
         _insert(connection, "hostsample", batch.host, run_id=run_id, rank=rank)
+    if batch.epochs is not None and len(batch.epochs):
+        stats = _store_epochs(connection, run_id=run_id, epochs=batch.epochs, stats=stats)
     if batch.agent is not None:
         stats = add_agent_counters(stats, stream=job.stream, counters=batch.agent.model_dump())
     return stats
+
+
+# A run's summary lists at most this many epoch metrics (the rows are all stored).
+MAX_SUMMARY_EPOCH_METRICS = 200
+
+
+def _store_epochs(
+    connection: Connection, *, run_id: int, epochs: EpochColumns, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """Store epoch rows (an epoch reported again replaces the stored one: a resumed run) and
+    return `stats` with the last and best value of each metric the batch touched."""
+    mark = _placeholder(connection)
+    _executemany(
+        connection,
+        "INSERT INTO epochmetric (run_id, epoch, step, t, name, value) "
+        f"VALUES ({', '.join([mark] * 6)}) ON CONFLICT (run_id, name, epoch) DO UPDATE SET "
+        "step = excluded.step, t = excluded.t, value = excluded.value",
+        zip(repeat(run_id), epochs.epoch, epochs.step, epochs.t, epochs.name, epochs.value),
+    )
+    summaries = dict(stats.get("epoch_metrics", {}))
+    room = MAX_SUMMARY_EPOCH_METRICS - len(summaries)
+    touched = [n for n in dict.fromkeys(epochs.name) if n in summaries]
+    touched += [n for n in dict.fromkeys(epochs.name) if n not in summaries][: max(room, 0)]
+    if not touched:
+        return stats
+    config = connection.execute(sa_select(Run.config).where(Run.id == run_id)).scalar() or {}
+    for name in touched:
+        rows = connection.exec_driver_sql(
+            "SELECT epoch, value FROM epochmetric "
+            f"WHERE run_id = {mark} AND name = {mark} ORDER BY epoch",
+            (run_id, name),
+        ).all()
+        summaries[name] = epoch_metric_summary(
+            [(int(e), v) for e, v in rows], goal=metric_goal(name, config)
+        )
+    return {**stats, "epoch_metrics": summaries}
 
 
 def _placeholder(connection: Connection) -> str:
@@ -302,10 +343,15 @@ def _update_rollups(
     )
 
 
-def end_run(*, session: Session, run_id: int, status: RunStatus) -> Run:
-    """Mark a run ended with `status`."""
+def end_run(
+    *, session: Session, run_id: int, status: RunStatus, stream: str = "", unsent_steps: int = 0
+) -> Run:
+    """Mark a run ended with `status`; `unsent_steps` of its `stream` are still to come."""
     run = session.get(Run, run_id)
     assert run is not None
+    if unsent_steps or run.stats.get("unsent_steps"):
+        run.stats = set_unsent_steps(run.stats, stream=stream, steps=unsent_steps)
+        run.summary = summarize(run.stats).model_dump()
     run.status = status
     run.ended_at = utc_now()
     run.last_seen_at = run.ended_at
@@ -334,8 +380,8 @@ def update_run(*, session: Session, run_id: int, changes: dict[str, Any]) -> Run
 
 # Child tables first; every row of a run is removed in the same transaction as the run.
 RUN_CHILD_TABLES = (
-    "step", "steprollup", "metric", "devicesample", "hostsample", "ingestcursor",
-    "runevent", "alert",
+    "step", "steprollup", "metric", "epochmetric", "devicesample", "hostsample",
+    "ingestcursor", "runevent", "alert",
 )  # fmt: skip
 
 

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator
 from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
@@ -65,6 +65,17 @@ class Run(RunBase, table=True):
     summary: dict[str, Any] = _json(default_factory=dict)
 
 
+class EpochMetricSummary(SQLModel):
+    """One epoch metric of a run: its latest value and its best (see summary.metric_goal)."""
+
+    last: float | None = None
+    last_epoch: int | None = None
+    best: float | None = None
+    best_epoch: int | None = None
+    goal: Literal["min", "max"] = "min"
+    epochs: int = 0
+
+
 class RunSummary(SQLModel):
     steps: int = 0
     step_time_ms_median: float | None = None
@@ -77,6 +88,9 @@ class RunSummary(SQLModel):
     duration_s: float | None = None
     dropped_rows: int = 0
     nonfinite_metrics: int = 0
+    # Steps an ended run's agents still hold in their spools (sent later, automatically).
+    steps_to_upload: int = 0
+    epoch_metrics: dict[str, EpochMetricSummary] = Field(default_factory=dict)
 
 
 class RunPublic(RunBase):
@@ -157,6 +171,25 @@ class Metric(SQLModel, table=True):
     step: int = _big()
     name: str = Field(max_length=100)
     value: float | None = None  # null when the agent sent NaN or Inf (a diverged loss)
+
+
+class EpochMetric(SQLModel, table=True):
+    """A value Keras reported at the end of an epoch (loss, val_loss, learning_rate, ...).
+
+    One row per (run, name, epoch): a resumed run that reports an epoch again replaces it.
+    """
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "name", "epoch", name="uq_epochmetric_run_name_epoch"),
+    )
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    epoch: int = _big()
+    step: int = _big()  # the run's step count when the epoch ended
+    t: float  # unix seconds
+    name: str = Field(max_length=100)
+    value: float | None = None  # null when the agent sent NaN or Inf
 
 
 class DeviceSample(SQLModel, table=True):

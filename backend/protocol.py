@@ -153,6 +153,25 @@ class MetricColumns(_Columns):
         return _none_if_not_finite(values)
 
 
+class EpochColumns(_Columns):
+    """Keras's epoch-end logs (and standalone `evaluate()` results): one row per (epoch, name).
+
+    `epoch` is Keras's 0-based epoch index, `step` the run's step count when the epoch ended
+    (its position on a step axis), `t` unix seconds.
+    """
+
+    epoch: list[Annotated[int, Field(ge=0, le=MAX_INT64)]]
+    step: list[Int64]
+    t: list[FiniteTime]
+    name: list[Tag]
+    value: list[float | None]
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _non_finite_is_null(cls, values: Any) -> Any:
+        return _none_if_not_finite(values)
+
+
 class DeviceColumns(_Columns):
     t: list[FiniteTime]
     gpu: list[Annotated[int, Field(ge=0, le=1024)]]
@@ -203,16 +222,19 @@ class Batch(_Strict):
     metrics: MetricColumns | None = None
     device: DeviceColumns | None = None
     host: HostColumns | None = None
+    epochs: EpochColumns | None = None
     agent: AgentCounters | None = None
 
     def row_count(self) -> int:
-        sections = (self.steps, self.metrics, self.device, self.host)
+        sections = (self.steps, self.metrics, self.device, self.host, self.epochs)
         return sum(len(section) for section in sections if section is not None)
 
 
 class End(_Strict):
     type: Literal["end"]
     status: Literal["finished", "failed", "interrupted"] = "finished"
+    # Steps the agent still holds in its spool: the run ended, but they arrive later.
+    unsent_steps: int = Field(default=0, ge=0, le=MAX_INT64)
 
 
 class HttpIngest(_Strict):

@@ -15,6 +15,7 @@ from backend.errors import BadRequest, RunNotFound
 from backend.ingest import ROLLUP_WIDTHS
 from backend.models import (
     DeviceSample,
+    EpochMetric,
     HostSample,
     Metric,
     Run,
@@ -26,11 +27,6 @@ from backend.models import (
     StepSeries,
 )
 from backend.summary import summarize
-
-RunSort = Literal[
-    "started_at", "-started_at", "name", "-name", "project", "-project", "status", "-status",
-    "last_seen_at", "-last_seen_at", "id", "-id",
-]  # fmt: skip
 
 DEVICE_FIELDS = (
     "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
@@ -91,11 +87,37 @@ def _run_filters(
     return where
 
 
-def _run_order(sort: str) -> tuple[Any, Any]:
-    order, tiebreak = col(getattr(Run, sort.lstrip("-"))), col(Run.id)
-    if sort.startswith("-"):
+# `best:<name>` (or `-best:<name>`) sorts runs by the best value of an epoch metric.
+BEST_SORT_PREFIX = "best:"
+RUN_SORT_PATTERN = (
+    r"^-?(started_at|name|project|status|last_seen_at|id|" + BEST_SORT_PREFIX + r".{1,100})$"
+)
+
+
+def _run_order(session: Session, sort: str) -> tuple[Any, ...]:
+    descending = sort.startswith("-")
+    key = sort.lstrip("-")
+    if key.startswith(BEST_SORT_PREFIX):
+        return _best_order(session, key[len(BEST_SORT_PREFIX) :], descending=descending)
+    order, tiebreak = col(getattr(Run, key)), col(Run.id)
+    if descending:
         return order.desc(), tiebreak.desc()
     return order, tiebreak
+
+
+def _best_order(session: Session, metric: str, *, descending: bool) -> tuple[Any, ...]:
+    """Order by the summary's best value of epoch metric `metric`; runs without one last."""
+    metric = metric.replace("\x00", "")
+    if session.get_bind().dialect.name == "postgresql":
+        best = "CAST(run.summary -> 'epoch_metrics' -> CAST(:metric AS text) ->> 'best' AS float)"
+    else:
+        best = (
+            "(SELECT json_extract(em.value, '$.best') FROM json_each(run.summary, "
+            "'$.epoch_metrics') AS em WHERE em.key = :metric)"
+        )
+    direction = "DESC" if descending else "ASC"
+    order = text(f"{best} IS NULL, {best} {direction}").bindparams(metric=metric)
+    return order, col(Run.id).desc() if descending else col(Run.id)
 
 
 _SCALAR_COLUMNS = (
@@ -113,7 +135,7 @@ def list_runs_json(
     tag: str | None = None,
     status: RunStatus | None = None,
     q: str | None = None,
-    sort: RunSort = "-started_at",
+    sort: str = "-started_at",
 ) -> bytes:
     """Runs matching every given filter, sorted, one page of them, and how many match: the
     JSON document the API sends, built without models.
@@ -126,8 +148,9 @@ def list_runs_json(
     columns = [getattr(Run, c) for c in _SCALAR_COLUMNS] + [
         cast(getattr(Run, c), Text) for c in _JSON_COLUMNS
     ]
+    order = _run_order(session, sort)
     rows = session.exec(
-        select(*columns).where(*where).order_by(*_run_order(sort)).offset(offset).limit(limit)
+        select(*columns).where(*where).order_by(*order).offset(offset).limit(limit)
     ).all()
     parts = []
     dumps = json.dumps
@@ -381,28 +404,60 @@ def host_series(
     return {"run_id": run_id, "fields": chosen, "series": series}
 
 
+MetricAxis = Literal["step", "epoch"]
+
+
+def step_aggregation(environment: dict[str, Any]) -> str:
+    """What a step series' values are: Keras `fit` (its environment carries `fit_params`)
+    logs the running mean of each metric over the epoch so far; a custom loop logs values."""
+    return "running_mean_over_epoch" if "fit_params" in environment else "value"
+
+
 def metric_series(
     *, session: Session, run_id: int, max_points: int, names: Sequence[str] = (), rank: int = 0,
-    after_step: int | None = None, before_step: int | None = None,
+    after_step: int | None = None, before_step: int | None = None, axis: MetricAxis | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Logged scalars by step, one series per name (all names when none are asked for)."""
+    """Logged scalars, one series per name (all names when none are asked for): by step
+    (`axis: "step"`), then the epoch-end values by epoch (`axis: "epoch"`)."""
     base: list[Any] = [Metric.run_id == run_id, Metric.rank == rank]
     available = list(
         session.exec(select(Metric.name).where(*base).distinct().order_by(col(Metric.name))).all()
     )
-    chosen = list(dict.fromkeys(names)) if names else available[:50]
+    epoch_base: list[Any] = [EpochMetric.run_id == run_id]
+    epoch_available = list(
+        session.exec(
+            select(EpochMetric.name).where(*epoch_base).distinct().order_by(col(EpochMetric.name))
+        ).all()
+    )
+    asked = list(dict.fromkeys(names))
+    chosen, epoch_chosen = available[:50], epoch_available[:50]
+    if asked:  # a name only recorded per epoch gets no empty step series
+        chosen = [n for n in asked if n in available or n not in epoch_available]
+        epoch_chosen = [n for n in asked if n in epoch_available]
     if after_step is not None:
         base.append(Metric.step > after_step)
+        epoch_base.append(EpochMetric.step > after_step)
     if before_step is not None:
         base.append(Metric.step < before_step)
+        epoch_base.append(EpochMetric.step < before_step)
     series = []
-    for name in chosen:
-        data = _xy_series(
-            session=session, table=Metric, where=[*base, Metric.name == name],
-            x="step", fields=["value"], max_points=max_points,
-        )  # fmt: skip
-        series.append({"name": name, **data})
-    return {"run_id": run_id, "names": available, "series": series}
+    if axis != "epoch" and chosen:
+        environment = session.exec(select(Run.environment).where(Run.id == run_id)).one()
+        aggregation = step_aggregation(environment or {})
+        for name in chosen:
+            data = _xy_series(
+                session=session, table=Metric, where=[*base, Metric.name == name],
+                x="step", fields=["value"], max_points=max_points,
+            )  # fmt: skip
+            series.append({"name": name, "axis": "step", "aggregation": aggregation, **data})
+    if axis != "step":
+        for name in epoch_chosen:
+            data = _xy_series(
+                session=session, table=EpochMetric, where=[*epoch_base, EpochMetric.name == name],
+                x="epoch", fields=["step", "value"], max_points=max_points,
+            )  # fmt: skip
+            series.append({"name": name, "axis": "epoch", **data})
+    return {"run_id": run_id, "names": available, "epoch_names": epoch_available, "series": series}
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -463,6 +518,8 @@ def compare_runs(*, session: Session, run_ids: Sequence[int]) -> dict[str, Any]:
             }
             for r in runs
         ],
+        # Every epoch metric any of the runs recorded, for overlays and summary rows.
+        "epoch_metrics": sorted({n for r in runs for n in r.summary.get("epoch_metrics", {})}),
         "differences": {
             "config": _differences([r.config for r in runs]),
             "environment": _differences([r.environment for r in runs]),

@@ -111,6 +111,37 @@ def add_metrics(stats: dict[str, Any], *, values: Sequence[float | None]) -> dic
     return {**stats, "nonfinite_metrics": stats.get("nonfinite_metrics", 0) + nulls}
 
 
+def metric_goal(name: str, config: dict[str, Any]) -> str:
+    """Whether an epoch metric is best at its minimum or maximum: what the run's config says
+    under `{"stoker": {"metric_goals": {name: "min" | "max"}}}`, else "min" for names holding
+    "loss" or "error" and "max" for the others."""
+    stoker = config.get("stoker")
+    goals = stoker.get("metric_goals") if isinstance(stoker, dict) else None
+    chosen = goals.get(name) if isinstance(goals, dict) else None
+    if chosen in ("min", "max"):
+        return chosen
+    lowered = name.lower()
+    return "min" if "loss" in lowered or "error" in lowered else "max"
+
+
+def epoch_metric_summary(
+    epochs: Sequence[tuple[int, float | None]], *, goal: str
+) -> dict[str, Any]:
+    """The last value and the best one (earliest epoch on ties) of one metric's epochs, given
+    in epoch order; a null (NaN/Inf) value is never best but may be last."""
+    best: tuple[int, float] | None = None
+    for epoch, value in epochs:
+        if value is None:
+            continue
+        if best is None or (value < best[1] if goal == "min" else value > best[1]):
+            best = (epoch, value)
+    last_epoch, last = epochs[-1] if epochs else (None, None)
+    return {
+        "last": last, "last_epoch": last_epoch, "best": None if best is None else best[1],
+        "best_epoch": None if best is None else best[0], "goal": goal, "epochs": len(epochs),
+    }  # fmt: skip
+
+
 def add_device_samples(
     stats: dict[str, Any],
     *,
@@ -137,6 +168,12 @@ def add_agent_counters(
     agents = dict(stats.get("agents", {}))
     agents[stream] = counters
     return {**stats, "agents": agents}
+
+
+def set_unsent_steps(stats: dict[str, Any], *, stream: str, steps: int) -> dict[str, Any]:
+    """Keep how many steps each agent stream still holds in its spool as its run ended."""
+    unsent = {**stats.get("unsent_steps", {}), stream: steps}
+    return {**stats, "unsent_steps": {k: v for k, v in unsent.items() if v}}
 
 
 def _quantile_s(hist: dict[str, int], q: float) -> float | None:
@@ -168,7 +205,9 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
         samples_per_s=stats["samples"] / sized if sized > 0 else None,
         peak_memory_bytes=stats.get("peak_mem_used"),
         peak_tf_memory_bytes=stats.get("peak_tf_mem"),
+        steps_to_upload=sum(stats.get("unsent_steps", {}).values()),
         duration_s=stats["last_t"] - stats["first_t"] if "first_t" in stats else None,
         dropped_rows=sum(a.get("dropped_rows", 0) for a in stats.get("agents", {}).values()),
         nonfinite_metrics=stats.get("nonfinite_metrics", 0),
+        epoch_metrics=stats.get("epoch_metrics", {}),
     )

@@ -134,7 +134,7 @@ class Telemetry:
 
     def stored(self, batch: Batch) -> None:
         self.batches.inc()
-        for section in ("steps", "metrics", "device", "host"):
+        for section in ("steps", "metrics", "device", "host", "epochs"):
             columns = getattr(batch, section)
             if columns is not None and len(columns):
                 self.rows.labels(section).inc(len(columns))

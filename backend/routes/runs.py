@@ -11,7 +11,8 @@ from backend.errors import RunNotFound
 from backend.ingest import delete_run, update_run
 from backend.models import RunPublic, RunsPublic, RunStatus, RunUpdate, StepSeries
 from backend.queries import (
-    RunSort,
+    RUN_SORT_PATTERN,
+    MetricAxis,
     compare_runs,
     device_series,
     get_run,
@@ -44,7 +45,14 @@ def read_runs(
     tag: Annotated[str | None, Query(max_length=100)] = None,
     status: RunStatus | None = None,
     q: Annotated[str | None, Query(max_length=200, description="name contains")] = None,
-    sort: RunSort = "-started_at",
+    sort: Annotated[
+        str,
+        Query(
+            pattern=RUN_SORT_PATTERN,
+            description="a column, or best:<epoch metric> (the summary's best value; runs "
+            "without it last); a leading - sorts descending",
+        ),
+    ] = "-started_at",
 ) -> Response:
     """Runs matching all filters; `count` is how many match, `data` one page of them."""
     body = list_runs_json(
@@ -158,12 +166,15 @@ def read_metrics(
     rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
     after_step: AfterStep = None,
     before_step: BeforeStep = None,
+    axis: Annotated[MetricAxis | None, Query(description="only step or only epoch series")] = None,
 ) -> dict[str, Any]:
-    """Logged scalars (loss, accuracy, ...) by step, one series per `name` (repeatable)."""
+    """Logged scalars (loss, accuracy, ...) one series per `name` (repeatable): by step, each
+    marked with its `aggregation` (Keras fit logs running means over the epoch), and the
+    epoch-end values (val_loss, ...) by epoch."""
     get_run(session=session, run_id=run_id)
     return metric_series(
         session=session, run_id=run_id, max_points=max_points, names=name or (), rank=rank,
-        after_step=after_step, before_step=before_step,
+        after_step=after_step, before_step=before_step, axis=axis,
     )  # fmt: skip
 
 
