@@ -61,7 +61,15 @@ def test_measured_wait_verdict_is_pushed_live_stored_and_follows_the_window(
             lambda: _verdict(fast_server, agent.run_id) == "not_input_bound",
             what="the verdict to follow the window",
         )
-        events = fast_server.get(f"/api/v1/runs/{agent.run_id}/events", kind="verdict")["data"]
+
+        def stored_change() -> list[dict] | None:
+            """The verdict events once the last is the fed verdict: the REST verdict is judged
+            at the request, and the tick stores the change a moment later."""
+            path = f"/api/v1/runs/{agent.run_id}/events"
+            events = fast_server.get(path, kind="verdict")["data"]
+            return events if events and events[-1]["data"]["verdict"] == "not_input_bound" else None
+
+        events = wait_for(stored_change, what="the change stored as an event")
         verdicts = [e["data"]["verdict"] for e in events]
         # A tick may catch the window mid-slide (moderately): first and last are what count.
         assert verdicts[0] == "highly_input_bound" and verdicts[-1] == "not_input_bound"
