@@ -153,23 +153,15 @@ class MetricColumns(_Columns):
         return _none_if_not_finite(values)
 
 
-class EpochColumns(_Columns):
+class EpochColumns(MetricColumns):
     """Keras's epoch-end logs (and standalone `evaluate()` results): one row per (epoch, name).
 
     `epoch` is Keras's 0-based epoch index, `step` the run's step count when the epoch ended
-    (its position on a step axis), `t` unix seconds.
+    (its position on a step axis), `t` unix seconds; `name` and `value` as in `metrics`.
     """
 
     epoch: list[Annotated[int, Field(ge=0, le=MAX_INT64)]]
-    step: list[Int64]
     t: list[FiniteTime]
-    name: list[Tag]
-    value: list[float | None]
-
-    @field_validator("value", mode="before")
-    @classmethod
-    def _non_finite_is_null(cls, values: Any) -> Any:
-        return _none_if_not_finite(values)
 
 
 class DeviceColumns(_Columns):

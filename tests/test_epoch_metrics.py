@@ -100,7 +100,7 @@ def test_epochs_section_invalid_over_websocket_gets_an_error_and_the_socket_stay
         agent.ws.send(json.dumps({"type": "batch", "seq": 1, "epochs": bad}))
         reply = json.loads(agent.ws.recv(timeout=10))
         assert reply["type"] == "error" and reply["seq"] == 1
-        assert "column 'step' has 1 values" in reply["message"], reply
+        assert "'step' has 1" in reply["message"], reply
         agent.send(epochs=_epochs({"val_loss": [0.5, float("nan")]}))
         agent.end()
     finally:
