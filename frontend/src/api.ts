@@ -6,6 +6,7 @@
 // and asked for again, with the reason shown.
 
 import type { StepQuery } from "./stepSync";
+import { normalizeEpochMetrics, type EpochTrack } from "./epochs";
 import { normalizeMetrics, normalizeSamples } from "./samples";
 import type {
   Alert,
@@ -192,6 +193,14 @@ export class ApiClient {
       signal,
     );
     return normalizeMetrics(raw);
+  }
+
+  /** A run's epoch series (`axis=epoch`): all of them, or the `names` asked for. */
+  async getEpochMetrics(id: number, names: string[] = [], signal?: AbortSignal): Promise<EpochTrack[]> {
+    const p = new URLSearchParams({ axis: "epoch" });
+    for (const n of names) p.append("name", n);
+    const raw = await this.getJson<unknown>(`/runs/${encodeURIComponent(String(id))}/metrics?${p.toString()}`, signal);
+    return normalizeEpochMetrics(raw);
   }
 
   compare(ids: number[], signal?: AbortSignal): Promise<CompareResponse> {

@@ -12,6 +12,7 @@ import { errorMessage, type AppContext, type View } from "./views/common";
 import { CompareView } from "./views/compareView";
 import { RunPageView } from "./views/runPage";
 import { RunsListView } from "./views/runsList";
+import { readStorage, writeStorage } from "./storage";
 
 interface MountableView extends View {
   mounted?(): void;
@@ -253,19 +254,3 @@ export class App {
 
 /** Runs fetched per request (the server's maximum page). */
 export const RUNS_PAGE = 1000;
-
-function readStorage(key: string): string | null {
-  try {
-    return window.localStorage.getItem(key);
-  } catch {
-    return null;
-  }
-}
-
-function writeStorage(key: string, value: string): void {
-  try {
-    window.localStorage.setItem(key, value);
-  } catch {
-    /* private mode */
-  }
-}

@@ -319,6 +319,8 @@ export interface LineSpec {
   /** Draw across nulls (joined series of different clocks). */
   spanGaps?: boolean;
   show?: boolean;
+  /** Mark each point (sparse series such as epochs). */
+  points?: boolean;
 }
 
 export interface LineChartArgs {
@@ -329,6 +331,8 @@ export interface LineChartArgs {
   time: boolean;
   xLabel: string;
   xFormat?: (v: number) => string;
+  /** Tick increments of a numeric x axis (default: STEP_INCRS for "step"). */
+  xIncrs?: number[];
   axes: AxisSpec[];
   lines: LineSpec[];
   /** Pairs of series indices (1-based, as uPlot counts) drawn as a band: [upper, lower]. */
@@ -368,7 +372,7 @@ export function lineChartOptions(args: LineChartArgs): uPlot.Options {
         : {
             label: args.xLabel,
             labelSize: 18,
-            ...(args.xLabel === "step" ? { incrs: STEP_INCRS } : {}),
+            ...(args.xIncrs ? { incrs: args.xIncrs } : args.xLabel === "step" ? { incrs: STEP_INCRS } : {}),
             values: (_u, splits) => splits.map(args.xFormat ?? formatStepTick),
           },
     ),
@@ -409,7 +413,7 @@ export function lineChartOptions(args: LineChartArgs): uPlot.Options {
       stroke: l.color,
       width: l.width ?? 1.5,
       spanGaps: l.spanGaps ?? false,
-      points: { show: false },
+      points: l.points ? { show: true, size: 6 } : { show: false },
       value: (_u, v) => (v == null ? MISSING : fmt(v)),
     };
     if (l.dash) s.dash = l.dash;

@@ -3,13 +3,14 @@
 // No DOM: unit-tested.
 
 import type uPlot from "uplot";
-import { BYTE_INCRS, formatBytesTick, formatStepTick, lineChartOptions, withAlpha, type AxisSpec, type LineSpec } from "./chartOptions";
+import { BYTE_INCRS, STEP_INCRS, formatBytesTick, formatStepTick, lineChartOptions, withAlpha, type AxisSpec, type LineSpec } from "./chartOptions";
 import { overlayColumns, type Align } from "./compare";
 import { throughputColumns } from "./derive";
 import { formatDuration, formatMs, formatMsTick, formatRate } from "./format";
 import type { ChartSpec } from "./liveChart";
 import { formatBytes, joinTracks, telemetryColumns, type TelemetryChart } from "./samples";
 import type { StepSeries } from "./series";
+import { epochColumns, formatEpochValue, type EpochChart } from "./epochs";
 import type { MetricTrack, SamplesData } from "./types";
 
 const pct = (v: number) => `${Math.round(v)}%`;
@@ -66,13 +67,18 @@ export function isRatioMetric(name: string): boolean {
   return /acc|auc|precision|recall|f1|iou/i.test(name);
 }
 
+/** A step metric's legend label: Keras's batch logs are running means over the epoch, and say so. */
+export function metricLabel(t: MetricTrack): string {
+  return t.aggregation === "running_mean_over_epoch" ? `${t.name} (running mean over the epoch)` : t.name;
+}
+
 export function metricsColumns(tracks: MetricTrack[]): (number | null)[][] {
   return joinTracks(tracks.map((t) => ({ x: t.step, ys: [t.value] })));
 }
 
 export function metricsSpec(): ChartSpec<MetricTrack[]> {
   return {
-    shapeKey: (tracks) => tracks.map((t) => t.name).join("|"),
+    shapeKey: (tracks) => tracks.map(metricLabel).join("|"),
     columns: (tracks) => metricsColumns(tracks) as uPlot.AlignedData,
     options: (tracks, size, style) => {
       const ratio = tracks.some((t) => isRatioMetric(t.name));
@@ -87,12 +93,46 @@ export function metricsSpec(): ChartSpec<MetricTrack[]> {
         xLabel: "step",
         axes,
         lines: tracks.map((t, i) => ({
-          label: t.name,
+          label: metricLabel(t),
           scale: isRatioMetric(t.name) ? "ratio" : "value",
           color: style.colors[i % style.colors.length]!,
           spanGaps: true,
           format: (v: number) => v.toPrecision(4),
         })),
+      });
+    },
+  };
+}
+
+// ---- epoch-indexed ----
+
+/** An epoch chart: x = epoch (0-based, as Keras counts), one line per series, points marked. */
+export function epochSpec(): ChartSpec<EpochChart> {
+  return {
+    shapeKey: (c) => c.lines.map((l) => `${l.label}:${l.dashed ? 1 : 0}`).join("|"),
+    columns: (c) => epochColumns(c) as uPlot.AlignedData,
+    options: (c, size, style) => {
+      const ratio = c.lines.length > 0 && c.lines.every((l) => isRatioMetric(l.label)) && isRatioMetric(c.key);
+      return lineChartOptions({
+        ...size,
+        palette: style.palette,
+        time: false,
+        xLabel: "epoch",
+        xFormat: (v) => (Number.isInteger(v) ? String(v) : ""),
+        xIncrs: STEP_INCRS, // whole epochs only
+        axes: [{ scale: "value", label: c.key, format: ratio ? (v) => v.toFixed(2) : compact }],
+        lines: c.lines.map((l, i) => {
+          const line: LineSpec = {
+            label: l.label,
+            scale: "value",
+            color: style.colors[i % style.colors.length]!,
+            spanGaps: true,
+            points: true,
+            format: formatEpochValue,
+          };
+          if (l.dashed) line.dash = [6, 3];
+          return line;
+        }),
       });
     },
   };

@@ -168,7 +168,7 @@ export function spliceMetrics(base: MetricTrack[], detail: MetricTrack[], lo: nu
       ...after.map((i) => (bs ?? fallbackB)[i] ?? null),
     ];
     return {
-      name: b.name,
+      ...b,
       step: [...before.map((i) => b.step[i]!), ...inside.map((i) => d.step[i]!), ...after.map((i) => b.step[i]!)],
       value: col(b.value, d.value, b.value, d.value),
       min: band ? col(b.min, d.min, b.value, d.value) : null,

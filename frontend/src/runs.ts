@@ -17,6 +17,7 @@ import {
   parseIso,
   type InputWaitLevel,
 } from "./format";
+import { bestEpochValue, type Goal } from "./epochs";
 import type { Run, RunStatus, Verdict } from "./types";
 import { runVerdict, verdictShort, verdictTone, type VerdictTone } from "./verdict";
 
@@ -232,11 +233,15 @@ export type RunSortKey =
   | "p95"
   | "wait"
   | "gpu"
-  | "verdict";
+  | "verdict"
+  /** The best value of the epoch metric `RunSort.metric`. */
+  | "epoch";
 
 export interface RunSort {
   key: RunSortKey;
   desc: boolean;
+  /** The epoch metric sorted by (key "epoch"). */
+  metric?: string;
 }
 
 export const DEFAULT_SORT: RunSort = { key: "started", desc: true };
@@ -249,7 +254,7 @@ const VERDICT_RANK: Record<Verdict, number> = {
   insufficient_data: 4,
 };
 
-function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict): number | string | null {
+function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict, metric?: string): number | string | null {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const num = (v: number | null | undefined) => (typeof v === "number" && Number.isFinite(v) ? v : null);
   switch (key) {
@@ -277,6 +282,8 @@ function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict):
       const v = runVerdict(run, verdict).verdict;
       return v ? VERDICT_RANK[v] : null;
     }
+    case "epoch":
+      return metric ? bestEpochValue(run, metric) : null;
   }
 }
 
@@ -285,7 +292,7 @@ function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict):
  * direction; ties fall back to newest first.
  */
 export function sortRuns(runs: Run[], sort: RunSort, nowMs: number, verdictOf: (id: number) => Verdict | undefined = () => undefined): Run[] {
-  const keyed = runs.map((r) => ({ r, v: sortValue(r, sort.key, nowMs, verdictOf(r.id)) }));
+  const keyed = runs.map((r) => ({ r, v: sortValue(r, sort.key, nowMs, verdictOf(r.id), sort.metric) }));
   keyed.sort((a, b) => {
     if (a.v === null && b.v === null) return compareRunsNewestFirst(a.r, b.r);
     if (a.v === null) return 1;
@@ -299,9 +306,43 @@ export function sortRuns(runs: Run[], sort: RunSort, nowMs: number, verdictOf: (
 
 /** Clicking a column header: the same column flips direction, a new one starts in its natural order. */
 export function nextSort(current: RunSort, key: RunSortKey): RunSort {
-  if (current.key === key) return { key, desc: !current.desc };
+  if (current.key === key) return { ...current, desc: !current.desc };
   const descFirst: RunSortKey[] = ["started", "duration", "steps", "gpu", "wait", "median", "p95"];
   return { key, desc: descFirst.includes(key) };
+}
+
+/**
+ * Clicking the epoch-metric column: the same metric flips direction, a new one
+ * starts best first (highest accuracy, lowest loss).
+ */
+export function nextEpochSort(current: RunSort, metric: string, goal: Goal): RunSort {
+  if (current.key === "epoch" && current.metric === metric) return { ...current, desc: !current.desc };
+  return { key: "epoch", metric, desc: goal === "max" };
+}
+
+/** The server's `sort` for a runs-list sort by an epoch metric (`-best:val_accuracy`). */
+export function serverEpochSort(sort: RunSort): string | null {
+  if (sort.key !== "epoch" || !sort.metric) return null;
+  return `${sort.desc ? "-" : ""}best:${sort.metric}`;
+}
+
+/** The remembered epoch-metric column and whether the list is sorted by it. */
+export interface EpochColumnPref {
+  metric: string;
+  sort: RunSort | null;
+}
+
+export function parseEpochColumnPref(raw: string | null): EpochColumnPref | null {
+  if (!raw) return null;
+  try {
+    const v = JSON.parse(raw) as Partial<EpochColumnPref>;
+    if (typeof v?.metric !== "string" || v.metric === "") return null;
+    const s = v.sort;
+    const sort = s && s.key === "epoch" && s.metric === v.metric && typeof s.desc === "boolean" ? { key: "epoch" as const, metric: v.metric, desc: s.desc } : null;
+    return { metric: v.metric, sort };
+  } catch {
+    return null;
+  }
 }
 
 /**

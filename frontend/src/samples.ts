@@ -136,11 +136,14 @@ export function normalizeMetrics(raw: unknown): MetricTrack[] {
     return out.sort((a, b) => a.name.localeCompare(b.name));
   }
   for (const item of list) {
-    if (!isObj(item) || !Array.isArray(item.step)) continue;
+    // Epoch series (`axis: "epoch"`) are drawn by epoch (see epochs.ts), not on the step chart.
+    if (!isObj(item) || !Array.isArray(item.step) || item.axis === "epoch") continue;
     const n = item.step.length;
+    const aggregation = item.aggregation === "running_mean_over_epoch" || item.aggregation === "value" ? item.aggregation : undefined;
     out.push(
       sortMetric({
         name: String(item.name ?? "value"),
+        ...(aggregation ? { aggregation } : {}),
         step: numCol(item.step, n).map((v) => v ?? NaN),
         value: numCol(item.value, n),
         min: Array.isArray(item.value_min) ? numCol(item.value_min, n) : null,
@@ -156,6 +159,7 @@ function sortMetric(m: MetricTrack): MetricTrack {
   idx.sort((a, b) => m.step[a]! - m.step[b]!);
   return {
     name: m.name,
+    ...(m.aggregation ? { aggregation: m.aggregation } : {}),
     step: idx.map((i) => m.step[i]!),
     value: idx.map((i) => m.value[i] ?? null),
     min: m.min ? idx.map((i) => m.min![i] ?? null) : null,
@@ -414,7 +418,7 @@ export function mergeMetrics(held: MetricTrack[], incoming: MetricTrack[]): { tr
     const pad = (a: (number | null)[] | null, len: number) => a ?? new Array<number | null>(len).fill(null);
     const band = cur.min !== null || inc.min !== null;
     out[i] = {
-      name: cur.name,
+      ...cur,
       step: cur.step.concat(inc.step.slice(from)),
       value: cur.value.concat(inc.value.slice(from)),
       min: band ? pad(cur.min, cur.step.length).concat(pad(inc.min, inc.step.length).slice(from)) : null,

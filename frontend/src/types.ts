@@ -21,8 +21,23 @@ export interface RunSummary {
   dropped_rows?: number;
   /** Metric values that were NaN or Inf (a diverging loss). */
   nonfinite_metrics?: number;
+  /** Steps an ended run's agent still holds in its spool; they arrive later (newer servers). */
+  steps_to_upload?: number;
   /** Latest verdict, when the server keeps it with the summary. */
   verdict?: Verdict | null;
+  /** Per epoch metric (`val_loss`, …): its last and best value (newer servers). */
+  epoch_metrics?: Record<string, EpochMetricSummary>;
+}
+
+export interface EpochMetricSummary {
+  last: number | null;
+  last_epoch: number | null;
+  best: number | null;
+  best_epoch: number | null;
+  /** Whether lower (`min`) or higher (`max`) is better. */
+  goal: "min" | "max";
+  /** Epochs recorded. */
+  epochs: number;
 }
 
 export interface Run {
@@ -120,9 +135,16 @@ export interface SamplesData {
   host: SampleTrack[];
 }
 
+/**
+ * What a step metric's values are: Keras `fit` logs the running mean over the
+ * epoch so far, a custom loop the value it logged.
+ */
+export type MetricAggregation = "running_mean_over_epoch" | "value";
+
 /** One logged scalar by step. */
 export interface MetricTrack {
   name: string;
+  aggregation?: MetricAggregation;
   step: number[];
   value: (number | null)[];
   min: (number | null)[] | null;
@@ -144,6 +166,8 @@ export interface CompareRun {
 
 export interface CompareResponse {
   runs: CompareRun[];
+  /** Every epoch metric any of the runs recorded (newer servers). */
+  epoch_metrics?: string[];
   /** Flattened dotted key → one value per run (in `runs` order), only keys that differ. */
   differences: {
     config: Record<string, unknown[]>;

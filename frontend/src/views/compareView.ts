@@ -4,13 +4,15 @@
 
 import { isMissingEndpoint, isNotFound } from "../api";
 import { overlaySpec, type OverlayData } from "../chartSpecs";
-import { compareRows, compareRunOf, diffDocuments, diffFromServer, type Align, type DiffRow } from "../compare";
+import { COMPARE_METRICS, compareRows, compareRunOf, diffDocuments, diffFromServer, type Align, type DiffRow } from "../compare";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
+import { epochCompareMetrics, epochMetricNames, overlayEpochChart } from "../epochs";
 import { LiveChart } from "../liveChart";
 import { RUNS_HREF, runHref } from "../router";
 import { emptySeries, seriesFromColumns, type StepSeries } from "../series";
 import type { CompareRun, Run } from "../types";
 import { errorMessage, statusBadge, type AppContext, type View } from "./common";
+import { EpochChartGrid } from "./epochCharts";
 
 export class CompareView implements View {
   readonly el: HTMLElement;
@@ -24,6 +26,9 @@ export class CompareView implements View {
   private readonly fieldSelect: HTMLSelectElement;
   private chart: LiveChart<OverlayData> | null = null;
   private runs: CompareRun[] = [];
+  private epochNames: string[] = [];
+  private readonly epochGrid = new EpochChartGrid({ testId: "compare-epoch-chart", height: 240 });
+  private readonly epochBox: HTMLElement;
   private series: StepSeries[] = [];
   private destroyed = false;
 
@@ -33,6 +38,17 @@ export class CompareView implements View {
     this.body = h("div", { class: "compare-body" }, h("p", { class: "muted", text: "Loading runs…" }));
     this.chartBox = h("div", { attrs: { "data-testid": "compare-chart", role: "group", "aria-label": "Step time of the compared runs" } });
     this.chartInfo = h("span", { class: "chart-info muted" });
+    this.epochBox = h(
+      "section",
+      { class: "panel", attrs: { "aria-labelledby": "epoch-overlay-heading", "data-testid": "compare-epochs", hidden: true } },
+      h(
+        "div",
+        { class: "panel-head" },
+        h("h2", { text: "Epoch metrics", attrs: { id: "epoch-overlay-heading" } }),
+        h("span", { class: "muted small", text: "one line per run · x: epoch (from 0)" }),
+      ),
+      this.epochGrid.el,
+    );
     this.alignSelect = h(
       "select",
       { attrs: { "aria-label": "Align runs by", "data-testid": "align-select" }, on: { change: () => this.draw() } },
@@ -80,6 +96,7 @@ export class CompareView implements View {
     this.destroyed = true;
     this.abort.abort();
     this.chart?.destroy();
+    this.epochGrid.destroy();
   }
 
   private async load(): Promise<void> {
@@ -90,6 +107,7 @@ export class CompareView implements View {
     try {
       const resp = await this.ctx.api.compare(this.ids, this.abort.signal);
       this.runs = Array.isArray(resp.runs) ? resp.runs : [];
+      if (Array.isArray(resp.epoch_metrics)) this.epochNames = epochMetricNames(this.runs.map((r) => r.summary)).filter((n) => resp.epoch_metrics!.includes(n));
       config = diffFromServer(resp.differences?.config, this.runs.length);
       env = diffFromServer(resp.differences?.environment, this.runs.length);
     } catch (err) {
@@ -116,13 +134,14 @@ export class CompareView implements View {
     }
     if (this.destroyed) return;
     if (source === "server") missing = this.ids.filter((id) => !this.runs.some((r) => r.id === id));
+    if (this.epochNames.length === 0) this.epochNames = epochMetricNames(this.runs.map((r) => r.summary));
     this.render(config ?? [], env ?? [], missing, source);
-    await this.loadSeries();
+    await Promise.all([this.loadSeries(), this.loadEpochs()]);
   }
 
   private render(config: DiffRow[], env: DiffRow[], missing: number[], source: string): void {
     const runs = this.runs;
-    const rows = compareRows(runs);
+    const rows = compareRows(runs, [...COMPARE_METRICS, ...epochCompareMetrics(runs)]);
     const head = h(
       "tr",
       null,
@@ -195,6 +214,7 @@ export class CompareView implements View {
         ),
         this.chartBox,
       ),
+      this.epochBox,
       h("section", { class: "panel", attrs: { "aria-labelledby": "summary-heading" } }, h("div", { class: "panel-head" }, h("h2", { text: "Summary", attrs: { id: "summary-heading" } }), h("span", { class: "muted small", text: "★ best of the row" })), h("div", { class: "table-wrap" }, table)),
       h(
         "div",
@@ -231,6 +251,29 @@ export class CompareView implements View {
     );
     if (this.destroyed) return;
     this.draw();
+  }
+
+  /** Each epoch metric of the runs on one chart, one line per run. */
+  private async loadEpochs(): Promise<void> {
+    if (this.epochNames.length === 0) return;
+    const tracks = await Promise.all(
+      this.runs.map(async (r) => {
+        try {
+          return await this.ctx.api.getEpochMetrics(r.id, this.epochNames, this.abort.signal);
+        } catch {
+          return [];
+        }
+      }),
+    );
+    if (this.destroyed) return;
+    const charts = this.epochNames.map((name) =>
+      overlayEpochChart(
+        name,
+        this.runs.map((r, i) => ({ label: r.name || `run ${r.id}`, track: tracks[i]!.find((t) => t.name === name) ?? null })),
+      ),
+    );
+    setAttrs(this.epochBox, { hidden: null, "data-charts": charts.length });
+    this.epochGrid.update(charts);
   }
 
   private draw(): void {

@@ -8,6 +8,7 @@
 // data re-fetches the visible range at the chart's resolution and splices it in.
 
 import { isMissingEndpoint, isNotFound } from "../api";
+import { epochMetricsOf, epochSignature, formatEpochValue, runEpochCharts } from "../epochs";
 import { metricsSpec, telemetryChart, telemetrySpec, throughputSpec, type TelemetryKind, type ThroughputData } from "../chartSpecs";
 import { batchSizeOf, combineStarved, rangesFromStarvation, starvedRanges, throughputCaption } from "../derive";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
@@ -32,6 +33,7 @@ import { StepTimeChart } from "../stepChart";
 import { StepSync } from "../stepSync";
 import type { Alert, Diagnosis, MetricTrack, Run, RunEvent, SamplesData } from "../types";
 import { evidenceText, parseDiagnosis, VerdictGeneration, verdictHeadline, verdictTone } from "../verdict";
+import { EpochChartGrid } from "./epochCharts";
 import { errorMessage, every, statusBadge, tagList, type AppContext, type View } from "./common";
 
 const POLL_MS = 5000;
@@ -110,6 +112,11 @@ export class RunPageView implements View {
   private metricsDetail: { lo: number; hi: number; tracks: MetricTrack[] } | null = null;
   private samples: SamplesData = { device: [], host: [] };
   private samplesState: Availability = "loading";
+  // Epoch metrics: re-fetched whenever the run's summary says an epoch arrived.
+  private readonly epochGrid = new EpochChartGrid({ testId: "epoch-chart" });
+  private readonly epochGroup: HTMLElement;
+  private epochSig: string | null = null;
+  private epochLoading = false;
   private samplesDetail: { lo: number; hi: number; data: SamplesData } | null = null;
   private timeZoom: ZoomRange | null = null;
   private timeZoomTimer: ReturnType<typeof setTimeout> | null = null;
@@ -201,6 +208,18 @@ export class RunPageView implements View {
       this.chartBox,
     );
 
+    this.epochGroup = h(
+      "div",
+      { class: "chart-group", attrs: { "aria-label": "Epoch metrics", role: "region", "data-testid": "epoch-metrics", hidden: true } },
+      h(
+        "div",
+        { class: "group-head" },
+        h("h2", { class: "group-title", text: "Epoch metrics" }),
+        h("span", { class: "muted small", text: "values at the end of each epoch (x: epoch, from 0); validation dashed" }),
+      ),
+      this.epochGrid.el,
+    );
+
     this.el = h(
       "section",
       { class: "page run-page", attrs: { "data-run-id": runId } },
@@ -223,6 +242,7 @@ export class RunPageView implements View {
         stepSection,
         h("div", { class: "chart-grid" }, this.throughputBox.section, this.metricsBox.section),
       ),
+      this.epochGroup,
       h(
         "div",
         { class: "chart-group", attrs: { "aria-label": "Charts by wall-clock time", role: "region" } },
@@ -382,6 +402,7 @@ export class RunPageView implements View {
     this.chart?.destroy();
     this.throughputChart?.destroy();
     this.metricsChart?.destroy();
+    this.epochGrid.destroy();
     for (const c of this.telemetryCharts.values()) c.destroy();
   }
 
@@ -632,6 +653,41 @@ export class RunPageView implements View {
     } catch {
       /* keep the overview's min/max band */
     }
+  }
+
+  // ---- epoch metrics ----
+
+  /** The summary's epoch metrics changed (an epoch ended, or the run was resumed): redraw. */
+  private maybeLoadEpochs(): void {
+    if (!this.run || this.destroyed || this.epochLoading || !this.el.isConnected) return;
+    const sig = epochSignature(this.run.summary);
+    if (sig === this.epochSig) return;
+    this.epochSig = sig;
+    if (sig !== "") void this.loadEpochs();
+  }
+
+  private async loadEpochs(): Promise<void> {
+    this.epochLoading = true;
+    try {
+      const tracks = await this.ctx.api.getEpochMetrics(this.runId, [], this.abort.signal);
+      if (this.destroyed) return;
+      const summary = epochMetricsOf(this.run?.summary);
+      const charts = runEpochCharts(tracks);
+      setAttrs(this.epochGroup, { hidden: charts.length === 0 ? true : null, "data-charts": charts.length });
+      this.epochGrid.update(charts, (c) =>
+        c.lines
+          .map((l) => summary[l.label])
+          .map((e, i) => (e && e.best !== null ? `best ${c.lines[i]!.label} ${formatEpochValue(e.best)} @ ${e.best_epoch}` : ""))
+          .filter(Boolean)
+          .join(" · "),
+      );
+    } catch {
+      if (this.destroyed) return;
+      this.epochSig = null; // retried at the next run update
+    } finally {
+      this.epochLoading = false;
+    }
+    this.maybeLoadEpochs(); // an epoch that arrived meanwhile
   }
 
   // ---- metrics ----
@@ -1048,6 +1104,7 @@ export class RunPageView implements View {
     const first = this.run === null;
     const ended = runEnded(this.run?.status, run.status);
     this.run = run;
+    this.maybeLoadEpochs();
     const now = this.ctx.now();
     document.title = `${run.name || `run ${run.id}`} · Stoker`;
     replaceChildren(
@@ -1056,7 +1113,7 @@ export class RunPageView implements View {
         "div",
         { class: "title-row" },
         h("h1", { class: "run-name", text: run.name || `run ${run.id}`, attrs: { "data-testid": "run-name" } }),
-        statusBadge(run.status),
+        statusBadge(run.status, run.summary.steps_to_upload),
         h("div", { class: "spacer" }),
         h(
           "div",

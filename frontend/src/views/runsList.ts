@@ -2,7 +2,20 @@
 
 import { compareHref } from "../compare";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
-import { DEFAULT_SORT, matchesFilter, nextSort, runRowCells, sortRuns, type RunSort, type RunSortKey } from "../runs";
+import { bestEpochValue, epochCell, epochGoal, epochMetricNames, epochMetricsOf } from "../epochs";
+import {
+  DEFAULT_SORT,
+  matchesFilter,
+  nextEpochSort,
+  nextSort,
+  parseEpochColumnPref,
+  runRowCells,
+  serverEpochSort,
+  sortRuns,
+  type RunSort,
+  type RunSortKey,
+} from "../runs";
+import { readStorage, writeStorage } from "../storage";
 import { runHref } from "../router";
 import type { Run, RunStatus } from "../types";
 import { every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
@@ -31,6 +44,9 @@ const COLUMNS: Column[] = [
   { key: "gpu", label: "GPU util", numeric: true, title: "Mean GPU utilization", sort: "gpu" },
 ];
 
+/** localStorage key of the chosen epoch-metric column (and whether the list is sorted by it). */
+export const EPOCH_COLUMN_KEY = "stoker.runs.epochColumn";
+
 const STATUSES: (RunStatus | "")[] = ["", "running", "finished", "failed", "interrupted"];
 
 interface RowRefs {
@@ -57,6 +73,15 @@ export class RunsListView implements View {
   private readonly cleanups: (() => void)[] = [];
   private sort: RunSort = DEFAULT_SORT;
   private shownIds: number[] = [];
+  /** The epoch metric shown as a column (its best value), or "" for none. */
+  private epochMetric = "";
+  private readonly epochSelect: HTMLSelectElement;
+  private readonly epochHeader: HTMLTableCellElement;
+  private readonly epochButton: HTMLButtonElement;
+  private readonly epochLabel: HTMLElement;
+  private epochOptions = "";
+  /** The server sort last fetched, so that runs beyond the loaded pages are not missed. */
+  private fetchedSort: string | null = null;
 
   constructor(ctx: AppContext) {
     this.ctx = ctx;
@@ -92,6 +117,25 @@ export class RunsListView implements View {
       },
       on: { input: () => this.render() },
     });
+    const pref = parseEpochColumnPref(readStorage(EPOCH_COLUMN_KEY));
+    if (pref) {
+      this.epochMetric = pref.metric;
+      if (pref.sort) this.sort = pref.sort;
+    }
+    this.epochSelect = h("select", {
+      class: "filter-select",
+      attrs: { "aria-label": "Epoch metric column", "data-testid": "epoch-metric-select", title: "Show the best value of an epoch metric as a column" },
+      on: { change: () => this.chooseEpochMetric(this.epochSelect.value) },
+    });
+    this.epochLabel = h("span");
+    this.epochButton = h(
+      "button",
+      { class: "sort", attrs: { type: "button", "data-sort": "epoch", "data-testid": "epoch-sort" }, on: { click: () => this.sortByEpochMetric() } },
+      this.epochLabel,
+      h("span", { class: "sort-mark", attrs: { "aria-hidden": "true" } }),
+    );
+    this.epochHeader = h("th", { class: "num", attrs: { scope: "col", hidden: true, "data-testid": "epoch-column" } }, this.epochButton);
+    this.headers.set("epoch", this.epochHeader);
     this.tbody = h("tbody");
     this.table = h(
       "table",
@@ -105,6 +149,7 @@ export class RunsListView implements View {
           null,
           h("th", { class: "select-col", attrs: { scope: "col" } }, this.selectAll),
           ...COLUMNS.map((c) => this.headerCell(c)),
+          this.epochHeader,
         ),
       ),
       this.tbody,
@@ -119,6 +164,7 @@ export class RunsListView implements View {
         h("h1", { text: "Runs", attrs: { id: "runs-heading" } }),
         this.countEl,
         h("div", { class: "spacer" }),
+        this.epochSelect,
         this.statusSelect,
         this.filterInput,
         this.compareButton,
@@ -157,6 +203,68 @@ export class RunsListView implements View {
     const th = h("th", { class: c.numeric ? "num" : "", attrs: { scope: "col" } }, button);
     this.headers.set(key, th);
     return th;
+  }
+
+  /** Show (or hide, for "") the best value of an epoch metric as a column, sorted best first. */
+  private chooseEpochMetric(metric: string): void {
+    this.epochMetric = metric;
+    if (metric) this.sort = nextEpochSort({ ...DEFAULT_SORT }, metric, this.epochGoalOf(metric));
+    else if (this.sort.key === "epoch") this.sort = DEFAULT_SORT;
+    this.remember();
+    this.render();
+  }
+
+  private sortByEpochMetric(): void {
+    if (!this.epochMetric) return;
+    this.sort = nextEpochSort(this.sort, this.epochMetric, this.epochGoalOf(this.epochMetric));
+    this.remember();
+    this.render();
+  }
+
+  private epochGoalOf(metric: string): "min" | "max" {
+    const entry = this.ctx.runs.list().map((r) => epochMetricsOf(r.summary)[metric]).find((e) => e);
+    return epochGoal(metric, entry);
+  }
+
+  private remember(): void {
+    writeStorage(EPOCH_COLUMN_KEY, JSON.stringify({ metric: this.epochMetric, sort: this.sort.key === "epoch" ? this.sort : null }));
+  }
+
+  /** The epoch-metric menu: every epoch metric the loaded runs recorded (and the remembered one). */
+  private renderEpochSelect(runs: Run[]): void {
+    const names = epochMetricNames(runs.map((r) => r.summary));
+    if (this.epochMetric && !names.includes(this.epochMetric)) names.unshift(this.epochMetric);
+    const key = names.join("\n");
+    if (key !== this.epochOptions) {
+      this.epochOptions = key;
+      replaceChildren(
+        this.epochSelect,
+        h("option", { text: names.length ? "epoch metric column: none" : "no epoch metrics yet", attrs: { value: "" } }),
+        ...names.map((n) => h("option", { text: `best ${n}`, attrs: { value: n } })),
+      );
+    }
+    this.epochSelect.value = this.epochMetric;
+    const metric = this.epochMetric;
+    setAttrs(this.epochHeader, { hidden: metric ? null : true, "data-metric": metric || null });
+    setText(this.epochLabel, metric ? `best ${metric}` : "");
+    setAttrs(this.epochButton, { title: metric ? `Best ${metric} of each run (${this.epochGoalOf(metric) === "min" ? "lowest" : "highest"}): sort` : null });
+  }
+
+  /**
+   * Sorted by an epoch metric while older runs are not loaded: ask the server for the best
+   * runs by that metric (it sorts every run), so the top of the list is right.
+   */
+  private fetchServerSort(): void {
+    const sort = serverEpochSort(this.sort);
+    const runs = this.ctx.runs;
+    if (!sort || sort === this.fetchedSort || runs.total === null || runs.total <= runs.size) return;
+    this.fetchedSort = sort;
+    void this.ctx.api
+      .listRuns(undefined, { limit: 1000, sort })
+      .then((page) => runs.replaceAll(Array.isArray(page?.data) ? page.data : []))
+      .catch(() => {
+        this.fetchedSort = null;
+      });
   }
 
   private showSort(): void {
@@ -231,6 +339,8 @@ export class RunsListView implements View {
   private render(): void {
     const now = this.ctx.now();
     const all = this.ctx.runs.list();
+    this.renderEpochSelect(all);
+    this.fetchServerSort();
     const shown = sortRuns(
       all.filter((r) => this.matches(r)),
       this.sort,
@@ -272,7 +382,8 @@ export class RunsListView implements View {
 
   private updateRow(refs: RowRefs, run: Run, now: number): void {
     const c = runRowCells(run, now, this.ctx.runs.verdictOf(run.id));
-    const key = JSON.stringify(c);
+    const epoch = this.epochMetric ? epochCell(run, this.epochMetric) : null;
+    const key = JSON.stringify([c, epoch]);
     if (key === refs.key) return;
     refs.key = key;
     const tr = refs.tr;
@@ -295,7 +406,7 @@ export class RunsListView implements View {
       h("td", { class: "name" }, link, h("span", { class: "run-id", text: `#${run.id}` })),
       h("td", { class: "project", text: c.project }),
       h("td", { class: "tags-cell" }, tagList(c.tags)),
-      h("td", null, statusBadge(c.status)),
+      h("td", null, statusBadge(c.status, run.summary.steps_to_upload)),
       h(
         "td",
         null,
@@ -312,6 +423,13 @@ export class RunsListView implements View {
       num(c.p95),
       h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle } }),
       num(c.gpu),
+      epoch
+        ? h("td", {
+            class: "num epoch-best",
+            text: epoch.text,
+            attrs: { title: epoch.title, "data-testid": "epoch-best", "data-value": bestEpochValue(run, this.epochMetric) ?? "" },
+          })
+        : null,
     );
   }
 
