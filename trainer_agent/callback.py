@@ -18,7 +18,7 @@ from trainer_agent.input_wait import (
 )
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline import describe_pipeline
-from trainer_agent.session import RunSession
+from trainer_agent.session import RunSession, scalars
 
 log = logging.getLogger("trainer_agent")
 
@@ -29,7 +29,7 @@ READ_EVERY_S = 1.0
 # Every Keras hook the callback overrides; each is guarded (trainer_agent/guard.py).
 GUARDED_HOOKS = (
     "on_train_begin", "on_train_batch_begin", "on_train_batch_end", "on_test_begin",
-    "on_epoch_end", "on_train_end",
+    "on_test_end", "on_epoch_end", "on_train_end",
 )  # fmt: skip
 
 
@@ -115,6 +115,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         self._pending: list[Execution] = []
         self._open: Execution | None = None
         self._step = 0
+        self._epochs_done = 0
         self._steps_per_execution = 1
         self._steps_per_epoch: int | None = None
         self._last_read = 0.0
@@ -179,6 +180,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         self._pending = []
         self._open = None
         self._step = 0
+        self._epochs_done = 0
         self._next_log_step = 0
         self._last_read = time.perf_counter()
         self._wall_to_perf_s = time.time() - time.perf_counter()
@@ -209,8 +211,8 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         try:
             if self._fault is not None:
                 self._guard.inject("on_train_batch_end")
-            if self._steps_per_execution > 1 and self._open is not None:
-                self._open.returned = time.perf_counter()  # the end of the steps' compute
+            if self._open is not None:  # it trained: the end of its steps' compute
+                self._open.returned = time.perf_counter()
             session = self._session
             step = self._step - 1
             if session is None or not logs or step < self._next_log_step:
@@ -233,6 +235,18 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         except Exception as error:
             self._guard.trip("on_test_begin", error)
 
+    def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
+        try:
+            if self._fault is not None:
+                self._guard.inject("on_test_end")
+            # fit's own validation arrives as val_* in the epoch logs; a standalone
+            # evaluate() during the run is kept beside the epoch in progress.
+            if self._session is not None and logs and not _in_fit_validation(self.model):
+                evaluated = {f"evaluate_{name}": value for name, value in scalars(logs).items()}
+                self._session.record_epoch(self._epochs_done, self._step, evaluated)
+        except Exception as error:
+            self._guard.trip("on_test_end", error)
+
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         try:
             if self._fault is not None:
@@ -240,6 +254,14 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             now = time.perf_counter()
             self._close(now)
             self._flush_pending(now)
+            self._epochs_done = epoch + 1
+            if self._session is not None and logs:
+                metrics = scalars(logs)
+                if "learning_rate" not in metrics and "lr" not in metrics:
+                    rate = _learning_rate(self.model)
+                    if rate is not None:
+                        metrics["learning_rate"] = rate
+                self._session.record_epoch(epoch, self._step, metrics)
         except Exception as error:
             self._guard.trip("on_epoch_end", error)
 
@@ -272,6 +294,13 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         execution, self._open = self._open, None
         if execution is None or self._session is None:
             return
+        if execution.returned is None:
+            # The train function raised instead of returning: the call that found the data
+            # exhausted (Keras makes one at each epoch's end when tf.data does not know the
+            # epoch's length). It trained nothing, so it is no step; its time belongs to no
+            # step either, like the epoch-end work around it.
+            self._step = execution.first_step
+            return
         execution.end = now
         if self._ring is not None:
             self._pending.append(execution)
@@ -294,7 +323,14 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             log.exception("Stoker could not read input stamps; input wait is not measured")
             self._ring = None
             stamps = StampTable.of({})
+        counted = sum(execution.n for execution in executions)
         self._record(self._resolver.resolve(executions, stamps))
+        # The resolver shortens an execution that ran out of data; number on from its end.
+        shortfall = counted - sum(execution.n for execution in executions)
+        if shortfall:
+            self._step -= shortfall
+            if self._open is not None:
+                self._open.first_step -= shortfall
 
     def _record(self, rows: list[StepRow]) -> None:
         session = self._session
@@ -302,6 +338,23 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             return
         for row in rows:
             session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
+
+
+def _in_fit_validation(model: Any) -> bool:
+    """Whether `fit` is validating: it keeps its evaluation iterator meanwhile (Keras 3's
+    `_eval_epoch_iterator`, tf_keras's `_eval_data_handler`)."""
+    return any(
+        getattr(model, name, None) is not None
+        for name in ("_eval_epoch_iterator", "_eval_data_handler")
+    )
+
+
+def _learning_rate(model: Any) -> float | None:
+    """The optimizer's current learning rate, when it has a plain one."""
+    try:
+        return float(model.optimizer.learning_rate)
+    except Exception:
+        return None
 
 
 def _unwrapped(dataset: Any) -> Any:

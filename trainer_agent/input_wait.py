@@ -20,6 +20,7 @@ the time the chain of steps sat idle for its element (`split_execution`). When a
 precede the step; then the wait counts from the step's begin at the earliest.
 """
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -334,7 +335,7 @@ class WaitResolver:
         for execution in executions:
             if execution.epoch_start:
                 self._maybe_switch_iterator(execution, firsts)
-            consumed = self._take(execution.n, stamps)
+            consumed = self._take(execution, stamps)
             rows.extend(split_execution(execution, consumed))
         return rows
 
@@ -350,12 +351,22 @@ class WaitResolver:
             self._generation = max(candidates)[1]
             self._next_index = 0
 
-    def _take(self, n: int, stamps: StampTable) -> list[Stamp] | None:
+    def _take(self, execution: Execution, stamps: StampTable) -> list[Stamp] | None:
+        """The stamps of the elements `execution` consumed, in order; None if not all known.
+
+        An execution of N > 1 steps that ran out of data after k elements (the last of an
+        epoch whose length tf.data does not know) consumed the first k and no later element
+        exists: it is shortened to its k steps. (An overwritten stamp is an older one.)
+        """
         if self._generation is None:
             return None
-        first = self._next_index
-        self._next_index += n
+        first, n = self._next_index, execution.n
         taken = [stamps.get((self._generation, first + j)) for j in range(n)]
+        present = sum(1 for _ in itertools.takewhile(lambda s: s is not None, taken))
+        if 0 < present < n and all(s is None for s in taken[present:]):
+            execution.n = n = present
+            taken = taken[:present]
+        self._next_index += n
         if any(s is None for s in taken):
             return None
         return [s for s in taken if s is not None]

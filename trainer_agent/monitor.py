@@ -10,7 +10,7 @@ from trainer_agent.config import AgentConfig
 from trainer_agent.environment import collect, detect_rank
 from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.nvml import shared_nvml
-from trainer_agent.session import RunSession
+from trainer_agent.session import RunSession, scalars
 
 log = logging.getLogger("trainer_agent")
 T = TypeVar("T")
@@ -87,7 +87,13 @@ class Monitor:
         self._next_log_step = 0
         self._guard = Guard(
             self,
-            {"start": lambda: self, "iterate": _untimed, "log": None, "close": None},
+            {
+                "start": lambda: self,
+                "iterate": _untimed,
+                "log": None,
+                "log_epoch": None,
+                "close": None,
+            },
             on_disable=self._end_disabled_run,
         )
         self._fault = self._guard.fault  # tests only; one cheap check per hook
@@ -176,6 +182,17 @@ class Monitor:
                     continue
         except Exception as error:
             self._guard.trip("log", error)
+
+    def log_epoch(self, epoch: int, **metrics: Any) -> None:
+        """Record an epoch's metrics (e.g. `loss`, `val_loss`, `val_accuracy`), floats or
+        tensors, at the end of epoch `epoch` (0-based): the curves runs are compared by."""
+        try:
+            if self._fault is not None:
+                self._guard.inject("log_epoch")
+            if self.session is not None:
+                self.session.record_epoch(int(epoch), self._step, scalars(metrics))
+        except Exception as error:
+            self._guard.trip("log_epoch", error)
 
     def close(self, status: str = "finished") -> None:
         """Flush what is recorded and end the run (bounded by the close timeout)."""

@@ -12,6 +12,7 @@ from typing import Any
 SECTIONS: dict[str, tuple[str, ...]] = {
     "steps": ("step", "t", "dur", "wait", "batch_size"),
     "metrics": ("step", "name", "value"),
+    "epochs": ("epoch", "step", "t", "name", "value"),
     "device": (
         "t", "gpu", "util", "mem_util", "mem_used", "mem_total", "proc_mem",
         "tf_mem_current", "tf_mem_peak", "temp_c", "power_w", "power_limit_w",
@@ -24,6 +25,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 REQUIRED: dict[str, tuple[str, ...]] = {
     "steps": ("step", "t", "dur"),
     "metrics": ("step", "name", "value"),
+    "epochs": ("epoch", "step", "t", "name", "value"),
     "device": ("t", "gpu"),
     "host": ("t",),
 }
@@ -73,6 +75,7 @@ class Recorder:
         self.buffers = {name: ColumnBuffer(name, max_rows) for name in SECTIONS}
         self.steps = self.buffers["steps"]
         self.metrics = self.buffers["metrics"]
+        self.epochs = self.buffers["epochs"]
         self.device = self.buffers["device"]
         self.host = self.buffers["host"]
 
