@@ -364,6 +364,11 @@ def _pipeline(environment: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _steps_per_execution(environment: dict[str, Any]) -> int:
+    value = environment.get("steps_per_execution")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
 def diagnose(
     window: RunWindow,
     *,
@@ -463,6 +468,15 @@ def diagnose(
             f"input wait is {_pct(share)} of step time over the last {w:g} s "
             f"({waited} steps: {_ms(per_step_wait)} waiting of {_ms(per_step)} per step)",
         )
+        executed = _steps_per_execution(window.environment)
+        if executed > 1:
+            add(
+                "input_wait_estimated",
+                True,
+                f"with steps_per_execution = {executed}, TensorFlow fetches the next batch "
+                "while a step computes, so the wait is estimated: the time the steps sat "
+                "idle for their batch, not the time each fetch was blocked",
+            )
         # Compared as shown (to a millionth): a share of exactly 20 % is 20 %, whatever
         # order the floating-point sums happened in.
         if round(share, 6) >= highly:

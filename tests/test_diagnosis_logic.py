@@ -186,3 +186,20 @@ def test_disabled_rule_resolves_its_firing_alerts() -> None:
 def test_scope_project_limits_rule_to_that_project() -> None:
     engine = AlertEngine(rules=[_rule(for_s=0.0, scope="project", project="other")])
     assert engine.evaluate(_facts(10.0), now=0.0) == []
+
+
+@pytest.mark.parametrize(
+    ("steps_per_execution", "estimated"), [(None, False), (1, False), (4, True)]
+)
+def test_evidence_says_when_the_wait_is_estimated_over_several_steps_per_execution(
+    steps_per_execution: int | None, estimated: bool
+) -> None:
+    environment = (
+        {} if steps_per_execution is None else {"steps_per_execution": steps_per_execution}
+    )
+    window = _window(environment=environment)
+    _feed(window, 20, dur=0.1, wait=0.03)
+    evidence = {e.key: e for e in _verdict(window).evidence}
+    assert ("input_wait_estimated" in evidence) is estimated
+    if estimated:
+        assert "steps_per_execution = 4" in evidence["input_wait_estimated"].text
