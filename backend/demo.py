@@ -137,10 +137,16 @@ def train_demo_runs(server_url: str, *, epochs: int) -> None:
     from trainer_agent import StokerCallback
 
     rng = np.random.default_rng(0)
-    samples, features, classes = 4096, 64, 4
+    samples, held_out, features, classes = 4096, 512, 64, 4
     centers = rng.normal(size=(classes, features)).astype("float32")
-    labels = rng.integers(0, classes, size=samples)
-    inputs = (centers[labels] + rng.normal(scale=1.5, size=(samples, features))).astype("float32")
+    all_labels = rng.integers(0, classes, size=samples + held_out)
+    noise = rng.normal(scale=5.0, size=(samples + held_out, features))  # not trivially separable
+    all_inputs = (centers[all_labels] + noise).astype("float32")
+    inputs, labels = all_inputs[:samples], all_labels[:samples]
+    # Held out for validation: val_loss and val_accuracy are what runs are compared by.
+    validation = tf.data.Dataset.from_tensor_slices(
+        (all_inputs[samples:], all_labels[samples:])
+    ).batch(256)
 
     def slow_decode(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         # Stands in for costly per-example decoding/augmentation on the host CPU.
@@ -189,7 +195,11 @@ def train_demo_runs(server_url: str, *, epochs: int) -> None:
         )
         print(f"Training {name} ...", flush=True)
         model.fit(
-            callback.wrap(make_dataset()), epochs=epochs, callbacks=[callback, keep], verbose=2
+            callback.wrap(make_dataset()),
+            validation_data=validation,
+            epochs=epochs,
+            callbacks=[callback, keep],
+            verbose=2,
         )
         run_id = getattr(getattr(kept.get("session"), "sender", None), "run_id", None)
         report_run(server_url, run_id or _last_run_id(server_url, name))
