@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+import trainer_agent
 from tests.support import REPO, ServerProcess
 
 tf = pytest.importorskip("tensorflow")
@@ -50,6 +51,7 @@ def delay_s() -> float:
 
 
 def _only_run(server: ServerProcess) -> dict:
+    trainer_agent.flush()  # fit() returns before the server acknowledged its last records
     runs = server.get("/api/v1/runs")
     assert runs["count"] == 1
     return runs["data"][0]
@@ -122,6 +124,7 @@ def test_fit_called_twice_with_one_callback_makes_two_finished_runs(
     dataset = callback.wrap(_dataset(10))
     model.fit(dataset, epochs=1, callbacks=[callback], verbose=0)
     model.fit(dataset, epochs=2, callbacks=[callback], verbose=0)
+    trainer_agent.flush()
     runs = sorted(server.get("/api/v1/runs")["data"], key=lambda r: r["id"])
     assert [r["status"] for r in runs] == ["finished", "finished"]
     assert [r["summary"]["steps"] for r in runs] == [10, 20]

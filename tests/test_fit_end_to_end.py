@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import trainer_agent
 from tests.support import ServerProcess, wait_for
 
 tf = pytest.importorskip("tensorflow")
@@ -31,6 +32,7 @@ def test_fit_every_step_arrives_in_order_exactly_once(server: ServerProcess) -> 
         run_name="e2e", project="tests", server=server.url, config={"lr": 0.01}, tags=["t1"]
     )
     _tiny_model().fit(x, y, batch_size=32, epochs=3, validation_split=0.0, callbacks=[callback])
+    trainer_agent.flush()  # fit() returns before the server acknowledged its last records
 
     runs = server.get("/api/v1/runs")
     assert runs["count"] == 1
@@ -56,6 +58,7 @@ def test_fit_with_validation_excludes_validation_from_step_time(server: ServerPr
     x, y = _data(640)
     callback = StokerCallback(run_name="with-val", server=server.url)
     _tiny_model().fit(x, y, batch_size=32, epochs=2, validation_split=0.5, callbacks=[callback])
+    trainer_agent.flush()
     run = server.get("/api/v1/runs")["data"][0]
     series = server.get(f"/api/v1/runs/{run['id']}/steps")
     assert series["step"] == list(range(20))

@@ -10,11 +10,12 @@ Example:
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Monitor", "StokerCallback"]
+__all__ = ["Monitor", "StokerCallback", "flush"]
 
 if TYPE_CHECKING:
     from trainer_agent.callback import StokerCallback
     from trainer_agent.monitor import Monitor
+    from trainer_agent.session import flush
 
 
 def __getattr__(name: str) -> Any:
@@ -27,4 +28,8 @@ def __getattr__(name: str) -> Any:
         from trainer_agent.monitor import Monitor
 
         return Monitor
+    if name == "flush":  # wait until the runs that ended are delivered (fit() does not)
+        from trainer_agent.session import flush
+
+        return flush
     raise AttributeError(f"module 'trainer_agent' has no attribute {name!r}")

@@ -66,10 +66,18 @@ class AgentConfig:
     flush_interval_s: float = 0.5
     max_batch_rows: int = 5000
     max_pending_rows: int = 1_000_000
-    ack_timeout_s: float = 10.0
+    # No acknowledgement for this long: the server is stuck (and, at a run's end, the drain
+    # stops waiting for it).
+    ack_timeout_s: float = field(default_factory=lambda: _env_float("STOKER_ACK_TIMEOUT_S", 10.0))
     connect_timeout_s: float = 5.0
+    # At the run's end: how long to keep trying a server that cannot be reached (at most 2 s
+    # when the spool keeps the records)...
     close_timeout_s: float = field(
         default_factory=lambda: _env_float("STOKER_CLOSE_TIMEOUT_S", 10.0)
+    )
+    # ...and how long, at most, to keep sending to a server that acknowledges.
+    drain_timeout_s: float = field(
+        default_factory=lambda: _env_float("STOKER_DRAIN_TIMEOUT_S", 60.0)
     )
     spool_dir: Path | None = field(default_factory=spool_dir_from_env)
     spool_max_bytes: int = field(

@@ -219,7 +219,7 @@ def collect_later(
     """`collect` in two halves: what only the training thread may read (the model, the fit's
     parameters; cheap) now, and a function that reads the rest (host, GPUs, TensorFlow's
     build: tens of ms) on another thread and returns the whole report, `extra` included."""
-    training = _safe(lambda: jsonable(model_facts(model, fit_params))) if model is not None else None
+    training = None if model is None else _safe(lambda: jsonable(model_facts(model, fit_params)))
     extra = jsonable(extra or {})
 
     def finish() -> dict[str, Any]:

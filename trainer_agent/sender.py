@@ -7,11 +7,19 @@ commit). While the server is unreachable it moves unsent batches to the disk spo
 (bounded; what does not fit is counted as dropped), retries with capped, jittered backoff,
 and replays the spool in seq order when the server is back; the server ignores a seq it
 already stored. It never blocks or raises into the training thread.
+
+When the run ends it drains: it keeps sending for as long as the server keeps acknowledging
+(up to `drain_timeout_s`), and gives up early only when the server stops answering or cannot
+be reached. What is left then stays in the spool, the run's end tells the server how many
+steps are still to come, and the next agent that starts with this spool directory sends them
+(upload.start_background_upload).
 """
 
 import contextlib
+import errno
 import logging
 import random
+import socket
 import threading
 import time
 from collections import deque
@@ -31,6 +39,7 @@ Connect = Callable[..., Any]
 Post = Callable[..., Any]
 SECTIONS = ("steps", "metrics", "device", "host")
 HTTP_CHUNK_BYTES = 4 * 2**20
+DRAIN_ANNOUNCE_AFTER_S = 2.0
 
 
 def _default_connect(url: str, **kwargs: Any) -> Any:
@@ -89,6 +98,34 @@ def _handshake_refused(error: Exception) -> bool:
     return type(error).__name__ in ("InvalidStatus", "InvalidStatusCode", "InvalidUpgrade")
 
 
+UNREACHABLE_ERRNOS = {
+    errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN,
+    errno.ENETDOWN, errno.EADDRNOTAVAIL,
+}  # fmt: skip
+
+
+def is_slow(error: BaseException) -> bool:
+    """A timeout: the server (or the network) did not answer in time, rather than refusing.
+
+    Connection refused, no route and name lookup failures mean the server is unreachable.
+    """
+    if isinstance(error, TimeoutError) or "Timeout" in type(error).__name__:
+        return True
+    cause: BaseException | None = error
+    while cause is not None:  # httpx wraps the socket error
+        if (
+            isinstance(cause, socket.gaierror)
+            or getattr(cause, "errno", None) in UNREACHABLE_ERRNOS
+        ):
+            return False
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+class DrainCapReached(TimeoutError):
+    """The drain at the run's end ran out of time while the server was still answering."""
+
+
 class Sender:
     def __init__(
         self,
@@ -106,8 +143,12 @@ class Sender:
         self._post = post
         self._url = websocket_url(config.server, "/api/v1/agent")
         self._stop = threading.Event()
-        # While flushing at exit, no network wait may outlast this (a stuck server).
+        self._abandon = threading.Event()
+        # While draining at the end, no network wait may outlast this.
         self._flush_deadline = float("inf")
+        self._last_error: BaseException | None = None
+        self._drain_started: float | None = None
+        self._drain_announced = False
         self._thread = threading.Thread(target=self._run, name="stoker-sender", daemon=True)
         self._pending: deque[Batch] = deque()
         self._pending_rows = 0
@@ -120,10 +161,15 @@ class Sender:
         self._end_status = "finished"
         self._use_http = config.transport == "http"
         self._spool = (
-            Spool(config.spool_dir / hello["run_key"], max_bytes=config.spool_max_bytes)
+            Spool(
+                config.spool_dir / hello["run_key"],
+                max_bytes=config.spool_max_bytes,
+                server=config.server,
+            )
             if config.spool_dir is not None
             else None
         )
+        self._spooled_steps = 0  # step rows in this run's spool, for the end's count
         self._spool_dropped = 0
         # Listing the spool directory every flush costs more than the rest of a flush: it is
         # listed only while it may hold batches (at start, and after an outage).
@@ -135,18 +181,58 @@ class Sender:
         self.spooled_rows = 0
         self.rejected_rows = 0
         self.acked_batches = 0
+        self.unsent_steps = 0  # steps left in the spool when the run ended
         self.connected = threading.Event()
         # Called (on the sender thread) with each server command, e.g. set_interval.
         self.on_command: Callable[[dict[str, Any]], None] | None = None
+        # Called on the sender thread before the first connection (e.g. to fill in the hello's
+        # environment), and before the final flush (e.g. to take the sampler's last reading).
+        self.before_connect: Callable[[dict[str, Any]], None] | None = None
+        self.before_final_flush: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._thread.start()
 
-    def close(self, status: str = "finished", timeout_s: float | None = None) -> None:
-        """Flush what is left, tell the server the run ended, and stop (bounded by the timeout)."""
+    def close(
+        self, status: str = "finished", timeout_s: float | None = None, *, wait: bool = True
+    ) -> None:
+        """End the run with `status`: drain what is left and tell the server.
+
+        With `wait`, return once that is done (at most `timeout_s`, by default
+        `drain_bound_s()`); without, at once while the sender thread drains in the background
+        (`join` waits for it).
+        """
         self._end_status = status
         self._stop.set()
-        self._thread.join(self._config.close_timeout_s if timeout_s is None else timeout_s)
+        if wait:
+            self.join(timeout_s)
+
+    def drain_bound_s(self) -> float:
+        """The longest the end of a run can take: the drain, then one wait for the end's ack."""
+        return self._config.drain_timeout_s + self._config.ack_timeout_s + 1.0
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the sender thread to finish; True when it did."""
+        if self._thread.ident is None:
+            return True
+        self._thread.join(self.drain_bound_s() if timeout_s is None else timeout_s)
+        return not self._thread.is_alive()
+
+    def abandon(self) -> None:
+        """Stop draining now (the user interrupted the exit): what is left goes to the spool.
+
+        Closing the socket from here wakes the sender thread out of its wait for an ack.
+        """
+        self._abandon.set()
+        self._flush_deadline = time.monotonic()
+        ws = self._ws
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                ws.close()
+
+    @property
+    def done(self) -> bool:
+        return self._stop.is_set() and not self._thread.is_alive()
 
     @property
     def dropped_rows(self) -> int:
@@ -162,14 +248,23 @@ class Sender:
     # --- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
         try:
+            if self.before_connect is not None:
+                try:
+                    self.before_connect(self._hello)
+                except Exception:
+                    log.debug("could not complete the hello", exc_info=True)
             while not self._stop.is_set():
                 self._cycle()
                 self._stop.wait(self._config.flush_interval_s)
-            self._final_flush(time.monotonic() + self._config.close_timeout_s)
+            if self.before_final_flush is not None:
+                self.before_final_flush()
+            self._final_flush()
         except Exception:
             log.exception("Stoker sender failed; training continues without monitoring")
         finally:
             self._disconnect()
+            if self._spool is not None:
+                self._spool.release()
 
     def _cycle(self, *, force_connect: bool = False) -> bool:
         self._collect()
@@ -178,48 +273,135 @@ class Sender:
         self._spool_pending()
         return False
 
-    def _final_flush(self, deadline: float) -> None:
+    def _final_flush(self) -> None:
+        """Deliver everything and end the run; give up only at the drain cap, when the server
+        stops acknowledging for `ack_timeout_s`, or when it cannot be reached (not for long
+        when the spool keeps the records)."""
+        started = time.monotonic()
+        cap = started + self._config.drain_timeout_s
+        reach_for_s = self._config.close_timeout_s
         if self._spool is not None:
-            # Spooled records are safe: do not hold the process up long for a dead server.
-            deadline = min(deadline, time.monotonic() + 2.0)
-        self._flush_deadline = deadline
-        while time.monotonic() < deadline:
-            if self._cycle(force_connect=True):
-                try:
-                    self._send_end()
-                    self._discard_delivered_spool()
-                    return
-                except Exception as error:
-                    log.debug("end failed: %s", error)
-                    self._disconnect()
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            reach_for_s = min(reach_for_s, 2.0)
+        self._flush_deadline = cap
+        self._drain_started = started
+        last_progress = started
+        while not self._abandon.is_set():
+            acked = self.acked_batches
+            self._last_error = None
+            if self._cycle(force_connect=True) and self._end_run():
+                return
+            now = time.monotonic()
+            if self.acked_batches > acked:
+                last_progress = now
+            if now >= cap or self._abandon.is_set():
+                break
+            if self._last_error is not None and not is_slow(self._last_error):
+                if now - started >= reach_for_s:  # refused, no route: it is not coming back now
+                    break
+            elif now - last_progress >= self._config.ack_timeout_s:  # connected, no acks
+                break
+            self._announce_slow_drain()
+            if self._ws is None:
+                time.sleep(min(0.2, max(0.0, cap - now)))
+        self._leave_the_rest()
+
+    def _announce_slow_drain(self) -> None:
+        """One line when the run's end takes over 2 s: the user sees why the process waits."""
+        if self._drain_started is None or self._drain_announced:
+            return
+        now = time.monotonic()
+        if now - self._drain_started < DRAIN_ANNOUNCE_AFTER_S:
+            return
+        self._drain_announced = True
+        log.warning(
+            "Stoker: sending this run's last records to %s (%d batches acknowledged so far, "
+            "%d records still to send); waiting up to %.0f s more while it keeps acknowledging",
+            self._config.server, self.acked_batches, self.pending_rows, self._flush_deadline - now,
+        )  # fmt: skip
+
+    def _end_run(self) -> bool:
+        """Send the end (everything is delivered); True once the server acknowledged it."""
+        try:
+            self._send_end()
+        except Exception as error:
+            log.debug("end failed: %s", error)
+            self._last_error = error
+            self._disconnect()
+            return False
+        self._discard_delivered_spool()
+        return True
+
+    def _leave_the_rest(self) -> None:
+        """Spool what is left, record the run's end there, tell the server how many steps are
+        still to come when it is answering, and say what happened."""
         self._spool_pending(force=True)
-        if self._spool is not None:
-            try:
-                self._spool.write_end(
-                    self._hello, self._end_status, self.counters(), next_seq=self._next_seq
-                )
-            except OSError as error:
-                log.warning("Stoker: cannot record the run's end in the spool (%s)", error)
-            dropped = (
-                f" {self.dropped_rows} records were dropped (spool full or disk full)."
-                if self.dropped_rows
-                else ""
+        error = self._last_error
+        if self._spool is None:
+            if self.pending_rows:
+                log.warning(
+                    "Stoker: %d records could not be delivered to %s before exit (%s)",
+                    self.pending_rows, self._config.server, self._describe(error),
+                )  # fmt: skip
+            return
+        try:
+            self._spool.write_end(
+                self._hello, self._end_status, self.counters(), next_seq=self._next_seq
             )
+        except OSError as error_writing:
+            log.warning("Stoker: cannot record the run's end in the spool (%s)", error_writing)
+        self.unsent_steps = self._spooled_steps
+        told = self._tell_unsent(error)
+        if told and not self._spool.batch_paths():
+            self._discard_delivered_spool()  # only the end was late: nothing is left
+            return
+        dropped = (
+            f" {self.dropped_rows} records were dropped (spool full or disk full)."
+            if self.dropped_rows
+            else ""
+        )
+        directory = self._spool.directory
+        if error is not None and is_slow(error):
             log.warning(
-                "Stoker: the server at %s is unreachable; this run's records are kept in %s.%s "
-                "Send them later with: stoker upload %s",
-                self._config.server,
-                self._spool.directory,
-                dropped,
-                self._spool.directory,
-            )
-        elif self.pending_rows:
+                "Stoker: the server at %s is up but busy (%s): %d batches were acknowledged "
+                "before the %.0f s limit. The %d steps still to send are kept in %s%s and are "
+                "sent by the next Stoker agent that starts on this machine with this spool "
+                "directory, or now with: stoker upload %s.%s",
+                self._config.server, self._describe(error), self.acked_batches,
+                self._config.drain_timeout_s, self.unsent_steps, directory,
+                " (the server shows the run as finished with them still to upload)" if told else "",
+                directory, dropped,
+            )  # fmt: skip
+        else:
             log.warning(
-                "Stoker: %d records could not be delivered to %s before exit",
-                self.pending_rows,
-                self._config.server,
-            )
+                "Stoker: the server at %s is unreachable (%s); this run's records are kept in "
+                "%s and are sent by the next Stoker agent that starts on this machine with "
+                "this spool directory, or now with: stoker upload %s.%s",
+                self._config.server, self._describe(error), directory, directory, dropped,
+            )  # fmt: skip
+
+    def _tell_unsent(self, error: BaseException | None) -> bool:
+        """End the run on a server that is up but behind, with the count of steps it still
+        lacks, so that it shows the run as ended (not running, then interrupted)."""
+        if self._abandon.is_set() or (error is not None and not is_slow(error)):
+            return False
+        self._flush_deadline = time.monotonic() + self._config.ack_timeout_s
+        try:
+            if not self._use_http and self._ws is None and not self._ensure_connected(force=True):
+                return False
+            self._send_end(unsent_steps=self.unsent_steps)
+        except Exception as failure:
+            log.debug("could not end the run with its unsent count: %s", failure)
+            return False
+        return True
+
+    def _describe(self, error: BaseException | None) -> str:
+        if error is None:
+            return "no answer"
+        if isinstance(error, DrainCapReached):
+            return f"still acknowledging when the {self._config.drain_timeout_s:.0f} s limit came"
+        if is_slow(error):
+            return f"no answer within {self._config.ack_timeout_s:.0f} s"
+        return str(error) or type(error).__name__
 
     # --- batching -------------------------------------------------------------------------
     def _collect(self) -> None:
@@ -263,6 +445,7 @@ class Sender:
                 stored = False
             if stored:
                 self.spooled_rows += rows
+                self._spooled_steps += row_count(batch.get("steps") or {})
                 self._spool_may_hold_batches = True
             else:
                 self._spool_dropped += rows
@@ -276,6 +459,9 @@ class Sender:
                     self._send_spooled_ws()
                     self._send_pending_ws()
                     return True
+                except DrainCapReached as error:  # still connected and answering: keep it
+                    self._last_error = error
+                    return False
                 except Exception as error:
                     log.debug("send failed: %s", error)
                     self._disconnect()
@@ -352,17 +538,27 @@ class Sender:
             self._pending_rows -= batch_rows(self._pending.popleft())
 
     def _schedule_reconnect(self, error: Exception) -> None:
+        self._last_error = error
         delay = self._backoff.next_delay_s()
         self._next_connect_at = time.monotonic() + delay
         self.connected.clear()
-        if not self._warned_unreachable:
-            self._warned_unreachable = True
+        if self._warned_unreachable:
+            return
+        self._warned_unreachable = True
+        if self._flush_deadline != float("inf"):
+            return  # the run is ending: its end says what happened, once
+        if is_slow(error):
+            log.warning(
+                "Stoker: the server at %s is not answering in time (%s); it is busy or the "
+                "network is slow. Training continues; records are kept and sent as it catches up",
+                self._config.server, self._describe(error),
+            )  # fmt: skip
+        else:
             log.warning(
                 "Stoker: cannot reach the server at %s (%s); training continues, "
                 "records are kept and sent when it is back",
-                self._config.server,
-                error,
-            )
+                self._config.server, error,
+            )  # fmt: skip
 
     def _spooled_paths(self, spool: Spool) -> list[Path]:
         if not self._spool_may_hold_batches:
@@ -378,6 +574,7 @@ class Sender:
             batch = self._spool.load(path)
             self._send_one_ws(batch)
             self._spool.remove(path)
+            self._spooled_steps -= row_count(batch.get("steps") or {})
 
     def _send_pending_ws(self) -> None:
         while self._pending:
@@ -397,15 +594,18 @@ class Sender:
             log.warning("Stoker: the server rejected batch %s: %s", batch["seq"], reply)
         else:
             self.acked_batches += 1
+            self._announce_slow_drain()
 
     def _send_http(self) -> None:
         """POST the spool and then memory to `/api/v1/ingest`, in chunks."""
         if self._spool is not None:
             paths = self._spooled_paths(self._spool)
             for chunk in http_chunks(paths, lambda p: p.stat().st_size):
-                self._post_batches([self._spool.load(p) for p in chunk])
+                batches = [self._spool.load(p) for p in chunk]
+                self._post_batches(batches)
                 for path in chunk:
                     self._spool.remove(path)
+                self._spooled_steps -= sum(row_count(b.get("steps") or {}) for b in batches)
         for chunk in http_chunks(list(self._pending), lambda b: len(wire.dumps(b))):
             self._post_batches(chunk)
             for batch in chunk:
@@ -430,6 +630,7 @@ class Sender:
         body = response.json()
         self.run_id = body.get("run_id", self.run_id)
         self.acked_batches += len(batches)
+        self._announce_slow_drain()
 
     def _discard_delivered_spool(self) -> None:
         """The server holds everything, the end included: leave no run behind on disk, where
@@ -438,8 +639,10 @@ class Sender:
             return
         self._spool.discard()
 
-    def _send_end(self) -> None:
-        end = {"type": "end", "status": self._end_status}
+    def _send_end(self, unsent_steps: int = 0) -> None:
+        end: dict[str, Any] = {"type": "end", "status": self._end_status}
+        if unsent_steps:  # only then: servers before this field refuse unknown fields
+            end["unsent_steps"] = unsent_steps
         if self._use_http:
             self._post_batches([], end=end)
             return
@@ -447,12 +650,20 @@ class Sender:
         self._await_reply(lambda m: bool(m.get("end")))
 
     def _await_reply(self, matches: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        deadline = min(time.monotonic() + self._config.ack_timeout_s, self._flush_deadline)
+        ack_deadline = time.monotonic() + self._config.ack_timeout_s
+        deadline = min(ack_deadline, self._flush_deadline)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                if deadline < ack_deadline:
+                    raise DrainCapReached("the drain's time is up")
                 raise TimeoutError("no acknowledgement from the server")
-            message = wire.loads(self._ws.recv(timeout=remaining))
+            try:
+                message = wire.loads(self._ws.recv(timeout=remaining))
+            except TimeoutError:
+                if deadline < ack_deadline:
+                    raise DrainCapReached("the drain's time is up") from None
+                raise
             if message.get("type") == "command":
                 self._handle_command(message)
                 continue

@@ -6,16 +6,27 @@ so a crash never leaves half a batch. The directory is capped in bytes; a batch 
 not fit, under the cap or on a full disk, is dropped and counted, never silently.
 `end.json` is reserved (blank) when the spool starts and overwritten in place at the end,
 so the count of dropped records is kept even when the disk has filled up meanwhile.
-`stoker upload DIR` sends what a run left behind.
+`server.txt` names the server the run was meant for.
+
+A process that writes a run's spool holds an exclusive `flock` on its `.lock` file until it
+is done with it; the kernel releases it when the process dies, however it dies. Whoever
+uploads a spooled run (the next agent in the background, or `stoker upload DIR`) takes the
+same lock first, so a run is never uploaded while its own process still writes or replays
+it, nor by two uploaders at once.
 """
 
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from trainer_agent import wire
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; spooled runs are then only sent by `stoker upload`
+    fcntl = None  # type: ignore[assignment]
 
 DEFAULT_MAX_BYTES = 512 * 2**20
 END_RESERVED_BYTES = 4096  # far more than an end record (a status and a few counters) needs
@@ -39,11 +50,51 @@ def _write_atomically(path: Path, data: bytes) -> None:
 class Spool:
     """The spooled batches of one run."""
 
-    def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, server: str | None = None
+    ) -> None:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
+        self.server = server
         self._batches = self.directory / "batches"
         self._bytes: int | None = None
+        self._lock: IO[bytes] | None = None
+
+    @staticmethod
+    def can_lock() -> bool:
+        return fcntl is not None
+
+    def claim(self) -> bool:
+        """Take this run's lock (without waiting); False when another holder has it.
+
+        Held until `release()` or the end of the process. Without flock (Windows), never.
+        """
+        if self._lock is not None:
+            return True
+        if fcntl is None:
+            return False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        lock = (self.directory / ".lock").open("ab")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            return False
+        self._lock = lock
+        return True
+
+    def release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.close()  # closing the file releases the flock
+
+    @property
+    def target_server(self) -> str | None:
+        """The server this run was spooled for (None in spools written before it was kept)."""
+        try:
+            return (self.directory / "server.txt").read_text().strip() or None
+        except OSError:
+            return None
 
     @property
     def hello_path(self) -> Path:
@@ -73,9 +124,16 @@ class Spool:
         return True
 
     def _start(self, hello: dict[str, Any]) -> None:
-        """Create the run's directory, the reserved end record and the hello, once."""
+        """Create the run's directory, the lock, the reserved end record and the hello, once.
+
+        The lock is taken before `hello.json` exists, and uploaders only look at directories
+        that have one: none can catch a run between its creation and its lock.
+        """
         if not self.end_path.exists():
             self._batches.mkdir(parents=True, exist_ok=True)
+            self.claim()
+            if self.server:
+                _write_atomically(self.directory / "server.txt", self.server.encode())
             with self.end_path.open("wb") as reserved:
                 reserved.write(b" " * END_RESERVED_BYTES)
         if not self.hello_path.exists():
@@ -92,8 +150,11 @@ class Spool:
 
     @staticmethod
     def load(path: Path) -> dict[str, Any]:
-        # `json` also reads the NaN literals that spools written before orjson may hold.
-        return json.loads(path.read_text())
+        data = path.read_bytes()
+        try:
+            return wire.loads(data)
+        except ValueError:  # NaN literals, which spools written before orjson may hold
+            return json.loads(data)
 
     def remove(self, path: Path) -> None:
         size = path.stat().st_size if path.exists() else 0
@@ -123,6 +184,7 @@ class Spool:
     def discard(self) -> None:
         """Delete the run's directory once everything in it is stored on the server."""
         shutil.rmtree(self.directory, ignore_errors=True)
+        self.release()
 
 
 def run_directories(path: Path) -> list[Path]:

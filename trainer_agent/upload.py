@@ -1,41 +1,68 @@
-"""`stoker upload DIR`: send runs that the agent spooled to disk (or recorded offline).
+"""Sending runs that the agent spooled to disk: `stoker upload DIR`, and the same in the
+background of the next agent that starts with that spool directory.
 
 Each spooled run directory holds the run's hello, its batches and, when the process ended
 cleanly, its end status and final counters. Batches go to `POST /api/v1/ingest` in order and
 in chunks; the server ignores seqs it already stored, so uploading twice is harmless. A run
-directory is deleted once everything in it is stored.
+directory is deleted once everything in it is stored. A run whose process still holds its
+spool lock (still writing or replaying it) is left alone.
 """
 
-import json
+import contextlib
 import logging
+import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from trainer_agent import wire
 from trainer_agent.config import resolve_server, resolve_token
-from trainer_agent.sender import http_chunks
+from trainer_agent.sender import Backoff, http_chunks
 from trainer_agent.spool import Spool, run_directories
 
 log = logging.getLogger("trainer_agent")
 
 
+class RunInUse(Exception):
+    """Another process holds the run's spool lock."""
+
+
 def upload_run(directory: Path, *, server: str, token: str | None = None) -> dict[str, Any]:
-    """Upload one spooled run; returns the server's run id and how many batches were sent."""
+    """Upload one spooled run; returns the server's run id and how many batches were sent.
+
+    Raises RunInUse when its own process (or another uploader) still holds it.
+    """
     spool = Spool(directory)
-    hello = json.loads(spool.hello_path.read_text())
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if not spool.claim() and Spool.can_lock():
+        raise RunInUse(f"{directory} is in use by a running Stoker agent")
+    try:
+        return _upload_claimed(spool, server=server, token=token)
+    finally:
+        spool.release()
+
+
+def _upload_claimed(spool: Spool, *, server: str, token: str | None) -> dict[str, Any]:
+    hello = Spool.load(spool.hello_path)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     url = server.rstrip("/") + "/api/v1/ingest"
     sent = 0
     run_id = None
     last_seq = 0
+
+    def post(payload: dict[str, Any]) -> Any:
+        response = client.post(url, content=wire.dumps(payload), headers=headers)
+        response.raise_for_status()
+        return response.json()["run_id"]
+
     with httpx.Client(timeout=60) as client:
         for chunk in http_chunks(spool.batch_paths(), lambda path: path.stat().st_size):
             batches = [spool.load(path) for path in chunk]
-            response = client.post(url, json={"hello": hello, "batches": batches}, headers=headers)
-            response.raise_for_status()
-            run_id = response.json()["run_id"]
+            run_id = post({"hello": hello, "batches": batches})
             sent += len(batches)
             last_seq = max(last_seq, *(b["seq"] for b in batches))
             for path in chunk:
@@ -46,14 +73,9 @@ def upload_run(directory: Path, *, server: str, token: str | None = None) -> dic
             # The final counters (rows dropped at the spool cap) as one last batch.
             seq = max(int(end.get("next_seq") or 0), last_seq + 1)
             final = [{"type": "batch", "seq": seq, "agent": end["agent"]}]
-        payload = {
-            "hello": hello,
-            "batches": final,
-            "end": {"type": "end", "status": end["status"]},
-        }
-        response = client.post(url, json=payload, headers=headers)
-        response.raise_for_status()
-        run_id = response.json()["run_id"]
+        run_id = post(
+            {"hello": hello, "batches": final, "end": {"type": "end", "status": end["status"]}}
+        )
     spool.discard()
     return {"run_id": run_id, "batches": sent, "status": end["status"]}
 
@@ -68,6 +90,9 @@ def main(path: Path, *, server: str | None = None, token: str | None = None) -> 
     for directory in directories:
         try:
             result = upload_run(directory, server=target, token=resolve_token(token))
+        except RunInUse as busy:
+            print(f"{busy}; skipped (it sends its records itself)", file=sys.stderr)
+            continue
         except (httpx.HTTPError, OSError, ValueError, KeyError) as error:
             failed += 1
             print(f"{directory}: upload failed: {error}", file=sys.stderr)
@@ -77,3 +102,75 @@ def main(path: Path, *, server: str | None = None, token: str | None = None) -> 
             f"({result['status']}) on {target}"
         )
     return 1 if failed else 0
+
+
+# --- in the background of a new agent ------------------------------------------------------
+_background_lock = threading.Lock()
+_background: dict[tuple[Path, str], threading.Thread] = {}
+
+
+def upload_left_behind(spool_dir: Path, *, server: str, token: str | None) -> tuple[int, int]:
+    """One pass: upload every run under `spool_dir` spooled for `server` that no live process
+    holds. Returns (runs uploaded, runs that failed and may be retried)."""
+    uploaded = failed = 0
+    for directory in run_directories(spool_dir):
+        if Spool(directory).target_server != server:
+            continue  # meant for another server, or from an agent that did not record it
+        try:
+            result = upload_run(directory, server=server, token=token)
+        except RunInUse:
+            continue
+        except (httpx.HTTPError, OSError, ValueError, KeyError) as error:
+            failed += 1
+            log.debug("background upload of %s failed: %s", directory, error)
+            continue
+        uploaded += 1
+        log.warning(
+            "Stoker: sent %d batches that an earlier process left in %s (run %s, %s)",
+            result["batches"], directory, result["run_id"], result["status"],
+        )  # fmt: skip
+    return uploaded, failed
+
+
+def _lower_this_threads_priority() -> None:
+    """Nice only this thread (Linux schedules threads separately), so it yields the CPU to
+    training; elsewhere this is a no-op."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
+def _upload_until_done(
+    spool_dir: Path, server: str, token: str | None, stop: threading.Event
+) -> None:
+    _lower_this_threads_priority()
+    backoff = Backoff(initial_s=5.0, max_s=300.0)
+    try:
+        while True:
+            _, failed = upload_left_behind(spool_dir, server=server, token=token)
+            if not failed or stop.wait(backoff.next_delay_s()):
+                return
+    except Exception:
+        log.debug("background upload stopped", exc_info=True)
+
+
+def start_background_upload(
+    spool_dir: Path | None, *, server: str, token: str | None, stop: threading.Event | None = None
+) -> threading.Thread | None:
+    """Upload, in a daemon thread at the lowest CPU priority, what earlier processes left in
+    `spool_dir` for `server`; at most one such thread per directory and server at a time."""
+    if spool_dir is None or not Spool.can_lock() or not Path(spool_dir).is_dir():
+        return None
+    key = (Path(spool_dir), server)
+    with _background_lock:
+        running = _background.get(key)
+        if running is not None and running.is_alive():
+            return running
+        thread = threading.Thread(
+            target=_upload_until_done,
+            args=(Path(spool_dir), server, token, stop or threading.Event()),
+            name="stoker-upload",
+            daemon=True,
+        )
+        _background[key] = thread
+        thread.start()
+        return thread

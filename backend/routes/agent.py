@@ -196,7 +196,10 @@ async def _serve_agent(
                 await websocket.send_json(reply)
                 continue
             if isinstance(frame, End):
-                stored = writer.submit(end_run, run_id=run.id, status=RunStatus(frame.status))
+                stored = writer.submit(
+                    end_run, run_id=run.id, status=RunStatus(frame.status),
+                    stream=hello.stream, unsent_steps=frame.unsent_steps,
+                )  # fmt: skip
                 await in_flight.put(_InFlight(frame, stored))
                 continue
             if frame.row_count() > settings.max_batch_rows:
@@ -347,6 +350,9 @@ async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[
             _push_live_steps(hub, run.id, batch, payload.hello.rank)
             _publish_stored_batch(state, public, batch, payload.hello.rank)
     if payload.end is not None:
-        run = await writer.run(end_run, run_id=run.id, status=RunStatus(payload.end.status))
+        run = await writer.run(
+            end_run, run_id=run.id, status=RunStatus(payload.end.status),
+            stream=payload.hello.stream, unsent_steps=payload.end.unsent_steps,
+        )  # fmt: skip
         publish_run_ended(state, run)
     return {"run_id": run.id, "acked": acked}
