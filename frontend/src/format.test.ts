@@ -2,6 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   MISSING,
   formatCount,
+  statusLabel,
   formatDuration,
   formatMs,
   formatMsTick,
@@ -141,5 +142,17 @@ describe("inputWaitLevel", () => {
     expect(inputWaitLevel(0.049)).toBe("low");
     expect(inputWaitLevel(null)).toBe("unknown");
     expect(inputWaitLabel("high")).toBe("highly input-bound");
+  });
+});
+
+describe("statusLabel", () => {
+  it("says how many steps an ended run still has to upload", () => {
+    expect(statusLabel("finished", 12345).text).toBe("finished · 12,345 steps to upload");
+    expect(statusLabel("finished", 12345).title).toContain("next Stoker agent");
+  });
+  it("is the bare status when nothing is left, or while the run is running", () => {
+    expect(statusLabel("finished", 0)).toEqual({ text: "finished", title: "status: finished" });
+    expect(statusLabel("finished", undefined).text).toBe("finished");
+    expect(statusLabel("running", 50).text).toBe("running");
   });
 });

@@ -67,6 +67,23 @@ export function formatCount(n: number | null | undefined): string {
   return Math.round(n).toLocaleString("en-US");
 }
 
+/**
+ * A run's status as its badge shows it. A run that ended while its agent still held steps in
+ * its disk spool (the server was busy) says how many are still to come.
+ */
+export function statusLabel(status: string, stepsToUpload?: number | null): { text: string; title: string } {
+  if (!isNum(stepsToUpload) || stepsToUpload <= 0 || status === "running") {
+    return { text: status, title: `status: ${status}` };
+  }
+  const n = formatCount(stepsToUpload);
+  return {
+    text: `${status} · ${n} steps to upload`,
+    title:
+      `status: ${status}. The run ended with ${n} steps still in its agent's spool. The next ` +
+      "Stoker agent that starts on that machine sends them (or run: stoker upload DIR).",
+  };
+}
+
 /** A rate such as samples per second, three significant-ish figures. */
 export function formatRate(v: number | null | undefined): string {
   if (!isNum(v)) return MISSING;

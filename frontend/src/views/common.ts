@@ -3,7 +3,7 @@
 import type { AlertsStore } from "../alerts";
 import type { ApiClient } from "../api";
 import { h } from "../dom";
-import type { InputWaitLevel } from "../format";
+import { statusLabel, type InputWaitLevel } from "../format";
 import type { LiveClient } from "../liveClient";
 import type { RunsStore } from "../runs";
 import type { RunStatus } from "../types";
@@ -23,12 +23,13 @@ export interface View {
   destroy(): void;
 }
 
-export function statusBadge(status: RunStatus): HTMLElement {
+export function statusBadge(status: RunStatus, stepsToUpload?: number | null): HTMLElement {
   const known = ["running", "finished", "failed", "interrupted"].includes(status);
+  const label = statusLabel(String(status), stepsToUpload);
   return h("span", {
     class: `badge status status-${known ? status : "unknown"}`,
-    text: String(status),
-    attrs: { "data-status": String(status), title: `status: ${String(status)}` },
+    text: label.text,
+    attrs: { "data-status": String(status), title: label.title },
   });
 }
 
