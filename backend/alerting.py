@@ -45,6 +45,7 @@ UNITS = {
     AlertMetric.temperature: "°C",
     AlertMetric.no_data: "s",
     AlertMetric.stalled: "",
+    AlertMetric.straggler_ratio: "x",
 }
 
 

@@ -21,7 +21,15 @@ from backend.alerting import (
     load_rules,
     seed_default_rules,
 )
-from backend.diagnosis import Diagnosis, RunWindow, Verdict, diagnose
+from backend.diagnosis import (
+    Diagnosis,
+    RunWindow,
+    Verdict,
+    diagnose,
+    straggler_ratio,
+    worker_hosts,
+    worker_timings,
+)
 from backend.diagnosis_store import add_event, apply_transition, record_delivery, run_brief
 from backend.lifecycle import AgentConnections
 from backend.live import LiveHub
@@ -68,6 +76,7 @@ class Detectors:
         window.name = run.name
         window.environment = run.environment
         window.running = run.status == RunStatus.running
+        window.hosts = worker_hosts(run)
         window.dirty = True
         return window
 
@@ -81,8 +90,8 @@ class Detectors:
         """The run changed (ended, resumed)."""
         self._window(run)
 
-    def observe_batch(self, run: Run | RunPublic, batch: Batch) -> None:
-        """A committed batch: slide the run's window forward."""
+    def observe_batch(self, run: Run | RunPublic, batch: Batch, rank: int = 0) -> None:
+        """A committed batch of worker `rank`: slide the run's window forward."""
         window = self._window(run)
         now = time.monotonic()
         steps = batch.steps
@@ -94,6 +103,7 @@ class Detectors:
                 dur=steps.dur,
                 wait=steps.column("wait"),
                 batch_size=steps.column("batch_size"),
+                rank=rank,
             )
         device = batch.device
         if device is not None and len(device):
@@ -222,6 +232,9 @@ class Detectors:
             AlertMetric.temperature: max(temps) if temps else None,
             AlertMetric.no_data: no_data,
             AlertMetric.stalled: 1.0 if diagnosis.verdict == Verdict.stalled else 0.0,
+            AlertMetric.straggler_ratio: straggler_ratio(
+                worker_timings(window, min_steps=s.diagnosis_min_steps)
+            ),
         }
         return RunFacts(
             run_id=window.run_id,

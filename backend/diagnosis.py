@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from backend.models import Run, RunPublic
 from backend.summary import timed_steps
 
 HIGHLY_INPUT_BOUND = 0.20
@@ -31,6 +32,11 @@ VERY_LOW_UTIL_PCT = 50.0
 CPU_SATURATED_PCT = 85.0
 CPU_IDLE_PCT = 50.0
 HIGH_STEP_CV = 0.5
+# Stragglers: a worker waits at least this share of its steps on input, and this many times
+# as much as any other worker; or its step net of input wait is this many times the median's.
+STRAGGLER_MIN_WAIT_SHARE = 0.10
+STRAGGLER_WAIT_FACTOR = 3.0
+STRAGGLER_NET_RATIO = 1.25
 RECENT_DURATIONS = 256
 STEP_CHUNKS_PER_WINDOW = 32
 PENDING_STEP_ROWS = 50_000  # fold sooner than the next read when this many steps wait
@@ -124,6 +130,9 @@ class RunWindow:
     newest_step_t: float = -math.inf
     dirty: bool = True  # fed since the last verdict
     newest_host_t: float = -math.inf
+    # Each worker's own steps (a window per rank, steps only) and its host, for stragglers.
+    workers: dict[int, "RunWindow"] = field(default_factory=dict)
+    hosts: dict[int, str] = field(default_factory=dict)
 
     # -- feeding ---------------------------------------------------------------------------
 
@@ -136,8 +145,10 @@ class RunWindow:
         dur: Sequence[float],
         wait: Sequence[float | None],
         batch_size: Sequence[int | None],
+        rank: int | None = None,
     ) -> None:
-        """Slide the window over a batch of steps.
+        """Slide the window over a batch of steps (of worker `rank`, whose own window slides
+        too, when given).
 
         The batch is kept as it came and folded into the window when the window is read
         (a detector tick) or when many rows wait: one pass over many batches instead of one
@@ -145,6 +156,11 @@ class RunWindow:
         """
         if not len(step):
             return
+        if rank is not None:
+            worker = self.workers.get(rank)
+            if worker is None:
+                worker = self.workers[rank] = RunWindow(self.run_id, self.window_s)
+            worker.add_steps(now=now, step=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
         self.total_steps += len(step)
         self.last_step_at = now
         self.last_data_at = now
@@ -355,6 +371,108 @@ class RunWindow:
         return None if self.last_step_at is None else max(0.0, now - self.last_step_at)
 
 
+@dataclass(frozen=True)
+class WorkerTiming:
+    """One worker's steps over the window: mean step time and the share spent on input."""
+
+    rank: int
+    host: str
+    step_s: float
+    wait_share: float | None
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    host: str
+    kind: str  # "input": its pipeline is slow; "compute": its own step is
+    wait_share: float | None
+    others_wait_share: float | None
+    text: str
+
+
+def own_step_times(workers: Sequence[WorkerTiming]) -> dict[int, float]:
+    """Each worker's own time per step: its step time less what it spent waiting for the
+    others in the collective (all-reduce). The workers of a synchronous job all take the
+    same step time; one that waits longer on input holds the others back by as much, so a
+    worker's wait for the others is estimated as the most any worker waits on input beyond
+    its own wait. The slowest worker's own time is then the job's step."""
+    waits = {w.rank: w.step_s * (w.wait_share or 0.0) for w in workers}
+    most = max(waits.values(), default=0.0)
+    return {w.rank: max(waits[w.rank], w.step_s - (most - waits[w.rank])) for w in workers}
+
+
+def straggler_ratio(workers: Sequence[WorkerTiming]) -> float | None:
+    """The slowest worker's own step time over the median worker's (1 when all keep pace);
+    None with fewer than two workers."""
+    own = own_step_times(workers)
+    if len(own) < 2:
+        return None
+    median = statistics.median(own.values())
+    return max(own.values()) / median if median > 0 else None
+
+
+def find_straggler(workers: Sequence[WorkerTiming]) -> Straggler | None:
+    """The worker that holds the job back, when one clearly does.
+
+    By input: one worker waits on input at least `STRAGGLER_MIN_WAIT_SHARE` of its steps and
+    `STRAGGLER_WAIT_FACTOR` times as much as any other; the others then show long steps with
+    little input wait (they wait for it in the collective). By compute: no such worker, but
+    one's step net of its input wait is `STRAGGLER_NET_RATIO` times the median worker's.
+    """
+    if len(workers) < 2:
+        return None
+    by_wait = sorted(workers, key=lambda w: w.wait_share or 0.0, reverse=True)
+    slowest, others = by_wait[0], by_wait[1:]
+    share = slowest.wait_share or 0.0
+    others_share = others[0].wait_share or 0.0
+    name = f"worker {slowest.rank}" + (f" ({slowest.host})" if slowest.host else "")
+    if share >= STRAGGLER_MIN_WAIT_SHARE and share >= STRAGGLER_WAIT_FACTOR * others_share:
+        below = max(1, math.ceil(others_share * 100 + 1e-9))
+        others_text = "the other waits" if len(others) == 1 else "the others wait"
+        return Straggler(
+            rank=slowest.rank, host=slowest.host, kind="input", wait_share=share,
+            others_wait_share=others_share,
+            text=f"{name} waits {_pct(share)} on input while {others_text} < {below} %: "
+            "its pipeline starves the whole job",
+        )  # fmt: skip
+    net = {w.rank: w.step_s * (1.0 - (w.wait_share or 0.0)) for w in workers}
+    median = statistics.median(net.values())
+    rank = max(net, key=lambda r: net[r])
+    if median <= 0 or net[rank] < STRAGGLER_NET_RATIO * median:
+        return None
+    worker = next(w for w in workers if w.rank == rank)
+    name = f"worker {rank}" + (f" ({worker.host})" if worker.host else "")
+    return Straggler(
+        rank=rank, host=worker.host, kind="compute", wait_share=worker.wait_share,
+        others_wait_share=None,
+        text=f"{name} takes {_ms(net[rank])} per step net of input wait, "
+        f"{net[rank] / median:.1f}x the median worker's {_ms(median)}: the others wait for it",
+    )  # fmt: skip
+
+
+def worker_hosts(run: Run | RunPublic) -> dict[int, str]:
+    """Rank → host of the run's workers, from its summary."""
+    if isinstance(run, RunPublic):
+        return {w.rank: w.host for w in run.summary.workers}
+    return {int(w["rank"]): w.get("host", "") for w in (run.summary or {}).get("workers", [])}
+
+
+def worker_timings(window: RunWindow, *, min_steps: int) -> list[WorkerTiming]:
+    """The window's workers with enough steps each to be compared (none with one worker)."""
+    if len(window.workers) < 2:
+        return []
+    needed = max(2, min_steps // len(window.workers))
+    timings = []
+    for rank, worker in sorted(window.workers.items()):
+        mean = worker.mean_step_s()
+        if mean is None or worker.step_count < needed:
+            return []
+        share = worker.input_wait_share() if worker.waited_count >= needed else None
+        timings.append(WorkerTiming(rank, window.hosts.get(rank, ""), mean, share))
+    return timings
+
+
 def _pipeline(environment: dict[str, Any]) -> dict[str, Any]:
     """What the agent reported about the input pipeline (wrap inspects the dataset)."""
     for key in ("input_pipeline", "pipeline", "dataset"):
@@ -457,6 +575,25 @@ def diagnose(
         add("prefetch", has, "the pipeline prefetches" if has else "the pipeline does not prefetch")
     if pipeline.get("serial_map") and not pipeline.get("parallel_map"):
         add("parallel_map", False, "map runs serially (no num_parallel_calls)")
+    straggler = find_straggler(worker_timings(window, min_steps=min_steps))
+    if straggler is not None:
+        add("straggler", straggler.rank, straggler.text)
+        add("straggler_host", straggler.host, f"the straggler runs on {straggler.host or '?'}")
+        if straggler.wait_share is not None:
+            add(
+                "straggler_input_wait_share",
+                round(straggler.wait_share, 4),
+                f"worker {straggler.rank} waits {_pct(straggler.wait_share)} on input",
+            )
+        advice.append(
+            f"Worker {straggler.rank} holds every worker back: "
+            + (
+                "speed up its input pipeline (its data source, its host's CPU, its "
+                "num_parallel_calls and prefetch) or give it a faster share of the data."
+                if straggler.kind == "input"
+                else "check its device and host (a slower or throttled GPU, a busy host)."
+            )
+        )
 
     if source == "measured" and window.waited_count >= min_steps and share is not None:
         waited = window.waited_count

@@ -1,13 +1,14 @@
 """Database reads and writes for diagnosis and alerts. Writes run in the writer thread."""
 
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from backend.alerting import AlertRuleCreate, AlertRuleUpdate, check_scope
-from backend.diagnosis import RunWindow
+from backend.diagnosis import RunWindow, worker_hosts
 from backend.errors import StokerError
 from backend.models import (
     Alert,
@@ -128,21 +129,24 @@ def window_from_db(*, session: Session, run: Run, window_s: float) -> RunWindow:
         running=run.status == RunStatus.running,
         environment=run.environment,
     )
+    window.hosts = worker_hosts(run)
     last_t = run.stats.get("last_t")
     if last_t is not None:
         rows = session.exec(
-            select(Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
-            .where(Step.run_id == run.id, Step.rank == 0, Step.t >= last_t - window_s - 1)
-            .order_by(col(Step.step))
+            select(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
+            .where(Step.run_id == run.id, Step.t >= last_t - window_s - 1)
+            .order_by(col(Step.rank), col(Step.step))
         ).all()
-        if rows:
+        for rank, group in groupby(rows, key=lambda r: r[0]):
+            steps = list(group)
             window.add_steps(
                 now=0.0,
-                step=[r[0] for r in rows],
-                t=[r[1] for r in rows],
-                dur=[r[2] for r in rows],
-                wait=[r[3] for r in rows],
-                batch_size=[r[4] for r in rows],
+                step=[r[1] for r in steps],
+                t=[r[2] for r in steps],
+                dur=[r[3] for r in steps],
+                wait=[r[4] for r in steps],
+                batch_size=[r[5] for r in steps],
+                rank=rank,
             )
     newest_device = session.exec(
         select(func.max(DeviceSample.t)).where(DeviceSample.run_id == run.id)

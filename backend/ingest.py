@@ -16,6 +16,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, select
 
+from backend.lifecycle import end_worker, job_status, join_worker
 from backend.models import IngestCursor, Run, RunStatus, utc_now
 from backend.protocol import Batch, EpochColumns, Hello, _Columns
 from backend.summary import (
@@ -23,6 +24,7 @@ from backend.summary import (
     add_device_samples,
     add_metrics,
     add_steps,
+    add_worker_steps,
     epoch_metric_summary,
     metric_goal,
     set_unsent_steps,
@@ -34,7 +36,9 @@ ROLLUP_WIDTHS = (16, 64, 256, 1024, 4096, 16384)
 
 
 def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
-    """Create the run named by `hello.run_key`, or resume it; return it and its last stored seq."""
+    """Create the run named by `hello.run_key`, or join it (another worker of the job, in any
+    order) or resume it (the same worker reconnecting or restarted); return it and the last
+    seq stored from this worker's stream."""
     run = session.exec(select(Run).where(Run.run_key == hello.run_key)).first()
     now = utc_now()
     if run is None:
@@ -53,6 +57,8 @@ def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
         run.ended_at = None
         if hello.environment and not run.environment:
             run.environment = hello.environment
+    run.stats = join_worker(run.stats, rank=hello.rank, host=hello.host, pid=hello.pid)
+    run.summary = summarize(run.stats).model_dump()
     run.last_seen_at = now
     session.add(run)
     session.commit()
@@ -170,6 +176,9 @@ def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) ->
         batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
         _update_rollups(connection, run_id=run_id, rank=rank, step=step, t=t, dur=dur, wait=wait)
         stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
+        stats = add_worker_steps(
+            stats, rank=rank, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size
+        )
     if batch.metrics is not None and len(batch.metrics):
         _insert(connection, "metric", batch.metrics, run_id=run_id, rank=rank)
         stats = add_metrics(stats, values=batch.metrics.value)
@@ -344,17 +353,23 @@ def _update_rollups(
 
 
 def end_run(
-    *, session: Session, run_id: int, status: RunStatus, stream: str = "", unsent_steps: int = 0
-) -> Run:
-    """Mark a run ended with `status`; `unsent_steps` of its `stream` are still to come."""
+    *, session: Session, run_id: int, status: RunStatus, stream: str = "", unsent_steps: int = 0,
+    rank: int | None = None,
+) -> Run:  # fmt: skip
+    """Mark worker `rank` of a run ended with `status` (the whole run when no rank is given);
+    `unsent_steps` of its `stream` are still to come. The run ends with its last worker."""
     run = session.get(Run, run_id)
     assert run is not None
-    if unsent_steps or run.stats.get("unsent_steps"):
-        run.stats = set_unsent_steps(run.stats, stream=stream, steps=unsent_steps)
-        run.summary = summarize(run.stats).model_dump()
-    run.status = status
-    run.ended_at = utc_now()
-    run.last_seen_at = run.ended_at
+    stats = run.stats
+    if unsent_steps or stats.get("unsent_steps"):
+        stats = set_unsent_steps(stats, stream=stream, steps=unsent_steps)
+    if rank is not None:
+        stats = end_worker(stats, rank=rank, status=status)
+    run.stats = stats
+    run.summary = summarize(stats).model_dump()
+    run.status = (job_status(stats) if rank is not None else None) or status
+    run.last_seen_at = utc_now()
+    run.ended_at = None if run.status == RunStatus.running else run.last_seen_at
     session.add(run)
     session.commit()
     session.refresh(run)

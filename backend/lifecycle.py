@@ -5,6 +5,11 @@ A run whose agent went away without sending `end` (process killed, host lost) is
 connected to this process, the reaper keeps the run's `last_seen_at` fresh, so a run that is
 alive on one server is never interrupted by another server sharing the database. A resumed
 agent (same run key) sets the run back to `running` (see ingest.open_run).
+
+One run can have many workers (the ranks of a distributed job, which share its run key).
+The run keeps them in `stats["workers"]` (rank → host, pid, status): a worker joins with
+its hello and ends with its `end`; the run is running while any worker runs, and once all
+ended it failed if any failed, else was interrupted if any was, else finished.
 """
 
 import asyncio
@@ -12,10 +17,12 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from sqlmodel import Session, select
 
 from backend.models import Run, RunStatus, utc_now
+from backend.summary import summarize
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,42 @@ class AgentConnections:
         return sum(self._open.values())
 
 
+def join_worker(stats: dict[str, Any], *, rank: int, host: str, pid: int) -> dict[str, Any]:
+    """`stats` with worker `rank` running (joined, or rejoined after a restart)."""
+    workers = dict(stats.get("workers", {}))
+    worker = dict(workers.get(str(rank), {}))
+    worker.update(host=host, pid=pid, status=RunStatus.running.value)
+    workers[str(rank)] = worker
+    return {**stats, "workers": workers}
+
+
+def end_worker(stats: dict[str, Any], *, rank: int, status: RunStatus) -> dict[str, Any]:
+    """`stats` with worker `rank` ended with `status`."""
+    workers = dict(stats.get("workers", {}))
+    workers[str(rank)] = {**workers.get(str(rank), {}), "status": status.value}
+    return {**stats, "workers": workers}
+
+
+def job_status(stats: dict[str, Any]) -> RunStatus | None:
+    """The run's status from its workers' (None when it has none recorded)."""
+    statuses = {w.get("status") for w in stats.get("workers", {}).values()}
+    if not statuses:
+        return None
+    for status in (RunStatus.running, RunStatus.failed, RunStatus.interrupted):
+        if status.value in statuses:
+            return status
+    return RunStatus.finished
+
+
+def _interrupt_workers(stats: dict[str, Any]) -> dict[str, Any]:
+    running = RunStatus.running.value
+    workers = {
+        rank: {**w, "status": RunStatus.interrupted.value} if w.get("status") == running else w
+        for rank, w in stats.get("workers", {}).items()
+    }
+    return {**stats, "workers": workers} if workers else stats
+
+
 def reap_runs(*, session: Session, connected: set[int], timeout_s: float) -> list[Run]:
     """Refresh runs with a live agent here; interrupt running runs silent for `timeout_s`."""
     now = utc_now()
@@ -54,6 +97,8 @@ def reap_runs(*, session: Session, connected: set[int], timeout_s: float) -> lis
         elif run.last_seen_at is None or run.last_seen_at < cutoff:
             run.status = RunStatus.interrupted
             run.ended_at = run.last_seen_at or now
+            run.stats = _interrupt_workers(run.stats)
+            run.summary = summarize(run.stats).model_dump()
             interrupted.append(run)
         else:
             continue

@@ -76,7 +76,21 @@ class EpochMetricSummary(SQLModel):
     epochs: int = 0
 
 
+class WorkerSummary(SQLModel):
+    """One worker (rank) of a run: where it runs, how it ended, and its own steps."""
+
+    rank: int
+    host: str = ""
+    pid: int = 0
+    status: RunStatus = RunStatus.running
+    steps: int = 0
+    step_time_ms_median: float | None = None
+    input_wait_share: float | None = None
+    samples_per_s: float | None = None
+
+
 class RunSummary(SQLModel):
+    # The job's steps: with several workers, the most any one worker ran (not their sum).
     steps: int = 0
     step_time_ms_median: float | None = None
     step_time_ms_p95: float | None = None
@@ -91,6 +105,8 @@ class RunSummary(SQLModel):
     # Steps an ended run's agents still hold in their spools (sent later, automatically).
     steps_to_upload: int = 0
     epoch_metrics: dict[str, EpochMetricSummary] = Field(default_factory=dict)
+    # Every worker that joined, by rank (one for a single process).
+    workers: list[WorkerSummary] = Field(default_factory=list)
 
 
 class RunPublic(RunBase):
@@ -296,6 +312,8 @@ class AlertMetric(StrEnum):
     temperature = "temperature"  # °C, the hottest device
     no_data = "no_data"  # seconds since the run last sent anything
     stalled = "stalled"  # 1 while the run's verdict is `stalled`, else 0
+    # Slowest worker's own step time over the median worker's (see diagnosis.own_step_times)
+    straggler_ratio = "straggler_ratio"
 
 
 class Comparison(StrEnum):

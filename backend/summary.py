@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from backend.models import RunSummary
+from backend.models import RunSummary, WorkerSummary
 
 # Buckets are powers of 1.02 of one microsecond: adjacent bounds differ by 2 %, so the
 # bucket midpoint is within 1 % of any value in it.
@@ -103,6 +103,27 @@ def add_steps(
     return new
 
 
+def add_worker_steps(
+    stats: dict[str, Any],
+    *,
+    rank: int,
+    steps: Sequence[int],
+    t: Sequence[float],
+    dur: Sequence[float],
+    wait: Sequence[float | None],
+    batch_size: Sequence[int | None],
+) -> dict[str, Any]:
+    """Return `stats` with one batch of worker `rank`'s steps added to that worker's own
+    statistics (`stats["workers"][rank]["timing"]`, the shape `add_steps` keeps)."""
+    workers = dict(stats.get("workers", {}))
+    worker = dict(workers.get(str(rank), {}))
+    worker["timing"] = add_steps(
+        worker.get("timing", {}), steps=steps, t=t, dur=dur, wait=wait, batch_size=batch_size
+    )
+    workers[str(rank)] = worker
+    return {**stats, "workers": workers}
+
+
 def add_metrics(stats: dict[str, Any], *, values: Sequence[float | None]) -> dict[str, Any]:
     """Count metric values that arrived as NaN/Inf (stored as null): a diverged loss shows."""
     nulls = sum(1 for v in values if v is None)
@@ -189,20 +210,43 @@ def _quantile_s(hist: dict[str, int], q: float) -> float | None:
     return _bucket_value_s(int(max(hist, key=int)))
 
 
+def _timing(stats: dict[str, Any]) -> dict[str, Any]:
+    """Median step time, input-wait share and throughput of `add_steps` statistics."""
+    median = _quantile_s(stats.get("dur_hist", {}), 0.5)
+    waited = stats.get("waited_dur_sum_s", 0.0)
+    sized = stats.get("sized_dur_sum_s", 0.0)
+    return {
+        "step_time_ms_median": None if median is None else median * 1000,
+        "input_wait_share": stats["wait_sum_s"] / waited if waited > 0 else None,
+        "samples_per_s": stats["samples"] / sized if sized > 0 else None,
+    }
+
+
+def worker_summaries(stats: dict[str, Any]) -> list[WorkerSummary]:
+    """Every worker of the run by rank, with its own steps' statistics."""
+    workers = []
+    for rank, worker in sorted(stats.get("workers", {}).items(), key=lambda item: int(item[0])):
+        timing = worker.get("timing", {})
+        summary = WorkerSummary(
+            rank=int(rank), host=worker.get("host", ""), pid=worker.get("pid", 0),
+            status=worker.get("status", "running"), steps=timing.get("steps", 0),
+            **_timing(timing),
+        )  # fmt: skip
+        workers.append(summary)
+    return workers
+
+
 def summarize(stats: dict[str, Any]) -> RunSummary:
     """The public summary of a run from its running statistics."""
     hist = stats.get("dur_hist", {})
-    median = _quantile_s(hist, 0.5)
     p95 = _quantile_s(hist, 0.95)
-    waited = stats.get("waited_dur_sum_s", 0.0)
-    sized = stats.get("sized_dur_sum_s", 0.0)
+    workers = worker_summaries(stats)
     return RunSummary(
-        steps=stats.get("steps", 0),
-        step_time_ms_median=None if median is None else median * 1000,
+        # Workers of one job run the same steps: the job ran as many as its furthest worker.
+        steps=max((w.steps for w in workers), default=0) or stats.get("steps", 0),
         step_time_ms_p95=None if p95 is None else p95 * 1000,
-        input_wait_share=stats["wait_sum_s"] / waited if waited > 0 else None,
         gpu_util_mean=stats["util_sum"] / stats["util_count"] if stats.get("util_count") else None,
-        samples_per_s=stats["samples"] / sized if sized > 0 else None,
+        **_timing(stats),
         peak_memory_bytes=stats.get("peak_mem_used"),
         peak_tf_memory_bytes=stats.get("peak_tf_mem"),
         steps_to_upload=sum(stats.get("unsent_steps", {}).values()),
@@ -210,4 +254,5 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
         dropped_rows=sum(a.get("dropped_rows", 0) for a in stats.get("agents", {}).values()),
         nonfinite_metrics=stats.get("nonfinite_metrics", 0),
         epoch_metrics=stats.get("epoch_metrics", {}),
+        workers=workers,
     )

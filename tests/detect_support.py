@@ -29,17 +29,20 @@ class ScriptedAgent:
         name: str = "scripted",
         project: str = "tests",
         run_key: str | None = None,
+        rank: int = 0,
+        host: str = "h1",
     ):
         self.ws = connect(f"{server.ws_url}/api/v1/agent").__enter__()
         hello = {
             "type": "hello", "protocol": 1, "run_key": run_key or uuid.uuid4().hex, "name": name,
-            "project": project, "host": "h1",
+            "project": project, "host": host, "rank": rank,
         }  # fmt: skip
         self.ws.send(json.dumps(hello))
         welcome = json.loads(self.ws.recv(timeout=10))
         assert welcome["type"] == "welcome", welcome
         self.run_id: int = welcome["run_id"]
-        self.seq = 0
+        self.last_seq: int = welcome["last_seq"]  # what the server holds of this worker's stream
+        self.seq = self.last_seq
         self.step = 0
         self.t = time.time()
 

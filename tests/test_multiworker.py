@@ -1,6 +1,8 @@
-"""Two real workers of a `MultiWorkerMirroredStrategy` job on loopback, each a tf.keras fit
-with `StokerCallback` in its own process (issue 18: the callback crashed both on
-`int(MirroredVariable)`). Each worker is its own run for now, one per rank."""
+"""Two real workers of a `MultiWorkerMirroredStrategy` job on loopback, each in its own
+process: a tf.keras fit with `StokerCallback` (issue 18: the callback crashed both on
+`int(MirroredVariable)`), or a custom loop with `strategy.run` and `Monitor`. The workers of
+one job report into one run, with each rank's steps, and a worker whose pipeline starves
+the job is named by the diagnosis."""
 
 import importlib.util
 import json
@@ -23,13 +25,18 @@ STEPS_PER_EXECUTION = 2  # as the script compiles the model
 WORKERS = 2
 
 
-def _run_workers(server: ServerProcess, env: dict[str, str]) -> list[dict[str, Any]]:
+def _run_workers(
+    server: ServerProcess, env: dict[str, str], *options: str, legacy_keras: bool = True
+) -> list[dict[str, Any]]:
     """Start every worker, wait for all, and return what each printed."""
     addresses = ",".join(f"127.0.0.1:{free_port()}" for _ in range(WORKERS))
-    env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", **env}
+    env = {**os.environ, **env}
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    if legacy_keras:
+        env["TF_USE_LEGACY_KERAS"] = "1"
     command = [
         sys.executable, "-m", "tests.multiworker_script", "--server", server.url,
-        "--workers", addresses, "--epochs", str(EPOCHS), "--batches", str(BATCHES),
+        "--workers", addresses, "--epochs", str(EPOCHS), "--batches", str(BATCHES), *options,
     ]  # fmt: skip
     workers = [
         subprocess.Popen(
@@ -56,14 +63,25 @@ def _run_workers(server: ServerProcess, env: dict[str, str]) -> list[dict[str, A
     return outputs
 
 
-@pytest.fixture(autouse=True)
 def _tf_keras() -> None:
     require(importlib.util.find_spec("tf_keras") is not None, "tf_keras (the dev extra)")
 
 
-def test_two_worker_tf_keras_fit_with_stoker_finishes_and_reports_each_ranks_steps(
+def _one_ended_run(server: ServerProcess, status: str) -> dict[str, Any]:
+    """The only run on the server, once it ended with `status`."""
+
+    def ended() -> dict[str, Any] | None:
+        runs = server.get("/api/v1/runs")["data"]
+        assert len(runs) <= 1, [(r["id"], r["environment"].get("rank")) for r in runs]
+        return runs[0] if runs and runs[0]["status"] == status else None
+
+    return wait_for(ended, what=f"the job's run {status}")
+
+
+def test_two_worker_tf_keras_fit_is_one_run_with_both_ranks_steps(
     server: ServerProcess,
 ) -> None:
+    _tf_keras()
     outputs = _run_workers(server, {})
     for output in outputs:
         assert output["keras"] == "tf_keras"
@@ -72,32 +90,72 @@ def test_two_worker_tf_keras_fit_with_stoker_finishes_and_reports_each_ranks_ste
         assert output["batches"] == EPOCHS * BATCHES // STEPS_PER_EXECUTION
         assert "agent disabled" not in output["stderr"]
 
-    def ended() -> list[dict[str, Any]] | None:
-        runs = server.get("/api/v1/runs")["data"]
-        done = len(runs) == WORKERS and all(run["status"] == "finished" for run in runs)
-        return runs if done else None
-
-    runs = wait_for(ended, what="both workers' runs finished")
-    assert sorted(run["environment"]["rank"] for run in runs) == list(range(WORKERS))
-    for run in runs:
-        assert run["environment"]["steps_per_execution"] == STEPS_PER_EXECUTION
-        assert run["environment"]["replicas"] == WORKERS
-        rank = run["environment"]["rank"]
+    run = _one_ended_run(server, "finished")
+    assert run["environment"]["steps_per_execution"] == STEPS_PER_EXECUTION
+    assert run["environment"]["replicas"] == WORKERS
+    assert run["environment"]["world_size"] == WORKERS
+    steps = EPOCHS * BATCHES
+    assert run["summary"]["steps"] == steps  # the job's steps: one worker's, not the sum
+    workers = run["summary"]["workers"]
+    assert [(w["rank"], w["status"], w["steps"]) for w in workers] == [
+        (rank, "finished", steps) for rank in range(WORKERS)
+    ]
+    assert {w["pid"] for w in workers} == {o["pid"] for o in outputs}
+    for rank in range(WORKERS):
         series = server.get(f"/api/v1/runs/{run['id']}/steps", rank=rank)
-        assert series["step"] == list(range(EPOCHS * BATCHES))
+        assert series["step"] == list(range(steps))
 
 
 def test_two_worker_fit_with_a_fault_in_the_batch_hook_finishes_as_without_the_agent(
     server: ServerProcess,
 ) -> None:
+    _tf_keras()
     outputs = _run_workers(server, {FAULT_ENV: "on_train_batch_begin"})
     for output in outputs:
         assert output["epochs"] == EPOCHS
         assert output["batches"] == EPOCHS * BATCHES // STEPS_PER_EXECUTION
         assert output["stderr"].count("agent disabled") == 1
 
-    def ended() -> bool:
-        runs = server.get("/api/v1/runs")["data"]
-        return len(runs) == WORKERS and all(run["status"] == "interrupted" for run in runs)
+    run = _one_ended_run(server, "interrupted")
+    assert [w["status"] for w in run["summary"]["workers"]] == ["interrupted"] * WORKERS
 
-    wait_for(ended, what="both workers' runs ended as interrupted")
+
+def test_two_worker_custom_loop_with_strategy_run_and_monitor_is_one_run(
+    server: ServerProcess,
+) -> None:
+    outputs = _run_workers(server, {}, "--loop", "custom", legacy_keras=False)
+    for output in outputs:
+        assert output["batches"] == EPOCHS * BATCHES
+    run = _one_ended_run(server, "finished")
+    assert run["name"] == "multiworker-loop"
+    assert run["summary"]["steps"] == EPOCHS * BATCHES
+    assert [(w["rank"], w["steps"]) for w in run["summary"]["workers"]] == [
+        (rank, EPOCHS * BATCHES) for rank in range(WORKERS)
+    ]
+    assert run["summary"]["epoch_metrics"]["loss"]["epochs"] == EPOCHS
+    for rank in range(WORKERS):
+        series = server.get(f"/api/v1/runs/{run['id']}/steps", rank=rank)
+        assert series["step"] == list(range(EPOCHS * BATCHES))
+
+
+def test_worker_with_a_starving_pipeline_is_named_as_the_straggler(
+    server: ServerProcess,
+) -> None:
+    _tf_keras()
+    slow = 1
+    outputs = _run_workers(
+        server, {}, "--slow-rank", str(slow), "--steps-per-execution", "1", "--epochs", "1",
+        "--batches", "24",
+    )  # fmt: skip
+    delay_s = outputs[slow]["delay_s"]
+    print(f"measured steps {[o['measured_step_s'] for o in outputs]} s, delay {delay_s} s")
+    assert delay_s >= 3 * outputs[slow]["measured_step_s"]
+    run = _one_ended_run(server, "finished")
+    workers = {w["rank"]: w for w in run["summary"]["workers"]}
+    print({r: (w["input_wait_share"], w["step_time_ms_median"]) for r, w in workers.items()})
+    assert workers[slow]["input_wait_share"] > 3 * workers[1 - slow]["input_wait_share"]
+    diagnosis = server.get(f"/api/v1/runs/{run['id']}/diagnosis")
+    evidence = {e["key"]: e for e in diagnosis["evidence"]}
+    assert evidence["straggler"]["value"] == slow, diagnosis
+    assert evidence["straggler"]["text"].startswith(f"worker {slow} (")
+    assert "its pipeline starves the whole job" in evidence["straggler"]["text"]

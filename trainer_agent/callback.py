@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from trainer_agent.config import AgentConfig
-from trainer_agent.environment import collect_later, detect_rank, plain_int
+from trainer_agent.environment import collect_later, plain_int
 from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.input_wait import (
     Execution,
@@ -16,6 +16,7 @@ from trainer_agent.input_wait import (
     WaitResolver,
     split_execution,
 )
+from trainer_agent.job import job_rank, job_run_key
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline import describe_pipeline
 from trainer_agent.session import RunSession, scalars
@@ -73,6 +74,8 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             then 1 s; at least 0.1 s).
         all_gpus: Report every GPU, not only those this process can use
             (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
+        run_key: Joins every worker of a distributed job into one run (default:
+            `STOKER_RUN_KEY`, else derived from `TF_CONFIG`; see `trainer_agent.job`).
 
     Example:
         cb = StokerCallback(run_name="bs256", project="cifar10", config={"batch_size": 256})
@@ -96,6 +99,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         every_n_batches: int = 50,
         sample_interval_s: float | None = None,
         all_gpus: bool | None = None,
+        run_key: str | None = None,
     ) -> None:
         super().__init__()
         self._agent_config = AgentConfig.from_arguments(
@@ -109,6 +113,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             all_gpus=all_gpus,
         )
         self.every_n_batches = max(1, int(every_n_batches))
+        self._run_key = run_key
         self._ring: StampRing | None = None
         self._session: RunSession | None = None
         self._resolver = WaitResolver()
@@ -168,7 +173,11 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             extra={"input_pipeline": pipeline} if pipeline else None,
         )  # fmt: skip
         self._session = RunSession(
-            self._agent_config, environment=environment, rank=detect_rank(), nvml=nvml
+            self._agent_config,
+            environment=environment,
+            rank=job_rank(),
+            nvml=nvml,
+            run_key=job_run_key(self._agent_config.run_name, self._run_key),
         )
         self._session.before_abnormal_close = self._hand_over_completed_steps
         self._session.start()

@@ -4,7 +4,6 @@ Everything is best effort: a fact that cannot be read is left out or null, never
 TensorFlow and Keras are only consulted when the training process already imported them.
 """
 
-import json
 import logging
 import os
 import platform
@@ -13,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from trainer_agent.job import job_rank, job_world_size
 from trainer_agent.nvml import Nvml
 
 log = logging.getLogger("trainer_agent")
@@ -68,15 +68,8 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 
 def detect_rank() -> int:
-    """This worker's rank: `STOKER_RANK`, `RANK`, or the task index in `TF_CONFIG`."""
-    for name in ("STOKER_RANK", "RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    tf_config = _safe(lambda: json.loads(os.environ.get("TF_CONFIG", "") or "{}")) or {}
-    task = tf_config.get("task") or {}
-    index = task.get("index")
-    return int(index) if isinstance(index, int) and index >= 0 else 0
+    """This worker's rank (see `trainer_agent.job.job_rank`)."""
+    return job_rank()
 
 
 def host_facts() -> dict[str, Any]:
@@ -84,6 +77,7 @@ def host_facts() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "pid": os.getpid(),
         "rank": detect_rank(),
+        "world_size": job_world_size(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),

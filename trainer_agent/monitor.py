@@ -7,8 +7,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from trainer_agent.config import AgentConfig
-from trainer_agent.environment import collect, detect_rank
+from trainer_agent.environment import collect
 from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
+from trainer_agent.job import job_rank, job_run_key
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.session import RunSession, scalars
 
@@ -50,6 +51,8 @@ class Monitor:
             then 1 s; at least 0.1 s).
         all_gpus: Report every GPU, not only those this process can use
             (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
+        run_key: Joins every worker of a distributed job into one run (default:
+            `STOKER_RUN_KEY`, else derived from `TF_CONFIG`; see `trainer_agent.job`).
 
     Example:
         with Monitor(run_name="custom-loop", server="http://127.0.0.1:8470") as mon:
@@ -69,6 +72,7 @@ class Monitor:
         every_n_batches: int = 50,
         sample_interval_s: float | None = None,
         all_gpus: bool | None = None,
+        run_key: str | None = None,
     ) -> None:
         self.config = AgentConfig.from_arguments(
             run_name=run_name,
@@ -81,6 +85,7 @@ class Monitor:
             all_gpus=all_gpus,
         )
         self.every_n_batches = max(1, int(every_n_batches))
+        self._run_key = run_key
         self.session: RunSession | None = None
         self._step = 0
         self._open: tuple[int, float, float, int | None] | None = None
@@ -105,7 +110,11 @@ class Monitor:
             nvml = shared_nvml()
             environment = collect(nvml, all_gpus=self.config.all_gpus)
             self.session = RunSession(
-                self.config, environment=environment, rank=detect_rank(), nvml=nvml
+                self.config,
+                environment=environment,
+                rank=job_rank(),
+                nvml=nvml,
+                run_key=job_run_key(self.config.run_name, self._run_key),
             )
             self.session.start()
         except Exception as error:

@@ -91,13 +91,15 @@ def _publish_stored_batch(state: Any, run: RunPublic, batch: Batch, rank: int) -
     if batch.steps is not None:
         hub.relay_steps(run.id, batch.steps.step, rank=rank)
     hub.publish_run_progress(run.id, lambda: run.model_dump(mode="json"))
-    state.detectors.observe_batch(run, batch)
+    state.detectors.observe_batch(run, batch, rank)
 
 
 def publish_run_ended(state: Any, run: Run) -> RunPublic:
-    """A run ended (its agent said so, or it was reaped): gauges, browsers, detectors."""
+    """A run (or one of its workers) ended, as its agent said or reaped: gauges, browsers,
+    detectors. The run's gauges go once its last worker ended."""
     public = run_public(run)
-    state.telemetry.live.ended(public.id)
+    if public.status != RunStatus.running:
+        state.telemetry.live.ended(public.id)
     state.hub.publish_run(public.model_dump(mode="json"))
     state.detectors.observe_run(public)
     return public
@@ -198,7 +200,7 @@ async def _serve_agent(
             if isinstance(frame, End):
                 stored = writer.submit(
                     end_run, run_id=run.id, status=RunStatus(frame.status),
-                    stream=hello.stream, unsent_steps=frame.unsent_steps,
+                    stream=hello.stream, unsent_steps=frame.unsent_steps, rank=hello.rank,
                 )  # fmt: skip
                 await in_flight.put(_InFlight(frame, stored))
                 continue
@@ -353,6 +355,7 @@ async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[
         run = await writer.run(
             end_run, run_id=run.id, status=RunStatus(payload.end.status),
             stream=payload.hello.stream, unsent_steps=payload.end.unsent_steps,
+            rank=payload.hello.rank,
         )  # fmt: skip
         publish_run_ended(state, run)
     return {"run_id": run.id, "acked": acked}
