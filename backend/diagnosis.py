@@ -578,13 +578,6 @@ def diagnose(
     straggler = find_straggler(worker_timings(window, min_steps=min_steps))
     if straggler is not None:
         add("straggler", straggler.rank, straggler.text)
-        add("straggler_host", straggler.host, f"the straggler runs on {straggler.host or '?'}")
-        if straggler.wait_share is not None:
-            add(
-                "straggler_input_wait_share",
-                round(straggler.wait_share, 4),
-                f"worker {straggler.rank} waits {_pct(straggler.wait_share)} on input",
-            )
         advice.append(
             f"Worker {straggler.rank} holds every worker back: "
             + (

@@ -165,7 +165,6 @@ def test_starved_worker_is_named_in_the_diagnosis_and_fires_a_straggler_ratio_ru
             "worker 2 (host-2) waits 41 % on input while the others wait < 3 %: "
             "its pipeline starves the whole job"
         )
-        assert evidence["straggler_host"]["value"] == "host-2"
         assert any("Worker 2 holds every worker back" in a for a in diagnosis["advice"])
         firing = wait_for(
             lambda: job_server.get("/api/v1/alerts", run_id=run_id, state="firing")["data"],

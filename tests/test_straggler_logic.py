@@ -66,7 +66,6 @@ def test_diagnosis_of_a_job_window_names_the_starved_worker_in_its_evidence() ->
     evidence = {e.key: e for e in diagnosis.evidence}
     assert evidence["straggler"].value == 1
     assert evidence["straggler"].text.startswith("worker 1 (host-b) waits 60 % on input")
-    assert evidence["straggler_input_wait_share"].value == pytest.approx(0.6)
     assert diagnosis.steps_in_window == 40  # the job's window holds both workers' steps
 
 

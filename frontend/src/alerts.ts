@@ -28,6 +28,7 @@ export const ALERT_METRICS: MetricInfo[] = [
   { metric: "temperature", label: "GPU temperature", unit: "°C", factor: 1, comparison: ">=", threshold: 85 },
   { metric: "no_data", label: "No data for", unit: "s", factor: 1, comparison: ">=", threshold: 120, min: 0 },
   { metric: "stalled", label: "Stalled (1 = yes)", unit: "", factor: 1, comparison: ">=", threshold: 1, min: 0, max: 1 },
+  { metric: "straggler_ratio", label: "Straggler ratio (slowest worker / median)", unit: "×", factor: 1, comparison: ">=", threshold: 1.5, min: 1 },
 ];
 
 export const COMPARISONS: Comparison[] = ["<", "<=", ">", ">="];

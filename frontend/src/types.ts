@@ -27,6 +27,20 @@ export interface RunSummary {
   verdict?: Verdict | null;
   /** Per epoch metric (`val_loss`, …): its last and best value (newer servers). */
   epoch_metrics?: Record<string, EpochMetricSummary>;
+  /** Every worker (rank) of the job; `steps` above is the job's (newer servers). */
+  workers?: WorkerSummary[];
+}
+
+/** One worker of a (distributed) run: where it runs, how it ended, its own steps. */
+export interface WorkerSummary {
+  rank: number;
+  host: string;
+  pid: number;
+  status: RunStatus;
+  steps: number;
+  step_time_ms_median: number | null;
+  input_wait_share: number | null;
+  samples_per_s: number | null;
 }
 
 export interface EpochMetricSummary {
@@ -185,7 +199,8 @@ export type AlertMetric =
   | "memory_share"
   | "temperature"
   | "no_data"
-  | "stalled";
+  | "stalled"
+  | "straggler_ratio";
 
 export type Comparison = "<" | "<=" | ">" | ">=";
 export type AlertScope = "all" | "project" | "run";

@@ -34,6 +34,7 @@ import { StepSync } from "../stepSync";
 import type { Alert, Diagnosis, MetricTrack, Run, RunEvent, SamplesData } from "../types";
 import { evidenceText, parseDiagnosis, VerdictGeneration, verdictHeadline, verdictTone } from "../verdict";
 import { EpochChartGrid } from "./epochCharts";
+import { WorkerCharts } from "./workerCharts";
 import { errorMessage, every, statusBadge, tagList, type AppContext, type View } from "./common";
 
 const POLL_MS = 5000;
@@ -114,6 +115,7 @@ export class RunPageView implements View {
   private samplesState: Availability = "loading";
   // Epoch metrics: re-fetched whenever the run's summary says an epoch arrived.
   private readonly epochGrid = new EpochChartGrid({ testId: "epoch-chart" });
+  private readonly workerCharts: WorkerCharts;
   private readonly epochGroup: HTMLElement;
   private epochSig: string | null = null;
   private epochLoading = false;
@@ -208,6 +210,7 @@ export class RunPageView implements View {
       this.chartBox,
     );
 
+    this.workerCharts = new WorkerCharts(ctx.api, this.abort.signal);
     this.epochGroup = h(
       "div",
       { class: "chart-group", attrs: { "aria-label": "Epoch metrics", role: "region", "data-testid": "epoch-metrics", hidden: true } },
@@ -242,6 +245,7 @@ export class RunPageView implements View {
         stepSection,
         h("div", { class: "chart-grid" }, this.throughputBox.section, this.metricsBox.section),
       ),
+      this.workerCharts.el,
       this.epochGroup,
       h(
         "div",
@@ -403,6 +407,7 @@ export class RunPageView implements View {
     this.throughputChart?.destroy();
     this.metricsChart?.destroy();
     this.epochGrid.destroy();
+    this.workerCharts.destroy();
     for (const c of this.telemetryCharts.values()) c.destroy();
   }
 
@@ -1105,6 +1110,7 @@ export class RunPageView implements View {
     const ended = runEnded(this.run?.status, run.status);
     this.run = run;
     this.maybeLoadEpochs();
+    this.workerCharts.update(run);
     const now = this.ctx.now();
     document.title = `${run.name || `run ${run.id}`} · Stoker`;
     replaceChildren(
