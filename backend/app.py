@@ -26,6 +26,7 @@ from backend.routes import agent, alerts, diagnosis, live, runs
 from backend.routes.agent import describe, publish_run_ended
 from backend.settings import Settings, get_settings
 from backend.telemetry import Telemetry
+from backend.watch import WatchedRuns
 from backend.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         state.engine = engine
         state.writer = Writer(engine)
         state.hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
+        state.watched = WatchedRuns()  # agents send live while a browser watches their run
+        state.hub.on_watch = state.watched.set_watched
         state.connections = AgentConnections()
         state.telemetry = Telemetry(agent_connections=state.connections, live_clients=state.hub)
         log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))

@@ -67,6 +67,8 @@ class LiveHub:
         self._run_interval_s = run_interval_s
         self._last_run_push: dict[int, float] = {}
         self._pending_runs: dict[int, Callable[[], Message]] = {}
+        # Called when a run gains its first watching browser (True) or loses its last.
+        self.on_watch: Callable[[int, bool], None] | None = None
 
     def connect(self) -> LiveClient:
         client = LiveClient(queue=asyncio.Queue(maxsize=self._queue_size))
@@ -75,6 +77,20 @@ class LiveHub:
 
     def disconnect(self, client: LiveClient) -> None:
         self._clients.discard(client)
+        for run_id in client.run_ids:
+            self._watch_changed(run_id)
+
+    def subscribe(self, client: LiveClient, run_id: int) -> None:
+        client.run_ids.add(run_id)
+        self._watch_changed(run_id)
+
+    def unsubscribe(self, client: LiveClient, run_id: int) -> None:
+        client.run_ids.discard(run_id)
+        self._watch_changed(run_id)
+
+    def _watch_changed(self, run_id: int) -> None:
+        if self.on_watch is not None:
+            self.on_watch(run_id, self.has_subscribers(run_id))
 
     @property
     def client_count(self) -> int:

@@ -45,11 +45,20 @@ class ScriptedAgent:
         self.seq = self.last_seq
         self.step = 0
         self.t = time.time()
+        self.commands: list[dict[str, Any]] = []
+
+    def reply(self) -> dict[str, Any]:
+        """The server's next reply; commands (e.g. `watch`) may come at any time: kept apart."""
+        while True:
+            message = json.loads(self.ws.recv(timeout=10))
+            if message.get("type") != "command":
+                return message
+            self.commands.append(message)
 
     def send(self, **sections: Any) -> dict[str, Any]:
         self.seq += 1
         self.ws.send(json.dumps({"type": "batch", "seq": self.seq, **sections}))
-        reply = json.loads(self.ws.recv(timeout=10))
+        reply = self.reply()
         assert reply.get("type") == "ack", reply
         return reply
 
@@ -75,7 +84,7 @@ class ScriptedAgent:
 
     def end(self, status: str = "finished") -> None:
         self.ws.send(json.dumps({"type": "end", "status": status}))
-        json.loads(self.ws.recv(timeout=10))
+        self.reply()
 
     def close(self) -> None:
         self.ws.close()

@@ -53,7 +53,11 @@ def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: P
                      "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
                                "dur": [0.01] * STEPS_PER_BATCH}}  # fmt: skip
             agent.send(json.dumps(batch))
-            assert json.loads(agent.recv(timeout=10)) == {"type": "ack", "seq": seq}
+            reply = json.loads(agent.recv(timeout=10))
+            if reply["type"] == "command":  # the server says the run is watched
+                assert reply == {"type": "command", "name": "watch", "watched": True}
+                reply = json.loads(agent.recv(timeout=10))
+            assert reply == {"type": "ack", "seq": seq}
         reader.join(timeout=60)
 
         # The reading client got every batch from its subscription on, in order, no gap.

@@ -35,7 +35,10 @@ class ScriptedSocket:
             self._replies.put(json.dumps({"type": "ack", "end": True}))
 
     def recv(self, timeout: float | None = None) -> str:
-        return self._replies.get(timeout=timeout)
+        try:
+            return self._replies.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError from None  # as the websockets client does
 
     def close(self) -> None:
         pass

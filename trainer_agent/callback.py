@@ -27,6 +27,8 @@ log = logging.getLogger("trainer_agent")
 # or after this long.
 READ_EVERY_CALLS = 50
 READ_EVERY_S = 1.0
+# ...or this often while a browser watches the run, so its steps reach it within ~100 ms.
+WATCHED_READ_EVERY_S = 0.05
 # Every Keras hook the callback overrides; each is guarded (trainer_agent/guard.py).
 GUARDED_HOOKS = (
     "on_train_begin", "on_train_batch_begin", "on_train_batch_end", "on_test_begin",
@@ -211,7 +213,8 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             )  # fmt: skip
             self._step += n
             read_every = max(1, READ_EVERY_CALLS // self._steps_per_execution)
-            if len(self._pending) >= read_every or now - self._last_read >= READ_EVERY_S:
+            read_every_s = WATCHED_READ_EVERY_S if self._session.sender.watched else READ_EVERY_S
+            if len(self._pending) >= read_every or now - self._last_read >= read_every_s:
                 self._flush_pending(now)
         except Exception as error:
             self._guard.trip("on_train_batch_begin", error)

@@ -63,7 +63,14 @@ class AgentConfig:
     config: dict[str, Any] = field(default_factory=dict)
     sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
     all_gpus: bool = False
-    flush_interval_s: float = 0.5
+    # How often the sender sends what was recorded: every second while nobody watches the
+    # run, every 50 ms while a browser does (the server says so with a `watch` command).
+    flush_interval_s: float = field(
+        default_factory=lambda: _env_float("STOKER_FLUSH_INTERVAL_S", 1.0)
+    )
+    watched_flush_interval_s: float = field(
+        default_factory=lambda: _env_float("STOKER_WATCHED_FLUSH_INTERVAL_S", 0.05)
+    )
     max_batch_rows: int = 5000
     max_pending_rows: int = 1_000_000
     # No acknowledgement for this long: the server is stuck (and, at a run's end, the drain

@@ -1,6 +1,7 @@
 """The one background thread that talks to the server.
 
-It wakes every `flush_interval_s`, turns what the recorder holds into seq-numbered batches,
+It wakes every `flush_interval_s` (1 s; 50 ms while a browser watches the run, which the
+server says with a `watch` command), turns what the recorder holds into seq-numbered batches,
 sends them over the agent WebSocket (or HTTP POST when the WebSocket upgrade is refused or
 `transport="http"`), and forgets a batch only once the server acknowledged it (after its
 commit). While the server is unreachable it moves unsent batches to the disk spool
@@ -185,6 +186,9 @@ class Sender:
         self.connected = threading.Event()
         # Called (on the sender thread) with each server command, e.g. set_interval.
         self.on_command: Callable[[dict[str, Any]], None] | None = None
+        # A browser watches the run: send every `watched_flush_interval_s`, not every
+        # `flush_interval_s`. Read by the training thread too (a plain bool).
+        self.watched = False
         # Called on the sender thread before the first connection (e.g. to fill in the hello's
         # environment), and before the final flush (e.g. to take the sampler's last reading).
         self.before_connect: Callable[[dict[str, Any]], None] | None = None
@@ -255,7 +259,7 @@ class Sender:
                     log.debug("could not complete the hello", exc_info=True)
             while not self._stop.is_set():
                 self._cycle()
-                self._stop.wait(self._config.flush_interval_s)
+                self._stop.wait(self.flush_interval_s)
             if self.before_final_flush is not None:
                 self.before_final_flush()
             self._final_flush()
@@ -456,6 +460,7 @@ class Sender:
         if not self._use_http:
             if self._ensure_connected(force=force):
                 try:
+                    self._read_commands()
                     self._send_spooled_ws()
                     self._send_pending_ws()
                     return True
@@ -672,7 +677,27 @@ class Sender:
             if message.get("type") == "error" and "seq" not in message:
                 raise ConnectionError(f"server error: {message.get('message')}")
 
+    def _read_commands(self) -> None:
+        """Take the commands the server sent since the last send (nothing is in flight here,
+        so whatever waits on the socket is a command); never waits."""
+        assert self._ws is not None
+        while True:
+            try:
+                message = wire.loads(self._ws.recv(timeout=0))
+            except TimeoutError:
+                return
+            if message.get("type") == "command":
+                self._handle_command(message)
+
+    @property
+    def flush_interval_s(self) -> float:
+        config = self._config
+        return config.watched_flush_interval_s if self.watched else config.flush_interval_s
+
     def _handle_command(self, command: dict[str, Any]) -> None:
+        if command.get("name") == "watch":  # a browser started or stopped watching the run
+            self.watched = bool(command.get("watched"))
+            return
         if self.on_command is None:
             return
         try:

@@ -176,6 +176,11 @@ async def _serve_agent(
     )
     hub.publish_run(public.model_dump(mode="json"))
     state.detectors.attach(public)
+
+    async def tell_watched(watched: bool) -> None:
+        await websocket.send_json({"type": "command", "name": "watch", "watched": watched})
+
+    state.watched.attach(run.id, tell_watched)
     in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
     failed = asyncio.Event()
     acknowledging = asyncio.create_task(
@@ -219,6 +224,7 @@ async def _serve_agent(
             stored = writer.submit_store(BatchJob(run.id, hello.stream, hello.rank, frame))
             await in_flight.put(_InFlight(frame, stored))
     finally:
+        state.watched.detach(run.id, tell_watched)
         await in_flight.put(None)
         await acknowledging
 

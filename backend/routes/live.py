@@ -10,7 +10,7 @@ from sqlmodel import Session
 
 from backend.deps import TokenKind, check_token, refuse_websocket
 from backend.errors import StokerError
-from backend.live import LiveClient
+from backend.live import LiveClient, LiveHub
 from backend.queries import list_runs_json
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ async def live_socket(websocket: WebSocket) -> None:
             client.offer_message({"type": "run", "run": run})
         sender = asyncio.create_task(_send_forever(websocket, client), name="stoker-live-send")
         try:
-            await _receive_commands(websocket, client)
+            await _receive_commands(websocket, hub, client)
         finally:
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -60,7 +60,7 @@ async def _send_forever(websocket: WebSocket, client: LiveClient) -> None:
         await websocket.send_text(encoded)
 
 
-async def _receive_commands(websocket: WebSocket, client: LiveClient) -> None:
+async def _receive_commands(websocket: WebSocket, hub: LiveHub, client: LiveClient) -> None:
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
@@ -84,6 +84,6 @@ async def _receive_commands(websocket: WebSocket, client: LiveClient) -> None:
             )
             continue
         if kind == "subscribe":
-            client.run_ids.add(run_id)
+            hub.subscribe(client, run_id)
         else:
-            client.run_ids.discard(run_id)
+            hub.unsubscribe(client, run_id)
