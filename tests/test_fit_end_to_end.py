@@ -73,6 +73,8 @@ def test_fit_with_server_down_completes_and_warns_once(caplog: pytest.LogCapture
     callback._agent_config.close_timeout_s = 1.0
     with caplog.at_level("WARNING", logger="trainer_agent"):
         history = _tiny_model().fit(x, y, batch_size=32, epochs=2, callbacks=[callback], verbose=0)
+        # fit() does not wait for the sender: let it finish trying (bounded by the timeout).
+        trainer_agent.flush()
     assert len(history.history["loss"]) == 2
     unreachable = [r for r in caplog.records if "cannot reach the server" in r.getMessage()]
     assert len(unreachable) == 1
