@@ -218,8 +218,7 @@ export type AlertsListener = (changed: Alert | null, newlyFiring: boolean) => vo
 export class AlertsStore {
   private items: Alert[] = [];
   private readonly listeners = new Set<AlertsListener>();
-  /** null until loaded; "missing" when the server has no alerts endpoint. */
-  status: "loading" | "loaded" | "missing" | "error" = "loading";
+  status: "loading" | "loaded" | "error" = "loading";
   error: string | null = null;
 
   list(): Alert[] {

@@ -47,12 +47,12 @@ export class ApiError extends Error {
   }
 }
 
-/** Whether an endpoint is absent on this server (older server, feature not built): 404 or 405. */
+/** Whether the server answered 404 or 405 (no such resource, e.g. an unknown run to compare, or no such route). */
 export function isMissingEndpoint(err: unknown): boolean {
   return err instanceof ApiError && (err.status === 404 || err.status === 405);
 }
 
-/** Query of the runs list (`GET /runs`); servers that do not know a parameter ignore it. */
+/** Query of the runs list (`GET /runs`). */
 export interface RunsQuery {
   limit?: number;
   offset?: number;
@@ -67,7 +67,7 @@ export interface SamplesQuery {
   maxPoints?: number;
   /** Only samples after this unix time (live catch-up, or the left edge of a zoom). */
   sinceT?: number;
-  /** Only samples up to this unix time (right edge of a zoom; ignored by servers without ranges). */
+  /** Only samples up to this unix time (right edge of a zoom). */
   untilT?: number;
 }
 
@@ -154,11 +154,7 @@ export class ApiClient {
     return this.getJson<Diagnosis>(`/runs/${encodeURIComponent(String(id))}/diagnosis`, signal);
   }
 
-  /**
-   * Device samples (`/runs/{id}/samples`) and host samples (`/runs/{id}/host`), fetched
-   * together. A server whose samples answer already holds host tracks is read as it is;
-   * a missing host endpoint leaves the host tracks empty.
-   */
+  /** Device samples (`/runs/{id}/samples`) and host samples (`/runs/{id}/host`), fetched together. */
   async getSamples(id: number, query: SamplesQuery, signal?: AbortSignal): Promise<SamplesData> {
     const run = `/runs/${encodeURIComponent(String(id))}`;
     const qs = queryString({
@@ -166,13 +162,11 @@ export class ApiClient {
       since_t: query.sinceT,
       until_t: query.untilT,
     });
-    const hostReq = this.getJson<unknown>(`${run}/host${qs}`, signal).then(
-      (raw) => normalizeSamples({ host: raw }).host,
-      () => null,
-    );
-    const device = normalizeSamples(await this.getJson<unknown>(`${run}/samples${qs}`, signal));
-    const host = await hostReq;
-    return { device: device.device, host: host && host.length > 0 ? host : device.host };
+    const [host, device] = await Promise.all([
+      this.getJson<unknown>(`${run}/host${qs}`, signal),
+      this.getJson<unknown>(`${run}/samples${qs}`, signal),
+    ]);
+    return { device: normalizeSamples(device).device, host: normalizeSamples({ host }).host };
   }
 
   /** Server-computed starved step ranges (`/runs/{id}/starvation`). */

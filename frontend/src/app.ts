@@ -1,7 +1,6 @@
 // The application shell: top bar, connection status, hash router, and the
 // runs store fed by REST and the live socket.
 
-import { isMissingEndpoint } from "./api";
 import { h, setAttrs, setText } from "./dom";
 import type { ConnectionState } from "./liveClient";
 import { ALERTS_HREF, parseRoute, RUNS_HREF, type Route } from "./router";
@@ -119,13 +118,13 @@ export class App {
     void this.loadAlerts();
   }
 
-  /** (Re)load recent alerts; a server without alerts leaves the store "missing". */
+  /** (Re)load recent alerts. */
   async loadAlerts(): Promise<void> {
     try {
       const page = await this.ctx.api.listAlerts({ limit: 200 });
       this.ctx.alerts.replaceAll(Array.isArray(page?.data) ? page.data : []);
     } catch (err) {
-      this.ctx.alerts.setStatus(isMissingEndpoint(err) ? "missing" : "error", errorMessage(err));
+      this.ctx.alerts.setStatus("error", errorMessage(err));
     }
   }
 

@@ -80,18 +80,3 @@ describe("spliceMetrics", () => {
     expect(loss!.max).toEqual([3.5, 2.1, 2.0]);
   });
 });
-
-import { ignoredUpperBound, openEndedMaxPoints } from "./refine";
-
-describe("open-ended range fallback", () => {
-  it("scales the points with the share of the rest of the run that is visible, capped", () => {
-    expect(openEndedMaxPoints(400_000, 405_000, 1_000_000, 1000)).toBe(20_000);
-    expect(openEndedMaxPoints(990_000, 1_000_000, 1_000_000, 1000)).toBe(1000);
-    expect(openEndedMaxPoints(900_000, 950_000, 1_000_000, 1000)).toBe(2000);
-  });
-  it("notices answers past the upper bound", () => {
-    expect(ignoredUpperBound([1, 2, 300], 200)).toBe(true);
-    expect(ignoredUpperBound([1, 2], 200)).toBe(false);
-    expect(ignoredUpperBound([], 200)).toBe(false);
-  });
-});

@@ -1,8 +1,8 @@
 // Zoom refinement: when the user zooms into a downsampled chart, fetch the
 // visible range again at the chart's resolution and splice it into the
 // overview, so the zoomed view shows real detail while the rest of the run
-// stays downsampled. Servers without range parameters answer with more than
-// the range: the answer is clipped here. Pure, unit-tested.
+// stays downsampled. The detail is clipped to the range (its query rounds the
+// bounds outwards to whole steps). Pure, unit-tested.
 
 import type { StepSeries } from "./series";
 import type { MetricTrack, SampleTrack, SamplesData } from "./types";
@@ -180,20 +180,4 @@ export function spliceMetrics(base: MetricTrack[], detail: MetricTrack[], lo: nu
 /** Whether any metric track holds downsampled buckets (a min/max band). */
 export function metricsDownsampled(tracks: MetricTrack[]): boolean {
   return tracks.some((t) => t.min !== null);
-}
-
-/**
- * Points to ask for when the server ignores the upper bound of a range (it
- * downsamples everything from `lo` to the end): enough that the zoomed part
- * still gets about `widthPx` points, capped so the answer stays small.
- */
-export function openEndedMaxPoints(lo: number, hi: number, last: number, widthPx: number, cap = 20_000): number {
-  const span = Math.max(1, hi - lo);
-  const rest = Math.max(span, last - lo);
-  return Math.max(100, Math.min(cap, Math.round(widthPx * (rest / span))));
-}
-
-/** Whether an answer went past the requested upper bound (the server ignores `before_step` / `until_t`). */
-export function ignoredUpperBound(xs: ArrayLike<number>, upper: number): boolean {
-  return xs.length > 0 && xs[xs.length - 1]! > upper;
 }

@@ -13,7 +13,7 @@ import {
   type RuleErrors,
   type RuleForm,
 } from "../alerts";
-import { ApiError, isMissingEndpoint } from "../api";
+import { ApiError } from "../api";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
 import type { AlertRule } from "../types";
 import { errorMessage, every, type AppContext, type View } from "./common";
@@ -38,7 +38,6 @@ export class AlertsView implements View {
   private readonly unitEl: HTMLElement;
   private readonly cleanups: (() => void)[] = [];
   private rules: AlertRule[] = [];
-  private rulesState: "loading" | "ok" | "missing" | "error" = "loading";
   private editing: AlertRule | null = null;
   private busy = false;
   private destroyed = false;
@@ -104,8 +103,7 @@ export class AlertsView implements View {
     const store = this.ctx.alerts;
     const list = store.list().slice(0, 200);
     let body: Node;
-    if (store.status === "missing") body = h("p", { class: "muted", text: "This server has no alerts endpoint (GET /alerts).", attrs: { "data-testid": "alerts-unavailable" } });
-    else if (store.status === "error") body = h("p", { class: "error", text: `Cannot load alerts: ${store.error ?? ""}` });
+    if (store.status === "error") body = h("p", { class: "error", text: `Cannot load alerts: ${store.error ?? ""}` });
     else if (store.status === "loading") body = h("p", { class: "muted", text: "Loading alerts…" });
     else if (list.length === 0) body = h("p", { class: "muted", text: "No alerts yet. Alerts appear here when a rule fires.", attrs: { "data-testid": "alerts-empty" } });
     else body = alertList(list, this.ctx.now(), (id) => this.ctx.runs.get(id)?.name ?? null);
@@ -145,21 +143,14 @@ export class AlertsView implements View {
       const page = await this.ctx.api.listAlertRules();
       if (this.destroyed) return;
       this.rules = Array.isArray(page?.data) ? page.data : [];
-      this.rulesState = "ok";
     } catch (err) {
       if (this.destroyed) return;
-      this.rulesState = isMissingEndpoint(err) ? "missing" : "error";
-      if (this.rulesState === "error") this.showFormError(`Cannot load rules: ${errorMessage(err)}`);
+      this.showFormError(`Cannot load rules: ${errorMessage(err)}`);
     }
     this.renderRules();
   }
 
   private renderRules(): void {
-    if (this.rulesState === "missing") {
-      replaceChildren(this.rulesBox, h("p", { class: "muted", text: "This server has no alert rules endpoint (GET /alert-rules).", attrs: { "data-testid": "rules-unavailable" } }));
-      this.submitButton.disabled = true;
-      return;
-    }
     this.submitButton.disabled = this.busy;
     if (this.rules.length === 0) {
       replaceChildren(this.rulesBox, h("p", { class: "muted", text: "No rules. Create one with the form.", attrs: { "data-testid": "alert-rules" } }));
@@ -360,7 +351,7 @@ export class AlertsView implements View {
   }
 
   private async submit(): Promise<void> {
-    if (this.busy || this.rulesState === "missing") return;
+    if (this.busy) return;
     const { rule, errors } = validateRuleForm(this.readForm());
     this.showErrors(errors);
     if (!rule) {

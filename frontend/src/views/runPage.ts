@@ -7,7 +7,7 @@
 // charts. Zooming pauses following; reset resumes. Zooming into downsampled
 // data re-fetches the visible range at the chart's resolution and splices it in.
 
-import { isMissingEndpoint, isNotFound } from "../api";
+import { isNotFound } from "../api";
 import { epochMetricsOf, epochSignature, formatEpochValue, runEpochCharts } from "../epochs";
 import { metricsSpec, telemetryChart, telemetrySpec, throughputSpec, type TelemetryKind, type ThroughputData } from "../chartSpecs";
 import { batchSizeOf, combineStarved, rangesFromStarvation, starvedRanges, throughputCaption } from "../derive";
@@ -16,9 +16,7 @@ import { environmentSummary } from "../environment";
 import { formatCount, formatPercent, formatRelativeTime, formatTimestamp, inputWaitLabel, inputWaitLevel } from "../format";
 import { ChartGroup, LiveChart, type ZoomRange } from "../liveChart";
 import {
-  ignoredUpperBound,
   metricsDownsampled,
-  openEndedMaxPoints,
   shouldRefine,
   spliceMetrics,
   spliceSamples,
@@ -57,7 +55,7 @@ function chartPanel(title: string, id: string, testId: string, aria: string, too
   return { section, box, info };
 }
 
-type Availability = "loading" | "ok" | "missing" | "error";
+type Availability = "loading" | "ok" | "error";
 
 export class RunPageView implements View {
   readonly el: HTMLElement;
@@ -104,7 +102,6 @@ export class RunPageView implements View {
   private starved: ShadeRange[] = [];
   /** Starved ranges the server computed (exact, not from downsampled buckets), and up to which step. */
   private serverStarved: { steps: ShadeRange[]; time: ShadeRange[]; covered: number } | null = null;
-  private starvationState: Availability = "loading";
   private events: RunEvent[] = [];
   private eventsState: Availability = "loading";
   // Metrics and samples, polled.
@@ -125,10 +122,6 @@ export class RunPageView implements View {
   private throttles: ShadeRange[] = [];
   private polling = false;
   private secondaryStarted = false;
-  /** Whether the server honours `before_step` (null until a zoom has told). */
-  private stepRanges: boolean | null = null;
-  /** Whether the server honours `until_t` (null until a zoom has told). */
-  private timeRanges: boolean | null = null;
   private secondaryTimer: ReturnType<typeof setTimeout> | null = null;
   // Diagnosis.
   private diagnosis: Diagnosis | null = null;
@@ -445,14 +438,12 @@ export class RunPageView implements View {
       if (this.destroyed || this.abort.signal.aborted) return;
       // A failed request must not replace a live verdict that arrived meanwhile.
       if (!this.verdictGen.accepts(token) && this.diagnosis) return;
-      // A 404 with a known run means the server has no diagnosis endpoint.
-      this.diagnosisState = isMissingEndpoint(err) ? "missing" : "error";
+      this.diagnosisState = "error";
     }
     this.renderBanner();
   }
 
   private async loadMetrics(initial: boolean): Promise<void> {
-    if (this.metricsState === "missing") return;
     const width = this.metricsChart?.widthPx ?? 600;
     const after = initial ? null : lastMetricStep(this.metrics);
     try {
@@ -466,13 +457,12 @@ export class RunPageView implements View {
       this.metricsState = "ok";
     } catch (err) {
       if (this.destroyed || this.abort.signal.aborted) return;
-      this.metricsState = isMissingEndpoint(err) ? "missing" : "error";
+      this.metricsState = "error";
     }
     this.renderMetrics();
   }
 
   private async loadSamples(initial: boolean): Promise<void> {
-    if (this.samplesState === "missing") return;
     const width = this.telemetryCharts.get("gpu")?.widthPx ?? 600;
     const since = initial ? null : lastSampleTime(this.samples);
     try {
@@ -486,25 +476,22 @@ export class RunPageView implements View {
       this.samplesState = "ok";
     } catch (err) {
       if (this.destroyed || this.abort.signal.aborted) return;
-      this.samplesState = isMissingEndpoint(err) ? "missing" : "error";
+      this.samplesState = "error";
     }
     this.renderSamples();
   }
 
   private async loadStarvation(): Promise<void> {
-    if (this.starvationState === "missing") return;
     const covered = this.overview && this.overview.step.length > 0 ? this.overview.step[this.overview.step.length - 1]! : -1;
     try {
       const resp = await this.ctx.api.getStarvation(this.runId, {}, this.abort.signal);
       if (this.destroyed) return;
       this.serverStarved = { ...rangesFromStarvation(resp), covered };
-      this.starvationState = "ok";
       this.chartBox.setAttribute("data-starved-source", "server");
       this.drawSteps();
       this.telemetryCharts.get("gpu")?.redraw();
     } catch (err) {
       if (this.destroyed || this.abort.signal.aborted) return;
-      this.starvationState = isMissingEndpoint(err) ? "missing" : "error";
     }
   }
 
@@ -518,7 +505,7 @@ export class RunPageView implements View {
       this.eventsState = "ok";
     } catch (err) {
       if (this.destroyed || this.abort.signal.aborted) return;
-      this.eventsState = isMissingEndpoint(err) ? "missing" : "error";
+      this.eventsState = "error";
     }
     this.renderAlerts();
   }
@@ -542,8 +529,8 @@ export class RunPageView implements View {
         this.loadSamples(this.samplesState !== "ok"),
         this.loadMetrics(this.metricsState !== "ok"),
       ];
-      if (this.diagnosisState !== "missing" && Date.now() - this.lastLiveVerdict > 3 * POLL_MS) tasks.push(this.loadDiagnosis());
-      if (this.starvationState !== "missing") tasks.push(this.loadStarvation());
+      if (Date.now() - this.lastLiveVerdict > 3 * POLL_MS) tasks.push(this.loadDiagnosis());
+      tasks.push(this.loadStarvation());
       await Promise.all(tasks);
     } finally {
       this.polling = false;
@@ -572,9 +559,9 @@ export class RunPageView implements View {
         this.loadSamples(this.samplesState !== "ok"),
         this.loadMetrics(this.metricsState !== "ok"),
         this.loadEvents(),
+        this.loadDiagnosis(),
+        this.loadStarvation(),
       ];
-      if (this.diagnosisState !== "missing") tasks.push(this.loadDiagnosis());
-      if (this.starvationState !== "missing") tasks.push(this.loadStarvation());
       await Promise.all(tasks);
     } finally {
       this.polling = false;
@@ -639,19 +626,9 @@ export class RunPageView implements View {
     const width = this.chart?.widthPx ?? 800;
     if (!base || !shouldRefine(base.step, base.downsampled, range.min, range.max, width)) return;
     const q = stepRangeQuery(range.min, range.max, width);
-    const last = base.step[base.step.length - 1] ?? range.max;
-    if (this.stepRanges === false) q.maxPoints = openEndedMaxPoints(range.min, range.max, last, width);
     try {
       const resp = await this.ctx.api.getSteps(this.runId, q, this.abort.signal);
       if (this.destroyed || this.stepZoom !== range) return;
-      if (this.stepRanges === null) {
-        this.stepRanges = !ignoredUpperBound(resp.step ?? [], q.beforeStep);
-        // The server downsampled to the end of the run: ask again with enough points.
-        if (!this.stepRanges && openEndedMaxPoints(range.min, range.max, last, width) > q.maxPoints) {
-          void this.refineSteps();
-          return;
-        }
-      }
       this.stepDetail = { lo: range.min, hi: range.max, series: seriesFromColumns(resp) };
       this.chartBox.setAttribute("data-refined", `${range.min},${range.max}`);
       this.drawSteps();
@@ -720,11 +697,6 @@ export class RunPageView implements View {
   private renderMetrics(): void {
     const box = this.metricsBox;
     setAttrs(box.box, { "data-state": this.metricsState });
-    if (this.metricsState === "missing") {
-      this.metricsChart?.setEmptyText("This server does not serve logged metrics (no /runs/{id}/metrics endpoint).");
-      setText(box.info, "");
-      return;
-    }
     if (this.metricsState === "error") this.metricsChart?.setEmptyText("Cannot load metrics; retrying…");
     else if (this.metrics.length === 0)
       this.metricsChart?.setEmptyText(this.run?.status === "running" ? "Waiting for logged metrics…" : "No metrics were logged for this run.");
@@ -738,20 +710,13 @@ export class RunPageView implements View {
 
   private renderSamples(): void {
     const state = this.samplesState;
-    if (state === "missing" || state === "error") {
+    if (state === "error") {
       this.samplesNote.hidden = false;
-      setText(
-        this.samplesNote,
-        state === "missing"
-          ? "This server does not serve device and host samples yet (no /runs/{id}/samples endpoint)."
-          : "Cannot load device and host samples; retrying…",
-      );
+      setText(this.samplesNote, "Cannot load device and host samples; retrying…");
       setAttrs(this.samplesNote, { "data-state": state });
     } else {
       this.samplesNote.hidden = true;
     }
-    // Without a samples endpoint the four empty charts only take room; the note says why.
-    this.timeGrid.hidden = state === "missing";
     const d = this.samplesDetail;
     const data = d ? spliceSamples(this.samples, d.data, d.lo, d.hi) : this.samples;
     this.throttles = throttleRanges(data.device);
@@ -759,8 +724,7 @@ export class RunPageView implements View {
       const box = this.telemetryBoxes[kind];
       const c = telemetryChart(kind, data);
       setAttrs(box.box, { "data-state": state, "data-series": c.series.length });
-      if (state === "missing") chart.setEmptyText("Not available on this server.");
-      else if (c.series.length === 0)
+      if (c.series.length === 0)
         chart.setEmptyText(
           kind === "host"
             ? "No host samples."
@@ -797,24 +761,13 @@ export class RunPageView implements View {
     const first = this.samples.device[0] ?? this.samples.host[0];
     const width = this.telemetryCharts.get("gpu")?.widthPx ?? 600;
     if (!first || !shouldRefine(first.t, first.downsampled, range.min, range.max, width)) return;
-    const last = first.t[first.t.length - 1] ?? range.max;
-    const maxPoints =
-      this.timeRanges === false ? openEndedMaxPoints(range.min, range.max, last, width, 5000) : Math.max(200, width);
     try {
       const data = await this.ctx.api.getSamples(
         this.runId,
-        { sinceT: range.min - 1e-6, untilT: range.max, maxPoints },
+        { sinceT: range.min - 1e-6, untilT: range.max, maxPoints: Math.max(200, width) },
         this.abort.signal,
       );
       if (this.destroyed || this.timeZoom !== range) return;
-      if (this.timeRanges === null) {
-        const t = (data.device[0] ?? data.host[0])?.t ?? [];
-        this.timeRanges = !ignoredUpperBound(t, range.max);
-        if (!this.timeRanges && openEndedMaxPoints(range.min, range.max, last, width, 5000) > maxPoints) {
-          void this.refineSamples();
-          return;
-        }
-      }
       this.samplesDetail = { lo: range.min, hi: range.max, data };
       this.renderSamples();
     } catch {
@@ -879,12 +832,7 @@ export class RunPageView implements View {
     const level = inputWaitLevel(s?.input_wait_share);
     b.className = `verdict-banner tone-info`;
     setAttrs(b, { "data-verdict": this.diagnosisState === "loading" ? "loading" : "unavailable", "data-source": "summary" });
-    const why =
-      this.diagnosisState === "loading"
-        ? "Diagnosing…"
-        : this.diagnosisState === "missing"
-          ? "This server does not diagnose runs yet (no /runs/{id}/diagnosis endpoint)."
-          : "Cannot load the diagnosis.";
+    const why = this.diagnosisState === "loading" ? "Diagnosing…" : "Cannot load the diagnosis.";
     replaceChildren(
       b,
       h("div", { class: "verdict-head" }, h("h2", { class: "verdict-title", text: why, attrs: { "data-testid": "verdict-title" } })),
@@ -903,8 +851,7 @@ export class RunPageView implements View {
     const store = this.ctx.alerts;
     const alerts = store.forRun(this.runId);
     let body: Node;
-    if (store.status === "missing") body = h("p", { class: "muted", text: "Alerts are not available on this server." });
-    else if (store.status === "loading") body = h("p", { class: "muted", text: "Loading alerts…" });
+    if (store.status === "loading") body = h("p", { class: "muted", text: "Loading alerts…" });
     else if (alerts.length === 0) body = h("p", { class: "muted", text: "No alerts for this run." });
     else body = alertList(alerts, this.ctx.now());
     const events =
@@ -1051,7 +998,7 @@ export class RunPageView implements View {
         },
         (e: unknown) => {
           formError.hidden = false;
-          setText(formError, isMissingEndpoint(e) ? "This server cannot edit runs (no PATCH /runs/{id})." : `Cannot save: ${errorMessage(e)}`);
+          setText(formError, `Cannot save: ${errorMessage(e)}`);
         },
       );
     });
@@ -1075,7 +1022,7 @@ export class RunPageView implements View {
       a.remove();
       setTimeout(() => URL.revokeObjectURL(url), 10_000);
     } catch (e) {
-      this.showActionError(isMissingEndpoint(e) ? "This server cannot export steps (no /runs/{id}/steps.csv)." : `Export failed: ${errorMessage(e)}`);
+      this.showActionError(`Export failed: ${errorMessage(e)}`);
     }
   }
 
@@ -1087,7 +1034,7 @@ export class RunPageView implements View {
       this.ctx.runs.remove(this.runId);
       location.hash = RUNS_HREF;
     } catch (e) {
-      this.showActionError(isMissingEndpoint(e) ? "This server cannot delete runs (no DELETE /runs/{id})." : `Delete failed: ${errorMessage(e)}`);
+      this.showActionError(`Delete failed: ${errorMessage(e)}`);
     }
   }
 
