@@ -16,12 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backend.detectors import Detectors
-from backend.lifecycle import AgentConnections
-from backend.live import LiveHub
-from backend.models import AlertMetric, AlertRule, Comparison, Run, RunStatus
-from backend.protocol import Batch
-from backend.settings import Settings
+from backend.core.lifecycle import AgentConnections
+from backend.core.models import AlertMetric, AlertRule, Comparison, Run, RunStatus
+from backend.core.settings import Settings
+from backend.diagnosis.detectors import Detectors
+from backend.ingest.protocol import Batch
+from backend.live.hub import LiveHub
 
 
 class NoWriter:

@@ -22,10 +22,10 @@ import httpx
 from sqlalchemy import text
 from sqlmodel import Session
 
-from backend.db import make_engine
-from backend.ingest import BatchJob, open_run, store_batches
-from backend.protocol import Batch, Hello
-from backend.settings import Settings
+from backend.core.db import make_engine
+from backend.core.settings import Settings
+from backend.ingest.protocol import Batch, Hello
+from backend.ingest.store import BatchJob, open_run, store_batches
 from bench.database import add_database_arguments, run_with_database
 from tests.support import ServerProcess
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from backend.settings import Settings
+from backend.core.settings import Settings
 from bench.query import build
 from tests.support import ServerProcess
 

@@ -2,9 +2,10 @@
 
 import pytest
 
-from backend.alerting import AlertEngine, RunFacts
-from backend.diagnosis import RunWindow, Verdict, diagnose
-from backend.models import AlertMetric, AlertRule, AlertState, Comparison
+from backend.core.models import AlertMetric, AlertRule, AlertState, Comparison
+from backend.diagnosis.alerting import AlertEngine, RunFacts
+from backend.diagnosis.verdict import Verdict, diagnose
+from backend.diagnosis.window import RunWindow
 
 
 def _window(**kwargs) -> RunWindow:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backend.summary import epoch_metric_summary, metric_goal
+from backend.ingest.summary import epoch_metric_summary, metric_goal
 from tests.detect_support import ScriptedAgent
 from tests.support import ServerProcess
 

@@ -6,8 +6,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 from sqlmodel import SQLModel
 
-from backend.db import head_revision, make_engine, migrate, schema_revision
-from backend.settings import Settings
+from backend.core.db import head_revision, make_engine, migrate, schema_revision
+from backend.core.settings import Settings
 from tests.conftest import DATABASES
 
 pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)

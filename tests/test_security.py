@@ -12,8 +12,8 @@ from fastapi.routing import APIRoute, APIWebSocketRoute
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from backend.app import create_app
-from backend.settings import Settings
+from backend.core.app import create_app
+from backend.core.settings import Settings
 from tests.support import ServerProcess
 from tests.test_ingest_websocket import hello
 

@@ -5,14 +5,14 @@ import json
 
 import pytest
 
-from backend.diagnosis import (
-    RunWindow,
+from backend.diagnosis.stragglers import (
     WorkerTiming,
-    diagnose,
     find_straggler,
     own_step_times,
     straggler_ratio,
 )
+from backend.diagnosis.verdict import diagnose
+from backend.diagnosis.window import RunWindow
 from trainer_agent import job
 
 

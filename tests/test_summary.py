@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from backend.summary import add_steps, summarize
+from backend.ingest.summary import add_steps, summarize
 
 
 def test_summary_quantiles_within_one_percent_of_exact() -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from backend.db import make_engine
-from backend.ingest import BatchJob, open_run
-from backend.protocol import Batch, Hello, StepColumns
-from backend.settings import Settings
-from backend.writer import StreamFailed, Writer
+from backend.core.db import make_engine
+from backend.core.settings import Settings
+from backend.ingest.protocol import Batch, Hello, StepColumns
+from backend.ingest.store import BatchJob, open_run
+from backend.ingest.writer import StreamFailed, Writer
 
 
 def _batch(seq: int, first: int) -> Batch:

@@ -1,4 +1,4 @@
-"""Alembic environment: the server runs it on start (backend.db.migrate) and so does the
+"""Alembic environment: the server runs it on start (backend.core.db.migrate) and so does the
 `alembic` command line (alembic.ini at the repository root) when a developer adds a migration.
 """
 
@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
-from backend import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+from backend.core import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 config = context.config
 target_metadata = SQLModel.metadata
@@ -24,12 +24,12 @@ def _configure(connection) -> None:
 
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
-    if connection is not None:  # handed in by backend.db.migrate, inside its transaction
+    if connection is not None:  # handed in by backend.core.db.migrate, inside its transaction
         _configure(connection)
         with context.begin_transaction():
             context.run_migrations()
         return
-    from backend.settings import Settings
+    from backend.core.settings import Settings
 
     url = config.get_main_option("sqlalchemy.url") or Settings().resolved_database_url()
     engine = create_engine(url)

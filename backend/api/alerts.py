@@ -1,0 +1,52 @@
+"""Alert rules (CRUD) and alerts (read)."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from backend.core.deps import OptionalRunIdQuery, SessionDep, ViewerAuth, WriterDep
+from backend.core.models import AlertRulePublic, AlertRulesPublic, AlertsPublic, AlertState
+from backend.diagnosis.alerting import AlertRuleCreate, AlertRuleUpdate
+from backend.diagnosis.store import create_rule, delete_rule, list_alerts, list_rules, update_rule
+
+RuleId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+router = APIRouter(prefix="/api/v1", tags=["alerts"], dependencies=[ViewerAuth])
+
+
+@router.get("/alert-rules")
+def read_rules(session: SessionDep) -> AlertRulesPublic:
+    return list_rules(session=session)
+
+
+@router.post("/alert-rules", status_code=201)
+async def add_rule(spec: AlertRuleCreate, request: Request, writer: WriterDep) -> AlertRulePublic:
+    rule = await writer.run(create_rule, spec=spec)
+    request.app.state.detectors.rules_changed()
+    return rule
+
+
+@router.patch("/alert-rules/{rule_id}")
+async def change_rule(
+    rule_id: RuleId, patch: AlertRuleUpdate, request: Request, writer: WriterDep
+) -> AlertRulePublic:
+    rule = await writer.run(update_rule, rule_id=rule_id, patch=patch)
+    request.app.state.detectors.rules_changed()
+    return rule
+
+
+@router.delete("/alert-rules/{rule_id}", status_code=204)
+async def remove_rule(rule_id: RuleId, request: Request, writer: WriterDep) -> Response:
+    await writer.run(delete_rule, rule_id=rule_id)
+    request.app.state.detectors.rules_changed()
+    return Response(status_code=204)
+
+
+@router.get("/alerts")
+def read_alerts(
+    session: SessionDep,
+    run_id: OptionalRunIdQuery = None,
+    state: AlertState | None = None,
+    rule_id: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 200,
+) -> AlertsPublic:
+    return list_alerts(session=session, run_id=run_id, state=state, rule_id=rule_id, limit=limit)

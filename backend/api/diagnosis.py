@@ -1,0 +1,81 @@
+"""REST reads for the diagnosis: the verdict, starvation marks, and the run's events."""
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from backend.api.queries import get_run
+from backend.core.deps import RunId, SessionDep, ViewerAuth
+from backend.core.models import RunEventsPublic, RunStatus
+from backend.diagnosis.history import starved_ranges, window_from_db
+from backend.diagnosis.store import list_events
+from backend.diagnosis.verdict import Diagnosis, Verdict, diagnose
+
+router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
+
+
+@router.get("/runs/{run_id}/diagnosis")
+async def read_diagnosis(
+    run_id: RunId,
+    request: Request,
+    session: SessionDep,
+    window_s: Annotated[float | None, Query(gt=0, le=86_400)] = None,
+) -> Diagnosis:
+    """The verdict over the run's last `window_s` seconds (default: the server's window).
+
+    A running run this server watches is judged on its live window, which holds every batch
+    acknowledged so far. Otherwise, and when that window holds too few steps for a verdict
+    (it may have begun after steps were stored, as after a restart), or with an explicit
+    `window_s`, the verdict is judged on the stored steps: an ended run's answer is final.
+    """
+    state = request.app.state
+    settings, detectors = state.settings, state.detectors
+    run = await run_in_threadpool(get_run, session=session, run_id=run_id)
+    running = run.status == RunStatus.running
+    if window_s is None and running:
+        # Judged here, on the event loop that feeds the window, not in a worker thread.
+        live = detectors.diagnose_now(run_id)
+        if live is not None and live.verdict != Verdict.insufficient_data:
+            return live
+    window = await run_in_threadpool(
+        window_from_db, session=session, run=run, window_s=window_s or settings.diagnosis_window_s
+    )
+    watched = detectors.windows.get(run_id)
+    if watched is not None:  # stall detection needs the live arrival times
+        window.last_step_at = watched.last_step_at
+    return diagnose(
+        window,
+        now=time.monotonic(),
+        connected=run_id in state.connections.run_ids(),
+        min_steps=settings.diagnosis_min_steps,
+        stall_min_s=settings.stall_min_s,
+        stall_step_factor=settings.stall_step_factor,
+    )
+
+
+@router.get("/runs/{run_id}/starvation")
+def read_starvation(
+    run_id: RunId,
+    session: SessionDep,
+    threshold: Annotated[float, Query(ge=0.001, le=1)] = 0.2,
+    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    max_gap: Annotated[int, Query(ge=0, le=10_000)] = 0,
+) -> dict:
+    """Step ranges whose input wait is at least `threshold` of step time, for shading."""
+    get_run(session=session, run_id=run_id)
+    return starved_ranges(
+        session=session, run_id=run_id, threshold=threshold, rank=rank, max_gap=max_gap
+    )
+
+
+@router.get("/runs/{run_id}/events")
+def read_events(
+    run_id: RunId,
+    session: SessionDep,
+    kind: Annotated[str | None, Query(max_length=50)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+) -> RunEventsPublic:
+    get_run(session=session, run_id=run_id)
+    return list_events(session=session, run_id=run_id, kind=kind, limit=limit)

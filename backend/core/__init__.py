@@ -1,0 +1,2 @@
+"""The server's frame: the app factory, settings, database, models, dependencies, errors,
+telemetry and agent lifecycle."""

@@ -1,0 +1,157 @@
+"""The FastAPI application factory."""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
+
+from backend import __version__
+from backend.api import alerts, diagnosis, runs
+from backend.core.db import make_engine
+from backend.core.deps import ViewerAuth
+from backend.core.errors import StokerError, describe
+from backend.core.lifecycle import AgentConnections, reaper_loop
+from backend.core.middleware import BodySizeLimit
+from backend.core.settings import Settings, get_settings
+from backend.core.telemetry import Telemetry
+from backend.diagnosis.detectors import Detectors
+from backend.ingest import routes as ingest_routes
+from backend.ingest.publish import publish_run_ended
+from backend.ingest.writer import Writer
+from backend.live import routes as live_routes
+from backend.live.fanout import PgFanout
+from backend.live.hub import LiveHub
+from backend.live.watch import WatchedRuns
+
+log = logging.getLogger(__name__)
+STATIC_DIR = Path(__file__).parent.parent / "static"
+
+_NOT_BUILT = """<!doctype html><title>Stoker</title>
+<p>The Stoker server is running, but the web UI has not been built.
+Run <code>make build</code> (or <code>npm ci && npm run build</code> in <code>frontend/</code>)
+and reload. The API is at <a href="/docs">/docs</a>.</p>"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = await asyncio.to_thread(make_engine, settings)
+        state = app.state
+        state.engine = engine
+        state.writer = Writer(engine)
+        state.hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
+        state.watched = WatchedRuns()  # agents send live while a browser watches their run
+        state.hub.on_watch = state.watched.set_watched
+        state.connections = AgentConnections()
+        state.telemetry = Telemetry(agent_connections=state.connections, live_clients=state.hub)
+        log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))
+        # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks).
+        detectors = Detectors(
+            settings=settings, writer=state.writer, hub=state.hub, connections=state.connections
+        )
+        state.detectors = detectors
+        await detectors.start()
+
+        def interrupted(run) -> None:
+            publish_run_ended(state, run)
+
+        # Long-running loops, all in one place.
+        tasks = []
+        if engine.dialect.name == "postgresql":
+            fanout = PgFanout(engine, state.hub)
+            state.hub.relay = fanout.relay
+            listening = asyncio.Event()
+            tasks += [
+                asyncio.create_task(fanout.listen_forever(listening), name="stoker-pg-listen"),
+                asyncio.create_task(fanout.send_forever(), name="stoker-pg-notify"),
+            ]
+            # Serve only once listening, so no update committed after start is missed.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(listening.wait(), timeout=10)
+        tasks += [
+            asyncio.create_task(
+                reaper_loop(
+                    writer=state.writer,
+                    connections=state.connections,
+                    timeout_s=settings.heartbeat_timeout_s,
+                    on_interrupted=interrupted,
+                ),
+                name="stoker-run-reaper",
+            ),
+            asyncio.create_task(detectors.run_forever(), name="stoker-detectors"),
+            asyncio.create_task(detectors.webhooks.run_forever(), name="stoker-webhooks"),
+        ]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            state.writer.close()
+            engine.dispose()
+
+    app = FastAPI(title="Stoker", version=__version__, lifespan=lifespan)
+    app.state.settings = settings
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+
+    @app.exception_handler(StokerError)
+    async def _stoker_error(_request: Request, error: StokerError) -> JSONResponse:
+        return JSONResponse({"detail": error.detail}, status_code=error.status_code)
+
+    @app.exception_handler(ValidationError)
+    async def _invalid_body(_request: Request, error: ValidationError) -> JSONResponse:
+        return JSONResponse({"detail": describe(error)}, status_code=422)
+
+    app.include_router(runs.router)
+    app.include_router(ingest_routes.router)
+    app.include_router(live_routes.router)
+    app.include_router(diagnosis.router)
+    app.include_router(alerts.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """Liveness for load balancers and container healthchecks (no token needed)."""
+        return {"status": "ok", "version": __version__}
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        dependencies=[ViewerAuth],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}}},
+    )
+    def metrics(request: Request) -> Response:
+        """Prometheus text format: live gauges per running run and GPU, server counters."""
+        return Response(
+            request.app.state.telemetry.render(),
+            media_type="text/plain; version=0.0.4; charset=utf-8",
+        )
+
+    if (STATIC_DIR / "index.html").exists():
+        app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
+    else:
+
+        @app.get("/", include_in_schema=False)
+        def ui_not_built() -> HTMLResponse:
+            return HTMLResponse(_NOT_BUILT)
+
+    return app

@@ -1,0 +1,418 @@
+"""Tables and API shapes. One family per entity: Base (shared), table, Public (output)."""
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+from backend.ingest.protocol import Tag, no_nul
+
+# Portable column types. Steps and row ids can pass 2**31 over a long life, so they are
+# 64-bit on PostgreSQL; on SQLite an `INTEGER PRIMARY KEY` is already 64-bit and is the rowid
+# (a BIGINT primary key would not auto-increment there). JSON is JSONB on PostgreSQL.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON().with_variant(JSONB(), "postgresql")
+MAX_INT64 = 2**63 - 1
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _json(**kwargs: Any) -> Any:
+    return Field(sa_column=Column(Json, nullable=False), **kwargs)
+
+
+def _row_id() -> Any:
+    return Field(default=None, sa_column=Column(BigId, primary_key=True, autoincrement=True))
+
+
+def _big(**kwargs: Any) -> Any:
+    return Field(sa_type=BigInteger, **kwargs)
+
+
+class RunStatus(StrEnum):
+    running = "running"
+    finished = "finished"
+    failed = "failed"
+    interrupted = "interrupted"
+
+
+class RunBase(SQLModel):
+    name: str = Field(max_length=200)
+    project: str = Field(default="default", max_length=200, index=True)
+    tags: list[str] = _json(default_factory=list)
+    notes: str = Field(default="", max_length=10_000)
+
+
+class Run(RunBase, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_key: str = Field(max_length=128, unique=True, index=True)
+    status: RunStatus = Field(default=RunStatus.running, index=True)
+    started_at: datetime = Field(default_factory=utc_now, index=True)
+    ended_at: datetime | None = None
+    last_seen_at: datetime | None = None
+    config: dict[str, Any] = _json(default_factory=dict)
+    environment: dict[str, Any] = _json(default_factory=dict)
+    # Running aggregates, updated with every committed batch (see backend.ingest.summary). Only the
+    # writer reads them; the public `summary` derived from them is stored beside them so that
+    # listing runs never parses a histogram.
+    stats: dict[str, Any] = _json(default_factory=dict)
+    summary: dict[str, Any] = _json(default_factory=dict)
+
+
+class EpochMetricSummary(SQLModel):
+    """One epoch metric of a run: its latest value and its best (see summary.metric_goal)."""
+
+    last: float | None = None
+    last_epoch: int | None = None
+    best: float | None = None
+    best_epoch: int | None = None
+    goal: Literal["min", "max"] = "min"
+    epochs: int = 0
+
+
+class WorkerSummary(SQLModel):
+    """One worker (rank) of a run: where it runs, how it ended, and its own steps."""
+
+    rank: int
+    host: str = ""
+    pid: int = 0
+    status: RunStatus = RunStatus.running
+    steps: int = 0
+    step_time_ms_median: float | None = None
+    input_wait_share: float | None = None
+    samples_per_s: float | None = None
+
+
+class RunSummary(SQLModel):
+    # The job's steps: with several workers, the most any one worker ran (not their sum).
+    steps: int = 0
+    step_time_ms_median: float | None = None
+    step_time_ms_p95: float | None = None
+    input_wait_share: float | None = None
+    gpu_util_mean: float | None = None
+    samples_per_s: float | None = None
+    peak_memory_bytes: float | None = None
+    peak_tf_memory_bytes: float | None = None
+    duration_s: float | None = None
+    dropped_rows: int = 0
+    nonfinite_metrics: int = 0
+    # Steps an ended run's agents still hold in their spools (sent later, automatically).
+    steps_to_upload: int = 0
+    epoch_metrics: dict[str, EpochMetricSummary] = Field(default_factory=dict)
+    # Every worker that joined, by rank (one for a single process).
+    workers: list[WorkerSummary] = Field(default_factory=list)
+
+
+class RunPublic(RunBase):
+    id: int
+    status: RunStatus
+    started_at: datetime
+    ended_at: datetime | None
+    last_seen_at: datetime | None
+    config: dict[str, Any]
+    environment: dict[str, Any]
+    summary: RunSummary
+
+
+class RunsPublic(SQLModel):
+    data: list[RunPublic]
+    count: int
+
+
+class RunUpdate(SQLModel):
+    """`PATCH /runs/{id}`: every field optional; only the ones sent change."""
+
+    name: Annotated[str, AfterValidator(no_nul)] | None = Field(
+        default=None, min_length=1, max_length=200
+    )
+    tags: list[Tag] | None = Field(default=None, max_length=100)
+    notes: Annotated[str, AfterValidator(no_nul)] | None = Field(default=None, max_length=10_000)
+
+
+class Step(SQLModel, table=True):
+    """One training step of one worker (rank). Narrow on purpose: there are millions."""
+
+    __table_args__ = (Index("ix_step_run_rank_step", "run_id", "rank", "step"),)
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    step: int = _big()
+    t: float  # wall-clock start, unix seconds
+    dur: float  # seconds
+    wait: float | None = None  # seconds blocked waiting for input, when measured
+    batch_size: int | None = _big(default=None)
+
+
+class StepRollup(SQLModel, table=True):
+    """Steps pre-aggregated into fixed buckets of `width` steps (bucket = step // width).
+
+    Kept up to date at ingest, so a zoomed-out chart of a million-step run reads a few
+    thousand rollup rows instead of every step.
+    """
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "rank", "width", "bucket", name="uq_step_rollup_bucket"),
+    )
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    width: int
+    bucket: int = _big()
+    n: int
+    step_max: int = _big()
+    t_max: float
+    dur_sum: float
+    dur_min: float
+    dur_max: float
+    wait_sum: float = 0.0
+    wait_n: int = 0
+
+
+class Metric(SQLModel, table=True):
+    """A scalar the training loop logged (loss, accuracy, ...) at a step."""
+
+    __table_args__ = (Index("ix_metric_run_name_step", "run_id", "name", "step"),)
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    step: int = _big()
+    name: str = Field(max_length=100)
+    value: float | None = None  # null when the agent sent NaN or Inf (a diverged loss)
+
+
+class EpochMetric(SQLModel, table=True):
+    """A value Keras reported at the end of an epoch (loss, val_loss, learning_rate, ...).
+
+    One row per (run, name, epoch): a resumed run that reports an epoch again replaces it.
+    """
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "name", "epoch", name="uq_epochmetric_run_name_epoch"),
+    )
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    epoch: int = _big()
+    step: int = _big()  # the run's step count when the epoch ended
+    t: float  # unix seconds
+    name: str = Field(max_length=100)
+    value: float | None = None  # null when the agent sent NaN or Inf
+
+
+class DeviceSample(SQLModel, table=True):
+    """One timed reading of one GPU. Units: percent, bytes, °C, W, MHz, bytes/s."""
+
+    __table_args__ = (Index("ix_device_run_gpu_t", "run_id", "gpu", "t"),)
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    gpu: int
+    t: float
+    util: float | None = None
+    mem_util: float | None = None
+    mem_used: float | None = None
+    mem_total: float | None = None
+    proc_mem: float | None = None
+    tf_mem_current: float | None = None
+    tf_mem_peak: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    throttle: int | None = _big(default=None)
+    pcie_tx_bps: float | None = None
+    pcie_rx_bps: float | None = None
+
+
+class HostSample(SQLModel, table=True):
+    """One timed reading of the training host and process."""
+
+    __table_args__ = (Index("ix_host_run_t", "run_id", "t"),)
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    t: float
+    proc_cpu: float | None = None
+    sys_cpu: float | None = None
+    rss: float | None = None
+    mem_used: float | None = None
+    mem_total: float | None = None
+
+
+class IngestCursor(SQLModel, table=True):
+    """The highest batch seq committed per run and agent stream: replays are recognised here."""
+
+    __table_args__ = (UniqueConstraint("run_id", "stream", name="uq_ingestcursor_run_stream"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE", index=True)
+    stream: str = Field(max_length=200)
+    last_seq: int = _big(default=0)
+
+
+class StepSeries(SQLModel):
+    run_id: int
+    total: int
+    downsampled: bool
+    step: list[int]
+    t: list[float]
+    dur: list[float]
+    wait: list[float | None]
+    dur_min: list[float] | None = None
+    dur_max: list[float] | None = None
+
+
+# --- Diagnosis and alerts (issue 5) -------------------------------------------------------
+
+
+class RunEvent(SQLModel, table=True):
+    """Something that happened to a run: a verdict change, an alert transition."""
+
+    __table_args__ = (Index("ix_runevent_run_at", "run_id", "at"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    at: datetime = Field(default_factory=utc_now)
+    kind: str = Field(max_length=50)  # "verdict" | "alert"
+    message: str = Field(default="", max_length=2000)
+    data: dict[str, Any] = _json(default_factory=dict)
+
+
+class RunEventPublic(SQLModel):
+    id: int
+    run_id: int
+    at: datetime
+    kind: str
+    message: str
+    data: dict[str, Any]
+
+
+class RunEventsPublic(SQLModel):
+    data: list[RunEventPublic]
+    count: int
+
+
+class AlertMetric(StrEnum):
+    gpu_util = "gpu_util"  # percent, mean over the devices' recent samples
+    input_wait_share = "input_wait_share"  # 0..1 over the diagnosis window
+    step_time = "step_time"  # seconds, mean over the diagnosis window
+    samples_per_s = "samples_per_s"
+    memory_share = "memory_share"  # 0..1, the fullest device
+    temperature = "temperature"  # °C, the hottest device
+    no_data = "no_data"  # seconds since the run last sent anything
+    stalled = "stalled"  # 1 while the run's verdict is `stalled`, else 0
+    # Slowest worker's own step time over the median worker's (see diagnosis.own_step_times)
+    straggler_ratio = "straggler_ratio"
+
+
+class Comparison(StrEnum):
+    lt = "<"
+    le = "<="
+    gt = ">"
+    ge = ">="
+
+
+class AlertScope(StrEnum):
+    all = "all"
+    project = "project"
+    run = "run"
+
+
+class AlertState(StrEnum):
+    pending = "pending"
+    firing = "firing"
+    resolved = "resolved"
+
+
+class AlertRuleBase(SQLModel):
+    name: str = Field(min_length=1, max_length=200)
+    metric: AlertMetric
+    comparison: Comparison
+    threshold: float
+    for_s: float = Field(default=0.0, ge=0, le=86_400)
+    keep_firing_for_s: float = Field(default=0.0, ge=0, le=86_400)
+    only_while_stepping: bool = False
+    scope: AlertScope = AlertScope.all
+    project: str | None = Field(default=None, max_length=200)
+    run_id: int | None = None
+    channels: list[dict[str, Any]] = _json(default_factory=lambda: [{"type": "browser"}])
+    enabled: bool = True
+
+
+class AlertRule(AlertRuleBase, table=True):
+    __tablename__ = "alert_rule"
+
+    id: int | None = Field(default=None, primary_key=True)
+    builtin: str | None = Field(default=None, max_length=50)
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+
+
+class AlertRulePublic(AlertRuleBase):
+    id: int
+    builtin: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class AlertRulesPublic(SQLModel):
+    data: list[AlertRulePublic]
+    count: int
+
+
+class Alert(SQLModel, table=True):
+    """One episode of one rule on one run: pending, then perhaps firing, then resolved."""
+
+    __table_args__ = (Index("ix_alert_run_state", "run_id", "state"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    rule_id: int | None = Field(default=None, foreign_key="alert_rule.id", ondelete="SET NULL")
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rule_name: str = Field(max_length=200)
+    state: AlertState = Field(index=True)
+    value: float | None = None
+    message: str = Field(default="", max_length=2000)
+    started_at: datetime = Field(default_factory=utc_now)  # pending since
+    fired_at: datetime | None = None
+    resolved_at: datetime | None = None
+    # One entry per webhook delivery attempt series: url, event, status, attempts, error.
+    deliveries: list[dict[str, Any]] = _json(default_factory=list)
+
+
+class AlertPublic(SQLModel):
+    id: int
+    rule_id: int | None
+    run_id: int
+    rule_name: str
+    state: AlertState
+    value: float | None
+    message: str
+    started_at: datetime
+    fired_at: datetime | None
+    resolved_at: datetime | None
+    deliveries: list[dict[str, Any]]
+
+
+class AlertsPublic(SQLModel):
+    data: list[AlertPublic]
+    count: int
+
+
+class SeedMarker(SQLModel, table=True):
+    """Records one-time setup already done (e.g. default alert rules created)."""
+
+    __tablename__ = "seed_marker"
+
+    key: str = Field(primary_key=True, max_length=100)
+    at: datetime = Field(default_factory=utc_now)

@@ -1,0 +1,143 @@
+"""`/metrics` in Prometheus text format: live gauges per running run and GPU, server counters.
+
+Each app has its own registry (tests start several apps in one process). The live gauges are
+read at scrape time from `LiveGauges`, which ingest updates with every stored batch, so a
+scrape never touches the database.
+"""
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from backend.ingest.protocol import Batch
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+@dataclass
+class RunGauges:
+    name: str
+    project: str
+    step_time_s: float | None = None
+    input_wait_share: float | None = None
+    steps: int = 0
+    # (rank, gpu) → latest utilization %, memory used and total bytes
+    gpus: dict[tuple[int, int], dict[str, float | None]] = field(default_factory=dict)
+
+
+class LiveGauges(Collector):
+    """The latest values of every running run this process receives batches for."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, RunGauges] = {}
+
+    def started(self, run_id: int, *, name: str, project: str) -> None:
+        self.runs.setdefault(run_id, RunGauges(name=name, project=project))
+
+    def ended(self, run_id: int) -> None:
+        self.runs.pop(run_id, None)
+
+    def observe(self, run_id: int, *, rank: int, batch: Batch, steps_total: int) -> None:
+        gauges = self.runs.get(run_id)
+        if gauges is None:
+            return
+        gauges.steps = steps_total
+        if batch.steps is not None and len(batch.steps):
+            durations = batch.steps.dur
+            duration_sum = sum(durations)
+            gauges.step_time_s = duration_sum / len(durations)
+            wait = batch.steps.wait
+            if wait is not None and None not in wait:  # the usual case, summed in C
+                wait_sum, total = sum(wait), duration_sum
+            else:
+                waited = [
+                    (w, d) for w, d in zip(wait or (), durations, strict=False) if w is not None
+                ]
+                wait_sum, total = sum(w for w, _ in waited), sum(d for _, d in waited)
+            if total > 0:
+                gauges.input_wait_share = min(1.0, wait_sum / total)
+        if batch.device is not None:
+            device = batch.device
+            for i, gpu in enumerate(device.gpu):
+                gauges.gpus[(rank, gpu)] = {
+                    "util": device.column("util")[i],
+                    "mem_used": device.column("mem_used")[i],
+                    "mem_total": device.column("mem_total")[i],
+                }
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        run_labels = ["run_id", "run", "project"]
+        gpu_labels = [*run_labels, "rank", "gpu"]
+        step = GaugeMetricFamily(
+            "stoker_run_step_time_seconds", "Mean step time of the latest batch", labels=run_labels
+        )
+        wait = GaugeMetricFamily(
+            "stoker_run_input_wait_share",
+            "Share of step time spent waiting for input (latest batch, 0..1)",
+            labels=run_labels,
+        )
+        steps = GaugeMetricFamily("stoker_run_steps", "Steps stored for the run", labels=run_labels)
+        util = GaugeMetricFamily(
+            "stoker_gpu_utilization_percent", "Latest GPU utilization", labels=gpu_labels
+        )
+        used = GaugeMetricFamily(
+            "stoker_gpu_memory_used_bytes", "Latest GPU memory used", labels=gpu_labels
+        )
+        total = GaugeMetricFamily(
+            "stoker_gpu_memory_total_bytes", "GPU memory size", labels=gpu_labels
+        )
+        for run_id, g in list(self.runs.items()):
+            labels = [str(run_id), g.name, g.project]
+            steps.add_metric(labels, g.steps)
+            if g.step_time_s is not None:
+                step.add_metric(labels, g.step_time_s)
+            if g.input_wait_share is not None:
+                wait.add_metric(labels, g.input_wait_share)
+            for (rank, gpu), values in list(g.gpus.items()):
+                gl = [*labels, str(rank), str(gpu)]
+                for family, key in ((util, "util"), (used, "mem_used"), (total, "mem_total")):
+                    if values[key] is not None:
+                        family.add_metric(gl, values[key])
+        yield from (step, wait, steps, util, used, total)
+
+
+class Telemetry:
+    """The server's own counters and the live gauges, in one registry per app."""
+
+    def __init__(self, *, agent_connections: Any, live_clients: Any) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.batches = Counter("stoker_ingest_batches", "Batches stored", registry=r)
+        self.replays = Counter(
+            "stoker_ingest_replayed_batches", "Batches already stored (acked again)", registry=r
+        )
+        self.rows = Counter("stoker_ingest_rows", "Rows stored", ["section"], registry=r)
+        self.rejects = Counter(
+            "stoker_ingest_rejects", "Frames or requests refused", ["reason"], registry=r
+        )
+        self.connections = Counter(
+            "stoker_agent_connections", "Agent WebSocket connections accepted", registry=r
+        )
+        open_agents = Gauge("stoker_agent_connections_open", "Open agent connections", registry=r)
+        open_agents.set_function(lambda: agent_connections.total)
+        browsers = Gauge("stoker_live_clients_open", "Open browser live connections", registry=r)
+        browsers.set_function(lambda: live_clients.client_count)
+        self.live = LiveGauges()
+        r.register(self.live)
+
+    def stored(self, batch: Batch) -> None:
+        self.batches.inc()
+        for section in ("steps", "metrics", "device", "host", "epochs"):
+            columns = getattr(batch, section)
+            if columns is not None and len(columns):
+                self.rows.labels(section).inc(len(columns))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

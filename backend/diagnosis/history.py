@@ -1,0 +1,125 @@
+"""The diagnosis read back from stored steps: a window rebuilt for runs not watched in
+memory, and the stretches of starved steps the UI shades."""
+
+from itertools import groupby
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from backend.core.models import DeviceSample, HostSample, Run, RunStatus, Step
+from backend.diagnosis.stragglers import worker_hosts
+from backend.diagnosis.window import RunWindow
+
+# -- starvation marks ------------------------------------------------------------------------
+
+
+def starved_ranges(
+    *, session: Session, run_id: int, threshold: float, rank: int = 0, max_gap: int = 0
+) -> dict[str, Any]:
+    """Stretches of consecutive steps whose input wait is at least `threshold` of step time.
+
+    Steps without a measured wait are neither starved nor fed. Ranges separated by at most
+    `max_gap` fed steps are merged, so the UI can shade a noisy stretch as one band.
+    """
+    where = [Step.run_id == run_id, Step.rank == rank, col(Step.wait).is_not(None)]
+    measured = session.exec(select(func.count()).select_from(Step).where(*where)).one()
+    rows = session.exec(
+        select(Step.step, Step.t, Step.dur, Step.wait)
+        .where(*where, col(Step.wait) >= threshold * col(Step.dur), Step.step > 0)
+        .order_by(col(Step.step))
+    ).all()
+    ranges: list[dict[str, Any]] = []
+    for step, t, dur, wait in rows:
+        if ranges and step - ranges[-1]["end"] <= max_gap + 1:
+            current = ranges[-1]
+            current["end"] = step
+            current["t_end"] = t + dur
+            current["steps"] += 1
+            current["_wait"] += min(wait, dur)
+            current["_dur"] += dur
+        else:
+            ranges.append(
+                {"start": step, "end": step, "t_start": t, "t_end": t + dur, "steps": 1,
+                 "_wait": min(wait, dur), "_dur": dur}
+            )  # fmt: skip
+    for item in ranges:
+        wait_s, dur_s = item.pop("_wait"), item.pop("_dur")
+        item["wait_share"] = round(wait_s / dur_s, 4) if dur_s > 0 else None
+    return {
+        "run_id": run_id,
+        "rank": rank,
+        "threshold": threshold,
+        "measured_steps": measured,
+        "starved_steps": len(rows),
+        "ranges": ranges,
+    }
+
+
+# -- a window rebuilt from storage (runs not watched in memory) ------------------------------
+
+
+def window_from_db(*, session: Session, run: Run, window_s: float) -> RunWindow:
+    """The run's last `window_s` seconds of steps and samples, as a window."""
+    assert run.id is not None
+    window = RunWindow(
+        run_id=run.id,
+        window_s=window_s,
+        project=run.project,
+        name=run.name,
+        running=run.status == RunStatus.running,
+        environment=run.environment,
+    )
+    window.hosts = worker_hosts(run)
+    last_t = run.stats.get("last_t")
+    if last_t is not None:
+        rows = session.exec(
+            select(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
+            .where(Step.run_id == run.id, Step.t >= last_t - window_s - 1)
+            .order_by(col(Step.rank), col(Step.step))
+        ).all()
+        for rank, group in groupby(rows, key=lambda r: r[0]):
+            steps = list(group)
+            window.add_steps(
+                now=0.0,
+                step=[r[1] for r in steps],
+                t=[r[2] for r in steps],
+                dur=[r[3] for r in steps],
+                wait=[r[4] for r in steps],
+                batch_size=[r[5] for r in steps],
+                rank=rank,
+            )
+    newest_device = session.exec(
+        select(func.max(DeviceSample.t)).where(DeviceSample.run_id == run.id)
+    ).one()
+    if newest_device is not None:
+        rows = session.exec(
+            select(DeviceSample)
+            .where(DeviceSample.run_id == run.id, DeviceSample.t >= newest_device - window_s)
+            .order_by(col(DeviceSample.t))
+        ).all()
+        window.add_device(
+            now=0.0,
+            t=[r.t for r in rows],
+            gpu=[r.gpu for r in rows],
+            util=[r.util for r in rows],
+            mem_used=[r.mem_used for r in rows],
+            mem_total=[r.mem_total for r in rows],
+            temp_c=[r.temp_c for r in rows],
+        )
+    newest_host = session.exec(
+        select(func.max(HostSample.t)).where(HostSample.run_id == run.id)
+    ).one()
+    if newest_host is not None:
+        rows = session.exec(
+            select(HostSample)
+            .where(HostSample.run_id == run.id, HostSample.t >= newest_host - window_s)
+            .order_by(col(HostSample.t))
+        ).all()
+        window.add_host(
+            now=0.0,
+            t=[r.t for r in rows],
+            proc_cpu=[r.proc_cpu for r in rows],
+            sys_cpu=[r.sys_cpu for r in rows],
+        )
+    return window

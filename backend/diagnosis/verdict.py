@@ -1,0 +1,295 @@
+"""Is the GPU being fed? `diagnose` turns a run's window into a verdict with its evidence
+and advice.
+
+Input-bound levels follow the TensorFlow profiler: highly input-bound when 20 % or more of
+step time is spent waiting for input, moderately from 5 %.
+"""
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+from backend.diagnosis.stragglers import find_straggler, worker_timings
+from backend.diagnosis.units import ms, pct
+from backend.diagnosis.window import RunWindow
+
+HIGHLY_INPUT_BOUND = 0.20
+MODERATELY_INPUT_BOUND = 0.05
+# Fallback (no measured wait): what utilization and host CPU levels mean.
+LOW_UTIL_PCT = 70.0
+VERY_LOW_UTIL_PCT = 50.0
+CPU_SATURATED_PCT = 85.0
+CPU_IDLE_PCT = 50.0
+HIGH_STEP_CV = 0.5
+
+
+class Verdict(StrEnum):
+    highly_input_bound = "highly_input_bound"
+    moderately_input_bound = "moderately_input_bound"
+    not_input_bound = "not_input_bound"
+    stalled = "stalled"
+    insufficient_data = "insufficient_data"
+
+
+class Evidence(BaseModel):
+    key: str
+    value: float | int | bool | str | None
+    text: str
+
+
+class Diagnosis(BaseModel):
+    run_id: int
+    verdict: Verdict
+    input_wait_share: float | None
+    source: str  # "measured" | "fallback"
+    window_s: float
+    steps_in_window: int
+    evidence: list[Evidence]
+    advice: list[str]
+
+
+def _pipeline(environment: dict[str, Any]) -> dict[str, Any]:
+    """What the agent reported about the input pipeline (wrap inspects the dataset)."""
+    for key in ("input_pipeline", "pipeline", "dataset"):
+        value = environment.get(key)
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def _steps_per_execution(environment: dict[str, Any]) -> int:
+    value = environment.get("steps_per_execution")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def diagnose(
+    window: RunWindow,
+    *,
+    now: float,
+    connected: bool,
+    min_steps: int,
+    stall_min_s: float,
+    stall_step_factor: float,
+    highly: float = HIGHLY_INPUT_BOUND,
+    moderately: float = MODERATELY_INPUT_BOUND,
+) -> Diagnosis:
+    """The verdict for one run's window, with the numbers behind it and what to try.
+
+    `connected`: an agent of this run is connected (a stall needs a live process)."""
+    evidence: list[Evidence] = []
+    advice: list[str] = []
+    share = window.input_wait_share()
+    util = window.mean_util()
+    cpu = window.mean_sys_cpu()
+    mean_step = window.mean_step_s()
+    pipeline = _pipeline(window.environment)
+    w = window.window_s
+    n = window.step_count
+    source = "measured" if window.waited_count else "fallback"
+
+    def result(verdict: Verdict, wait_share: float | None = None) -> Diagnosis:
+        return Diagnosis(
+            run_id=window.run_id,
+            verdict=verdict,
+            input_wait_share=wait_share,
+            source=source,
+            window_s=w,
+            steps_in_window=n,
+            evidence=evidence,
+            advice=advice,
+        )
+
+    def add(key: str, value: Any, text: str) -> None:
+        evidence.append(Evidence(key=key, value=value, text=text))
+
+    # Stalled: steps stopped while the agent is still connected.
+    idle = window.seconds_without_steps(now)
+    limit = window.stall_threshold_s(min_s=stall_min_s, factor=stall_step_factor)
+    if window.running and idle is not None and idle >= limit and connected:
+        median = window.median_step_s()
+        add("seconds_without_steps", round(idle, 1), f"no step for {idle:.0f} s")
+        add(
+            "stall_threshold_s",
+            round(limit, 1),
+            f"stall threshold {limit:.0f} s = max({stall_min_s:g} s, "
+            f"{stall_step_factor:g} x median step time {ms(median or 0)})",
+        )
+        add("agent_connected", True, "the training process is still connected")
+        recent_util = [r[2] for r in window.recent_device(10.0) if r[2] is not None]
+        if recent_util:
+            u = sum(recent_util) / len(recent_util)
+            add("gpu_util_pct", round(u, 1), f"GPU utilization {u:.0f} % in the last samples")
+            if u >= LOW_UTIL_PCT:
+                advice.append(
+                    f"The GPU is busy ({u:.0f} %) but no step completes: typical of a hung "
+                    "collective (all-reduce) in a distributed job. Check that every worker "
+                    "is alive and not out of memory; one stuck replica stalls them all."
+                )
+            else:
+                advice.append(
+                    "The GPU is idle and no step completes: the input pipeline may be "
+                    "blocked (a reader waiting on storage or a queue), or the training loop "
+                    "is stuck in Python. A stack dump (py-spy dump --pid) shows where."
+                )
+        else:
+            advice.append(
+                "Steps stopped while the process is alive. A hung collective (all-reduce) "
+                "shows high GPU utilization and no steps; an idle GPU points at a blocked "
+                "input pipeline or Python code. A stack dump (py-spy dump --pid) shows where."
+            )
+        return result(Verdict.stalled, share)
+
+    if mean_step is not None:
+        add("mean_step_ms", round(mean_step * 1000, 2), f"mean step time {ms(mean_step)}")
+    if util is not None:
+        add("gpu_util_pct", round(util, 1), f"GPU utilization averages {util:.0f} %")
+    if cpu is not None:
+        add("host_cpu_pct", round(cpu, 1), f"host CPU busy {cpu:.0f} %")
+    if "prefetch" in pipeline:
+        has = bool(pipeline["prefetch"])
+        add("prefetch", has, "the pipeline prefetches" if has else "the pipeline does not prefetch")
+    if pipeline.get("serial_map") and not pipeline.get("parallel_map"):
+        add("parallel_map", False, "map runs serially (no num_parallel_calls)")
+    straggler = find_straggler(worker_timings(window, min_steps=min_steps))
+    if straggler is not None:
+        add("straggler", straggler.rank, straggler.text)
+        advice.append(
+            f"Worker {straggler.rank} holds every worker back: "
+            + (
+                "speed up its input pipeline (its data source, its host's CPU, its "
+                "num_parallel_calls and prefetch) or give it a faster share of the data."
+                if straggler.kind == "input"
+                else "check its device and host (a slower or throttled GPU, a busy host)."
+            )
+        )
+
+    if source == "measured" and window.waited_count >= min_steps and share is not None:
+        waited = window.waited_count
+        per_step_wait = window.sums.get("wait") / waited
+        per_step = window.sums.get("waited_dur") / waited
+        add(
+            "input_wait_share",
+            round(share, 4),
+            f"input wait is {pct(share)} of step time over the last {w:g} s "
+            f"({waited} steps: {ms(per_step_wait)} waiting of {ms(per_step)} per step)",
+        )
+        executed = _steps_per_execution(window.environment)
+        if executed > 1:
+            add(
+                "input_wait_estimated",
+                True,
+                f"with steps_per_execution = {executed}, TensorFlow fetches the next batch "
+                "while a step computes, so the wait is estimated: the time the steps sat "
+                "idle for their batch, not the time each fetch was blocked",
+            )
+        # Compared as shown (to a millionth): a share of exactly 20 % is 20 %, whatever
+        # order the floating-point sums happened in.
+        if round(share, 6) >= highly:
+            verdict = Verdict.highly_input_bound
+        elif round(share, 6) >= moderately:
+            verdict = Verdict.moderately_input_bound
+        else:
+            verdict = Verdict.not_input_bound
+        if verdict != Verdict.not_input_bound:
+            _input_advice(advice, cpu=cpu, pipeline=pipeline)
+        else:
+            _device_advice(advice, util=util, mean_step=mean_step)
+        return result(verdict, share)
+    if source == "measured":
+        # Wait is measured but the window does not hold enough steps yet: say only that.
+        add(
+            "measured_steps",
+            window.waited_count,
+            f"{window.waited_count} of the {min_steps} measured steps a verdict needs so far",
+        )
+        advice.append("Keep training: the verdict appears once enough steps are measured.")
+        return result(Verdict.insufficient_data, share)
+
+    # Fallback: input wait not measured. Infer from device utilization, step-time variance
+    # and host CPU, and say so.
+    add(
+        "source",
+        "fallback",
+        "input wait is not measured (wrap the dataset: model.fit(cb.wrap(ds)), or iterate "
+        "with mon.iterate(ds)); this verdict is inferred",
+    )
+    cv = window.step_cv()
+    if cv is not None:
+        add("step_time_cv", round(cv, 3), f"step time varies by {cv * 100:.0f} % (std/mean)")
+    if n < min_steps or util is None:
+        if n >= min_steps and util is None:
+            add("gpu_util_pct", None, "no GPU utilization reported (no NVIDIA driver/NVML?)")
+        advice.append(
+            "Wrap the input pipeline so Stoker measures input wait directly: "
+            "model.fit(cb.wrap(train_ds), callbacks=[cb])."
+        )
+        return result(Verdict.insufficient_data)
+    erratic = cv is not None and cv >= HIGH_STEP_CV
+    saturated = cpu is not None and cpu >= CPU_SATURATED_PCT
+    if util < VERY_LOW_UTIL_PCT and (erratic or saturated):
+        verdict = Verdict.highly_input_bound
+    elif util < LOW_UTIL_PCT and (erratic or saturated or util < VERY_LOW_UTIL_PCT):
+        verdict = Verdict.moderately_input_bound
+    else:
+        verdict = Verdict.not_input_bound
+    if verdict != Verdict.not_input_bound:
+        _input_advice(advice, cpu=cpu, pipeline=pipeline)
+    else:
+        _device_advice(advice, util=util, mean_step=mean_step)
+    advice.append(
+        "Wrap the dataset (model.fit(cb.wrap(train_ds), ...)) so input wait is measured "
+        "instead of inferred."
+    )
+    return result(verdict)
+
+
+def _input_advice(advice: list[str], *, cpu: float | None, pipeline: dict[str, Any]) -> None:
+    if pipeline.get("prefetch") is False:
+        advice.append(
+            "The pipeline does not prefetch: end it with .prefetch(tf.data.AUTOTUNE) so the "
+            "next batch is prepared while the device computes."
+        )
+    if pipeline.get("serial_map") and not pipeline.get("parallel_map"):
+        advice.append(
+            "map runs one element at a time: pass num_parallel_calls=tf.data.AUTOTUNE "
+            "(and deterministic=False if order does not matter)."
+        )
+    if cpu is not None and cpu >= CPU_SATURATED_PCT:
+        advice.append(
+            f"The host CPU is saturated ({cpu:.0f} %): preprocessing is CPU-bound. "
+            "Parallelize map with num_parallel_calls=tf.data.AUTOTUNE, .cache() after "
+            "expensive decoding, preprocess offline (resize and normalize once), and move "
+            "augmentation onto the device (Keras preprocessing layers inside the model)."
+        )
+    elif cpu is not None and cpu < CPU_IDLE_PCT:
+        advice.append(
+            f"The host CPU is mostly idle ({cpu:.0f} %) while the step waits: the pipeline is "
+            "I/O-bound or serial. Add .prefetch(tf.data.AUTOTUNE), read files in parallel "
+            "with interleave(..., num_parallel_calls=tf.data.AUTOTUNE), and give map "
+            "num_parallel_calls=tf.data.AUTOTUNE."
+        )
+    else:
+        advice.append(
+            "Feed the device faster: map(..., num_parallel_calls=tf.data.AUTOTUNE), "
+            ".cache() after expensive loading when the data fits, and end the pipeline "
+            "with .prefetch(tf.data.AUTOTUNE); use interleave to read many files in "
+            "parallel and preprocess offline what does not change between epochs."
+        )
+
+
+def _device_advice(advice: list[str], *, util: float | None, mean_step: float | None) -> None:
+    if util is not None and util < LOW_UTIL_PCT:
+        advice.append(
+            f"GPU utilization is low ({util:.0f} %) without input wait: steps are too small "
+            "or host-side overhead dominates. Try a larger batch, "
+            "model.compile(..., jit_compile=True), and steps_per_execution to run several "
+            "steps per call."
+        )
+    elif util is None and mean_step is not None and mean_step < 0.005:
+        advice.append(
+            f"Steps are short ({ms(mean_step)}): per-step host overhead may dominate. "
+            "steps_per_execution in compile() and a larger batch help."
+        )
+    if not advice:
+        advice.append("The input pipeline keeps up: nothing to change on the input side.")

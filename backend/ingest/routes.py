@@ -1,0 +1,315 @@
+"""Agent ingest: the WebSocket stream and its HTTP fallback (DESIGN.md, "Wire protocol")."""
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Request, WebSocket
+from pydantic import Field, TypeAdapter, ValidationError
+
+from backend.core.deps import AgentAuth, HubDep, TokenKind, WriterDep, check_token, refuse_websocket
+from backend.core.errors import PayloadTooLarge, StokerError, describe
+from backend.core.models import Run, RunPublic, RunStatus
+from backend.ingest.protocol import PROTOCOL_VERSION, Batch, End, Hello, HttpIngest
+from backend.ingest.publish import (
+    publish_run_ended,
+    publish_stored_batch,
+    push_live_steps,
+    refreshed,
+)
+from backend.ingest.store import BatchJob, end_run, open_run, store_batch
+from backend.ingest.summary import run_public
+from backend.ingest.writer import StreamFailed
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/api/v1", tags=["agent"])
+
+AgentFrame = TypeAdapter(Annotated[Batch | End, Field(discriminator="type")])
+
+# WebSocket close codes (RFC 6455 and the private 4000 range).
+CLOSE_UNSUPPORTED_DATA = 1003
+CLOSE_TOO_BIG = 1009
+CLOSE_SERVER_ERROR = 1011
+CLOSE_BAD_HELLO = 4400
+
+
+def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON schema with its local `$defs` references inlined (for the OpenAPI document)."""
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
+
+
+def _reason(text: str) -> str:
+    # A close reason must fit in 123 bytes of UTF-8.
+    return text.encode("utf-8")[:123].decode("utf-8", "ignore")
+
+
+@router.websocket("/agent")
+async def agent_socket(websocket: WebSocket) -> None:
+    state = websocket.app.state
+    settings, writer, telemetry = state.settings, state.writer, state.telemetry
+    try:
+        check_token(websocket, settings, TokenKind.agent)
+    except StokerError as error:
+        telemetry.rejects.labels("unauthorized").inc()
+        await refuse_websocket(websocket, error)
+        return
+    await websocket.accept()
+    telemetry.connections.inc()
+    text = await _receive_text(websocket, settings.max_frame_bytes, telemetry)
+    if text is None:
+        return
+    try:
+        hello = Hello.model_validate_json(text)
+    except ValidationError as error:
+        telemetry.rejects.labels("bad_hello").inc()
+        await websocket.close(code=CLOSE_BAD_HELLO, reason=_reason("bad hello: " + describe(error)))
+        return
+    run, last_seq = await writer.run(open_run, hello=hello)
+    assert run.id is not None
+    state.connections.connect(run.id)
+    try:
+        await _serve_agent(websocket, state, run, hello, last_seq)
+    finally:
+        state.connections.disconnect(run.id)
+
+
+# Batches of one agent being stored at once. The agent may send ahead of its acks; while
+# this many wait for their commit, the server reads no further frames from it.
+MAX_IN_FLIGHT = 8
+
+
+@dataclass
+class _InFlight:
+    frame: Batch | End
+    stored: asyncio.Future
+
+
+async def _serve_agent(
+    websocket: WebSocket, state: Any, run: Run, hello: Hello, last_seq: int
+) -> None:
+    """Read, check and queue the agent's frames; `_acknowledge` answers them once stored.
+
+    Reading does not wait for commits, so an agent that sends ahead is stored in bigger
+    groups and its steps reach the browsers (pushed on arrival) without waiting for the
+    database. Acks still follow the commit, in the order the frames came.
+    """
+    settings, writer, hub, telemetry = state.settings, state.writer, state.hub, state.telemetry
+    assert run.id is not None
+    await writer.forgive((run.id, hello.stream))
+    telemetry.live.started(run.id, name=run.name, project=run.project)
+    public = run_public(run)
+    await websocket.send_json(
+        {
+            "type": "welcome",
+            "protocol": PROTOCOL_VERSION,
+            "run_id": run.id,
+            "last_seq": last_seq,
+            "settings": {"max_frame_bytes": settings.max_frame_bytes},
+        }
+    )
+    hub.publish_run(public.model_dump(mode="json"))
+    state.detectors.attach(public)
+
+    async def tell_watched(watched: bool) -> None:
+        await websocket.send_json({"type": "command", "name": "watch", "watched": watched})
+
+    state.watched.attach(run.id, tell_watched)
+    in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
+    failed = asyncio.Event()
+    acknowledging = asyncio.create_task(
+        _acknowledge(websocket, state, public, hello, in_flight, failed),
+        name=f"stoker-acks-{run.id}",
+    )
+    try:
+        while not failed.is_set():
+            text = await _receive_text(websocket, settings.max_frame_bytes, telemetry)
+            if text is None or failed.is_set():
+                return
+            try:
+                frame = AgentFrame.validate_json(text)
+            except ValidationError as error:
+                telemetry.rejects.labels("invalid").inc()
+                reply: dict[str, Any] = {"type": "error", "message": describe(error)}
+                seq = _seq_of(text)
+                if seq is not None:
+                    reply["seq"] = seq
+                await websocket.send_json(reply)
+                continue
+            if isinstance(frame, End):
+                stored = writer.submit(
+                    end_run, run_id=run.id, status=RunStatus(frame.status),
+                    stream=hello.stream, unsent_steps=frame.unsent_steps, rank=hello.rank,
+                )  # fmt: skip
+                await in_flight.put(_InFlight(frame, stored))
+                continue
+            if frame.row_count() > settings.max_batch_rows:
+                telemetry.rejects.labels("too_many_rows").inc()
+                await websocket.send_json(
+                    {
+                        "type": "error",
+                        "seq": frame.seq,
+                        "message": f"batch has {frame.row_count()} rows; the limit is "
+                        f"{settings.max_batch_rows}: send smaller batches",
+                    }
+                )
+                continue
+            push_live_steps(hub, run.id, frame, hello.rank)
+            stored = writer.submit_store(BatchJob(run.id, hello.stream, hello.rank, frame))
+            await in_flight.put(_InFlight(frame, stored))
+    finally:
+        state.watched.detach(run.id, tell_watched)
+        await in_flight.put(None)
+        await acknowledging
+
+
+async def _acknowledge(
+    websocket: WebSocket,
+    state: Any,
+    public: RunPublic,
+    hello: Hello,
+    in_flight: "asyncio.Queue[_InFlight | None]",
+    failed: asyncio.Event,
+) -> None:
+    """Publish what each queued frame changed once it is stored, then ack it, in order.
+
+    Runs until the reader is done, even after the socket closed: a batch committed after the
+    agent went away still updates the run's summary, the gauges and the detectors.
+    """
+    telemetry = state.telemetry
+    connected = True
+
+    async def reply(message: dict[str, Any]) -> None:
+        nonlocal connected
+        if connected:
+            try:
+                await websocket.send_json(message)
+            except Exception:  # the agent went away; keep publishing what gets stored
+                connected = False
+
+    while (item := await in_flight.get()) is not None:
+        try:
+            result = await item.stored
+        except Exception as error:
+            if not failed.is_set():
+                failed.set()
+                if not isinstance(error, StreamFailed):
+                    log.error("storing a frame of run %s failed", public.id, exc_info=error)
+                with contextlib.suppress(Exception):
+                    await websocket.close(
+                        code=CLOSE_SERVER_ERROR, reason="storage error; retry later"
+                    )
+                connected = False
+            continue
+        # Published before the ack: whoever the agent tells next (a user reading the
+        # diagnosis after fit() returned) must find the detectors holding what was stored.
+        frame = item.frame
+        if isinstance(frame, End):
+            public = publish_run_ended(state, result)
+            await reply({"type": "ack", "end": True})
+            continue
+        if result is None:
+            telemetry.replays.inc()
+        else:
+            public = refreshed(public, result)
+            publish_stored_batch(state, public, frame, hello.rank)
+        await reply({"type": "ack", "seq": frame.seq})
+
+
+def _seq_of(text: str) -> int | None:
+    """The seq of a frame that failed validation, so the agent can tell which one it was."""
+    try:
+        seq = json.loads(text).get("seq")
+    except (ValueError, AttributeError):
+        return None
+    return seq if isinstance(seq, int) else None
+
+
+async def _receive_text(websocket: WebSocket, max_bytes: int, telemetry: Any) -> str | None:
+    """The next text frame, or None once the socket is closed (by the peer or by us)."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        return None
+    text = message.get("text")
+    if text is None:
+        telemetry.rejects.labels("binary_frame").inc()
+        await websocket.close(
+            code=CLOSE_UNSUPPORTED_DATA, reason="binary frames are not supported: send JSON text"
+        )
+        return None
+    if len(text) > max_bytes:
+        telemetry.rejects.labels("frame_too_large").inc()
+        await websocket.close(code=CLOSE_TOO_BIG, reason=f"frame over {max_bytes} bytes")
+        return None
+    return text
+
+
+@router.post(
+    "/ingest",
+    dependencies=[AgentAuth],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": _inline_refs(HttpIngest.model_json_schema())}
+            },
+        }
+    },
+)
+async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[str, Any]:
+    """Store a hello and its batches in one request: the WebSocket fallback and offline upload.
+
+    Either every batch is valid and stored, or nothing is (422 naming the problem).
+    """
+    state = request.app.state
+    body = await request.body()
+    try:
+        payload = HttpIngest.model_validate_json(body)
+    except ValidationError:
+        state.telemetry.rejects.labels("invalid").inc()
+        raise
+    too_big = [b.seq for b in payload.batches if b.row_count() > state.settings.max_batch_rows]
+    if too_big:
+        raise PayloadTooLarge(
+            f"batches {too_big[:5]} have over {state.settings.max_batch_rows} rows: split them"
+        )
+    run, _ = await writer.run(open_run, hello=payload.hello)
+    assert run.id is not None
+    state.telemetry.live.started(run.id, name=run.name, project=run.project)
+    acked: list[int] = []
+    public = run_public(run)
+    for batch in payload.batches:
+        fresh = await writer.run(
+            store_batch,
+            run_id=run.id,
+            stream=payload.hello.stream,
+            rank=payload.hello.rank,
+            batch=batch,
+        )  # one transaction per batch, in order
+        acked.append(batch.seq)
+        if fresh is not None:
+            public = refreshed(public, fresh)
+            push_live_steps(hub, run.id, batch, payload.hello.rank)
+            publish_stored_batch(state, public, batch, payload.hello.rank)
+    if payload.end is not None:
+        run = await writer.run(
+            end_run, run_id=run.id, status=RunStatus(payload.end.status),
+            stream=payload.hello.stream, unsent_steps=payload.end.unsent_steps,
+            rank=payload.hello.rank,
+        )  # fmt: skip
+        publish_run_ended(state, run)
+    return {"run_id": run.id, "acked": acked}

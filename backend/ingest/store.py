@@ -1,0 +1,373 @@
+"""Writes from agents: open or resume a run, store batches exactly once, end a run.
+
+Every function runs inside one transaction; a batch's rows and its seq cursor are committed
+together, so an acknowledged batch is durable and a replayed one is recognised. Rows go in
+through the driver's `executemany` (no per-row ORM work): this is the ingest hot path.
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+from sqlalchemy import bindparam, update
+from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Connection
+from sqlmodel import Session, select
+
+from backend.core.db import placeholder
+from backend.core.lifecycle import end_worker, job_status, join_worker
+from backend.core.models import IngestCursor, Run, RunStatus, utc_now
+from backend.ingest.protocol import Batch, Columns, EpochColumns, Hello
+from backend.ingest.summary import (
+    add_agent_counters,
+    add_device_samples,
+    add_metrics,
+    add_steps,
+    add_worker_steps,
+    epoch_metric_summary,
+    metric_goal,
+    set_unsent_steps,
+    summarize,
+)
+
+# Step rollup tiers (steps per bucket); see core.models.StepRollup and api.queries.step_series.
+ROLLUP_WIDTHS = (16, 64, 256, 1024, 4096, 16384)
+
+
+def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
+    """Create the run named by `hello.run_key`, or join it (another worker of the job, in any
+    order) or resume it (the same worker reconnecting or restarted); return it and the last
+    seq stored from this worker's stream."""
+    run = session.exec(select(Run).where(Run.run_key == hello.run_key)).first()
+    now = utc_now()
+    if run is None:
+        run = Run(
+            run_key=hello.run_key,
+            name=hello.name or hello.run_key[:12],
+            project=hello.project or "default",
+            tags=hello.tags,
+            config=hello.config,
+            environment=hello.environment,
+            started_at=now,
+            summary=summarize({}).model_dump(),
+        )
+    else:
+        run.status = RunStatus.running
+        run.ended_at = None
+        if hello.environment and not run.environment:
+            run.environment = hello.environment
+    run.stats = join_worker(run.stats, rank=hello.rank, host=hello.host, pid=hello.pid)
+    run.summary = summarize(run.stats).model_dump()
+    run.last_seen_at = now
+    session.add(run)
+    session.commit()
+    session.refresh(run)
+    assert run.id is not None
+    cursor = _cursor(session=session, run_id=run.id, stream=hello.stream)
+    return run, cursor.last_seq if cursor else 0
+
+
+def _cursor(*, session: Session, run_id: int, stream: str) -> IngestCursor | None:
+    query = select(IngestCursor).where(IngestCursor.run_id == run_id, IngestCursor.stream == stream)
+    return session.exec(query).first()
+
+
+# The run's fields a live update needs after a batch (the rest does not change with batches).
+BATCH_RUN_FIELDS = ("name", "tags", "notes", "status", "summary", "last_seen_at")
+
+
+@dataclass
+class BatchJob:
+    """One agent batch waiting for the writer."""
+
+    run_id: int
+    stream: str
+    rank: int
+    batch: Batch
+
+
+def store_batch(
+    *, session: Session, run_id: int, stream: str, rank: int, batch: Batch
+) -> dict[str, Any] | None:
+    """Store one batch unless its seq is already stored (see `store_batches`)."""
+    return store_batches(session=session, jobs=[BatchJob(run_id, stream, rank, batch)])[0]
+
+
+# Built once: SQLAlchemy caches their compiled form, and building an expression per batch
+# cost more than executing it.
+_RUN_STATE = sa_select(Run.stats, Run.name, Run.tags, Run.notes, Run.status).where(
+    Run.id == bindparam("run_id")  # type: ignore[arg-type]
+)
+_RUN_UPDATE = (
+    update(Run)
+    .where(Run.id == bindparam("run_id"))  # type: ignore[arg-type]
+    .values(stats=bindparam("stats"), summary=bindparam("summary"), last_seen_at=bindparam("now"))
+)
+
+
+def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[str, Any] | None]:
+    """Store several batches in one transaction (the writer's group commit).
+
+    A batch whose seq is already stored for its stream is skipped (None); for the others the
+    result is the run's fresh `BATCH_RUN_FIELDS`. Each run's row and each stream's cursor is
+    read and written once per group, and rows go in through driver-level executemany: no ORM
+    objects on this path.
+    """
+    connection = session.connection()
+    mark = placeholder(connection)
+    cursors: dict[tuple[int, str], int] = {}
+    runs: dict[int, dict[str, Any]] = {}
+    results: list[dict[str, Any] | None] = []
+    for job in jobs:
+        key = (job.run_id, job.stream)
+        if key not in cursors:
+            cursors[key] = (
+                connection.exec_driver_sql(
+                    f"SELECT last_seq FROM ingestcursor WHERE run_id = {mark} AND stream = {mark}",
+                    key,
+                ).scalar()
+                or 0
+            )
+        if job.batch.seq <= cursors[key]:
+            results.append(None)
+            continue
+        cursors[key] = job.batch.seq
+        run = runs.get(job.run_id)
+        if run is None:
+            row = connection.execute(_RUN_STATE, {"run_id": job.run_id}).one()
+            run = runs[job.run_id] = {
+                "stats": row.stats, "name": row.name, "tags": row.tags, "notes": row.notes,
+                "status": row.status, "dirty_streams": set(),
+            }  # fmt: skip
+        run["stats"] = _store_rows(connection, job, run["stats"])
+        run["dirty_streams"].add(job.stream)
+        results.append(run)
+    now = utc_now()
+    for run_id, run in runs.items():
+        run["summary"] = summarize(run["stats"]).model_dump()
+        run["last_seen_at"] = now
+        connection.execute(
+            _RUN_UPDATE,
+            {"run_id": run_id, "stats": run["stats"], "summary": run["summary"], "now": now},
+        )
+        for stream in run["dirty_streams"]:
+            connection.exec_driver_sql(
+                "INSERT INTO ingestcursor (run_id, stream, last_seq) "
+                f"VALUES ({mark}, {mark}, {mark}) "
+                "ON CONFLICT (run_id, stream) DO UPDATE SET last_seq = excluded.last_seq",
+                (run_id, stream, cursors[(run_id, stream)]),
+            )
+    session.commit()
+    return [None if r is None else {k: r[k] for k in BATCH_RUN_FIELDS} for r in results]
+
+
+def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) -> dict[str, Any]:
+    """Insert one batch's rows and return the run's statistics updated with them."""
+    batch, run_id, rank = job.batch, job.run_id, job.rank
+    steps = batch.steps
+    if steps is not None and len(steps):
+        _insert(connection, "step", steps, run_id=run_id, rank=rank)
+        # One numpy copy of each column serves the rollups and the statistics.
+        step = np.asarray(steps.step, dtype=np.int64)
+        t = np.asarray(steps.t, dtype=np.float64)
+        dur = np.asarray(steps.dur, dtype=np.float64)
+        wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
+        batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
+        _update_rollups(connection, run_id=run_id, rank=rank, step=step, t=t, dur=dur, wait=wait)
+        stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
+        stats = add_worker_steps(
+            stats, rank=rank, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size
+        )
+    if batch.metrics is not None and len(batch.metrics):
+        _insert(connection, "metric", batch.metrics, run_id=run_id, rank=rank)
+        stats = add_metrics(stats, values=batch.metrics.value)
+    if batch.device is not None and len(batch.device):
+        _insert(connection, "devicesample", batch.device, run_id=run_id, rank=rank)
+        stats = add_device_samples(
+            stats,
+            util=batch.device.column("util"),
+            mem_used=batch.device.column("mem_used"),
+            tf_mem_peak=batch.device.column("tf_mem_peak"),
+        )
+    if batch.host is not None and len(batch.host):
+        _insert(connection, "hostsample", batch.host, run_id=run_id, rank=rank)
+    if batch.epochs is not None and len(batch.epochs):
+        stats = _store_epochs(connection, run_id=run_id, epochs=batch.epochs, stats=stats)
+    if batch.agent is not None:
+        stats = add_agent_counters(stats, stream=job.stream, counters=batch.agent.model_dump())
+    return stats
+
+
+# A run's summary lists at most this many epoch metrics (the rows are all stored).
+MAX_SUMMARY_EPOCH_METRICS = 200
+
+
+def _store_epochs(
+    connection: Connection, *, run_id: int, epochs: EpochColumns, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """Store epoch rows (an epoch reported again replaces the stored one: a resumed run) and
+    return `stats` with the last and best value of each metric the batch touched."""
+    mark = placeholder(connection)
+    _executemany(
+        connection,
+        "INSERT INTO epochmetric (run_id, epoch, step, t, name, value) "
+        f"VALUES ({', '.join([mark] * 6)}) ON CONFLICT (run_id, name, epoch) DO UPDATE SET "
+        "step = excluded.step, t = excluded.t, value = excluded.value",
+        zip(repeat(run_id), epochs.epoch, epochs.step, epochs.t, epochs.name, epochs.value),
+    )
+    summaries = dict(stats.get("epoch_metrics", {}))
+    room = MAX_SUMMARY_EPOCH_METRICS - len(summaries)
+    touched = [n for n in dict.fromkeys(epochs.name) if n in summaries]
+    touched += [n for n in dict.fromkeys(epochs.name) if n not in summaries][: max(room, 0)]
+    if not touched:
+        return stats
+    config = connection.execute(sa_select(Run.config).where(Run.id == run_id)).scalar() or {}
+    for name in touched:
+        rows = connection.exec_driver_sql(
+            "SELECT epoch, value FROM epochmetric "
+            f"WHERE run_id = {mark} AND name = {mark} ORDER BY epoch",
+            (run_id, name),
+        ).all()
+        summaries[name] = epoch_metric_summary(
+            [(int(e), v) for e, v in rows], goal=metric_goal(name, config)
+        )
+    return {**stats, "epoch_metrics": summaries}
+
+
+def _insert(
+    connection: Connection, table: str, columns: Columns, *, run_id: int, rank: int
+) -> None:
+    """Insert a columnar section as rows: one driver-level executemany of plain tuples."""
+    names = [name for name, value in columns.__dict__.items() if value is not None]
+    values = [getattr(columns, name) for name in names]
+    n = len(values[0])
+    rows = zip(repeat(run_id, n), repeat(rank, n), *values, strict=True)
+    if connection.dialect.name == "postgresql":
+        # COPY streams the rows in one command: far faster than row-by-row INSERTs.
+        cursor = connection.connection.cursor()
+        try:
+            with cursor.copy(f"COPY {table} (run_id, rank, {', '.join(names)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        finally:
+            cursor.close()
+        return
+    mark = placeholder(connection)
+    sql = (
+        f"INSERT INTO {table} (run_id, rank, {', '.join(names)}) "
+        f"VALUES ({', '.join([mark] * (len(names) + 2))})"
+    )
+    _executemany(connection, sql, rows)
+
+
+def _executemany(connection: Connection, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    """Run `sql` once per row on the DBAPI cursor of the same connection (same transaction).
+
+    SQLAlchemy's own executemany inspects every parameter set; on the ingest path that cost
+    more than the insert.
+    """
+    cursor = connection.connection.cursor()
+    try:
+        cursor.executemany(sql, rows)
+    finally:
+        cursor.close()
+
+
+def _rollup_rows(
+    run_id: int, rank: int, *, step: np.ndarray, t: np.ndarray, dur: np.ndarray, wait: np.ndarray
+) -> list[tuple]:
+    """The batch's steps aggregated into every rollup tier: one row per (width, bucket).
+
+    Steps increase within a batch (the protocol checks it), so each bucket is one run of rows.
+    """
+    known = ~np.isnan(wait)
+    wait_known = np.where(known, wait, 0.0)
+    known_n = known.astype(np.int64)
+    n = len(step)
+    rows: list[tuple] = []
+    whole: tuple | None = None  # the batch as one bucket, for the tiers it fits in whole
+    for width in ROLLUP_WIDTHS:
+        first_bucket, last_bucket = int(step[0]) // width, int(step[-1]) // width
+        if first_bucket == last_bucket:
+            if whole is None:
+                whole = (
+                    n, int(step[-1]), float(t.max()), float(dur.sum()), float(dur.min()),
+                    float(dur.max()), float(wait_known.sum()), int(known_n.sum()),
+                )  # fmt: skip
+            rows.append((run_id, rank, width, first_bucket, *whole))
+            continue
+        bucket = step // width
+        starts = np.concatenate(([0], np.flatnonzero(bucket[1:] != bucket[:-1]) + 1))
+        columns = (
+            bucket[starts],
+            np.diff(starts, append=n),
+            np.maximum.reduceat(step, starts),
+            np.maximum.reduceat(t, starts),
+            np.add.reduceat(dur, starts),
+            np.minimum.reduceat(dur, starts),
+            np.maximum.reduceat(dur, starts),
+            np.add.reduceat(wait_known, starts),
+            np.add.reduceat(known_n, starts),
+        )
+        rows.extend(
+            (run_id, rank, width, *values)
+            for values in zip(*(c.tolist() for c in columns), strict=True)
+        )
+    return rows
+
+
+def _update_rollups(
+    connection: Connection,
+    *,
+    run_id: int,
+    rank: int,
+    step: np.ndarray,
+    t: np.ndarray,
+    dur: np.ndarray,
+    wait: np.ndarray,
+) -> None:
+    """Fold the batch's steps into every rollup tier (insert or add to existing buckets)."""
+    rows = _rollup_rows(run_id, rank, step=step, t=t, dur=dur, wait=wait)
+    mark = placeholder(connection)
+    lo, hi = ("min", "max") if connection.dialect.name == "sqlite" else ("LEAST", "GREATEST")
+    _executemany(
+        connection,
+        "INSERT INTO steprollup (run_id, rank, width, bucket, n, step_max, t_max, dur_sum, "
+        f"dur_min, dur_max, wait_sum, wait_n) VALUES ({', '.join([mark] * 12)}) "
+        "ON CONFLICT (run_id, rank, width, bucket) DO UPDATE SET "
+        "n = steprollup.n + excluded.n, "
+        f"step_max = {hi}(steprollup.step_max, excluded.step_max), "
+        f"t_max = {hi}(steprollup.t_max, excluded.t_max), "
+        "dur_sum = steprollup.dur_sum + excluded.dur_sum, "
+        f"dur_min = {lo}(steprollup.dur_min, excluded.dur_min), "
+        f"dur_max = {hi}(steprollup.dur_max, excluded.dur_max), "
+        "wait_sum = steprollup.wait_sum + excluded.wait_sum, "
+        "wait_n = steprollup.wait_n + excluded.wait_n",
+        rows,
+    )
+
+
+def end_run(
+    *, session: Session, run_id: int, status: RunStatus, stream: str = "", unsent_steps: int = 0,
+    rank: int | None = None,
+) -> Run:  # fmt: skip
+    """Mark worker `rank` of a run ended with `status` (the whole run when no rank is given);
+    `unsent_steps` of its `stream` are still to come. The run ends with its last worker."""
+    run = session.get(Run, run_id)
+    assert run is not None
+    stats = run.stats
+    if unsent_steps or stats.get("unsent_steps"):
+        stats = set_unsent_steps(stats, stream=stream, steps=unsent_steps)
+    if rank is not None:
+        stats = end_worker(stats, rank=rank, status=status)
+    run.stats = stats
+    run.summary = summarize(stats).model_dump()
+    run.status = (job_status(stats) if rank is not None else None) or status
+    run.last_seen_at = utc_now()
+    run.ended_at = None if run.status == RunStatus.running else run.last_seen_at
+    session.add(run)
+    session.commit()
+    session.refresh(run)
+    return run

@@ -1,0 +1,277 @@
+"""Incremental run statistics.
+
+A run's `stats` JSON holds running sums and a log-bucketed histogram of step times, so
+the median and p95 come from the histogram (within 1 % relative error) instead of a scan
+over millions of step rows on every request.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from backend.core.models import Run, RunPublic, RunSummary, WorkerSummary
+
+# Buckets are powers of 1.02 of one microsecond: adjacent bounds differ by 2 %, so the
+# bucket midpoint is within 1 % of any value in it.
+_BUCKET_BASE = 1.02
+_BUCKET_UNIT_S = 1e-6
+
+
+def _bucket_value_s(bucket: int) -> float:
+    return _BUCKET_UNIT_S * _BUCKET_BASE**bucket
+
+
+@dataclass(frozen=True)
+class TimedSteps:
+    """The steps that count for timing, as arrays (unknown waits and batch sizes are NaN)."""
+
+    dur: np.ndarray
+    end: np.ndarray  # t + dur
+    wait: np.ndarray
+    batch_size: np.ndarray
+    waited: np.ndarray  # wait is known
+    sized: np.ndarray  # batch size is known
+
+
+def timed_steps(
+    step: Sequence[int],
+    t: Sequence[float],
+    dur: Sequence[float],
+    wait: Sequence[float | None],
+    batch_size: Sequence[int | None],
+) -> TimedSteps:
+    """Every step but step 0, which traces and compiles the train function: not steady state."""
+    timed = np.asarray(step, dtype=np.int64) != 0
+    d = np.asarray(dur, dtype=np.float64)[timed]
+    w = np.asarray(wait, dtype=np.float64)[timed]
+    bs = np.asarray(batch_size, dtype=np.float64)[timed]
+    end = np.asarray(t, dtype=np.float64)[timed] + d
+    return TimedSteps(d, end, w, bs, ~np.isnan(w), ~np.isnan(bs))
+
+
+def add_steps(
+    stats: dict[str, Any],
+    *,
+    steps: Sequence[int],
+    t: Sequence[float],
+    dur: Sequence[float],
+    wait: Sequence[float | None],
+    batch_size: Sequence[int | None],
+) -> dict[str, Any]:
+    """Return `stats` updated with one batch of steps. Step 0 (tracing, compilation) is skipped.
+
+    Bucket k of the step-time histogram holds durations that round to UNIT * BASE**k. The
+    columns are handled as numpy arrays (a missing wait or batch size becomes NaN): this runs
+    for every stored batch, and a per-row Python loop was a third of the writer's time.
+    """
+    new = dict(stats)
+    n = len(steps)
+    if n == 0:
+        return new
+    step_a = np.asarray(steps, dtype=np.int64)
+    t_a = np.asarray(t, dtype=np.float64)
+    dur_a = np.asarray(dur, dtype=np.float64)
+    timed = timed_steps(step_a, t_a, dur_a, wait, batch_size)  # step 0 counts, is not timed
+    timed_dur, timed_wait, timed_bs = timed.dur, timed.wait, timed.batch_size
+    waited, sized = timed.waited, timed.sized
+    scaled = np.maximum(timed_dur, _BUCKET_UNIT_S) / _BUCKET_UNIT_S
+    buckets = np.maximum(0, np.rint(np.log(scaled) / math.log(_BUCKET_BASE))).astype(np.int64)
+    hist: dict[str, int] = dict(new.get("dur_hist", {}))
+    counts = np.bincount(buckets)
+    for bucket in np.flatnonzero(counts).tolist():
+        key = str(bucket)
+        hist[key] = hist.get(key, 0) + int(counts[bucket])
+    last_end = float(np.max(t_a + dur_a))
+    first_t = float(np.min(t_a))
+    new["first_t"] = min(new.get("first_t", first_t), first_t)
+    new["last_t"] = max(new.get("last_t", last_end), last_end)
+    last = int(np.max(step_a))
+    new.update(
+        steps=new.get("steps", 0) + n,
+        timed_steps=new.get("timed_steps", 0) + len(timed_dur),
+        dur_sum_s=new.get("dur_sum_s", 0.0) + float(timed_dur.sum()),
+        waited_dur_sum_s=new.get("waited_dur_sum_s", 0.0) + float(timed_dur[waited].sum()),
+        wait_sum_s=new.get("wait_sum_s", 0.0) + float(timed_wait[waited].sum()),
+        samples=new.get("samples", 0) + int(timed_bs[sized].sum()),
+        sized_dur_sum_s=new.get("sized_dur_sum_s", 0.0) + float(timed_dur[sized].sum()),
+        last_step=last if new.get("last_step") is None else max(new["last_step"], last),
+        dur_hist=hist,
+    )
+    return new
+
+
+def add_worker_steps(
+    stats: dict[str, Any],
+    *,
+    rank: int,
+    steps: Sequence[int],
+    t: Sequence[float],
+    dur: Sequence[float],
+    wait: Sequence[float | None],
+    batch_size: Sequence[int | None],
+) -> dict[str, Any]:
+    """Return `stats` with one batch of worker `rank`'s steps added to that worker's own
+    statistics (`stats["workers"][rank]["timing"]`, the shape `add_steps` keeps)."""
+    workers = dict(stats.get("workers", {}))
+    worker = dict(workers.get(str(rank), {}))
+    worker["timing"] = add_steps(
+        worker.get("timing", {}), steps=steps, t=t, dur=dur, wait=wait, batch_size=batch_size
+    )
+    workers[str(rank)] = worker
+    return {**stats, "workers": workers}
+
+
+def add_metrics(stats: dict[str, Any], *, values: Sequence[float | None]) -> dict[str, Any]:
+    """Count metric values that arrived as NaN/Inf (stored as null): a diverged loss shows."""
+    nulls = sum(1 for v in values if v is None)
+    if not nulls:
+        return stats
+    return {**stats, "nonfinite_metrics": stats.get("nonfinite_metrics", 0) + nulls}
+
+
+def metric_goal(name: str, config: dict[str, Any]) -> str:
+    """Whether an epoch metric is best at its minimum or maximum: what the run's config says
+    under `{"stoker": {"metric_goals": {name: "min" | "max"}}}`, else "min" for names holding
+    "loss" or "error" and "max" for the others."""
+    stoker = config.get("stoker")
+    goals = stoker.get("metric_goals") if isinstance(stoker, dict) else None
+    chosen = goals.get(name) if isinstance(goals, dict) else None
+    if chosen in ("min", "max"):
+        return chosen
+    lowered = name.lower()
+    return "min" if "loss" in lowered or "error" in lowered else "max"
+
+
+def epoch_metric_summary(
+    epochs: Sequence[tuple[int, float | None]], *, goal: str
+) -> dict[str, Any]:
+    """The last value and the best one (earliest epoch on ties) of one metric's epochs, given
+    in epoch order; a null (NaN/Inf) value is never best but may be last."""
+    best: tuple[int, float] | None = None
+    for epoch, value in epochs:
+        if value is None:
+            continue
+        if best is None or (value < best[1] if goal == "min" else value > best[1]):
+            best = (epoch, value)
+    last_epoch, last = epochs[-1] if epochs else (None, None)
+    return {
+        "last": last, "last_epoch": last_epoch, "best": None if best is None else best[1],
+        "best_epoch": None if best is None else best[0], "goal": goal, "epochs": len(epochs),
+    }  # fmt: skip
+
+
+def add_device_samples(
+    stats: dict[str, Any],
+    *,
+    util: Sequence[float | None],
+    mem_used: Sequence[float | None],
+    tf_mem_peak: Sequence[float | None],
+) -> dict[str, Any]:
+    """Running GPU utilization mean and peak memory (NVML used, TF allocator peak)."""
+    new = dict(stats)
+    known = [u for u in util if u is not None]
+    new["util_sum"] = new.get("util_sum", 0.0) + sum(known)
+    new["util_count"] = new.get("util_count", 0) + len(known)
+    for key, column in (("peak_mem_used", mem_used), ("peak_tf_mem", tf_mem_peak)):
+        present = [v for v in column if v is not None]
+        if present:
+            new[key] = max(new.get(key, 0.0), max(present))
+    return new
+
+
+def add_agent_counters(
+    stats: dict[str, Any], *, stream: str, counters: dict[str, int]
+) -> dict[str, Any]:
+    """Keep each agent stream's latest cumulative counters (dropped, spooled rows)."""
+    agents = dict(stats.get("agents", {}))
+    agents[stream] = counters
+    return {**stats, "agents": agents}
+
+
+def set_unsent_steps(stats: dict[str, Any], *, stream: str, steps: int) -> dict[str, Any]:
+    """Keep how many steps each agent stream still holds in its spool as its run ended."""
+    unsent = {**stats.get("unsent_steps", {}), stream: steps}
+    return {**stats, "unsent_steps": {k: v for k, v in unsent.items() if v}}
+
+
+def _quantile_s(hist: dict[str, int], q: float) -> float | None:
+    total = sum(hist.values())
+    if total == 0:
+        return None
+    rank = q * (total - 1)
+    seen = 0
+    for bucket in sorted(hist, key=int):
+        seen += hist[bucket]
+        if seen > rank:
+            return _bucket_value_s(int(bucket))
+    return _bucket_value_s(int(max(hist, key=int)))
+
+
+def _timing(stats: dict[str, Any]) -> dict[str, Any]:
+    """Median step time, input-wait share and throughput of `add_steps` statistics."""
+    median = _quantile_s(stats.get("dur_hist", {}), 0.5)
+    waited = stats.get("waited_dur_sum_s", 0.0)
+    sized = stats.get("sized_dur_sum_s", 0.0)
+    return {
+        "step_time_ms_median": None if median is None else median * 1000,
+        "input_wait_share": stats["wait_sum_s"] / waited if waited > 0 else None,
+        "samples_per_s": stats["samples"] / sized if sized > 0 else None,
+    }
+
+
+def worker_summaries(stats: dict[str, Any]) -> list[WorkerSummary]:
+    """Every worker of the run by rank, with its own steps' statistics."""
+    workers = []
+    for rank, worker in sorted(stats.get("workers", {}).items(), key=lambda item: int(item[0])):
+        timing = worker.get("timing", {})
+        summary = WorkerSummary(
+            rank=int(rank), host=worker.get("host", ""), pid=worker.get("pid", 0),
+            status=worker.get("status", "running"), steps=timing.get("steps", 0),
+            **_timing(timing),
+        )  # fmt: skip
+        workers.append(summary)
+    return workers
+
+
+def summarize(stats: dict[str, Any]) -> RunSummary:
+    """The public summary of a run from its running statistics."""
+    hist = stats.get("dur_hist", {})
+    p95 = _quantile_s(hist, 0.95)
+    workers = worker_summaries(stats)
+    return RunSummary(
+        # Workers of one job run the same steps: the job ran as many as its furthest worker.
+        steps=max((w.steps for w in workers), default=0) or stats.get("steps", 0),
+        step_time_ms_p95=None if p95 is None else p95 * 1000,
+        gpu_util_mean=stats["util_sum"] / stats["util_count"] if stats.get("util_count") else None,
+        **_timing(stats),
+        peak_memory_bytes=stats.get("peak_mem_used"),
+        peak_tf_memory_bytes=stats.get("peak_tf_mem"),
+        steps_to_upload=sum(stats.get("unsent_steps", {}).values()),
+        duration_s=stats["last_t"] - stats["first_t"] if "first_t" in stats else None,
+        dropped_rows=sum(a.get("dropped_rows", 0) for a in stats.get("agents", {}).values()),
+        nonfinite_metrics=stats.get("nonfinite_metrics", 0),
+        epoch_metrics=stats.get("epoch_metrics", {}),
+        workers=workers,
+    )
+
+
+def run_public(run: Run) -> RunPublic:
+    assert run.id is not None
+    summary = RunSummary.model_validate(run.summary) if run.summary else summarize(run.stats)
+    return RunPublic(
+        id=run.id,
+        name=run.name,
+        project=run.project,
+        tags=run.tags,
+        notes=run.notes,
+        status=run.status,
+        started_at=run.started_at,
+        ended_at=run.ended_at,
+        last_seen_at=run.last_seen_at,
+        config=run.config,
+        environment=run.environment,
+        summary=summary,
+    )

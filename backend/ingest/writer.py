@@ -1,0 +1,174 @@
+"""The single database writer.
+
+All writes go through one named thread, so SQLite never sees two writers fighting over its
+lock, and the event loop never blocks on a commit. Agent batches that queue up while a commit
+is running are stored together in the next transaction (group commit); each is acknowledged
+only after that commit. When a group fails, its batches are retried one by one, so one bad
+batch never fails another.
+
+An agent may have several batches queued at once. Once a batch of a stream (an agent
+process of a run) fails, the stream's later batches are refused unstored until the stream
+connects again: storing them would move its seq cursor past the failed batch, and the
+agent, told on reconnecting that everything up to the cursor is stored, would never resend
+it.
+"""
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from backend.ingest.store import BatchJob, store_batches
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class StreamFailed(RuntimeError):
+    """An earlier batch of the same stream failed; this one was not stored."""
+
+
+StreamKey = tuple[int, str]  # (run id, stream)
+
+
+@dataclass
+class _Job:
+    fn: Callable[..., Any] | None  # None: an agent batch (groupable) or a control action
+    kwargs: dict[str, Any]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    batch: BatchJob | None = None
+    control: Callable[[], Any] | None = None  # runs on the writer thread, no session
+
+
+def _settle(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
+    def apply() -> None:
+        if job.future.done():  # the waiter went away (agent disconnected)
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+    job.loop.call_soon_threadsafe(apply)
+
+
+class Writer:
+    def __init__(self, engine: Engine, *, max_group: int = 64) -> None:
+        self._engine = engine
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._failed_streams: set[StreamKey] = set()  # touched only on the writer thread
+        self._thread = threading.Thread(target=self._loop, name="stoker-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., T], /, **kwargs: Any) -> "asyncio.Future[T]":
+        """Queue `fn(session=..., **kwargs)` for the writer thread; its future resolves after."""
+        loop = asyncio.get_running_loop()
+        job = _Job(fn, kwargs, loop.create_future(), loop)
+        self._queue.put(job)
+        return job.future
+
+    async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """Run `fn(session=..., **kwargs)` in the writer thread with a fresh session."""
+        return await self.submit(fn, **kwargs)
+
+    def submit_store(self, batch: BatchJob) -> "asyncio.Future[dict[str, Any] | None]":
+        """Queue an agent batch (stored with others in one transaction; see store_batches)."""
+        loop = asyncio.get_running_loop()
+        job = _Job(None, {}, loop.create_future(), loop, batch)
+        self._queue.put(job)
+        return job.future
+
+    async def store(self, batch: BatchJob) -> dict[str, Any] | None:
+        """Store an agent batch (possibly together with others); see ingest.store.store_batches."""
+        return await self.submit_store(batch)
+
+    async def forgive(self, key: StreamKey) -> None:
+        """A stream connected again: accept its batches after everything queued before."""
+        loop = asyncio.get_running_loop()
+        job = _Job(
+            None, {}, loop.create_future(), loop, control=lambda: self._failed_streams.discard(key)
+        )
+        self._queue.put(job)
+        await job.future
+
+    def _loop(self) -> None:
+        pending: _Job | None = None
+        while True:
+            job = pending if pending is not None else self._queue.get()
+            pending = None
+            if job is None:
+                return
+            if job.control is not None:
+                _settle(job, job.control())
+                continue
+            if job.batch is None:
+                self._call(job)
+                continue
+            group = [job]
+            while len(group) < self._max_group:
+                try:
+                    following = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if following is None or following.batch is None:
+                    pending = following
+                    if following is None:
+                        self._store(group)
+                        return
+                    break
+                group.append(following)
+            self._store(group)
+
+    def _refuse_failed(self, group: list[_Job]) -> list[_Job]:
+        """The group without the batches of failed streams (those are answered with an error)."""
+        kept = []
+        for job in group:
+            assert job.batch is not None
+            if (job.batch.run_id, job.batch.stream) in self._failed_streams:
+                _settle(job, error=StreamFailed("an earlier batch of this agent failed"))
+            else:
+                kept.append(job)
+        return kept
+
+    def _call(self, job: _Job) -> None:
+        assert job.fn is not None
+        try:
+            with Session(self._engine, expire_on_commit=False) as session:
+                result = job.fn(session=session, **job.kwargs)
+        except BaseException as error:
+            _settle(job, error=error)
+        else:
+            _settle(job, result)
+
+    def _store(self, group: list[_Job]) -> None:
+        group = self._refuse_failed(group)
+        if not group:
+            return
+        try:
+            with Session(self._engine, expire_on_commit=False) as session:
+                results = store_batches(session=session, jobs=[j.batch for j in group])
+        except BaseException as error:
+            if len(group) == 1:
+                batch = group[0].batch
+                assert batch is not None
+                self._failed_streams.add((batch.run_id, batch.stream))
+                _settle(group[0], error=error)
+                return
+            log.warning("group of %d batches failed (%s); storing one by one", len(group), error)
+            for job in group:
+                self._store([job])
+            return
+        for job, result in zip(group, results, strict=True):
+            _settle(job, result)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
