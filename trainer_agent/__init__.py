@@ -5,12 +5,18 @@ Example:
 
     cb = StokerCallback(run_name="baseline", project="cifar10")
     model.fit(cb.wrap(train_ds), epochs=3, callbacks=[cb])
+
+Or, without changing the script: `trainer_agent.autolog()` (or `stoker run -- python train.py`).
 """
 
 from typing import TYPE_CHECKING, Any
 
+# Imported now (it imports no Keras): the submodule has the function's name, and a lazy import
+# would leave the package attribute naming the module once it was loaded.
+from trainer_agent.autolog import autolog
+
 __version__ = "0.1.0"
-__all__ = ["Monitor", "StokerCallback", "flush"]
+__all__ = ["Monitor", "StokerCallback", "autolog", "flush"]
 
 if TYPE_CHECKING:
     from trainer_agent.callback import StokerCallback
