@@ -16,8 +16,7 @@ import {
 import { ApiError } from "../api";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
 import type { AlertRule } from "../types";
-import { errorMessage, every, type AppContext, type View } from "./common";
-import { alertList } from "./runPage";
+import { alertList, errorMessage, every, type AppContext, type View } from "./common";
 
 type FieldName = keyof RuleForm;
 

@@ -1,12 +1,12 @@
-// Pieces shared by the runs list and the run page.
+// Pieces shared by the views (runs list, run page, alerts, compare).
 
 import type { AlertsStore } from "../alerts";
 import type { ApiClient } from "../api";
 import { h } from "../dom";
-import { statusLabel, type InputWaitLevel } from "../format";
+import { formatRelativeTime, formatTimestamp, statusLabel, type InputWaitLevel } from "../format";
 import type { LiveClient } from "../liveClient";
 import type { RunsStore } from "../runs";
-import type { RunStatus } from "../types";
+import type { Alert, RunStatus } from "../types";
 
 /** What every view gets from the app. */
 export interface AppContext {
@@ -66,5 +66,29 @@ export function panel(title: string, id: string, body: Node[], tools: Node[] = [
     { class: "panel", attrs: { "aria-labelledby": id, "data-testid": testId ?? null } },
     h("div", { class: "panel-head" }, h("h2", { text: title, attrs: { id } }), h("div", { class: "spacer" }), ...tools),
     ...body,
+  );
+}
+
+/** A list of alerts (run page history and alerts view); with `runName`, each links to its run. */
+export function alertList(alerts: Alert[], nowMs: number, runName?: (id: number) => string | null): HTMLElement {
+  return h(
+    "ul",
+    { class: "alerts-list", attrs: { "data-testid": "alerts-list" } },
+    ...alerts.map((a) => {
+      const when = a.resolved_at ?? a.fired_at ?? a.started_at;
+      const name = runName?.(a.run_id);
+      return h(
+        "li",
+        { class: `alert-item state-${a.state}`, attrs: { "data-testid": "alert-row", "data-state": a.state, "data-alert-id": a.id } },
+        h("span", { class: `badge alert-state state-${a.state}`, text: a.state }),
+        h(
+          "div",
+          { class: "alert-body" },
+          h("div", { class: "alert-title" }, h("strong", { text: a.rule_name }), runName ? h("a", { class: "alert-run", text: name ?? `run #${a.run_id}`, attrs: { href: `#/runs/${a.run_id}` } }) : null),
+          a.message ? h("div", { class: "alert-message", text: a.message }) : null,
+        ),
+        h("span", { class: "alert-when muted", text: formatRelativeTime(when, nowMs), attrs: { title: formatTimestamp(when) } }),
+      );
+    }),
   );
 }

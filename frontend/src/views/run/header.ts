@@ -1,0 +1,60 @@
+// The run page's header (name, status, project, times, tags, notes, and the
+// edit / export / delete actions) and its row of summary figures.
+
+import { h, replaceChildren } from "../../dom";
+import { formatTimestamp } from "../../format";
+import { runSummaryFigures } from "../../runs";
+import type { Run } from "../../types";
+import { statusBadge, tagList } from "../common";
+
+export interface RunActions {
+  edit: () => void;
+  exportCsv: () => void;
+  remove: () => void;
+}
+
+export function renderRunHeader(box: HTMLElement, run: Run, actions: RunActions): void {
+  replaceChildren(
+    box,
+    h(
+      "div",
+      { class: "title-row" },
+      h("h1", { class: "run-name", text: run.name || `run ${run.id}`, attrs: { "data-testid": "run-name" } }),
+      statusBadge(run.status, run.summary.steps_to_upload),
+      h("div", { class: "spacer" }),
+      h(
+        "div",
+        { class: "run-actions" },
+        h("button", { text: "Edit", attrs: { type: "button", "data-testid": "run-edit-button", "aria-label": "Edit name, tags and notes" }, on: { click: actions.edit } }),
+        h("button", { text: "Export CSV", attrs: { type: "button", "data-testid": "export-csv", "aria-label": "Download all steps as CSV" }, on: { click: actions.exportCsv } }),
+        h("button", { class: "danger", text: "Delete", attrs: { type: "button", "data-testid": "run-delete", "aria-label": "Delete this run" }, on: { click: actions.remove } }),
+      ),
+    ),
+    h(
+      "div",
+      { class: "meta-row" },
+      h("span", { class: "meta" }, h("span", { class: "meta-label", text: "project" }), h("span", { class: "project", text: run.project || "—" })),
+      h("span", { class: "meta" }, h("span", { class: "meta-label", text: "id" }), h("span", { class: "mono", text: String(run.id) })),
+      h("span", { class: "meta" }, h("span", { class: "meta-label", text: "started" }), h("span", { class: "mono", text: formatTimestamp(run.started_at) })),
+      run.ended_at
+        ? h("span", { class: "meta" }, h("span", { class: "meta-label", text: "ended" }), h("span", { class: "mono", text: formatTimestamp(run.ended_at) }))
+        : null,
+      Array.isArray(run.tags) && run.tags.length > 0 ? tagList(run.tags.map(String)) : null,
+    ),
+    run.notes ? h("p", { class: "run-notes", text: run.notes, attrs: { "data-testid": "run-notes" } }) : null,
+  );
+}
+
+export function renderRunFigures(box: HTMLElement, run: Run, nowMs: number): void {
+  replaceChildren(
+    box,
+    ...runSummaryFigures(run, nowMs).map((f) =>
+      h(
+        "div",
+        { class: `figure ${f.tone ?? ""}`.trim(), attrs: { "data-figure": f.key, title: f.title ?? null } },
+        h("dt", { text: f.label }),
+        h("dd", { text: f.value }),
+      ),
+    ),
+  );
+}

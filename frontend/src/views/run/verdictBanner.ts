@@ -1,0 +1,140 @@
+// The run page's verdict banner: the diagnosis (from `GET /runs/{id}/diagnosis`
+// and live `verdict` messages, the newer one winning) with its evidence and
+// advice; before one is known, what the run summary alone says.
+
+import { h, replaceChildren, setAttrs } from "../../dom";
+import { formatCount, formatPercent, inputWaitLabel, inputWaitLevel } from "../../format";
+import type { Diagnosis, RunSummary } from "../../types";
+import { evidenceText, parseDiagnosis, VerdictGeneration, verdictHeadline, verdictTone } from "../../verdict";
+import type { AppContext } from "../common";
+
+export class VerdictBanner {
+  readonly el: HTMLElement;
+  private diagnosis: Diagnosis | null = null;
+  private state: "loading" | "ok" | "error" = "loading";
+  private lastLive = 0;
+  /** Bumped by every live verdict: a REST answer to an older request is dropped. */
+  private readonly gen = new VerdictGeneration();
+  private readonly ctx: AppContext;
+  private readonly runId: number;
+  private readonly signal: AbortSignal;
+  private readonly summary: () => RunSummary | undefined;
+
+  constructor(ctx: AppContext, runId: number, signal: AbortSignal, summary: () => RunSummary | undefined) {
+    this.ctx = ctx;
+    this.runId = runId;
+    this.signal = signal;
+    this.summary = summary;
+    this.el = h("section", {
+      class: "verdict-banner tone-info",
+      attrs: { "data-testid": "verdict-banner", "data-verdict": "loading", "aria-live": "polite", "aria-label": "Diagnosis" },
+    });
+  }
+
+  get known(): boolean {
+    return this.diagnosis !== null;
+  }
+
+  /** Milliseconds since the last live verdict (Infinity before one). */
+  sinceLive(): number {
+    return Date.now() - this.lastLive;
+  }
+
+  applyLive(diagnosis: Diagnosis): void {
+    this.lastLive = Date.now();
+    this.gen.live();
+    this.diagnosis = diagnosis;
+    this.state = "ok";
+    this.render();
+  }
+
+  async load(): Promise<void> {
+    const token = this.gen.begin();
+    try {
+      const raw = await this.ctx.api.getDiagnosis(this.runId, this.signal);
+      if (this.signal.aborted) return;
+      // A live verdict applied while this request was in flight is newer: keep it.
+      if (!this.gen.accepts(token)) return;
+      const d = parseDiagnosis(raw);
+      this.diagnosis = d;
+      this.state = d ? "ok" : "error";
+      if (d) this.ctx.runs.setVerdict(this.runId, d.verdict);
+    } catch {
+      if (this.signal.aborted) return;
+      // A failed request must not replace a live verdict that arrived meanwhile.
+      if (!this.gen.accepts(token) && this.diagnosis) return;
+      this.state = "error";
+    }
+    this.render();
+  }
+
+  render(): void {
+    const d = this.diagnosis;
+    if (d) renderDiagnosis(this.el, d);
+    else renderWithoutDiagnosis(this.el, this.state, this.summary());
+  }
+}
+
+function renderDiagnosis(b: HTMLElement, d: Diagnosis): void {
+  const tone = verdictTone(d.verdict);
+  b.className = `verdict-banner tone-${tone}`;
+  setAttrs(b, { "data-verdict": d.verdict, "data-source": d.source });
+  const share = d.input_wait_share !== null ? `Input wait: ${formatPercent(d.input_wait_share)} of step time` : null;
+  const window =
+    d.window_s !== undefined ? `over the last ${Math.round(d.window_s)} s${d.steps_in_window !== undefined ? ` (${formatCount(d.steps_in_window)} steps)` : ""}` : null;
+  replaceChildren(
+    b,
+    h(
+      "div",
+      { class: "verdict-head" },
+      h("span", { class: `badge verdict tone-${tone}`, text: d.verdict.replace(/_/g, " ") }),
+      h("h2", { class: "verdict-title", text: verdictHeadline(d.verdict), attrs: { "data-testid": "verdict-title" } }),
+    ),
+    h(
+      "p",
+      { class: "verdict-meta" },
+      [share, window].filter(Boolean).join(" "),
+      d.source === "fallback"
+        ? h("span", {
+            class: "fallback-note",
+            text: " · inferred from GPU utilization and host CPU (input wait not measured: wrap the dataset with cb.wrap(...))",
+            attrs: { "data-testid": "verdict-fallback" },
+          })
+        : null,
+    ),
+    d.evidence.length > 0
+      ? h(
+          "div",
+          { class: "verdict-col" },
+          h("h3", { text: "Evidence" }),
+          h("ul", { attrs: { "data-testid": "verdict-evidence" } }, ...d.evidence.map((e) => h("li", { text: evidenceText(e) }))),
+        )
+      : null,
+    d.advice.length > 0
+      ? h(
+          "div",
+          { class: "verdict-col" },
+          h("h3", { text: "What to try" }),
+          h("ul", { attrs: { "data-testid": "verdict-advice" } }, ...d.advice.map((a) => h("li", { text: a }))),
+        )
+      : null,
+  );
+}
+
+/** No diagnosis: say why, and what the summary alone says. */
+function renderWithoutDiagnosis(b: HTMLElement, state: "loading" | "ok" | "error", s: RunSummary | undefined): void {
+  const level = inputWaitLevel(s?.input_wait_share);
+  b.className = `verdict-banner tone-info`;
+  setAttrs(b, { "data-verdict": state === "loading" ? "loading" : "unavailable", "data-source": "summary" });
+  const why = state === "loading" ? "Diagnosing…" : "Cannot load the diagnosis.";
+  replaceChildren(
+    b,
+    h("div", { class: "verdict-head" }, h("h2", { class: "verdict-title", text: why, attrs: { "data-testid": "verdict-title" } })),
+    level !== "unknown"
+      ? h("p", {
+          class: "verdict-meta",
+          text: `From the run summary: input wait ${formatPercent(s?.input_wait_share)} of step time — ${inputWaitLabel(level)}.`,
+        })
+      : null,
+  );
+}
