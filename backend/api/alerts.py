@@ -2,9 +2,9 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Response
 
-from backend.core.deps import OptionalRunIdQuery, SessionDep, ViewerAuth, WriterDep
+from backend.core.deps import DetectorsDep, OptionalRunIdQuery, SessionDep, ViewerAuth, WriterDep
 from backend.core.models import AlertRulePublic, AlertRulesPublic, AlertsPublic, AlertState
 from backend.diagnosis.alerting import AlertRuleCreate, AlertRuleUpdate
 from backend.diagnosis.store import create_rule, delete_rule, list_alerts, list_rules, update_rule
@@ -19,25 +19,27 @@ def read_rules(session: SessionDep) -> AlertRulesPublic:
 
 
 @router.post("/alert-rules", status_code=201)
-async def add_rule(spec: AlertRuleCreate, request: Request, writer: WriterDep) -> AlertRulePublic:
+async def add_rule(
+    spec: AlertRuleCreate, writer: WriterDep, detectors: DetectorsDep
+) -> AlertRulePublic:
     rule = await writer.run(create_rule, spec=spec)
-    request.app.state.detectors.rules_changed()
+    detectors.rules_changed()
     return rule
 
 
 @router.patch("/alert-rules/{rule_id}")
 async def change_rule(
-    rule_id: RuleId, patch: AlertRuleUpdate, request: Request, writer: WriterDep
+    rule_id: RuleId, patch: AlertRuleUpdate, writer: WriterDep, detectors: DetectorsDep
 ) -> AlertRulePublic:
     rule = await writer.run(update_rule, rule_id=rule_id, patch=patch)
-    request.app.state.detectors.rules_changed()
+    detectors.rules_changed()
     return rule
 
 
 @router.delete("/alert-rules/{rule_id}", status_code=204)
-async def remove_rule(rule_id: RuleId, request: Request, writer: WriterDep) -> Response:
+async def remove_rule(rule_id: RuleId, writer: WriterDep, detectors: DetectorsDep) -> Response:
     await writer.run(delete_rule, rule_id=rule_id)
-    request.app.state.detectors.rules_changed()
+    detectors.rules_changed()
     return Response(status_code=204)
 
 

@@ -1,17 +1,16 @@
 """REST reads for the diagnosis: the verdict, starvation marks, and the run's events."""
 
-import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from backend.api.queries import get_run
-from backend.core.deps import RunId, SessionDep, ViewerAuth
+from backend.core.deps import DetectorsDep, RunId, SessionDep, SettingsDep, ViewerAuth
 from backend.core.models import RunEventsPublic, RunStatus
 from backend.diagnosis.history import starved_ranges, window_from_db
 from backend.diagnosis.store import list_events
-from backend.diagnosis.verdict import Diagnosis, Verdict, diagnose
+from backend.diagnosis.verdict import Diagnosis, Verdict
 
 router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
 
@@ -19,8 +18,9 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAut
 @router.get("/runs/{run_id}/diagnosis")
 async def read_diagnosis(
     run_id: RunId,
-    request: Request,
     session: SessionDep,
+    settings: SettingsDep,
+    detectors: DetectorsDep,
     window_s: Annotated[float | None, Query(gt=0, le=86_400)] = None,
 ) -> Diagnosis:
     """The verdict over the run's last `window_s` seconds (default: the server's window).
@@ -30,8 +30,6 @@ async def read_diagnosis(
     (it may have begun after steps were stored, as after a restart), or with an explicit
     `window_s`, the verdict is judged on the stored steps: an ended run's answer is final.
     """
-    state = request.app.state
-    settings, detectors = state.settings, state.detectors
     run = await run_in_threadpool(get_run, session=session, run_id=run_id)
     running = run.status == RunStatus.running
     if window_s is None and running:
@@ -42,17 +40,7 @@ async def read_diagnosis(
     window = await run_in_threadpool(
         window_from_db, session=session, run=run, window_s=window_s or settings.diagnosis_window_s
     )
-    watched = detectors.windows.get(run_id)
-    if watched is not None:  # stall detection needs the live arrival times
-        window.last_step_at = watched.last_step_at
-    return diagnose(
-        window,
-        now=time.monotonic(),
-        connected=run_id in state.connections.run_ids(),
-        min_steps=settings.diagnosis_min_steps,
-        stall_min_s=settings.stall_min_s,
-        stall_step_factor=settings.stall_step_factor,
-    )
+    return detectors.diagnose_stored(window)
 
 
 @router.get("/runs/{run_id}/starvation")

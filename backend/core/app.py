@@ -20,7 +20,9 @@ from backend.core.deps import ViewerAuth
 from backend.core.errors import StokerError, describe
 from backend.core.lifecycle import AgentConnections, reaper_loop
 from backend.core.middleware import BodySizeLimit
+from backend.core.models import Run
 from backend.core.settings import Settings, get_settings
+from backend.core.state import AppState, app_state
 from backend.core.telemetry import Telemetry
 from backend.diagnosis.detectors import Detectors
 from backend.ingest import routes as ingest_routes
@@ -46,23 +48,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = await asyncio.to_thread(make_engine, settings)
-        state = app.state
-        state.engine = engine
-        state.writer = Writer(engine)
-        state.hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
-        state.watched = WatchedRuns()  # agents send live while a browser watches their run
-        state.hub.on_watch = state.watched.set_watched
-        state.connections = AgentConnections()
-        state.telemetry = Telemetry(agent_connections=state.connections, live_clients=state.hub)
+        writer = Writer(engine)
+        hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
+        watched = WatchedRuns()
+        hub.on_watch = watched.set_watched
+        connections = AgentConnections()
         log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))
-        # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks).
-        detectors = Detectors(
-            settings=settings, writer=state.writer, hub=state.hub, connections=state.connections
+        state = AppState(
+            settings=settings,
+            engine=engine,
+            writer=writer,
+            hub=hub,
+            watched=watched,
+            connections=connections,
+            telemetry=Telemetry(agent_connections=connections, live_clients=hub),
+            # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks).
+            detectors=Detectors(settings=settings, writer=writer, hub=hub, connections=connections),
         )
-        state.detectors = detectors
+        app.state.stoker = state
+        detectors = state.detectors
         await detectors.start()
 
-        def interrupted(run) -> None:
+        def interrupted(run: Run) -> None:
             publish_run_ended(state, run)
 
         # Long-running loops, all in one place.
@@ -142,7 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def metrics(request: Request) -> Response:
         """Prometheus text format: live gauges per running run and GPU, server counters."""
         return Response(
-            request.app.state.telemetry.render(),
+            app_state(request).telemetry.render(),
             media_type="text/plain; version=0.0.4; charset=utf-8",
         )
 

@@ -12,35 +12,39 @@ from starlette.requests import HTTPConnection
 
 from backend.core.errors import Forbidden, StokerError, Unauthorized
 from backend.core.settings import Settings
+from backend.core.state import AppState, app_settings, app_state
+from backend.diagnosis.detectors import Detectors
 from backend.ingest.writer import Writer
 from backend.live.hub import LiveHub
 
 
-def get_app_settings(conn: HTTPConnection) -> Settings:
-    return conn.app.state.settings
-
-
 def get_session(conn: HTTPConnection) -> Iterator[Session]:
-    with Session(conn.app.state.engine) as session:
+    with Session(app_state(conn).engine) as session:
         yield session
 
 
 def get_writer(conn: HTTPConnection) -> Writer:
-    return conn.app.state.writer
+    return app_state(conn).writer
 
 
 def get_hub(conn: HTTPConnection) -> LiveHub:
-    return conn.app.state.hub
+    return app_state(conn).hub
+
+
+def get_detectors(conn: HTTPConnection) -> Detectors:
+    return app_state(conn).detectors
 
 
 # Row ids are 32-bit on PostgreSQL: a larger id is a 422, not an overflow in the database.
 RunId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the run's id")]
 OptionalRunIdQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1)]
 
-SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+StateDep = Annotated[AppState, Depends(app_state)]
 SessionDep = Annotated[Session, Depends(get_session)]
 WriterDep = Annotated[Writer, Depends(get_writer)]
 HubDep = Annotated[LiveHub, Depends(get_hub)]
+DetectorsDep = Annotated[Detectors, Depends(get_detectors)]
 
 
 def presented_token(conn: HTTPConnection) -> str | None:

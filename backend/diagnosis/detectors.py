@@ -133,6 +133,18 @@ class Detectors:
             return None
         return self._diagnose(window, time.monotonic(), run_id in self.connections.run_ids())
 
+    def diagnose_stored(self, window: RunWindow) -> Diagnosis:
+        """The verdict over `window`, rebuilt from stored steps (see history.window_from_db).
+
+        Stall detection needs the live arrival times: those of the run's watched window, when
+        this server watches it. Call it on the event loop, like `diagnose_now`.
+        """
+        watched = self.windows.get(window.run_id)
+        if watched is not None:
+            window.last_step_at = watched.last_step_at
+        connected = window.run_id in self.connections.run_ids()
+        return self._diagnose(window, time.monotonic(), connected)
+
     # -- the tick ---------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -4,6 +4,7 @@ gauges, the browsers (through the live hub), the other server processes, and the
 from typing import Any
 
 from backend.core.models import Run, RunPublic, RunStatus, RunSummary
+from backend.core.state import AppState
 from backend.ingest.protocol import Batch
 from backend.ingest.summary import run_public
 from backend.live.hub import LiveHub
@@ -29,9 +30,9 @@ def push_live_steps(hub: LiveHub, run_id: int, batch: Batch, rank: int) -> None:
         )
 
 
-def publish_stored_batch(state: Any, run: RunPublic, batch: Batch, rank: int) -> None:
+def publish_stored_batch(state: AppState, run: RunPublic, batch: Batch, rank: int) -> None:
     """A committed batch: counters, gauges, the run's summary, other processes, detectors."""
-    hub: LiveHub = state.hub
+    hub = state.hub
     state.telemetry.stored(batch)
     state.telemetry.live.observe(run.id, rank=rank, batch=batch, steps_total=run.summary.steps)
     if batch.steps is not None:
@@ -40,7 +41,7 @@ def publish_stored_batch(state: Any, run: RunPublic, batch: Batch, rank: int) ->
     state.detectors.observe_batch(run, batch, rank)
 
 
-def publish_run_ended(state: Any, run: Run) -> RunPublic:
+def publish_run_ended(state: AppState, run: Run) -> RunPublic:
     """A run (or one of its workers) ended, as its agent said or reaped: gauges, browsers,
     detectors. The run's gauges go once its last worker ended."""
     public = run_public(run)

@@ -10,9 +10,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request, WebSocket
 from pydantic import Field, TypeAdapter, ValidationError
 
-from backend.core.deps import AgentAuth, HubDep, TokenKind, WriterDep, check_token, refuse_websocket
+from backend.core.deps import AgentAuth, StateDep, TokenKind, check_token, refuse_websocket
 from backend.core.errors import PayloadTooLarge, StokerError, describe
 from backend.core.models import Run, RunPublic, RunStatus
+from backend.core.state import AppState, app_state
+from backend.core.telemetry import Telemetry
 from backend.ingest.protocol import PROTOCOL_VERSION, Batch, End, Hello, HttpIngest
 from backend.ingest.publish import (
     publish_run_ended,
@@ -60,7 +62,7 @@ def _reason(text: str) -> str:
 
 @router.websocket("/agent")
 async def agent_socket(websocket: WebSocket) -> None:
-    state = websocket.app.state
+    state = app_state(websocket)
     settings, writer, telemetry = state.settings, state.writer, state.telemetry
     try:
         check_token(websocket, settings, TokenKind.agent)
@@ -100,7 +102,7 @@ class _InFlight:
 
 
 async def _serve_agent(
-    websocket: WebSocket, state: Any, run: Run, hello: Hello, last_seq: int
+    websocket: WebSocket, state: AppState, run: Run, hello: Hello, last_seq: int
 ) -> None:
     """Read, check and queue the agent's frames; `_acknowledge` answers them once stored.
 
@@ -179,7 +181,7 @@ async def _serve_agent(
 
 async def _acknowledge(
     websocket: WebSocket,
-    state: Any,
+    state: AppState,
     public: RunPublic,
     hello: Hello,
     in_flight: "asyncio.Queue[_InFlight | None]",
@@ -239,7 +241,7 @@ def _seq_of(text: str) -> int | None:
     return seq if isinstance(seq, int) else None
 
 
-async def _receive_text(websocket: WebSocket, max_bytes: int, telemetry: Any) -> str | None:
+async def _receive_text(websocket: WebSocket, max_bytes: int, telemetry: Telemetry) -> str | None:
     """The next text frame, or None once the socket is closed (by the peer or by us)."""
     message = await websocket.receive()
     if message["type"] == "websocket.disconnect":
@@ -270,12 +272,12 @@ async def _receive_text(websocket: WebSocket, max_bytes: int, telemetry: Any) ->
         }
     },
 )
-async def ingest_http(request: Request, writer: WriterDep, hub: HubDep) -> dict[str, Any]:
+async def ingest_http(request: Request, state: StateDep) -> dict[str, Any]:
     """Store a hello and its batches in one request: the WebSocket fallback and offline upload.
 
     Either every batch is valid and stored, or nothing is (422 naming the problem).
     """
-    state = request.app.state
+    writer, hub = state.writer, state.hub
     body = await request.body()
     try:
         payload = HttpIngest.model_validate_json(body)

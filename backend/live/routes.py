@@ -6,11 +6,13 @@ import json
 import logging
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from backend.api.queries import list_runs_json
 from backend.core.deps import TokenKind, check_token, refuse_websocket
 from backend.core.errors import StokerError
+from backend.core.state import app_settings, app_state
 from backend.live.hub import LiveClient, LiveHub
 
 log = logging.getLogger(__name__)
@@ -21,15 +23,16 @@ MAX_COMMAND_BYTES = 4096
 @router.websocket("/live")
 async def live_socket(websocket: WebSocket) -> None:
     try:
-        check_token(websocket, websocket.app.state.settings, TokenKind.viewer)
+        check_token(websocket, app_settings(websocket), TokenKind.viewer)
     except StokerError as error:
         await refuse_websocket(websocket, error)
         return
     await websocket.accept()
-    hub = websocket.app.state.hub
+    state = app_state(websocket)
+    hub = state.hub
     client = hub.connect()
     try:
-        runs = await asyncio.to_thread(_current_runs, websocket.app.state.engine)
+        runs = await asyncio.to_thread(_current_runs, state.engine)
         for run in runs:
             client.offer_message({"type": "run", "run": run})
         sender = asyncio.create_task(_send_forever(websocket, client), name="stoker-live-send")
@@ -45,7 +48,7 @@ async def live_socket(websocket: WebSocket) -> None:
         hub.disconnect(client)
 
 
-def _current_runs(engine) -> list[dict]:
+def _current_runs(engine: Engine) -> list[dict]:
     with Session(engine) as session:
         runs = json.loads(list_runs_json(session=session, limit=1000))["data"]
     return list(reversed(runs))
