@@ -1,38 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { batchSizeOf, isStarved, starvedRanges, throughputCaption, throughputColumns, waitShare } from "./derive";
+import { batchSizeOf, throughputCaption, throughputColumns } from "./derive";
 import { seriesFromColumns } from "./series";
 
 const s = (dur: number[], wait: (number | null)[]) =>
   seriesFromColumns({ step: dur.map((_, i) => i * 10), t: dur.map((_, i) => i), dur, wait });
-
-describe("isStarved", () => {
-  it("counts a step as starved from 20 % input wait", () => {
-    expect(isStarved(100, 20)).toBe(true);
-    expect(isStarved(100, 19)).toBe(false);
-    expect(isStarved(100, null)).toBe(false);
-    expect(isStarved(0, 0)).toBe(false);
-  });
-});
-
-describe("starvedRanges", () => {
-  it("merges consecutive starved steps; edges sit halfway to the neighbours", () => {
-    const r = starvedRanges(s([1, 1, 1, 1, 1], [0, 0.5, 0.5, 0, 0.9]));
-    expect(r).toEqual([
-      { from: 5, to: 25, label: "starved: steps 10–20" },
-      { from: 35, to: 40, label: "starved: step 40" },
-    ]);
-  });
-  it("finds nothing without measured wait", () => {
-    expect(starvedRanges(s([1, 1], [null, null]))).toEqual([]);
-  });
-});
-
-describe("waitShare", () => {
-  it("is total wait over total step time of rows with both", () => {
-    expect(waitShare(s([1, 3], [0.5, 0.5]))).toBeCloseTo(0.25);
-    expect(waitShare(s([1], [null]))).toBeNull();
-  });
-});
 
 describe("throughput", () => {
   it("reads the batch size from the config", () => {
@@ -54,7 +25,7 @@ describe("throughput", () => {
   });
 });
 
-import { combineStarved, rangesFromStarvation } from "./derive";
+import { rangesFromStarvation } from "./derive";
 
 describe("rangesFromStarvation", () => {
   it("widens step ranges by half a step and keeps the wall-clock span", () => {
@@ -73,15 +44,6 @@ describe("rangesFromStarvation", () => {
       [110, 120],
     ]);
     expect(rangesFromStarvation(null)).toEqual({ steps: [], time: [] });
-  });
-  it("adds derived ranges only after the step the server covered", () => {
-    const server = [{ from: 1, to: 2, label: "s" }];
-    const derived = [{ from: 1.5, to: 2, label: "d1" }, { from: 10, to: 25, label: "d3" }, { from: 30, to: 31, label: "d2" }];
-    expect(combineStarved(server, 20, derived).map((r) => [r.label, r.from])).toEqual([
-      ["s", 1],
-      ["d3", 20],
-      ["d2", 30],
-    ]);
   });
 });
 

@@ -1,64 +1,9 @@
-// Series derived from the step series: throughput and starved stretches.
-// Pure, unit-tested.
+// Series derived from the step series (throughput), and the server's starved
+// stretches as shaded ranges. Pure, unit-tested.
 
 import { formatRate } from "./format";
 import type { ShadeRange } from "./samples";
 import type { StepSeries } from "./series";
-
-/** Share of step time spent waiting from which a step counts as starved (highly input-bound). */
-export const STARVED_SHARE = 0.2;
-
-/** Whether one step (or bucket) waited for input for at least `threshold` of its time. */
-export function isStarved(durMs: number | null | undefined, waitMs: number | null | undefined, threshold = STARVED_SHARE): boolean {
-  if (typeof durMs !== "number" || typeof waitMs !== "number" || !(durMs > 0)) return false;
-  return waitMs / durMs >= threshold;
-}
-
-/**
- * Contiguous stretches of starved steps as x ranges. Each edge sits halfway to
- * the neighbouring point so that a lone starved step still has a width.
- */
-export function starvedRanges(s: StepSeries, threshold = STARVED_SHARE): ShadeRange[] {
-  const out: ShadeRange[] = [];
-  const n = s.step.length;
-  let start = -1;
-  const edge = (i: number, dir: -1 | 1) => {
-    const x = s.step[i]!;
-    const nb = s.step[i + dir];
-    return nb === undefined ? x : (x + nb) / 2;
-  };
-  for (let i = 0; i <= n; i++) {
-    const starved = i < n && isStarved(s.durMs[i], s.waitMs[i], threshold);
-    if (starved && start < 0) start = i;
-    if (!starved && start >= 0) {
-      const count = i - start;
-      out.push({
-        from: edge(start, -1),
-        to: edge(i - 1, 1),
-        label: `starved: ${count === 1 ? `step ${s.step[start]}` : `steps ${s.step[start]}–${s.step[i - 1]}`}`,
-      });
-      start = -1;
-    }
-  }
-  return out;
-}
-
-/** Share of all held steps' time that was input wait (mean of wait / mean of dur), or null. */
-export function waitShare(s: StepSeries): number | null {
-  let dur = 0;
-  let wait = 0;
-  let n = 0;
-  for (let i = 0; i < s.step.length; i++) {
-    const d = s.durMs[i];
-    const w = s.waitMs[i];
-    if (typeof d === "number" && typeof w === "number") {
-      dur += d;
-      wait += w;
-      n++;
-    }
-  }
-  return n === 0 || dur <= 0 ? null : wait / dur;
-}
 
 /** Batch size from the run config (`batch_size`), if it is a positive number. */
 export function batchSizeOf(config: Record<string, unknown> | null | undefined): number | null {
@@ -130,10 +75,4 @@ export function rangesFromStarvation(resp: {
     if (typeof r.t_start === "number" && typeof r.t_end === "number") time.push({ from: r.t_start, to: r.t_end, label });
   }
   return { steps, time };
-}
-
-/** Server ranges up to `coveredStep`, then ranges derived from the held series after it (clipped there). */
-export function combineStarved(server: ShadeRange[], coveredStep: number, derived: ShadeRange[]): ShadeRange[] {
-  const after = derived.filter((r) => r.to > coveredStep).map((r) => (r.from > coveredStep ? r : { ...r, from: coveredStep }));
-  return [...server, ...after];
 }

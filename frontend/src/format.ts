@@ -1,6 +1,8 @@
 // Number, duration and time formatting for tables, cards and chart axes.
 // Every function here is pure; missing values render as an em dash.
 
+import { HIGHLY_INPUT_BOUND, MODERATELY_INPUT_BOUND } from "./thresholds";
+
 export const MISSING = "—";
 
 function isNum(v: number | null | undefined): v is number {
@@ -150,14 +152,11 @@ export function formatValue(v: unknown): string {
 
 export type InputWaitLevel = "high" | "moderate" | "low" | "unknown";
 
-/**
- * Input-bound level by the TensorFlow profiler's convention: highly input-bound
- * from 20 % of step time spent waiting for input, moderately from 5 %.
- */
+/** Input-bound level of an input-wait share (thresholds in thresholds.ts). */
 export function inputWaitLevel(share: number | null | undefined): InputWaitLevel {
   if (!isNum(share)) return "unknown";
-  if (share >= 0.2) return "high";
-  if (share >= 0.05) return "moderate";
+  if (share >= HIGHLY_INPUT_BOUND) return "high";
+  if (share >= MODERATELY_INPUT_BOUND) return "moderate";
   return "low";
 }
 

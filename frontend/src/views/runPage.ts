@@ -12,7 +12,6 @@
 //   environmentPanel.ts, configPanel.ts, editForm.ts
 
 import { isNotFound } from "../api";
-import { rangesFromStarvation } from "../derive";
 import { h, replaceChildren } from "../dom";
 import { RUNS_HREF } from "../router";
 import { isRun, runEnded } from "../runs";
@@ -202,16 +201,14 @@ export class RunPageView implements View {
     }
   }
 
+  /** The server's starved stretches (re-read with every poll while the run is live). */
   private async loadStarvation(): Promise<void> {
-    const covered = this.stepCharts.lastHeldStep();
     try {
       const resp = await this.ctx.api.getStarvation(this.runId, {}, this.signal);
       if (this.destroyed) return;
-      const ranges = rangesFromStarvation(resp);
-      this.stepCharts.setServerStarved({ steps: ranges.steps, covered });
-      this.timeCharts.setStarved(ranges.time);
+      this.timeCharts.setStarved(this.stepCharts.setStarvation(resp));
     } catch {
-      /* the step charts keep the stretches derived from the steps they hold */
+      /* keep the stretches of the last answer */
     }
   }
 

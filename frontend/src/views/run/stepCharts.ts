@@ -1,12 +1,12 @@
-// The run page's "By step" group: step time (input wait and starved stretches
-// shaded), throughput and logged metrics. The three charts share one cursor
+// The run page's "By step" group: step time (input wait, and the starved
+// stretches the server found (`GET /runs/{id}/starvation`) shaded), throughput and logged metrics. The three charts share one cursor
 // and zoom together; zooming pauses following, a reset resumes it. The step
 // series follows the live stream (StepSync); steps and metrics are each a
 // SeriesResource, so a zoom into downsampled data is refined the same way.
 
 import { isNotFound, type ApiClient } from "../../api";
 import { metricsSpec, throughputSpec, type ThroughputData } from "../../chartSpecs";
-import { batchSizeOf, combineStarved, starvedRanges, throughputCaption } from "../../derive";
+import { batchSizeOf, rangesFromStarvation, throughputCaption } from "../../derive";
 import { h, setAttrs, setText } from "../../dom";
 import { formatCount } from "../../format";
 import { ChartGroup, LiveChart, type ZoomRange } from "../../liveChart";
@@ -16,7 +16,8 @@ import { seriesFromColumns, type StepSeries } from "../../series";
 import { SeriesResource } from "../../seriesResource";
 import { StepTimeChart } from "../../stepChart";
 import { StepSync } from "../../stepSync";
-import type { MetricTrack, Run, StepColumns } from "../../types";
+import { HIGHLY_INPUT_BOUND } from "../../thresholds";
+import type { MetricTrack, Run, StarvationResponse, StepColumns } from "../../types";
 import { errorMessage } from "../common";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
 
@@ -52,9 +53,9 @@ export class StepCharts {
   private sync: StepSync | null = null;
   private run: Run | null = null;
   private following = true;
+  /** Starved stretches by step, as the server computed them (exact, not from downsampled buckets). */
   private starved: ShadeRange[] = [];
-  /** Starved ranges the server computed (exact, not from downsampled buckets), and up to which step. */
-  private serverStarved: { steps: ShadeRange[]; covered: number } | null = null;
+  private readonly starvedKey: HTMLElement;
 
   constructor(opts: StepChartsOptions) {
     this.opts = opts;
@@ -83,7 +84,7 @@ export class StepCharts {
     );
 
     this.chartBox = h("div", {
-      attrs: { "data-testid": "step-time-chart", role: "group", "aria-label": "Step time per step, in milliseconds" },
+      attrs: { "data-testid": "step-time-chart", role: "group", "aria-label": "Step time per step, in milliseconds", "data-starved-ranges": 0 },
     });
     this.chartInfo = h("span", { class: "chart-info muted", attrs: { "data-testid": "chart-info" } });
     this.chartError = h("p", { class: "chart-error error", attrs: { role: "status", hidden: true } });
@@ -100,6 +101,7 @@ export class StepCharts {
     });
     this.throughputBox = chartPanel("Throughput", "throughput-heading", "throughput-chart", "Training throughput per step");
     this.metricsBox = chartPanel("Loss and metrics", "metrics-heading", "metrics-chart", "Logged loss and metrics per step");
+    this.starvedKey = h("span", { class: "legend-key starved-key", text: "starved", attrs: { title: starvedTitle(HIGHLY_INPUT_BOUND) } });
     const stepSection = h(
       "section",
       { class: "panel chart-panel", attrs: { "aria-labelledby": "step-time-heading" } },
@@ -109,7 +111,7 @@ export class StepCharts {
         h("h2", { text: "Step time", attrs: { id: "step-time-heading" } }),
         this.chartInfo,
         h("div", { class: "spacer" }),
-        h("span", { class: "legend-key starved-key", text: "starved", attrs: { title: "Stretches where input wait was ≥ 20 % of step time" } }),
+        this.starvedKey,
         h("span", { class: "hint muted", text: "drag to zoom · double-click to reset · y axis ignores rare outliers" }),
         this.followButton,
       ),
@@ -178,16 +180,15 @@ export class StepCharts {
     this.sync?.onLive(data);
   }
 
-  /** The last step held (the starvation answer covers the run up to it), or -1. */
-  lastHeldStep(): number {
-    const s = this.steps.held;
-    return s && s.step.length > 0 ? s.step[s.step.length - 1]! : -1;
-  }
-
-  setServerStarved(ranges: { steps: ShadeRange[]; covered: number }): void {
-    this.serverStarved = ranges;
+  /** The server's starved stretches; returns them in wall-clock time for the GPU charts. */
+  setStarvation(resp: StarvationResponse): ShadeRange[] {
+    const ranges = rangesFromStarvation(resp);
+    this.starved = ranges.steps;
+    this.starvedKey.title = starvedTitle(resp.threshold);
     this.chartBox.setAttribute("data-starved-source", "server");
+    this.chartBox.setAttribute("data-starved-ranges", String(this.starved.length));
     this.draw();
+    return ranges.time;
   }
 
   update(run: Run): void {
@@ -239,10 +240,6 @@ export class StepCharts {
   private draw(): void {
     const series = this.steps.data;
     if (!series) return;
-    const derived = starvedRanges(series);
-    const server = this.serverStarved;
-    this.starved = server ? combineStarved(server.steps, server.covered, derived) : derived;
-    this.chartBox.setAttribute("data-starved-ranges", String(this.starved.length));
     this.chart?.setSeries(series);
     this.throughputChart?.setData({ series, batchSize: batchSizeOf(this.run?.config) });
     this.showThroughputCaption();
@@ -276,4 +273,8 @@ export class StepCharts {
     this.following = follow;
     followButtonState(this.followButton, follow, this.run?.status === "running", "steps");
   }
+}
+
+function starvedTitle(threshold: number): string {
+  return `Stretches where input wait was ≥ ${Math.round(threshold * 100)} % of step time`;
 }
