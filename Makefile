@@ -25,7 +25,7 @@ build: $(INSTALLED) $(NODE_MODULES)
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[tensorflow,dev]'
+	$(BIN)/pip install --quiet -e '.[tensorflow,server,dev]'
 	touch $@
 
 $(NODE_MODULES): frontend/package-lock.json
