@@ -1,4 +1,5 @@
-# The Stoker server image (the training side installs `stoker[tensorflow]` with pip).
+# The Stoker server image, built from the wheel (the training side installs `stoker`, the
+# agent alone, with pip). Stages: the UI (node), the wheel (with the UI in it), the image.
 FROM node:20-bookworm-slim AS ui
 WORKDIR /src/frontend
 COPY frontend/package.json frontend/package-lock.json ./
@@ -6,13 +7,21 @@ RUN npm ci --no-audit --no-fund
 COPY frontend/ ./
 RUN npm run build
 
-FROM python:3.11-slim-bookworm
-WORKDIR /app
-COPY pyproject.toml README.md ./
+FROM python:3.11-slim-bookworm AS wheel
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
 COPY backend/ backend/
 COPY trainer_agent/ trainer_agent/
+RUN rm -rf backend/static
+# No frontend/ here: setup.py takes the UI built in the first stage as it is.
 COPY --from=ui /src/backend/static backend/static
-RUN pip install --no-cache-dir '.[postgres]'
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+FROM python:3.11-slim-bookworm
+COPY --from=wheel /dist /dist
+RUN pip install --no-cache-dir "$(ls /dist/stoker-*.whl)[server,postgres]" \
+  && rm -rf /dist
+WORKDIR /app
 ENV STOKER_HOST=0.0.0.0 STOKER_DATA_DIR=/data
 VOLUME /data
 EXPOSE 8470

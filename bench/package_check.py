@@ -129,7 +129,7 @@ def main() -> int:
         print(f"  import trainer_agent (session, sender, samplers): {agent_ms:.0f} ms")
 
         started = time.monotonic()
-        sh(python, "-m", "pip", "install", "--quiet", f"stoker[server] @ {wheel.as_uri()}")
+        sh(python, "-m", "pip", "install", "--quiet", f"{wheel}[server]")
         server = du_bytes(site_packages(venv)) - empty - base
         print(f"server extra: +{server / 1e6:.1f} MB in {time.monotonic() - started:.0f} s")
         index = check_serve(stoker, root / "data")
