@@ -48,6 +48,9 @@ const rule: AlertRule = {
   run_id: null,
   enabled: false,
   channels: [{ type: "browser" }, { type: "webhook", url: "https://h.example/x", format: "json" }],
+  builtin: null,
+  created_at: "2024-05-01T12:00:00Z",
+  updated_at: "2024-05-01T12:00:00Z",
 };
 
 describe("ruleToForm", () => {
@@ -78,6 +81,7 @@ const alert = (over: Partial<Alert>): Alert => ({
   started_at: "2024-05-01T12:00:00Z",
   fired_at: null,
   resolved_at: null,
+  deliveries: [],
   ...over,
 });
 

@@ -201,6 +201,7 @@ export function alertFromMessage(msg: Record<string, unknown>): Alert | null {
     started_at: String(raw.started_at ?? new Date().toISOString()),
     fired_at: typeof raw.fired_at === "string" ? raw.fired_at : null,
     resolved_at: typeof raw.resolved_at === "string" ? raw.resolved_at : null,
+    deliveries: Array.isArray(raw.deliveries) ? (raw.deliveries as Alert["deliveries"]) : [],
   };
 }
 

@@ -36,10 +36,9 @@ describe("verdict labels", () => {
 });
 
 describe("runVerdict", () => {
-  it("prefers a pushed verdict, then the summary's, then derives from input wait", () => {
+  it("prefers a pushed verdict, then derives from input wait", () => {
     const run = makeRun({ summary: { ...makeRun().summary, input_wait_share: 0.3 } });
     expect(runVerdict(run, "stalled")).toEqual({ verdict: "stalled", derived: false });
-    expect(runVerdict({ ...run, summary: { ...run.summary, verdict: "not_input_bound" } }, undefined)).toEqual({ verdict: "not_input_bound", derived: false });
     expect(runVerdict(run, undefined)).toEqual({ verdict: "highly_input_bound", derived: true });
     expect(runVerdict({ ...run, summary: { ...run.summary, input_wait_share: null } }, undefined).verdict).toBeNull();
   });

@@ -97,13 +97,11 @@ export function evidenceText(e: Evidence | string): string {
 
 /**
  * The verdict to badge a run with in the list: a verdict the server sent
- * (live message or summary) wins; otherwise, for runs with a measured input
+ * (live message or a diagnosis read) wins; otherwise, for runs with a measured input
  * wait, the level its input-wait share implies (marked as derived).
  */
 export function runVerdict(run: Run, known: Verdict | undefined): { verdict: Verdict | null; derived: boolean } {
   if (known) return { verdict: known, derived: false };
-  const fromSummary = run.summary?.verdict;
-  if (isVerdict(fromSummary)) return { verdict: fromSummary, derived: false };
   const level = inputWaitLevel(run.summary?.input_wait_share);
   switch (level) {
     case "high":

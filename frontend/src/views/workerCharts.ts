@@ -97,7 +97,7 @@ export class WorkerCharts {
     const slowest = slowestRank(workers);
     this.renderTable(workers, slowest);
     this.latest = run;
-    const stepped = workers.reduce((sum, w) => sum + w.steps, 0);
+    const stepped = workers.reduce((sum, w) => sum + (w.steps ?? 0), 0);
     if (this.loading || stepped === this.lastSteps) return;
     const now = Date.now();
     const wait = this.lastFetch + REFRESH_MS - now;

@@ -1,0 +1,97 @@
+// Hand-written shapes for what the OpenAPI schema does not describe yet: routes
+// that return `dict[str, Any]` (samples, host, metrics, compare, starvation)
+// and the live WebSocket's messages. When the backend declares response models
+// for them, `npm run gen:api` brings them into api.gen.ts and these go.
+
+import type { Alert, Diagnosis, Run, RunEvent, RunStatus, RunSummary, StepsResponse } from "./types";
+
+/** Columnar step data as the live `steps` message carries it (times in seconds). */
+export type StepColumns = Pick<StepsResponse, "step" | "t" | "dur" | "wait"> & {
+  /** Bucket minimum of `dur` (present only when downsampled). */
+  dur_min?: number[] | null;
+  /** Bucket maximum of `dur` (present only when downsampled). */
+  dur_max?: number[] | null;
+};
+
+/** Messages the server sends on `/api/v1/live`. */
+export type LiveMessage =
+  | { type: "run"; run: Run }
+  | { type: "steps"; run_id: number; data: StepColumns; rank?: number }
+  | { type: "notice"; message: string }
+  | { type: "verdict"; run_id: number; diagnosis: Diagnosis }
+  | { type: "alert"; alert: Alert }
+  | { type: "event"; event: RunEvent }
+  | { type: "run_deleted"; run_id: number };
+
+/** Messages the browser sends on `/api/v1/live`. */
+export type ClientMessage = { type: "subscribe"; run_id: number } | { type: "unsubscribe"; run_id: number };
+
+// ---- `GET /runs/{id}/samples`, `/host`, `/metrics`, normalized by samples.ts ----
+
+/** One timed track (one GPU of one rank, or one host), columnar, `t` in unix seconds. */
+export interface SampleTrack {
+  rank: number;
+  /** GPU index; absent for host tracks. */
+  gpu?: number;
+  t: number[];
+  /** Field name → values; downsampled tracks also carry `<field>_min` / `<field>_max`. */
+  cols: Record<string, (number | null)[]>;
+  downsampled: boolean;
+  total: number | null;
+}
+
+export interface SamplesData {
+  device: SampleTrack[];
+  host: SampleTrack[];
+}
+
+/**
+ * What a step metric's values are: Keras `fit` logs the running mean over the
+ * epoch so far, a custom loop the value it logged.
+ */
+export type MetricAggregation = "running_mean_over_epoch" | "value";
+
+/** One logged scalar by step. */
+export interface MetricTrack {
+  name: string;
+  aggregation?: MetricAggregation;
+  step: number[];
+  value: (number | null)[];
+  min: (number | null)[] | null;
+  max: (number | null)[] | null;
+}
+
+// ---- `GET /compare?runs=1,2` ----
+
+export interface CompareRun {
+  id: number;
+  name: string;
+  project?: string;
+  status?: RunStatus;
+  tags?: string[];
+  started_at?: string;
+  ended_at?: string | null;
+  summary: RunSummary;
+}
+
+export interface CompareResponse {
+  runs: CompareRun[];
+  /** Every epoch metric any of the runs recorded. */
+  epoch_metrics?: string[];
+  /** Flattened dotted key → one value per run (in `runs` order), only keys that differ. */
+  differences: {
+    config: Record<string, unknown[]>;
+    environment: Record<string, unknown[]>;
+  };
+}
+
+// ---- `GET /runs/{id}/starvation` ----
+
+/** Stretches of steps whose input wait reached the threshold. */
+export interface StarvationResponse {
+  run_id: number;
+  threshold: number;
+  measured_steps: number;
+  starved_steps: number;
+  ranges: { start: number; end: number; t_start: number; t_end: number; steps: number; wait_share: number | null }[];
+}
