@@ -29,6 +29,8 @@ import { VerdictBanner } from "./run/verdictBanner";
 import { WorkerCharts } from "./workerCharts";
 
 const POLL_MS = 5000;
+/** While steps stream in, the starved shading follows within this long. */
+const STARVATION_REFRESH_MS = 1000;
 
 export class RunPageView implements View {
   readonly el: HTMLElement;
@@ -52,6 +54,7 @@ export class RunPageView implements View {
   private run: Run | null = null;
   private destroyed = false;
   private polling = false;
+  private starvationTimer: number | null = null;
   /** The poll in flight, so the final refresh after the run ends runs after it. */
   private pollTask: Promise<void> | null = null;
   private secondaryStarted = false;
@@ -121,9 +124,15 @@ export class RunPageView implements View {
     this.cleanups.push(
       ctx.live.on("steps", ({ runId: id, data, rank }) => {
         // The charts show rank 0 (as `GET /steps` does by default); other workers' steps would interleave.
-        if (id === runId && (rank === undefined || rank === 0)) this.stepCharts.onLive(data);
+        if (id === runId && (rank === undefined || rank === 0)) {
+          this.stepCharts.onLive(data);
+          this.refreshStarvationSoon();
+        }
       }),
     );
+    this.cleanups.push(() => {
+      if (this.starvationTimer !== null) window.clearTimeout(this.starvationTimer);
+    });
     ctx.live.subscribe(runId);
     this.cleanups.push(() => ctx.live.unsubscribe(runId));
     // A (re)opened socket may have missed steps; so may a slow client told so by a notice.
@@ -199,6 +208,15 @@ export class RunPageView implements View {
         replaceChildren(this.headerBox, h("p", { class: "error", text: `Cannot load run: ${errorMessage(err)}` }));
       }
     }
+  }
+
+  /** Live steps arrived: re-read the server's starved stretches within a second (not per message). */
+  private refreshStarvationSoon(): void {
+    if (this.starvationTimer !== null || this.destroyed) return;
+    this.starvationTimer = window.setTimeout(() => {
+      this.starvationTimer = null;
+      void this.loadStarvation();
+    }, STARVATION_REFRESH_MS);
   }
 
   /** The server's starved stretches (re-read with every poll while the run is live). */
