@@ -4,8 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NODE_MODULES := frontend/node_modules/.package-lock.json
+# The agent's real-training tests, also run on the oldest TensorFlow supported (tf.keras =
+# Keras 2, in its own venv) and with tf_keras (TF_USE_LEGACY_KERAS=1) on the newest.
+AGENT_FIT_TESTS := tests/test_agent_fit.py tests/test_epoch_metrics_fit.py \
+	tests/test_agent_guard.py tests/test_stamp_ring.py tests/test_input_wait.py tests/test_autolog.py
+TF_OLDEST := 2.15.1
+TF_OLDEST_VENV := $(VENV)/tf2.15
 
-.PHONY: demo serve test build lint format clean
+.PHONY: demo serve test test-tf-matrix build lint format clean
 
 demo: build
 	$(BIN)/stoker demo
@@ -18,6 +24,18 @@ test: build
 	$(BIN)/ruff format --check .
 	cd frontend && npm test
 	$(BIN)/pytest -ra
+	$(MAKE) test-tf-matrix
+
+test-tf-matrix: $(INSTALLED) $(TF_OLDEST_VENV)/.installed
+	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra $(AGENT_FIT_TESTS)
+	$(TF_OLDEST_VENV)/bin/pytest -ra $(AGENT_FIT_TESTS)
+
+# The tests start `stoker serve` with the venv's Python, so it has the server extra too.
+$(TF_OLDEST_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(TF_OLDEST_VENV)
+	STOKER_SKIP_UI_BUILD=1 $(TF_OLDEST_VENV)/bin/pip install --quiet \
+		'tensorflow==$(TF_OLDEST)' -e '.[server]' 'pytest>=8' 'pytest-timeout>=2.3'
+	touch $@
 
 build: $(INSTALLED) $(NODE_MODULES)
 	cd frontend && npm run build

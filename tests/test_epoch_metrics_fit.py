@@ -69,6 +69,8 @@ def test_unknown_cardinality_fit_with_validation_records_epochs_and_keras_step_c
 ) -> None:
     from trainer_agent import StokerCallback
 
+    if steps_per_execution > 1 and ".engine." in tf.keras.Model.__module__:  # Keras 2
+        pytest.skip("Keras 2 cannot fit an unknown-cardinality dataset with steps_per_execution")
     epochs, batches = 3, 10  # with 4 steps per execution: 4 + 4 + 2, then end-of-data
     callback = StokerCallback(run_name=f"epochs-spe{steps_per_execution}", server=server.url)
     model = _model(steps_per_execution)
