@@ -8,7 +8,7 @@ from starlette.concurrency import run_in_threadpool
 from backend.api.queries import get_run
 from backend.core.deps import DetectorsDep, RunId, SessionDep, SettingsDep, ViewerAuth
 from backend.core.models import RunEventsPublic, RunStatus
-from backend.diagnosis.history import starved_ranges, window_from_db
+from backend.diagnosis.history import StarvedRanges, starved_ranges, window_from_db
 from backend.diagnosis.store import list_events
 from backend.diagnosis.verdict import Diagnosis, Verdict
 
@@ -50,7 +50,7 @@ def read_starvation(
     threshold: Annotated[float, Query(ge=0.001, le=1)] = 0.2,
     rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
     max_gap: Annotated[int, Query(ge=0, le=10_000)] = 0,
-) -> dict:
+) -> StarvedRanges:
     """Step ranges whose input wait is at least `threshold` of step time, for shading."""
     get_run(session=session, run_id=run_id)
     return starved_ranges(

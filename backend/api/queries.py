@@ -68,9 +68,22 @@ def _run_filters(
 
 # `best:<name>` (or `-best:<name>`) sorts runs by the best value of an epoch metric.
 BEST_SORT_PREFIX = "best:"
+# Numeric summary fields the runs list sorts by (the starvation cost, issue 15 §3).
+SUMMARY_SORT_KEYS = ("input_wait_s", "lost_gpu_s")
 RUN_SORT_PATTERN = (
-    r"^-?(started_at|name|project|status|last_seen_at|id|" + BEST_SORT_PREFIX + r".{1,100})$"
+    r"^-?(started_at|name|project|status|last_seen_at|id|"
+    + "|".join(SUMMARY_SORT_KEYS)
+    + "|"
+    + BEST_SORT_PREFIX
+    + r".{1,100})$"
 )
+
+
+def summary_number(session: Session, key: str) -> Any:
+    """SQL for the number at `run.summary[key]` (NULL when absent); `key` is a trusted name."""
+    if session.get_bind().dialect.name == "postgresql":
+        return literal_column(f"CAST(run.summary ->> '{key}' AS float)")
+    return literal_column(f"json_extract(run.summary, '$.{key}')")
 
 
 def _run_order(session: Session, sort: str) -> tuple[Any, ...]:
@@ -78,6 +91,10 @@ def _run_order(session: Session, sort: str) -> tuple[Any, ...]:
     key = sort.lstrip("-")
     if key.startswith(BEST_SORT_PREFIX):
         return _best_order(session, key[len(BEST_SORT_PREFIX) :], descending=descending)
+    if key in SUMMARY_SORT_KEYS:
+        value = func.coalesce(summary_number(session, key), 0.0)
+        tiebreak = col(Run.id)
+        return (value.desc(), tiebreak.desc()) if descending else (value, tiebreak)
     order, tiebreak = col(getattr(Run, key)), col(Run.id)
     if descending:
         return order.desc(), tiebreak.desc()

@@ -23,7 +23,17 @@ from backend.api.queries import (
 )
 from backend.core.deps import HubDep, RunId, SessionDep, ViewerAuth, WriterDep
 from backend.core.errors import RunNotFound
-from backend.core.models import RunPublic, RunsPublic, RunStatus, RunUpdate, StepSeries
+from backend.core.models import (
+    DeviceSeries,
+    HostSeries,
+    MetricSeries,
+    RunComparison,
+    RunPublic,
+    RunsPublic,
+    RunStatus,
+    RunUpdate,
+    StepSeries,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[ViewerAuth])
 
@@ -131,7 +141,7 @@ def read_device_samples(
     fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
     since_t: SinceT = None,
     until_t: UntilT = None,
-) -> dict[str, Any]:
+) -> DeviceSeries:
     """Device (GPU) samples per rank and GPU over wall-clock time, downsampled."""
     get_run(session=session, run_id=run_id)
     return device_series(
@@ -148,7 +158,7 @@ def read_host_samples(
     fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
     since_t: SinceT = None,
     until_t: UntilT = None,
-) -> dict[str, Any]:
+) -> HostSeries:
     """Host samples (CPU, memory) per rank over wall-clock time, downsampled."""
     get_run(session=session, run_id=run_id)
     return host_series(
@@ -167,7 +177,7 @@ def read_metrics(
     after_step: AfterStep = None,
     before_step: BeforeStep = None,
     axis: Annotated[MetricAxis | None, Query(description="only step or only epoch series")] = None,
-) -> dict[str, Any]:
+) -> MetricSeries:
     """Logged scalars (loss, accuracy, ...) one series per `name` (repeatable): by step, each
     marked with its `aggregation` (Keras fit logs running means over the epoch), and the
     epoch-end values (val_loss, ...) by epoch."""
@@ -182,6 +192,6 @@ def read_metrics(
 def compare(
     session: SessionDep,
     runs: Annotated[str, Query(max_length=1000, description="comma-separated run ids")],
-) -> dict[str, Any]:
+) -> RunComparison:
     """Summaries of several runs side by side, and the config/environment keys that differ."""
     return compare_runs(session=session, run_ids=parse_run_ids(runs))

@@ -20,7 +20,7 @@ from backend.core.deps import ViewerAuth
 from backend.core.errors import StokerError, describe
 from backend.core.lifecycle import AgentConnections, reaper_loop
 from backend.core.middleware import BodySizeLimit
-from backend.core.models import Run
+from backend.core.models import Health, Run
 from backend.core.settings import Settings, get_settings
 from backend.core.state import AppState, app_state
 from backend.core.telemetry import Telemetry
@@ -135,9 +135,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(alerts.router)
 
     @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
+    def healthz() -> Health:
         """Liveness for load balancers and container healthchecks (no token needed)."""
-        return {"status": "ok", "version": __version__}
+        return Health(status="ok", version=__version__)
 
     @app.get(
         "/metrics",

@@ -4,7 +4,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import Field as PydanticField
 from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
@@ -87,6 +88,10 @@ class WorkerSummary(SQLModel):
     step_time_ms_median: float | None = None
     input_wait_share: float | None = None
     samples_per_s: float | None = None
+    # Seconds this worker's steps (after step 0) were blocked on input.
+    input_wait_s: float = 0.0
+    # GPUs this worker trains on (see ingest.summary.gpu_count).
+    gpus: int = 1
 
 
 class RunSummary(SQLModel):
@@ -95,6 +100,10 @@ class RunSummary(SQLModel):
     step_time_ms_median: float | None = None
     step_time_ms_p95: float | None = None
     input_wait_share: float | None = None
+    # Seconds the steps of all workers were blocked on input, and those seconds times the GPUs
+    # each worker trains on: the GPU time starvation cost (issue 15 §3).
+    input_wait_s: float = 0.0
+    lost_gpu_s: float = 0.0
     gpu_util_mean: float | None = None
     samples_per_s: float | None = None
     peak_memory_bytes: float | None = None
@@ -271,6 +280,91 @@ class StepSeries(SQLModel):
     wait: list[float | None]
     dur_min: list[float] | None = None
     dur_max: list[float] | None = None
+
+
+class SeriesColumns(BaseModel):
+    """One series as columns: the x column (`t`, `step` or `epoch`) and each field's values;
+    downsampled, each field also has `<field>_min` and `<field>_max` (min and max per bucket).
+    The columns depend on the fields asked for, so they are extra keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class DeviceSeriesItem(SeriesColumns):
+    rank: int
+    gpu: int
+    total: int = PydanticField(description="rows in the series before downsampling")
+    downsampled: bool
+
+
+class DeviceSeries(BaseModel):
+    run_id: int
+    fields: list[str]
+    series: list[DeviceSeriesItem]
+
+
+class HostSeriesItem(SeriesColumns):
+    rank: int
+    total: int = PydanticField(description="rows in the series before downsampling")
+    downsampled: bool
+
+
+class HostSeries(BaseModel):
+    run_id: int
+    fields: list[str]
+    series: list[HostSeriesItem]
+
+
+class MetricSeriesItem(SeriesColumns):
+    name: str
+    axis: Literal["step", "epoch"]
+    # Step series only: "running_mean_over_epoch" (Keras fit's batch logs) or "value".
+    aggregation: str | None = PydanticField(default=None, exclude_if=lambda v: v is None)
+    total: int = PydanticField(description="rows in the series before downsampling")
+    downsampled: bool
+
+
+class MetricSeries(BaseModel):
+    run_id: int
+    names: list[str]
+    epoch_names: list[str]
+    series: list[MetricSeriesItem]
+
+
+class ComparedRun(BaseModel):
+    id: int
+    name: str
+    project: str
+    status: RunStatus
+    tags: list[str]
+    started_at: datetime
+    ended_at: datetime | None
+    summary: RunSummary
+
+
+class Differences(BaseModel):
+    """Flattened keys (`a.b.c`) whose values differ between the runs, one value per run."""
+
+    config: dict[str, list[Any]]
+    environment: dict[str, list[Any]]
+
+
+class RunComparison(BaseModel):
+    runs: list[ComparedRun]
+    epoch_metrics: list[str]
+    differences: Differences
+
+
+class IngestResult(BaseModel):
+    """POST /ingest: the run the batches went to and the seqs stored (or already stored)."""
+
+    run_id: int
+    acked: list[int]
+
+
+class Health(BaseModel):
+    status: str
+    version: str
 
 
 # --- Diagnosis and alerts (issue 5) -------------------------------------------------------

@@ -32,6 +32,7 @@ from backend.diagnosis.window import RunWindow
 from backend.ingest.protocol import Batch
 from backend.ingest.writer import Writer
 from backend.live.hub import LiveHub
+from backend.live.messages import AlertMessage, EventMessage, VerdictMessage
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,7 @@ class Detectors:
 
     async def _publish_verdict(self, diagnosis: Diagnosis, previous: Diagnosis | None) -> None:
         payload = diagnosis.model_dump(mode="json")
-        self.hub.broadcast({"type": "verdict", "run_id": diagnosis.run_id, "diagnosis": payload})
+        self.hub.broadcast(VerdictMessage(run_id=diagnosis.run_id, diagnosis=diagnosis))
         share = diagnosis.input_wait_share
         detail = f" (input wait {share * 100:.0f} % of step time)" if share is not None else ""
         before = previous.verdict if previous is not None else "none"
@@ -273,9 +274,7 @@ class Detectors:
         except Exception:
             log.exception("storing the verdict of run %s failed", diagnosis.run_id)
             return
-        self.hub.broadcast(
-            {"type": "event", "run_id": diagnosis.run_id, "event": event.model_dump(mode="json")}
-        )
+        self.hub.broadcast(EventMessage(run_id=diagnosis.run_id, event=event))
 
     async def _publish_transition(self, transition: Transition) -> None:
         rule, instance = transition.rule, transition.instance
@@ -299,10 +298,8 @@ class Detectors:
         alert, event = stored
         instance.alert_id = alert.id
         alert_json = alert.model_dump(mode="json")
-        self.hub.broadcast({"type": "alert", "alert": alert_json})
-        self.hub.broadcast(
-            {"type": "event", "run_id": transition.run_id, "event": event.model_dump(mode="json")}
-        )
+        self.hub.broadcast(AlertMessage(alert=alert))
+        self.hub.broadcast(EventMessage(run_id=transition.run_id, event=event))
         notify = transition.state == AlertState.firing or (
             transition.state == AlertState.resolved and transition.previous == AlertState.firing
         )
@@ -328,4 +325,4 @@ class Detectors:
     async def _record_delivery(self, delivery: Delivery, outcome: dict[str, Any]) -> None:
         alert = await self.writer.run(record_delivery, alert_id=delivery.alert_id, outcome=outcome)
         if alert is not None:
-            self.hub.broadcast({"type": "alert", "alert": alert.model_dump(mode="json")})
+            self.hub.broadcast(AlertMessage(alert=alert))

@@ -4,6 +4,7 @@ memory, and the stretches of starved steps the UI shades."""
 from itertools import groupby
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
@@ -14,9 +15,27 @@ from backend.diagnosis.window import RunWindow
 # -- starvation marks ------------------------------------------------------------------------
 
 
+class StarvedRange(BaseModel):
+    start: int
+    end: int
+    t_start: float
+    t_end: float
+    steps: int
+    wait_share: float | None
+
+
+class StarvedRanges(BaseModel):
+    run_id: int
+    rank: int
+    threshold: float
+    measured_steps: int
+    starved_steps: int
+    ranges: list[StarvedRange]
+
+
 def starved_ranges(
     *, session: Session, run_id: int, threshold: float, rank: int = 0, max_gap: int = 0
-) -> dict[str, Any]:
+) -> StarvedRanges:
     """Stretches of consecutive steps whose input wait is at least `threshold` of step time.
 
     Steps without a measured wait are neither starved nor fed. Ranges separated by at most
@@ -46,14 +65,14 @@ def starved_ranges(
     for item in ranges:
         wait_s, dur_s = item.pop("_wait"), item.pop("_dur")
         item["wait_share"] = round(wait_s / dur_s, 4) if dur_s > 0 else None
-    return {
-        "run_id": run_id,
-        "rank": rank,
-        "threshold": threshold,
-        "measured_steps": measured,
-        "starved_steps": len(rows),
-        "ranges": ranges,
-    }
+    return StarvedRanges(
+        run_id=run_id,
+        rank=rank,
+        threshold=threshold,
+        measured_steps=measured,
+        starved_steps=len(rows),
+        ranges=[StarvedRange(**item) for item in ranges],
+    )
 
 
 # -- a window rebuilt from storage (runs not watched in memory) ------------------------------

@@ -235,3 +235,55 @@ class HttpIngest(_Strict):
     hello: Hello
     batches: list[Batch] = Field(default_factory=list, max_length=10_000)
     end: End | None = None
+
+
+# -- server → agent -------------------------------------------------------------------------
+
+
+def _omitted_when_none(value: Any) -> bool:
+    return value is None
+
+
+class ServerMessage(BaseModel):
+    def to_json(self) -> dict[str, Any]:
+        """The message as the JSON object sent (optional fields left None are omitted)."""
+        return self.model_dump(mode="json")
+
+
+class AgentSettings(BaseModel):
+    max_frame_bytes: int
+
+
+class Welcome(ServerMessage):
+    """The answer to a hello: the run the agent delivers to and the last seq stored from its
+    stream (the agent resends what follows)."""
+
+    type: Literal["welcome"] = "welcome"
+    protocol: int = PROTOCOL_VERSION
+    run_id: int
+    last_seq: int
+    settings: AgentSettings
+
+
+class Ack(ServerMessage):
+    """A batch (`seq`) or the end (`end: true`) is committed."""
+
+    type: Literal["ack"] = "ack"
+    seq: int | None = Field(default=None, exclude_if=_omitted_when_none)
+    end: bool | None = Field(default=None, exclude_if=_omitted_when_none)
+
+
+class ErrorReply(ServerMessage):
+    """A frame was refused (not stored); `seq` names it when it could be read."""
+
+    type: Literal["error"] = "error"
+    seq: int | None = Field(default=None, exclude_if=_omitted_when_none)
+    message: str
+
+
+class WatchCommand(ServerMessage):
+    """A browser started (true) or stopped (false) watching the run: send live, or at ease."""
+
+    type: Literal["command"] = "command"
+    name: Literal["watch"] = "watch"
+    watched: bool

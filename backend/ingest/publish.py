@@ -8,6 +8,7 @@ from backend.core.state import AppState
 from backend.ingest.protocol import Batch
 from backend.ingest.summary import run_public
 from backend.live.hub import LiveHub
+from backend.live.messages import StepsData
 
 
 def push_live_steps(hub: LiveHub, run_id: int, batch: Batch, rank: int) -> None:
@@ -18,16 +19,12 @@ def push_live_steps(hub: LiveHub, run_id: int, batch: Batch, rank: int) -> None:
     only steps newer than the last one they hold, so nothing shows twice.
     """
     if batch.steps is not None and len(batch.steps):
-        hub.publish_steps(
-            run_id,
-            {
-                "step": batch.steps.step,
-                "t": batch.steps.t,
-                "dur": batch.steps.dur,
-                "wait": batch.steps.column("wait"),
-            },
-            rank=rank,
-        )
+        # Built without validating again: the protocol checked these columns.
+        data = StepsData.model_construct(
+            step=batch.steps.step, t=batch.steps.t, dur=batch.steps.dur,
+            wait=batch.steps.column("wait"),
+        )  # fmt: skip
+        hub.publish_steps(run_id, data, rank=rank)
 
 
 def publish_stored_batch(state: AppState, run: RunPublic, batch: Batch, rank: int) -> None:

@@ -12,10 +12,20 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from backend.core.deps import AgentAuth, StateDep, TokenKind, check_token, refuse_websocket
 from backend.core.errors import PayloadTooLarge, StokerError, describe
-from backend.core.models import Run, RunPublic, RunStatus
+from backend.core.models import IngestResult, Run, RunPublic, RunStatus
 from backend.core.state import AppState, app_state
 from backend.core.telemetry import Telemetry
-from backend.ingest.protocol import PROTOCOL_VERSION, Batch, End, Hello, HttpIngest
+from backend.ingest.protocol import (
+    Ack,
+    AgentSettings,
+    Batch,
+    End,
+    ErrorReply,
+    Hello,
+    HttpIngest,
+    WatchCommand,
+    Welcome,
+)
 from backend.ingest.publish import (
     publish_run_ended,
     publish_stored_batch,
@@ -115,20 +125,17 @@ async def _serve_agent(
     await writer.forgive((run.id, hello.stream))
     telemetry.live.started(run.id, name=run.name, project=run.project)
     public = run_public(run)
-    await websocket.send_json(
-        {
-            "type": "welcome",
-            "protocol": PROTOCOL_VERSION,
-            "run_id": run.id,
-            "last_seq": last_seq,
-            "settings": {"max_frame_bytes": settings.max_frame_bytes},
-        }
+    welcome = Welcome(
+        run_id=run.id,
+        last_seq=last_seq,
+        settings=AgentSettings(max_frame_bytes=settings.max_frame_bytes),
     )
+    await websocket.send_json(welcome.to_json())
     hub.publish_run(public.model_dump(mode="json"))
     state.detectors.attach(public)
 
     async def tell_watched(watched: bool) -> None:
-        await websocket.send_json({"type": "command", "name": "watch", "watched": watched})
+        await websocket.send_json(WatchCommand(watched=watched).to_json())
 
     state.watched.attach(run.id, tell_watched)
     in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
@@ -146,11 +153,8 @@ async def _serve_agent(
                 frame = AgentFrame.validate_json(text)
             except ValidationError as error:
                 telemetry.rejects.labels("invalid").inc()
-                reply: dict[str, Any] = {"type": "error", "message": describe(error)}
-                seq = _seq_of(text)
-                if seq is not None:
-                    reply["seq"] = seq
-                await websocket.send_json(reply)
+                refused = ErrorReply(seq=_seq_of(text), message=describe(error))
+                await websocket.send_json(refused.to_json())
                 continue
             if isinstance(frame, End):
                 stored = writer.submit(
@@ -161,14 +165,12 @@ async def _serve_agent(
                 continue
             if frame.row_count() > settings.max_batch_rows:
                 telemetry.rejects.labels("too_many_rows").inc()
-                await websocket.send_json(
-                    {
-                        "type": "error",
-                        "seq": frame.seq,
-                        "message": f"batch has {frame.row_count()} rows; the limit is "
-                        f"{settings.max_batch_rows}: send smaller batches",
-                    }
+                too_big = ErrorReply(
+                    seq=frame.seq,
+                    message=f"batch has {frame.row_count()} rows; the limit is "
+                    f"{settings.max_batch_rows}: send smaller batches",
                 )
+                await websocket.send_json(too_big.to_json())
                 continue
             push_live_steps(hub, run.id, frame, hello.rank)
             stored = writer.submit_store(BatchJob(run.id, hello.stream, hello.rank, frame))
@@ -195,11 +197,11 @@ async def _acknowledge(
     telemetry = state.telemetry
     connected = True
 
-    async def reply(message: dict[str, Any]) -> None:
+    async def reply(message: Ack) -> None:
         nonlocal connected
         if connected:
             try:
-                await websocket.send_json(message)
+                await websocket.send_json(message.to_json())
             except Exception:  # the agent went away; keep publishing what gets stored
                 connected = False
 
@@ -222,14 +224,14 @@ async def _acknowledge(
         frame = item.frame
         if isinstance(frame, End):
             public = publish_run_ended(state, result)
-            await reply({"type": "ack", "end": True})
+            await reply(Ack(end=True))
             continue
         if result is None:
             telemetry.replays.inc()
         else:
             public = refreshed(public, result)
             publish_stored_batch(state, public, frame, hello.rank)
-        await reply({"type": "ack", "seq": frame.seq})
+        await reply(Ack(seq=frame.seq))
 
 
 def _seq_of(text: str) -> int | None:
@@ -272,7 +274,7 @@ async def _receive_text(websocket: WebSocket, max_bytes: int, telemetry: Telemet
         }
     },
 )
-async def ingest_http(request: Request, state: StateDep) -> dict[str, Any]:
+async def ingest_http(request: Request, state: StateDep) -> IngestResult:
     """Store a hello and its batches in one request: the WebSocket fallback and offline upload.
 
     Either every batch is valid and stored, or nothing is (422 naming the problem).
@@ -314,4 +316,4 @@ async def ingest_http(request: Request, state: StateDep) -> dict[str, Any]:
             rank=payload.hello.rank,
         )  # fmt: skip
         publish_run_ended(state, run)
-    return {"run_id": run.id, "acked": acked}
+    return IngestResult(run_id=run.id, acked=acked)

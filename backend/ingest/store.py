@@ -27,8 +27,10 @@ from backend.ingest.summary import (
     add_steps,
     add_worker_steps,
     epoch_metric_summary,
+    gpu_count,
     metric_goal,
     set_unsent_steps,
+    set_worker_gpus,
     summarize,
 )
 
@@ -59,6 +61,7 @@ def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
         if hello.environment and not run.environment:
             run.environment = hello.environment
     run.stats = join_worker(run.stats, rank=hello.rank, host=hello.host, pid=hello.pid)
+    run.stats = set_worker_gpus(run.stats, rank=hello.rank, gpus=gpu_count(hello.environment))
     run.summary = summarize(run.stats).model_dump()
     run.last_seen_at = now
     session.add(run)

@@ -124,6 +124,30 @@ def add_worker_steps(
     return {**stats, "workers": workers}
 
 
+def gpu_count(environment: dict[str, Any]) -> int:
+    """How many GPUs one worker trains on, from its hello's environment.
+
+    The GPUs NVML saw visible to the process (`gpus`, which honours CUDA_VISIBLE_DEVICES),
+    else TensorFlow's physical GPUs (`tf_gpus`); capped by the strategy's `replicas` when that
+    is smaller (the default strategy trains on one GPU of several visible); 1 when there is no
+    GPU information. `replicas` alone never raises the count: a multi-worker strategy counts
+    every worker's replicas.
+    """
+    counts = [environment.get(key) for key in ("gpus", "tf_gpus")]
+    visible = next((len(c) for c in counts if isinstance(c, list) and c), 0)
+    replicas = environment.get("replicas")
+    if visible and isinstance(replicas, int) and not isinstance(replicas, bool) and replicas >= 1:
+        visible = min(visible, replicas)
+    return max(visible, 1)
+
+
+def set_worker_gpus(stats: dict[str, Any], *, rank: int, gpus: int) -> dict[str, Any]:
+    """`stats` with the number of GPUs worker `rank` trains on (see `gpu_count`)."""
+    workers = dict(stats.get("workers", {}))
+    workers[str(rank)] = {**workers.get(str(rank), {}), "gpus": gpus}
+    return {**stats, "workers": workers}
+
+
 def add_metrics(stats: dict[str, Any], *, values: Sequence[float | None]) -> dict[str, Any]:
     """Count metric values that arrived as NaN/Inf (stored as null): a diverged loss shows."""
     nulls = sum(1 for v in values if v is None)
@@ -219,6 +243,7 @@ def _timing(stats: dict[str, Any]) -> dict[str, Any]:
         "step_time_ms_median": None if median is None else median * 1000,
         "input_wait_share": stats["wait_sum_s"] / waited if waited > 0 else None,
         "samples_per_s": stats["samples"] / sized if sized > 0 else None,
+        "input_wait_s": stats.get("wait_sum_s", 0.0),
     }
 
 
@@ -230,7 +255,7 @@ def worker_summaries(stats: dict[str, Any]) -> list[WorkerSummary]:
         summary = WorkerSummary(
             rank=int(rank), host=worker.get("host", ""), pid=worker.get("pid", 0),
             status=worker.get("status", "running"), steps=timing.get("steps", 0),
-            **_timing(timing),
+            gpus=worker.get("gpus", 1), **_timing(timing),
         )  # fmt: skip
         workers.append(summary)
     return workers
@@ -241,12 +266,17 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
     hist = stats.get("dur_hist", {})
     p95 = _quantile_s(hist, 0.95)
     workers = worker_summaries(stats)
+    # Each worker's GPUs idle while that worker waits; with no worker recorded, one GPU.
+    lost_gpu_s = (
+        sum(w.input_wait_s * w.gpus for w in workers) if workers else stats.get("wait_sum_s", 0.0)
+    )
     return RunSummary(
         # Workers of one job run the same steps: the job ran as many as its furthest worker.
         steps=max((w.steps for w in workers), default=0) or stats.get("steps", 0),
         step_time_ms_p95=None if p95 is None else p95 * 1000,
         gpu_util_mean=stats["util_sum"] / stats["util_count"] if stats.get("util_count") else None,
         **_timing(stats),
+        lost_gpu_s=lost_gpu_s,
         peak_memory_bytes=stats.get("peak_mem_used"),
         peak_tf_memory_bytes=stats.get("peak_tf_mem"),
         steps_to_upload=sum(stats.get("unsent_steps", {}).values()),

@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 from backend.core.models import Run, Step
 from backend.ingest.summary import run_public
 from backend.live.hub import LiveHub
+from backend.live.messages import StepsData
 
 log = logging.getLogger(__name__)
 CHANNEL = "stoker_live"
@@ -108,7 +109,7 @@ class PgFanout:
         if kind == "deleted":
             self.hub.publish_deleted(run_id, relay=False)
         elif kind == "message" and isinstance(message.get("m"), dict):
-            self.hub.broadcast(message["m"], relay=False)
+            self.hub.broadcast_relayed(message["m"])
         elif kind == "run":
             run = await asyncio.to_thread(self._load_run, run_id)
             if run is not None:
@@ -117,7 +118,7 @@ class PgFanout:
             data = await asyncio.to_thread(
                 self._load_steps, run_id, int(message["rank"]), int(message["a"]), int(message["b"])
             )
-            if data["step"]:
+            if data.step:
                 self.hub.publish_steps(run_id, data)
 
     def _load_run(self, run_id: int) -> dict[str, Any] | None:
@@ -125,7 +126,7 @@ class PgFanout:
             run = session.get(Run, run_id)
             return None if run is None else run_public(run).model_dump(mode="json")
 
-    def _load_steps(self, run_id: int, rank: int, after: int, last: int) -> dict[str, Any]:
+    def _load_steps(self, run_id: int, rank: int, after: int, last: int) -> StepsData:
         with Session(self.engine) as session:
             rows = session.exec(
                 select(Step.step, Step.t, Step.dur, Step.wait)
@@ -133,9 +134,9 @@ class PgFanout:
                 .where(Step.step > after, Step.step <= last)
                 .order_by(col(Step.step))
             ).all()
-        return {
-            "step": [r[0] for r in rows],
-            "t": [r[1] for r in rows],
-            "dur": [r[2] for r in rows],
-            "wait": [r[3] for r in rows],
-        }
+        return StepsData.model_construct(
+            step=[r[0] for r in rows],
+            t=[r[1] for r in rows],
+            dur=[r[2] for r in rows],
+            wait=[r[3] for r in rows],
+        )

@@ -16,13 +16,23 @@ from typing import Any
 
 import orjson
 
-Message = dict[str, Any]
+from backend.live.messages import (
+    Broadcast,
+    LiveMessage,
+    NoticeMessage,
+    RunDeletedMessage,
+    RunMessage,
+    StepsData,
+    StepsMessage,
+)
+
 Relay = Callable[..., None]
+RunJson = dict[str, Any]  # a RunPublic as JSON
 
 
-def encode(message: Message) -> str:
-    """JSON text of a live message; orjson is ten times faster than json on step columns."""
-    return orjson.dumps(message).decode()
+def encode(message: LiveMessage) -> str:
+    """JSON text of a live message (pydantic-core's encoder: as fast as orjson on step columns)."""
+    return message.model_dump_json()
 
 
 @dataclass(eq=False)
@@ -39,7 +49,7 @@ class LiveClient:
             self.unreported_drops += 1
         self.queue.put_nowait(encoded)
 
-    def offer_message(self, message: Message) -> None:
+    def offer_message(self, message: LiveMessage) -> None:
         self.offer(encode(message))
 
     def take_notice(self) -> str | None:
@@ -48,12 +58,11 @@ class LiveClient:
             return None
         missed, self.unreported_drops = self.unreported_drops, 0
         return encode(
-            {
-                "type": "notice",
-                "message": f"{missed} live messages dropped because this client reads too "
+            NoticeMessage(
+                message=f"{missed} live messages dropped because this client reads too "
                 "slowly: re-fetch the series to catch up",
-                "dropped": missed,
-            }
+                dropped=missed,
+            )
         )
 
 
@@ -66,7 +75,7 @@ class LiveHub:
         self.relay: Relay | None = None  # set when other processes share the database
         self._run_interval_s = run_interval_s
         self._last_run_push: dict[int, float] = {}
-        self._pending_runs: dict[int, Callable[[], Message]] = {}
+        self._pending_runs: dict[int, Callable[[], RunJson]] = {}
         # Called when a run gains its first watching browser (True) or loses its last.
         self.on_watch: Callable[[int, bool], None] | None = None
 
@@ -99,22 +108,23 @@ class LiveHub:
     def has_subscribers(self, run_id: int) -> bool:
         return any(run_id in client.run_ids for client in self._clients)
 
-    def _offer_all(self, message: Message) -> None:
-        if not self._clients:
-            return
-        encoded = encode(message)
+    def _offer_all(self, message: LiveMessage) -> None:
+        if self._clients:
+            self._offer_all_encoded(encode(message))
+
+    def _offer_all_encoded(self, encoded: str) -> None:
         for client in self._clients:
             client.offer(encoded)
 
-    def publish_run(self, run: Message, *, relay: bool = True) -> None:
+    def publish_run(self, run: RunJson, *, relay: bool = True) -> None:
         """Push a run now: it started, ended or was edited."""
         self._pending_runs.pop(run["id"], None)  # older than this one: never send it after
         self._last_run_push[run["id"]] = asyncio.get_running_loop().time()
-        self._offer_all({"type": "run", "run": run})
+        self._offer_all(RunMessage(run=run))
         if relay and self.relay is not None:
             self.relay("run", run["id"])
 
-    def publish_run_progress(self, run_id: int, snapshot: Callable[[], Message]) -> None:
+    def publish_run_progress(self, run_id: int, snapshot: Callable[[], RunJson]) -> None:
         """A stored batch changed the run's summary.
 
         Pushed at most once per `run_interval_s` per run, the latest state winning: every
@@ -139,15 +149,12 @@ class LiveHub:
         if snapshot is not None:
             self.publish_run(snapshot())
 
-    def publish_steps(self, run_id: int, data: Message, *, rank: int = 0) -> None:
+    def publish_steps(self, run_id: int, data: StepsData, *, rank: int = 0) -> None:
         """Steps to the browsers watching the run (other processes: see `relay_steps`)."""
         watchers = [client for client in self._clients if run_id in client.run_ids]
         if not watchers:
             return
-        message: Message = {"type": "steps", "run_id": run_id, "data": data}
-        if rank:
-            message["rank"] = rank
-        encoded = encode(message)
+        encoded = encode(StepsMessage(run_id=run_id, data=data, rank=rank or None))
         for client in watchers:
             client.offer(encoded)
 
@@ -159,15 +166,21 @@ class LiveHub:
     def publish_deleted(self, run_id: int, *, relay: bool = True) -> None:
         self._pending_runs.pop(run_id, None)
         self._last_run_push.pop(run_id, None)
-        self._offer_all({"type": "run_deleted", "run_id": run_id})
+        self._offer_all(RunDeletedMessage(run_id=run_id))
         if relay and self.relay is not None:
             self.relay("deleted", run_id)
 
     def publish_notice(self, text: str) -> None:
-        self._offer_all({"type": "notice", "message": text})
+        self._offer_all(NoticeMessage(message=text))
 
-    def broadcast(self, message: Message, *, relay: bool = True) -> None:
+    def broadcast(self, message: Broadcast) -> None:
         """Send to every browser: verdicts, alerts and events are rare and concern everyone."""
         self._offer_all(message)
-        if relay and self.relay is not None:
-            self.relay("message", int(message.get("run_id") or 0), m=message)
+        if self.relay is not None:
+            run_id = getattr(message, "run_id", 0)
+            self.relay("message", run_id, m=message.model_dump(mode="json"))
+
+    def broadcast_relayed(self, message: dict[str, Any]) -> None:
+        """A broadcast another process relayed (as JSON): sent on as it came."""
+        if self._clients:
+            self._offer_all_encoded(orjson.dumps(message).decode())

@@ -14,6 +14,7 @@ from backend.core.deps import TokenKind, check_token, refuse_websocket
 from backend.core.errors import StokerError
 from backend.core.state import app_settings, app_state
 from backend.live.hub import LiveClient, LiveHub
+from backend.live.messages import NoticeMessage, RunMessage
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["live"])
@@ -34,7 +35,7 @@ async def live_socket(websocket: WebSocket) -> None:
     try:
         runs = await asyncio.to_thread(_current_runs, state.engine)
         for run in runs:
-            client.offer_message({"type": "run", "run": run})
+            client.offer_message(RunMessage(run=run))
         sender = asyncio.create_task(_send_forever(websocket, client), name="stoker-live-send")
         try:
             await _receive_commands(websocket, hub, client)
@@ -80,10 +81,9 @@ async def _receive_commands(websocket: WebSocket, hub: LiveHub, client: LiveClie
                 raise ValueError
         except (ValueError, KeyError, TypeError):
             client.offer_message(
-                {
-                    "type": "notice",
-                    "message": 'commands are {"type": "subscribe"|"unsubscribe", "run_id": <int>}',
-                }
+                NoticeMessage(
+                    message='commands are {"type": "subscribe"|"unsubscribe", "run_id": <int>}'
+                )
             )
             continue
         if kind == "subscribe":
