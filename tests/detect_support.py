@@ -31,11 +31,12 @@ class ScriptedAgent:
         run_key: str | None = None,
         rank: int = 0,
         host: str = "h1",
+        environment: dict[str, Any] | None = None,
     ):
         self.ws = connect(f"{server.ws_url}/api/v1/agent").__enter__()
         hello = {
             "type": "hello", "protocol": 1, "run_key": run_key or uuid.uuid4().hex, "name": name,
-            "project": project, "host": host, "rank": rank,
+            "project": project, "host": host, "rank": rank, "environment": environment or {},
         }  # fmt: skip
         self.ws.send(json.dumps(hello))
         welcome = json.loads(self.ws.recv(timeout=10))

@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     # A running run's summary is pushed to browsers at most this often.
     live_run_interval_s: float = Field(default=1.0, ge=0.0, le=60.0)
     log_level: str = "info"
+    # What one GPU-hour costs, to show starvation's lost GPU-hours as money in the UI (issue 15
+    # §3); unset shows hours only. `currency` is the symbol written before the amount.
+    gpu_hour_price: float | None = Field(default=None, ge=0)
+    currency: str = Field(default="$", max_length=8)
 
     # Diagnosis and alerts (issue 5): tests shorten these.
     diagnosis_window_s: float = Field(default=30.0, gt=0)
