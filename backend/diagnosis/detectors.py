@@ -28,7 +28,7 @@ from backend.diagnosis.store import add_event, apply_transition, record_delivery
 from backend.diagnosis.stragglers import straggler_ratio, worker_hosts, worker_timings
 from backend.diagnosis.verdict import Diagnosis, Verdict, diagnose
 from backend.diagnosis.webhooks import Delivery, WebhookSender, json_payload, slack_payload
-from backend.diagnosis.window import RunWindow
+from backend.diagnosis.window import DeviceRow, RunWindow
 from backend.ingest.protocol import Batch
 from backend.ingest.writer import Writer
 from backend.live.hub import LiveHub
@@ -217,14 +217,14 @@ class Detectors:
 
     def _facts(self, window: RunWindow, diagnosis: Diagnosis, now: float) -> RunFacts:
         s = self.settings
-        recent: list[Any] = []
+        recent: list[DeviceRow] = []
         if window.last_device_at is not None and now - window.last_device_at <= max(
             2 * s.alert_value_window_s, 2 * s.detector_tick_s
         ):
             recent = window.recent_device(s.alert_value_window_s)
-        utils = [r[2] for r in recent if r[2] is not None]
-        shares = [r[3] for r in recent if r[3] is not None]
-        temps = [r[4] for r in recent if r[4] is not None]
+        utils = [r.util for r in recent if r.util is not None]
+        shares = [r.mem_share for r in recent if r.mem_share is not None]
+        temps = [r.temp_c for r in recent if r.temp_c is not None]
         share = window.input_wait_share() if window.waited_count >= s.diagnosis_min_steps else None
         idle = window.seconds_without_steps(now)
         median = window.median_step_s() or 0.0

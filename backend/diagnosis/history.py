@@ -97,16 +97,10 @@ def window_from_db(*, session: Session, run: Run, window_s: float) -> RunWindow:
             .where(Step.run_id == run.id, Step.t >= last_t - window_s - 1)
             .order_by(col(Step.rank), col(Step.step))
         ).all()
-        for rank, group in groupby(rows, key=lambda r: r[0]):
-            steps = list(group)
+        for rank, group in groupby(rows, key=lambda r: r.rank):
+            _, step, t, dur, wait, batch_size = (list(c) for c in zip(*group, strict=True))
             window.add_steps(
-                now=0.0,
-                step=[r[1] for r in steps],
-                t=[r[2] for r in steps],
-                dur=[r[3] for r in steps],
-                wait=[r[4] for r in steps],
-                batch_size=[r[5] for r in steps],
-                rank=rank,
+                now=0.0, step=step, t=t, dur=dur, wait=wait, batch_size=batch_size, rank=rank
             )
     newest_device = session.exec(
         select(func.max(DeviceSample.t)).where(DeviceSample.run_id == run.id)

@@ -116,7 +116,7 @@ def diagnose(
             f"{stall_step_factor:g} x median step time {ms(median or 0)})",
         )
         add("agent_connected", True, "the training process is still connected")
-        recent_util = [r[2] for r in window.recent_device(10.0) if r[2] is not None]
+        recent_util = [r.util for r in window.recent_device(10.0) if r.util is not None]
         if recent_util:
             u = sum(recent_util) / len(recent_util)
             add("gpu_util_pct", round(u, 1), f"GPU utilization {u:.0f} % in the last samples")
@@ -166,8 +166,9 @@ def diagnose(
 
     if source == "measured" and window.waited_count >= min_steps and share is not None:
         waited = window.waited_count
-        per_step_wait = window.sums.get("wait") / waited
-        per_step = window.sums.get("waited_dur") / waited
+        means = window.mean_waited_s()
+        assert means is not None  # waited_count >= min_steps
+        per_step_wait, per_step = means
         add(
             "input_wait_share",
             round(share, 4),

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,9 +23,38 @@ STEP_CHUNKS_PER_WINDOW = 32
 PENDING_STEP_ROWS = 50_000  # fold sooner than the next read when this many steps wait
 
 
+class StepChunk(NamedTuple):
+    """Steps of one slice of the agent's time, summed (see RunWindow._fold_steps)."""
+
+    end: float  # the newest step's end
+    n: float
+    dur: float
+    dur2: float  # sum of squared step times
+    waited_n: float  # steps with a measured input wait
+    waited_dur: float  # their step time
+    wait: float  # their input wait (at most their step time each)
+    samples: float  # samples of the steps with a known batch size
+    sized_dur: float  # their step time
+
+
+class DeviceRow(NamedTuple):
+    t: float
+    gpu: int
+    util: float | None
+    mem_share: float | None  # memory used / total
+    temp_c: float | None
+
+
+class HostRow(NamedTuple):
+    t: float
+    proc_cpu: float | None
+    sys_cpu: float | None
+
+
 @dataclass(slots=True)
-class _Sums:
-    """Running sums over the window's rows; values leave the sums as rows leave the window."""
+class Sums:
+    """Running sums over the window's rows; values leave the sums as rows leave the window.
+    Subtraction can leave a tiny negative float: read them through `RunWindow`, which clamps."""
 
     n: float = 0.0
     dur: float = 0.0
@@ -40,8 +69,9 @@ class _Sums:
     cpu_n: float = 0.0
     cpu: float = 0.0
 
-    def get(self, key: str) -> float:
-        return max(0.0, getattr(self, key))
+
+def _clamped(total: float) -> float:
+    return max(0.0, total)
 
 
 @dataclass
@@ -59,13 +89,10 @@ class RunWindow:
     name: str = ""
     running: bool = True
     environment: dict[str, Any] = field(default_factory=dict)
-    # Chunks of steps: (newest end, n, dur, dur², waited n, waited dur, wait, samples, sized dur).
-    steps: deque[tuple[float, ...]] = field(default_factory=deque)
-    device: deque[tuple[float, int, float | None, float | None, float | None]] = field(
-        default_factory=deque
-    )
-    host: deque[tuple[float, float | None, float | None]] = field(default_factory=deque)
-    _sums: _Sums = field(default_factory=_Sums)
+    steps: deque[StepChunk] = field(default_factory=deque)
+    device: deque[DeviceRow] = field(default_factory=deque)
+    host: deque[HostRow] = field(default_factory=deque)
+    _sums: Sums = field(default_factory=Sums)
     # Step batches not yet folded into the chunks (see add_steps).
     _pending_steps: list[tuple[Sequence[Any], ...]] = field(default_factory=list)
     _pending_rows: int = 0
@@ -118,7 +145,7 @@ class RunWindow:
             self._fold_steps()
 
     @property
-    def sums(self) -> _Sums:
+    def sums(self) -> Sums:
         """Running sums over the window's steps and samples (pending steps folded in)."""
         self._fold_steps()
         return self._sums
@@ -163,16 +190,17 @@ class RunWindow:
         ]
         self.newest_step_t = max(self.newest_step_t, float(end.max()))
         s = self._sums
-        for chunk in zip(*(c.tolist() for c in columns), strict=True):
+        for values in zip(*(c.tolist() for c in columns), strict=True):
+            chunk = StepChunk._make(values)
             self.steps.append(chunk)
-            s.n += chunk[1]
-            s.dur += chunk[2]
-            s.dur2 += chunk[3]
-            s.waited_n += chunk[4]
-            s.waited_dur += chunk[5]
-            s.wait += chunk[6]
-            s.samples += chunk[7]
-            s.sized_dur += chunk[8]
+            s.n += chunk.n
+            s.dur += chunk.dur
+            s.dur2 += chunk.dur2
+            s.waited_n += chunk.waited_n
+            s.waited_dur += chunk.waited_dur
+            s.wait += chunk.wait
+            s.samples += chunk.samples
+            s.sized_dur += chunk.sized_dur
         self.recent_durations.extend(d[-RECENT_DURATIONS:].tolist())
         self._trim_steps()
 
@@ -182,16 +210,16 @@ class RunWindow:
             return
         horizon = self.newest_step_t - self.window_s
         s = self._sums
-        while steps and steps[0][0] < horizon:
-            _, n, dur, dur2, waited_n, waited_dur, wait, samples, sized_dur = steps.popleft()
-            s.n -= n
-            s.dur -= dur
-            s.dur2 -= dur2
-            s.waited_n -= waited_n
-            s.waited_dur -= waited_dur
-            s.wait -= wait
-            s.samples -= samples
-            s.sized_dur -= sized_dur
+        while steps and steps[0].end < horizon:
+            chunk = steps.popleft()
+            s.n -= chunk.n
+            s.dur -= chunk.dur
+            s.dur2 -= chunk.dur2
+            s.waited_n -= chunk.waited_n
+            s.waited_dur -= chunk.waited_dur
+            s.wait -= chunk.wait
+            s.samples -= chunk.samples
+            s.sized_dur -= chunk.sized_dur
         if not steps:  # no float drift survives an emptied window
             s.n = s.dur = s.dur2 = s.waited_n = s.waited_dur = s.wait = 0.0
             s.samples = s.sized_dur = 0.0
@@ -214,7 +242,7 @@ class RunWindow:
             used, total = mem_used[i], mem_total[i]
             share = used / total if used is not None and total else None
             u = util[i]
-            self.device.append((ti, gpu[i], u, share, temp_c[i]))
+            self.device.append(DeviceRow(ti, gpu[i], u, share, temp_c[i]))
             if u is not None:
                 s.util_n += 1
                 s.util += u
@@ -222,8 +250,8 @@ class RunWindow:
         self.last_device_at = now
         self.newest_device_t = max(self.newest_device_t, max(t))
         horizon = self.newest_device_t - self.window_s
-        while self.device and self.device[0][0] < horizon:
-            u = self.device.popleft()[2]
+        while self.device and self.device[0].t < horizon:
+            u = self.device.popleft().util
             if u is not None:
                 s.util_n -= 1
                 s.util -= u
@@ -240,7 +268,7 @@ class RunWindow:
             return
         s = self._sums
         for i, ti in enumerate(t):
-            self.host.append((ti, proc_cpu[i], sys_cpu[i]))
+            self.host.append(HostRow(ti, proc_cpu[i], sys_cpu[i]))
             c = sys_cpu[i]
             if c is not None:
                 s.cpu_n += 1
@@ -248,8 +276,8 @@ class RunWindow:
         self.last_data_at = now
         self.newest_host_t = max(self.newest_host_t, max(t))
         horizon = self.newest_host_t - self.window_s
-        while self.host and self.host[0][0] < horizon:
-            c = self.host.popleft()[2]
+        while self.host and self.host[0].t < horizon:
+            c = self.host.popleft().sys_cpu
             if c is not None:
                 s.cpu_n -= 1
                 s.cpu -= c
@@ -258,51 +286,59 @@ class RunWindow:
 
     @property
     def step_count(self) -> int:
-        return round(self.sums.get("n"))
+        return round(_clamped(self.sums.n))
 
     @property
     def waited_count(self) -> int:
-        return round(self.sums.get("waited_n"))
+        return round(_clamped(self.sums.waited_n))
 
     def input_wait_share(self) -> float | None:
-        waited_dur = self.sums.get("waited_dur")
+        waited_dur = _clamped(self.sums.waited_dur)
         if self.waited_count == 0 or waited_dur <= 0:
             return None
-        return min(1.0, self.sums.get("wait") / waited_dur)
+        return min(1.0, _clamped(self.sums.wait) / waited_dur)
+
+    def mean_waited_s(self) -> tuple[float, float] | None:
+        """Mean input wait and mean step time of the steps with a measured wait."""
+        waited = self.waited_count
+        if waited == 0:
+            return None
+        s = self.sums
+        return _clamped(s.wait) / waited, _clamped(s.waited_dur) / waited
 
     def mean_step_s(self) -> float | None:
-        n = self.sums.get("n")
-        return self.sums.get("dur") / n if n >= 1 else None
+        n = _clamped(self.sums.n)
+        return _clamped(self.sums.dur) / n if n >= 1 else None
 
     def step_cv(self) -> float | None:
         """Coefficient of variation of step time in the window (std / mean)."""
-        n = self.sums.get("n")
+        n = _clamped(self.sums.n)
         if n < 2:
             return None
-        mean = self.sums.get("dur") / n
-        var = max(0.0, self.sums.get("dur2") / n - mean * mean)
+        mean = _clamped(self.sums.dur) / n
+        var = max(0.0, _clamped(self.sums.dur2) / n - mean * mean)
         return math.sqrt(var) / mean if mean > 0 else None
 
     def samples_per_s(self) -> float | None:
-        sized = self.sums.get("sized_dur")
-        return self.sums.get("samples") / sized if sized > 0 else None
+        sized = _clamped(self.sums.sized_dur)
+        return _clamped(self.sums.samples) / sized if sized > 0 else None
 
     def mean_util(self) -> float | None:
-        n = self.sums.get("util_n")
-        return self.sums.get("util") / n if n >= 1 else None
+        n = _clamped(self.sums.util_n)
+        return _clamped(self.sums.util) / n if n >= 1 else None
 
     def mean_sys_cpu(self) -> float | None:
-        n = self.sums.get("cpu_n")
-        return self.sums.get("cpu") / n if n >= 1 else None
+        n = _clamped(self.sums.cpu_n)
+        return _clamped(self.sums.cpu) / n if n >= 1 else None
 
-    def recent_device(self, span_s: float) -> list[tuple[float, int, Any, Any, Any]]:
+    def recent_device(self, span_s: float) -> list[DeviceRow]:
         """Device samples of the last `span_s` seconds (by the agent's clock), newest first."""
         if not self.device:
             return []
-        horizon = self.device[-1][0] - span_s
+        horizon = self.device[-1].t - span_s
         rows = []
         for row in reversed(self.device):
-            if row[0] < horizon:
+            if row.t < horizon:
                 break
             rows.append(row)
         return rows
