@@ -132,6 +132,17 @@ export interface paths {
      */
     get: operations["metrics_metrics_get"];
   };
+  "/api/v1/starvation": {
+    /**
+     * Read Starvation
+     * @description Lost GPU-hours to input starvation, per project and per run.
+     */
+    get: operations["read_starvation_api_v1_starvation_get"];
+  };
+  "/api/v1/settings/ui": {
+    /** Read Ui Settings */
+    get: operations["read_ui_settings_api_v1_settings_ui_get"];
+  };
 }
 
 export type webhooks = Record<string, never>;
@@ -380,6 +391,36 @@ export interface components {
       /** Detail */
       detail?: components["schemas"]["ValidationError"][];
     };
+    /** ProjectCost */
+    ProjectCost: {
+      /** Project */
+      project: string;
+      /** Lost Gpu Hours */
+      lost_gpu_hours: number;
+      /** Input Wait Hours */
+      input_wait_hours: number;
+      /** Runs */
+      runs: number;
+    };
+    /** RunCost */
+    RunCost: {
+      /** Id */
+      id: number;
+      /** Name */
+      name: string;
+      /** Project */
+      project: string;
+      status: components["schemas"]["RunStatus"];
+      /**
+       * Started At
+       * Format: date-time
+       */
+      started_at: string;
+      /** Lost Gpu Hours */
+      lost_gpu_hours: number;
+      /** Input Wait Hours */
+      input_wait_hours: number;
+    };
     /** RunEventPublic */
     RunEventPublic: {
       /** Id */
@@ -463,6 +504,16 @@ export interface components {
       step_time_ms_p95?: number | null;
       /** Input Wait Share */
       input_wait_share?: number | null;
+      /**
+       * Input Wait S
+       * @default 0
+       */
+      input_wait_s?: number;
+      /**
+       * Lost Gpu S
+       * @default 0
+       */
+      lost_gpu_s?: number;
       /** Gpu Util Mean */
       gpu_util_mean?: number | null;
       /** Samples Per S */
@@ -514,6 +565,22 @@ export interface components {
       /** Count */
       count: number;
     };
+    /** Starvation */
+    Starvation: {
+      /**
+       * Since
+       * Format: date-time
+       */
+      since: string;
+      /** Lost Gpu Hours */
+      lost_gpu_hours: number;
+      /** Input Wait Hours */
+      input_wait_hours: number;
+      /** Projects */
+      projects: components["schemas"]["ProjectCost"][];
+      /** Runs */
+      runs: components["schemas"]["RunCost"][];
+    };
     /** StepSeries */
     StepSeries: {
       /** Run Id */
@@ -534,6 +601,16 @@ export interface components {
       dur_min?: number[] | null;
       /** Dur Max */
       dur_max?: number[] | null;
+    };
+    /**
+     * UiSettings
+     * @description Server settings the UI shows with: the price of a GPU-hour (null: hours only).
+     */
+    UiSettings: {
+      /** Gpu Hour Price */
+      gpu_hour_price: number | null;
+      /** Currency */
+      currency: string;
     };
     /** ValidationError */
     ValidationError: {
@@ -602,6 +679,16 @@ export interface components {
       input_wait_share?: number | null;
       /** Samples Per S */
       samples_per_s?: number | null;
+      /**
+       * Input Wait S
+       * @default 0
+       */
+      input_wait_s?: number;
+      /**
+       * Gpus
+       * @default 1
+       */
+      gpus?: number;
     };
   };
   responses: never;
@@ -1350,6 +1437,46 @@ export interface operations {
       200: {
         content: {
           "text/plain": unknown;
+        };
+      };
+    };
+  };
+  /**
+   * Read Starvation
+   * @description Lost GPU-hours to input starvation, per project and per run.
+   */
+  read_starvation_api_v1_starvation_get: {
+    parameters: {
+      query?: {
+        /** @description runs active on or after this time (ISO 8601; default 7 days ago) */
+        since?: string | null;
+        project?: string | null;
+        /** @description runs listed, costliest first */
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Starvation"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /** Read Ui Settings */
+  read_ui_settings_api_v1_settings_ui_get: {
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["UiSettings"];
         };
       };
     };

@@ -1,0 +1,84 @@
+import { describe, expect, it } from "vitest";
+import {
+  defaultSince,
+  fedEstimate,
+  fedSentence,
+  formatGpuHours,
+  formatLostGpu,
+  formatMoney,
+  jobInputWaitS,
+  loadUiSettings,
+  NO_PRICE,
+  starvationPath,
+  uiSettings,
+} from "./cost";
+
+const PRICED = { gpu_hour_price: 2.5, currency: "€" };
+
+describe("formatGpuHours", () => {
+  it("keeps two significant-ish digits", () => {
+    expect(formatGpuHours(0.523)).toBe("0.52 GPU·h");
+    expect(formatGpuHours(42.71)).toBe("42.7 GPU·h");
+    expect(formatGpuHours(1234.4)).toBe("1234 GPU·h");
+    expect(formatGpuHours(0.004)).toBe("<0.01 GPU·h");
+    expect(formatGpuHours(0)).toBe("0 GPU·h");
+    expect(formatGpuHours(null)).toBe("—");
+    expect(formatGpuHours(-1)).toBe("—");
+  });
+});
+
+describe("formatMoney and formatLostGpu", () => {
+  it("prices hours only when a price is set", () => {
+    expect(formatMoney(2, PRICED)).toBe("€5.00");
+    expect(formatMoney(1000, PRICED)).toBe("€2,500");
+    expect(formatMoney(2, NO_PRICE)).toBeNull();
+    expect(formatMoney(null, PRICED)).toBeNull();
+  });
+  it("shows lost GPU seconds as hours, priced", () => {
+    expect(formatLostGpu(7200, PRICED)).toBe("2.00 GPU·h · €5.00");
+    expect(formatLostGpu(1800, NO_PRICE)).toBe("0.50 GPU·h");
+    expect(formatLostGpu(undefined, PRICED)).toBe("—");
+  });
+});
+
+describe("fed estimate", () => {
+  it("takes the longest-waiting worker's wait as the job's", () => {
+    expect(jobInputWaitS({ input_wait_s: 9, workers: [{ input_wait_s: 4 }, { input_wait_s: 5 }] })).toBe(5);
+    expect(jobInputWaitS({ input_wait_s: 3, workers: [] })).toBe(3);
+    expect(jobInputWaitS(null)).toBeNull();
+  });
+  it("says how much sooner a fed run would have finished", () => {
+    const estimate = fedEstimate({ input_wait_s: 412, workers: [{ input_wait_s: 412 }] }, 662);
+    expect(estimate).toEqual({ wallS: 662, fedS: 250, savedShare: 412 / 662 });
+    expect(fedSentence(estimate)).toBe("Fed, this run would have taken 4m 10s instead of 11m 02s (−62 %).");
+  });
+  it("says nothing without a wait or a wall time, and never goes below zero", () => {
+    expect(fedEstimate({ input_wait_s: 0 }, 100)).toBeNull();
+    expect(fedEstimate({ input_wait_s: 5 }, null)).toBeNull();
+    expect(fedSentence(null)).toBeNull();
+    expect(fedEstimate({ input_wait_s: 50 }, 40)?.fedS).toBe(0);
+    expect(fedSentence(fedEstimate({ input_wait_s: 0.1 }, 1000))).toBe("Fed, this run would have taken 16m 39s instead of 16m 40s (<1 %).");
+  });
+});
+
+describe("starvation query", () => {
+  it("builds the path and the 7-day default", () => {
+    const now = Date.UTC(2026, 10, 24, 12, 0, 0);
+    expect(defaultSince(now).toISOString()).toBe("2026-11-17T12:00:00.000Z");
+    expect(starvationPath(defaultSince(now), "vision", 50)).toBe("/starvation?since=2026-11-17T12%3A00%3A00.000Z&limit=50&project=vision");
+    expect(starvationPath(defaultSince(now))).toBe("/starvation?since=2026-11-17T12%3A00%3A00.000Z&limit=100");
+  });
+});
+
+describe("loadUiSettings", () => {
+  it("keeps no price when the server cannot say, then reads it once it can", async () => {
+    let calls = 0;
+    const failing = { getJson: <T>() => (calls++, Promise.reject(new Error("401"))) as Promise<T> };
+    expect(await loadUiSettings(failing)).toEqual(NO_PRICE);
+    const ok = { getJson: <T>(path: string) => (calls++, Promise.resolve(path === "/settings/ui" ? PRICED : null) as Promise<T>) };
+    expect(await loadUiSettings(ok)).toEqual(PRICED);
+    expect(await loadUiSettings(ok)).toEqual(PRICED);
+    expect(calls).toBe(2);
+    expect(uiSettings()).toEqual(PRICED);
+  });
+});

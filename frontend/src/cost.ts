@@ -1,0 +1,119 @@
+// What starvation costs (issue 15 §3): lost GPU time, its price, and how much
+// sooner a run would have finished had its input kept up. Pure formatting plus
+// the server's price setting (`GET /settings/ui`, read once).
+
+import type { components } from "./api.gen";
+import { formatDuration, MISSING } from "./format";
+
+type Schemas = components["schemas"];
+export type UiSettings = Schemas["UiSettings"];
+export type Starvation = Schemas["Starvation"];
+type Summary = Pick<Schemas["RunSummary"], "input_wait_s"> & { workers?: Pick<Schemas["WorkerSummary"], "input_wait_s">[] };
+
+export const NO_PRICE: UiSettings = { gpu_hour_price: null, currency: "$" };
+
+function finite(v: unknown): v is number {
+  return typeof v === "number" && Number.isFinite(v);
+}
+
+/** GPU-hours: 0.523 → "0.52 GPU·h", 42.7 → "42.7 GPU·h", 0.004 → "<0.01 GPU·h". */
+export function formatGpuHours(hours: number | null | undefined): string {
+  if (!finite(hours) || hours < 0) return MISSING;
+  if (hours === 0) return "0 GPU·h";
+  if (hours < 0.01) return "<0.01 GPU·h";
+  const digits = hours < 10 ? 2 : hours < 100 ? 1 : 0;
+  return `${hours.toFixed(digits)} GPU·h`;
+}
+
+/** The price of `hours` GPU-hours ("$1.30"), or null when no price is set. */
+export function formatMoney(hours: number | null | undefined, settings: UiSettings): string | null {
+  const price = settings.gpu_hour_price;
+  if (!finite(hours) || !finite(price)) return null;
+  const amount = hours * price;
+  const text = amount >= 1000 ? Math.round(amount).toLocaleString("en-US") : amount.toFixed(2);
+  return `${settings.currency}${text}`;
+}
+
+/** Lost GPU seconds as hours, with their price when one is set: "0.52 GPU·h · $1.30". */
+export function formatLostGpu(lostGpuS: number | null | undefined, settings: UiSettings): string {
+  if (!finite(lostGpuS)) return MISSING;
+  const hours = lostGpuS / 3600;
+  const money = formatMoney(hours, settings);
+  return money ? `${formatGpuHours(hours)} · ${money}` : formatGpuHours(hours);
+}
+
+/**
+ * The job's own time lost waiting for input: workers wait side by side, so the
+ * job is held up as long as its longest-waiting worker (the summary's
+ * `input_wait_s` adds every worker's wait up).
+ */
+export function jobInputWaitS(summary: Summary | null | undefined): number | null {
+  if (!summary) return null;
+  const workers = (summary.workers ?? []).map((w) => w.input_wait_s).filter(finite);
+  if (workers.length > 0) return Math.max(...workers);
+  return finite(summary.input_wait_s) ? summary.input_wait_s : null;
+}
+
+export interface FedEstimate {
+  wallS: number;
+  fedS: number;
+  /** The share of the wall time the wait was (0..1). */
+  savedShare: number;
+}
+
+/** The run's wall time without its input wait; null without a wait or a wall time. */
+export function fedEstimate(summary: Summary | null | undefined, wallS: number | null | undefined): FedEstimate | null {
+  const wait = jobInputWaitS(summary);
+  if (wait === null || wait <= 0 || !finite(wallS) || wallS <= 0) return null;
+  const saved = Math.min(wait, wallS);
+  return { wallS, fedS: wallS - saved, savedShare: saved / wallS };
+}
+
+/** "Fed, this run would have taken 4m 10s instead of 11m 02s (−62 %)." */
+export function fedSentence(estimate: FedEstimate | null): string | null {
+  if (!estimate) return null;
+  const pct = Math.round(estimate.savedShare * 100);
+  const change = pct === 0 ? "<1 %" : `−${pct} %`;
+  return `Fed, this run would have taken ${formatDuration(estimate.fedS)} instead of ${formatDuration(estimate.wallS)} (${change}).`;
+}
+
+/** `GET /starvation` query: runs active since `since` (ISO), optionally one project. */
+export function starvationPath(since: Date, project?: string, limit = 100): string {
+  const p = new URLSearchParams({ since: since.toISOString(), limit: String(limit) });
+  if (project) p.set("project", project);
+  return `/starvation?${p.toString()}`;
+}
+
+/** The default "since" of the cost page: seven days before `nowMs`. */
+export function defaultSince(nowMs: number): Date {
+  return new Date(nowMs - 7 * 86_400_000);
+}
+
+interface JsonGetter {
+  getJson<T>(path: string, signal?: AbortSignal): Promise<T>;
+}
+
+let current: UiSettings = NO_PRICE;
+let loading: Promise<UiSettings> | null = null;
+
+/** The price setting as last read (no price until `loadUiSettings` answered). */
+export function uiSettings(): UiSettings {
+  return current;
+}
+
+/** Read the server's UI settings once; an error (or an older server) means no price. */
+export function loadUiSettings(api: JsonGetter): Promise<UiSettings> {
+  if (!loading) {
+    loading = api
+      .getJson<UiSettings>("/settings/ui")
+      .then((s) => {
+        current = { gpu_hour_price: finite(s?.gpu_hour_price) ? s.gpu_hour_price : null, currency: typeof s?.currency === "string" ? s.currency : "$" };
+        return current;
+      })
+      .catch(() => {
+        loading = null; // try again next time (e.g. after the token prompt)
+        return current;
+      });
+  }
+  return loading;
+}
