@@ -5,6 +5,7 @@ Input-bound levels follow the TensorFlow profiler: highly input-bound when 20 % 
 step time is spent waiting for input, moderately from 5 %.
 """
 
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -63,6 +64,54 @@ def _steps_per_execution(environment: dict[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
+@dataclass
+class _Findings:
+    """The window's figures a verdict reads, and the evidence and advice gathered so far."""
+
+    window: RunWindow
+    share: float | None
+    util: float | None
+    cpu: float | None
+    mean_step: float | None
+    pipeline: dict[str, Any]
+    source: str  # "measured" | "fallback"
+    evidence: list[Evidence] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, window: RunWindow) -> "_Findings":
+        return cls(
+            window=window,
+            share=window.input_wait_share(),
+            util=window.mean_util(),
+            cpu=window.mean_sys_cpu(),
+            mean_step=window.mean_step_s(),
+            pipeline=_pipeline(window.environment),
+            source="measured" if window.waited_count else "fallback",
+        )
+
+    def add(self, key: str, value: Any, text: str) -> None:
+        self.evidence.append(Evidence(key=key, value=value, text=text))
+
+    def result(self, verdict: Verdict, wait_share: float | None = None) -> Diagnosis:
+        return Diagnosis(
+            run_id=self.window.run_id,
+            verdict=verdict,
+            input_wait_share=wait_share,
+            source=self.source,
+            window_s=self.window.window_s,
+            steps_in_window=self.window.step_count,
+            evidence=self.evidence,
+            advice=self.advice,
+        )
+
+    def advise(self, verdict: Verdict) -> None:
+        if verdict != Verdict.not_input_bound:
+            _input_advice(self.advice, cpu=self.cpu, pipeline=self.pipeline)
+        else:
+            _device_advice(self.advice, util=self.util, mean_step=self.mean_step)
+
+
 def diagnose(
     window: RunWindow,
     *,
@@ -74,72 +123,67 @@ def diagnose(
     highly: float = HIGHLY_INPUT_BOUND,
     moderately: float = MODERATELY_INPUT_BOUND,
 ) -> Diagnosis:
-    """The verdict for one run's window, with the numbers behind it and what to try.
+    """The verdict for one run's window, with the numbers behind it and what to try: stalled,
+    else measured (the input wait is measured), else inferred from device and host figures.
 
     `connected`: an agent of this run is connected (a stall needs a live process)."""
-    evidence: list[Evidence] = []
-    advice: list[str] = []
-    share = window.input_wait_share()
-    util = window.mean_util()
-    cpu = window.mean_sys_cpu()
-    mean_step = window.mean_step_s()
-    pipeline = _pipeline(window.environment)
-    w = window.window_s
-    n = window.step_count
-    source = "measured" if window.waited_count else "fallback"
-
-    def result(verdict: Verdict, wait_share: float | None = None) -> Diagnosis:
-        return Diagnosis(
-            run_id=window.run_id,
-            verdict=verdict,
-            input_wait_share=wait_share,
-            source=source,
-            window_s=w,
-            steps_in_window=n,
-            evidence=evidence,
-            advice=advice,
-        )
-
-    def add(key: str, value: Any, text: str) -> None:
-        evidence.append(Evidence(key=key, value=value, text=text))
-
-    # Stalled: steps stopped while the agent is still connected.
+    found = _Findings.of(window)
     idle = window.seconds_without_steps(now)
     limit = window.stall_threshold_s(min_s=stall_min_s, factor=stall_step_factor)
     if window.running and idle is not None and idle >= limit and connected:
-        median = window.median_step_s()
-        add("seconds_without_steps", round(idle, 1), f"no step for {idle:.0f} s")
-        add(
-            "stall_threshold_s",
-            round(limit, 1),
-            f"stall threshold {limit:.0f} s = max({stall_min_s:g} s, "
-            f"{stall_step_factor:g} x median step time {ms(median or 0)})",
+        return _stalled(
+            found, idle=idle, limit=limit, min_s=stall_min_s, step_factor=stall_step_factor
         )
-        add("agent_connected", True, "the training process is still connected")
-        recent_util = [r.util for r in window.recent_device(10.0) if r.util is not None]
-        if recent_util:
-            u = sum(recent_util) / len(recent_util)
-            add("gpu_util_pct", round(u, 1), f"GPU utilization {u:.0f} % in the last samples")
-            if u >= LOW_UTIL_PCT:
-                advice.append(
-                    f"The GPU is busy ({u:.0f} %) but no step completes: typical of a hung "
-                    "collective (all-reduce) in a distributed job. Check that every worker "
-                    "is alive and not out of memory; one stuck replica stalls them all."
-                )
-            else:
-                advice.append(
-                    "The GPU is idle and no step completes: the input pipeline may be "
-                    "blocked (a reader waiting on storage or a queue), or the training loop "
-                    "is stuck in Python. A stack dump (py-spy dump --pid) shows where."
-                )
+    _describe(found, min_steps=min_steps)
+    if found.source == "measured":
+        return _measured(found, min_steps=min_steps, highly=highly, moderately=moderately)
+    return _inferred(found, min_steps=min_steps)
+
+
+def _stalled(
+    found: _Findings, *, idle: float, limit: float, min_s: float, step_factor: float
+) -> Diagnosis:
+    """Steps stopped while the agent is still connected."""
+    window, add, advice = found.window, found.add, found.advice
+    median = window.median_step_s()
+    add("seconds_without_steps", round(idle, 1), f"no step for {idle:.0f} s")
+    add(
+        "stall_threshold_s",
+        round(limit, 1),
+        f"stall threshold {limit:.0f} s = max({min_s:g} s, "
+        f"{step_factor:g} x median step time {ms(median or 0)})",
+    )
+    add("agent_connected", True, "the training process is still connected")
+    recent_util = [r.util for r in window.recent_device(10.0) if r.util is not None]
+    if recent_util:
+        u = sum(recent_util) / len(recent_util)
+        add("gpu_util_pct", round(u, 1), f"GPU utilization {u:.0f} % in the last samples")
+        if u >= LOW_UTIL_PCT:
+            advice.append(
+                f"The GPU is busy ({u:.0f} %) but no step completes: typical of a hung "
+                "collective (all-reduce) in a distributed job. Check that every worker "
+                "is alive and not out of memory; one stuck replica stalls them all."
+            )
         else:
             advice.append(
-                "Steps stopped while the process is alive. A hung collective (all-reduce) "
-                "shows high GPU utilization and no steps; an idle GPU points at a blocked "
-                "input pipeline or Python code. A stack dump (py-spy dump --pid) shows where."
+                "The GPU is idle and no step completes: the input pipeline may be "
+                "blocked (a reader waiting on storage or a queue), or the training loop "
+                "is stuck in Python. A stack dump (py-spy dump --pid) shows where."
             )
-        return result(Verdict.stalled, share)
+    else:
+        advice.append(
+            "Steps stopped while the process is alive. A hung collective (all-reduce) "
+            "shows high GPU utilization and no steps; an idle GPU points at a blocked "
+            "input pipeline or Python code. A stack dump (py-spy dump --pid) shows where."
+        )
+    return found.result(Verdict.stalled, found.share)
 
+
+def _describe(found: _Findings, *, min_steps: int) -> None:
+    """The evidence every verdict but a stall shows: step time, device and host load, the
+    pipeline's shape, a straggling worker."""
+    add, pipeline = found.add, found.pipeline
+    mean_step, util, cpu = found.mean_step, found.util, found.cpu
     if mean_step is not None:
         add("mean_step_ms", round(mean_step * 1000, 2), f"mean step time {ms(mean_step)}")
     if util is not None:
@@ -151,10 +195,10 @@ def diagnose(
         add("prefetch", has, "the pipeline prefetches" if has else "the pipeline does not prefetch")
     if pipeline.get("serial_map") and not pipeline.get("parallel_map"):
         add("parallel_map", False, "map runs serially (no num_parallel_calls)")
-    straggler = find_straggler(worker_timings(window, min_steps=min_steps))
+    straggler = find_straggler(worker_timings(found.window, min_steps=min_steps))
     if straggler is not None:
         add("straggler", straggler.rank, straggler.text)
-        advice.append(
+        found.advice.append(
             f"Worker {straggler.rank} holds every worker back: "
             + (
                 "speed up its input pipeline (its data source, its host's CPU, its "
@@ -164,52 +208,56 @@ def diagnose(
             )
         )
 
-    if source == "measured" and window.waited_count >= min_steps and share is not None:
-        waited = window.waited_count
-        means = window.mean_waited_s()
-        assert means is not None  # waited_count >= min_steps
-        per_step_wait, per_step = means
-        add(
-            "input_wait_share",
-            round(share, 4),
-            f"input wait is {pct(share)} of step time over the last {w:g} s "
-            f"({waited} steps: {ms(per_step_wait)} waiting of {ms(per_step)} per step)",
-        )
-        executed = _steps_per_execution(window.environment)
-        if executed > 1:
-            add(
-                "input_wait_estimated",
-                True,
-                f"with steps_per_execution = {executed}, TensorFlow fetches the next batch "
-                "while a step computes, so the wait is estimated: the time the steps sat "
-                "idle for their batch, not the time each fetch was blocked",
-            )
-        # Compared as shown (to a millionth): a share of exactly 20 % is 20 %, whatever
-        # order the floating-point sums happened in.
-        if round(share, 6) >= highly:
-            verdict = Verdict.highly_input_bound
-        elif round(share, 6) >= moderately:
-            verdict = Verdict.moderately_input_bound
-        else:
-            verdict = Verdict.not_input_bound
-        if verdict != Verdict.not_input_bound:
-            _input_advice(advice, cpu=cpu, pipeline=pipeline)
-        else:
-            _device_advice(advice, util=util, mean_step=mean_step)
-        return result(verdict, share)
-    if source == "measured":
-        # Wait is measured but the window does not hold enough steps yet: say only that.
-        add(
-            "measured_steps",
-            window.waited_count,
-            f"{window.waited_count} of the {min_steps} measured steps a verdict needs so far",
-        )
-        advice.append("Keep training: the verdict appears once enough steps are measured.")
-        return result(Verdict.insufficient_data, share)
 
-    # Fallback: input wait not measured. Infer from device utilization, step-time variance
-    # and host CPU, and say so.
-    add(
+def _measured(found: _Findings, *, min_steps: int, highly: float, moderately: float) -> Diagnosis:
+    """The input wait is measured: its share of step time is the verdict, once the window
+    holds `min_steps` measured steps."""
+    window, share = found.window, found.share
+    waited = window.waited_count
+    if waited < min_steps or share is None:
+        # Wait is measured but the window does not hold enough steps yet: say only that.
+        found.add(
+            "measured_steps",
+            waited,
+            f"{waited} of the {min_steps} measured steps a verdict needs so far",
+        )
+        found.advice.append("Keep training: the verdict appears once enough steps are measured.")
+        return found.result(Verdict.insufficient_data, share)
+    means = window.mean_waited_s()
+    assert means is not None  # waited >= min_steps
+    per_step_wait, per_step = means
+    found.add(
+        "input_wait_share",
+        round(share, 4),
+        f"input wait is {pct(share)} of step time over the last {window.window_s:g} s "
+        f"({waited} steps: {ms(per_step_wait)} waiting of {ms(per_step)} per step)",
+    )
+    executed = _steps_per_execution(window.environment)
+    if executed > 1:
+        found.add(
+            "input_wait_estimated",
+            True,
+            f"with steps_per_execution = {executed}, TensorFlow fetches the next batch "
+            "while a step computes, so the wait is estimated: the time the steps sat "
+            "idle for their batch, not the time each fetch was blocked",
+        )
+    # Compared as shown (to a millionth): a share of exactly 20 % is 20 %, whatever
+    # order the floating-point sums happened in.
+    if round(share, 6) >= highly:
+        verdict = Verdict.highly_input_bound
+    elif round(share, 6) >= moderately:
+        verdict = Verdict.moderately_input_bound
+    else:
+        verdict = Verdict.not_input_bound
+    found.advise(verdict)
+    return found.result(verdict, share)
+
+
+def _inferred(found: _Findings, *, min_steps: int) -> Diagnosis:
+    """Input wait not measured: inferred from device utilization, step-time variance and
+    host CPU, and said so."""
+    window, util, cpu = found.window, found.util, found.cpu
+    found.add(
         "source",
         "fallback",
         "input wait is not measured (wrap the dataset: model.fit(cb.wrap(ds)), or iterate "
@@ -217,15 +265,16 @@ def diagnose(
     )
     cv = window.step_cv()
     if cv is not None:
-        add("step_time_cv", round(cv, 3), f"step time varies by {cv * 100:.0f} % (std/mean)")
+        found.add("step_time_cv", round(cv, 3), f"step time varies by {cv * 100:.0f} % (std/mean)")
+    n = window.step_count
     if n < min_steps or util is None:
         if n >= min_steps and util is None:
-            add("gpu_util_pct", None, "no GPU utilization reported (no NVIDIA driver/NVML?)")
-        advice.append(
+            found.add("gpu_util_pct", None, "no GPU utilization reported (no NVIDIA driver/NVML?)")
+        found.advice.append(
             "Wrap the input pipeline so Stoker measures input wait directly: "
             "model.fit(cb.wrap(train_ds), callbacks=[cb])."
         )
-        return result(Verdict.insufficient_data)
+        return found.result(Verdict.insufficient_data)
     erratic = cv is not None and cv >= HIGH_STEP_CV
     saturated = cpu is not None and cpu >= CPU_SATURATED_PCT
     if util < VERY_LOW_UTIL_PCT and (erratic or saturated):
@@ -234,15 +283,12 @@ def diagnose(
         verdict = Verdict.moderately_input_bound
     else:
         verdict = Verdict.not_input_bound
-    if verdict != Verdict.not_input_bound:
-        _input_advice(advice, cpu=cpu, pipeline=pipeline)
-    else:
-        _device_advice(advice, util=util, mean_step=mean_step)
-    advice.append(
+    found.advise(verdict)
+    found.advice.append(
         "Wrap the dataset (model.fit(cb.wrap(train_ds), ...)) so input wait is measured "
         "instead of inferred."
     )
-    return result(verdict)
+    return found.result(verdict)
 
 
 def _input_advice(advice: list[str], *, cpu: float | None, pipeline: dict[str, Any]) -> None:
