@@ -19,6 +19,11 @@ from trainer_agent.input_wait import (
 from trainer_agent.job import job_rank, job_run_key
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline import describe_pipeline
+from trainer_agent.pipeline_model import (
+    function_names,
+    unwatch_train_function,
+    watch_train_function,
+)
 from trainer_agent.session import RunSession, scalars
 
 log = logging.getLogger("trainer_agent")
@@ -150,6 +155,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             if self._ring is None:
                 self._ring = StampRing()
             self._input_pipeline = describe_pipeline(dataset)  # for the diagnosis's advice
+            self._function_names = function_names(dataset)  # for the pipeline's stages
             return self._ring.wrap(dataset)
         except Exception as error:
             self._guard.trip("wrap", error)
@@ -183,6 +189,9 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         )
         self._session.before_abnormal_close = self._hand_over_completed_steps
         self._session.start()
+        names = getattr(self, "_function_names", None)
+        self._session.pipeline.describe(names or [], stamped=names is not None)
+        watch_train_function(self.model, self._session.pipeline)
         self._steps_per_execution = max(
             1, plain_int(getattr(self.model, "steps_per_execution", 1)) or 1
         )
@@ -285,6 +294,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             self._close(now)
             self._flush_pending(now)
             session, self._session = self._session, None
+            unwatch_train_function(self.model)
             if session is not None:
                 session.close("finished", wait=False)  # delivered in the background (§ agent.md)
         except Exception as error:

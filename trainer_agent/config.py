@@ -63,6 +63,10 @@ class AgentConfig:
     config: dict[str, Any] = field(default_factory=dict)
     sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
     all_gpus: bool = False
+    # How often the sampler thread reads tf.data's autotuning model (pipeline_model.py).
+    pipeline_interval_s: float = field(
+        default_factory=lambda: _env_float("STOKER_PIPELINE_INTERVAL_S", 5.0)
+    )
     # How often the sender sends what was recorded: every second while nobody watches the
     # run, every 50 ms while a browser does (the server says so with a `watch` command).
     flush_interval_s: float = field(

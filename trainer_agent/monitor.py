@@ -11,6 +11,7 @@ from trainer_agent.environment import collect
 from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.job import job_rank, job_run_key
 from trainer_agent.nvml import shared_nvml
+from trainer_agent.pipeline_model import function_names
 from trainer_agent.session import RunSession, scalars
 
 log = logging.getLogger("trainer_agent")
@@ -144,6 +145,12 @@ class Monitor:
         the monitor is disabled and the rest of the elements are yielded untimed.
         """
         iterator = iter(iterable)
+        try:
+            if self.session is not None and type(iterator).__module__.startswith("tensorflow"):
+                self.session.pipeline.describe(function_names(iterable), stamped=False)
+                self.session.pipeline.watch(iterator)
+        except Exception as error:
+            self._guard.trip("iterate", error)
         try:
             while True:
                 try:

@@ -19,6 +19,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "sm_clock_mhz", "throttle", "pcie_tx_bps", "pcie_rx_bps",
     ),
     "host": ("t", "proc_cpu", "sys_cpu", "rss", "mem_used", "mem_total"),
+    # One row per read of tf.data's model: stages is a list of stage objects per row.
+    "pipeline": ("t", "source", "stages", "read_us"),
 }  # fmt: skip
 
 # Columns every row has; the others are omitted from a batch when they are all null.
@@ -28,6 +30,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "epochs": ("epoch", "step", "t", "name", "value"),
     "device": ("t", "gpu"),
     "host": ("t",),
+    "pipeline": ("t", "source", "stages"),
 }
 
 Columns = dict[str, list[Any]]
@@ -78,6 +81,7 @@ class Recorder:
         self.epochs = self.buffers["epochs"]
         self.device = self.buffers["device"]
         self.host = self.buffers["host"]
+        self.pipeline = self.buffers["pipeline"]
 
     def drain(self) -> dict[str, Columns]:
         drained = {name: buffer.drain() for name, buffer in self.buffers.items()}

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from trainer_agent.nvml import Nvml
+from trainer_agent.pipeline_model import PipelineSource
 from trainer_agent.recorder import Recorder
 
 log = logging.getLogger("trainer_agent")
@@ -125,12 +126,14 @@ class Sampler:
         interval_s: float = 1.0,
         device: DeviceSource | None = None,
         host: HostSource | None = None,
+        pipeline: PipelineSource | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._recorder = recorder
         self.interval_s = max(MIN_INTERVAL_S, float(interval_s))
         self._device = device
         self._host = host
+        self.pipeline = pipeline  # reads on its own, slower interval
         self._clock = clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stoker-sampler", daemon=True)
@@ -165,7 +168,7 @@ class Sampler:
 
     def sample_once(self) -> None:
         t = self._clock()
-        for source in (self._device, self._host):
+        for source in (self._device, self._host, self.pipeline):
             if source is None:
                 continue
             try:

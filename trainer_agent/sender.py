@@ -38,7 +38,7 @@ log = logging.getLogger("trainer_agent")
 Batch = dict[str, Any]
 Connect = Callable[..., Any]
 Post = Callable[..., Any]
-SECTIONS = ("steps", "metrics", "epochs", "device", "host")
+SECTIONS = ("steps", "metrics", "epochs", "device", "host", "pipeline")
 HTTP_CHUNK_BYTES = 4 * 2**20
 DRAIN_ANNOUNCE_AFTER_S = 2.0
 

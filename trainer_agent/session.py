@@ -19,6 +19,7 @@ from typing import Any
 
 from trainer_agent.config import AgentConfig
 from trainer_agent.nvml import Nvml, shared_nvml
+from trainer_agent.pipeline_model import PipelineSource
 from trainer_agent.recorder import Recorder
 from trainer_agent.samplers import DeviceSource, HostSource, Sampler
 from trainer_agent.sender import Sender
@@ -143,6 +144,8 @@ class RunSession:
         # Durations come from the monotonic perf_counter; this offset turns them into wall time.
         self._wall_offset_s = time.time() - time.perf_counter()
         self.sampler: Sampler | None = None
+        # The owner hands it the training iterator; the sampler thread reads its model.
+        self.pipeline = PipelineSource(config.pipeline_interval_s)
         self.closed = False
         # Set by the owner to hand over what it still holds before an abnormal close.
         self.before_abnormal_close: Callable[[], None] | None = None
@@ -162,7 +165,11 @@ class RunSession:
             host = None
         device = DeviceSource(self._nvml or shared_nvml(), all_gpus=self.config.all_gpus)
         self.sampler = Sampler(
-            self.recorder, interval_s=self.config.sample_interval_s, device=device, host=host
+            self.recorder,
+            interval_s=self.config.sample_interval_s,
+            device=device,
+            host=host,
+            pipeline=self.pipeline,
         )
         self.sampler.start()
 

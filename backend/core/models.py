@@ -510,3 +510,20 @@ class SeedMarker(SQLModel, table=True):
 
     key: str = Field(primary_key=True, max_length=100)
     at: datetime = Field(default_factory=utc_now)
+
+
+class PipelineRead(SQLModel, table=True):
+    """One read of a run's tf.data autotuning model (issue 15): its stages, source first.
+
+    Only the latest `MAX_PIPELINE_READS` reads of a run are kept (backend/ingest/store.py).
+    """
+
+    __table_args__ = (Index("ix_pipelineread_run_t", "run_id", "t"),)
+
+    id: int | None = _row_id()
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    rank: int = 0
+    t: float
+    source: str = Field(max_length=20)  # "autotune_model" | "unavailable"
+    stages: list[dict[str, Any]] = _json(default_factory=list)
+    read_us: float | None = None

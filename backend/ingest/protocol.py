@@ -202,6 +202,34 @@ class HostColumns(Columns):
         return _none_if_not_finite(values)
 
 
+MAX_PIPELINE_STAGES = 64
+OptionalFinite = Annotated[float, Field(ge=0, allow_inf_nan=False)] | None
+
+
+class PipelineStage(_Strict):
+    """One stage of tf.data's autotuning model (trainer_agent/pipeline_model.py)."""
+
+    position: int = Field(ge=0, le=MAX_PIPELINE_STAGES)
+    kind: Tag
+    name: ShortText
+    function: ShortText | None = None
+    parallelism: OptionalFinite = None
+    ms_per_element: OptionalFinite = None
+    elements: Int64 = 0
+    buffered: Int64 = 0
+    buffer_size: OptionalFinite = None
+    bytes_per_element: OptionalFinite = None
+
+
+class PipelineColumns(Columns):
+    """One row per read of the model: `stages` holds the row's list of stages."""
+
+    t: list[FiniteTime]
+    source: list[Literal["autotune_model", "unavailable"]]
+    stages: list[Annotated[list[PipelineStage], Field(max_length=MAX_PIPELINE_STAGES)]]
+    read_us: OptionalCounts = None
+
+
 class AgentCounters(_Strict):
     dropped_rows: int = Field(default=0, ge=0, le=MAX_INT64)
     spooled_rows: int = Field(default=0, ge=0, le=MAX_INT64)
@@ -215,10 +243,11 @@ class Batch(_Strict):
     device: DeviceColumns | None = None
     host: HostColumns | None = None
     epochs: EpochColumns | None = None
+    pipeline: PipelineColumns | None = None
     agent: AgentCounters | None = None
 
     def row_count(self) -> int:
-        sections = (self.steps, self.metrics, self.device, self.host, self.epochs)
+        sections = (self.steps, self.metrics, self.device, self.host, self.epochs, self.pipeline)
         return sum(len(section) for section in sections if section is not None)
 
 

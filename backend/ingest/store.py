@@ -19,6 +19,7 @@ from sqlmodel import Session, select
 from backend.core.db import placeholder
 from backend.core.lifecycle import end_worker, job_status, join_worker
 from backend.core.models import IngestCursor, Run, RunStatus, utc_now
+from backend.ingest.pipeline_store import store_pipeline_reads
 from backend.ingest.protocol import Batch, Columns, EpochColumns, Hello
 from backend.ingest.summary import (
     add_agent_counters,
@@ -198,6 +199,8 @@ def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) ->
         _insert(connection, "hostsample", batch.host, run_id=run_id, rank=rank)
     if batch.epochs is not None and len(batch.epochs):
         stats = _store_epochs(connection, run_id=run_id, epochs=batch.epochs, stats=stats)
+    if batch.pipeline is not None and len(batch.pipeline):
+        store_pipeline_reads(connection, run_id=run_id, rank=rank, reads=batch.pipeline)
     if batch.agent is not None:
         stats = add_agent_counters(stats, stream=job.stream, counters=batch.agent.model_dump())
     return stats

@@ -1,0 +1,74 @@
+"""`GET /runs/{id}/pipeline`: the stages of the run's tf.data pipeline and its bottleneck."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+from sqlmodel import Session, col, select
+
+from backend.api.queries import get_run
+from backend.core.deps import RunId, SessionDep, ViewerAuth
+from backend.core.models import Step
+from backend.diagnosis.bottleneck import Bottleneck, find_bottleneck, step_demand
+from backend.ingest.pipeline_store import pipeline_read
+from backend.ingest.protocol import PipelineStage
+
+router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
+
+# The step demand comes from the steps just before the read.
+DEMAND_STEPS = 100
+
+
+class PipelineView(BaseModel):
+    run_id: int
+    t: float | None
+    source: str  # "autotune_model" | "unavailable"
+    stages: list[PipelineStage]
+    bottleneck: Bottleneck | None
+    read_us: float | None = None
+
+
+def _recent_steps(session: Session, run_id: int, before: float) -> tuple[list[float], list[Any]]:
+    rows = session.exec(
+        select(Step.dur, Step.wait)
+        .where(Step.run_id == run_id, Step.rank == 0, Step.t <= before)
+        .order_by(col(Step.step).desc())
+        .limit(DEMAND_STEPS)
+    ).all()
+    return [float(d) for d, _ in rows], [w for _, w in rows]
+
+
+def pipeline_view(session: Session, run_id: int, at: float | None) -> PipelineView:
+    run = get_run(session=session, run_id=run_id)
+    read = pipeline_read(session.connection(), run_id, at)
+    if read is None:
+        return PipelineView(run_id=run_id, t=None, source="unavailable", stages=[], bottleneck=None)
+    stages = read["stages"] or []
+    demand = step_demand(*_recent_steps(session, run_id, read["t"]))
+    cpus = (run.environment or {}).get("cpu_count")
+    bottleneck = find_bottleneck(
+        stages,
+        demand_steps_per_s=demand[0] if demand else None,
+        wait_share=demand[1] if demand else None,
+        cpus=cpus if isinstance(cpus, int) else None,
+    )
+    return PipelineView(
+        run_id=run_id,
+        t=read["t"],
+        source=read["source"],
+        stages=[PipelineStage.model_validate(stage) for stage in stages],
+        bottleneck=bottleneck,
+        read_us=read["read_us"],
+    )
+
+
+@router.get("/runs/{run_id}/pipeline")
+def read_pipeline(
+    run_id: RunId,
+    session: SessionDep,
+    t: Annotated[float | None, Query(ge=0, le=1e11, description="unix seconds")] = None,
+) -> PipelineView:
+    """The latest read of the run's tf.data autotuning model (or the latest at or before
+    `t`): its stages from the source (0) to the model, and the stage that starves the
+    steps, when the run is input-bound. `source` is "unavailable" when there is no read."""
+    return pipeline_view(session, run_id, t)

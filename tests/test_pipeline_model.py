@@ -1,0 +1,177 @@
+"""tf.data's autotuning model turned into stages (trainer_agent/pipeline_model.py), on real
+protos of small real pipelines on the CPU, and the train_function wrapper in a real fit."""
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer_agent.input_wait import StampRing
+from trainer_agent.pipeline_model import (
+    PipelineSource,
+    function_names,
+    kind_of,
+    stages_from_proto,
+    unwatch_train_function,
+    watch_train_function,
+)
+from trainer_agent.recorder import Recorder
+
+MAP_KINDS = ("map", "parallel_map", "map_and_batch")
+
+
+def _sleepy(delay_s: float):
+    def sleepy_decode(x):
+        out = tf.numpy_function(lambda v: (time.sleep(delay_s), v)[1], [x], x.dtype)
+        return tf.ensure_shape(out, x.shape)
+
+    return sleepy_decode
+
+
+def _read(dataset, elements: int, names=None, stamped=False):
+    iterator = iter(dataset)
+    for _ in range(elements):
+        next(iterator)
+    proto = tf.data.experimental.get_model_proto(iterator)
+    return stages_from_proto(proto, names, stamped=stamped)
+
+
+@pytest.mark.parametrize(
+    ("op", "kind"),
+    [
+        ("ParallelMapV2", "parallel_map"),
+        ("TFRecordDataset", "file_reader"),
+        ("Generator", "generator"),
+        ("BatchV2", "batch"),
+        ("ParallelInterleaveDatasetV4", "parallel_interleave"),
+        ("SomethingNew", "somethingnew"),
+    ],
+)
+def test_op_names_become_kinds(op: str, kind: str) -> None:
+    assert kind_of(op) == kind
+
+
+def test_generator_map_filter_batch_prefetch_in_order_with_function_names() -> None:
+    def numbers():
+        yield from range(10_000)
+
+    def scale(x):
+        return tf.cast(x, tf.float32) * 2.0
+
+    def keep_all(x):
+        return x >= 0
+
+    dataset = (
+        tf.data.Dataset.from_generator(numbers, output_signature=tf.TensorSpec((), tf.int64))
+        .map(scale, num_parallel_calls=2)
+        .filter(keep_all)
+        .batch(8)
+        .prefetch(2)
+    )
+    stages = _read(dataset, 20, function_names(dataset))
+    kinds = [s["kind"] for s in stages]
+    assert [s["position"] for s in stages] == list(range(len(stages)))
+    assert kinds.index("generator") < kinds.index("parallel_map") < kinds.index("filter")
+    assert kinds[-2:] == ["batch", "prefetch"]
+    by_kind = {s["kind"]: s for s in stages}
+    assert by_kind["parallel_map"]["function"] == "scale"
+    assert by_kind["parallel_map"]["parallelism"] == 2
+    assert by_kind["filter"]["function"] == "keep_all"
+    assert by_kind["prefetch"]["buffer_size"] == 2
+    # The consumer took 20 batches of 8: the stages before batch produced at least 160.
+    assert by_kind["batch"]["elements"] >= 20
+    assert by_kind["generator"]["elements"] >= 160
+    assert by_kind["batch"]["bytes_per_element"] == 8 * 4
+
+
+def test_the_slow_stage_has_the_largest_time_per_element() -> None:
+    fast = np.arange(4000, dtype=np.float32)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(fast)
+        .map(lambda x: x + 1, num_parallel_calls=2)
+        .map(_sleepy(0.002))
+        .batch(4)
+    )
+    stages = _read(dataset, 10, function_names(dataset))
+    slowest = max(stages, key=lambda s: s["ms_per_element"] or 0)
+    assert slowest["kind"] in MAP_KINDS
+    assert slowest["function"] == "sleepy_decode"
+
+
+def test_tfrecord_files_read_through_an_interleave(tmp_path) -> None:
+    paths = []
+    for i in range(3):
+        path = str(tmp_path / f"part-{i}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for j in range(50):
+                writer.write(f"{i}-{j}".encode())
+        paths.append(path)
+
+    def read_file(path):
+        return tf.data.TFRecordDataset(path)
+
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(paths)
+        .interleave(read_file, cycle_length=2, num_parallel_calls=2)
+        .batch(5)
+    )
+    stages = _read(dataset, 10, function_names(dataset))
+    kinds = [s["kind"] for s in stages]
+    readers = [s for s in stages if s["kind"] == "file_reader"]
+    assert len(readers) == 1, kinds  # the interleave's readers, summed into one stage
+    assert readers[0]["elements"] >= 50
+    interleave = stages[kinds.index("parallel_interleave")]
+    assert interleave["function"] == "read_file"
+    assert kinds.index("file_reader") < kinds.index("parallel_interleave")
+
+
+def test_keras_fit_hands_the_iterator_to_the_sampler_source_and_drops_the_stamp() -> None:
+    x = np.random.rand(256, 4).astype("float32")
+    y = np.random.rand(256, 1).astype("float32")
+
+    def scale(a, b):
+        return a * 2.0, b
+
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).map(scale).batch(16).prefetch(2)
+    names = function_names(dataset)
+    wrapped = StampRing().wrap(dataset)
+    source = PipelineSource(interval_s=1.0)
+    source.describe(names, stamped=True)
+    recorder = Recorder(max_rows=100)
+    keras = tf.keras
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+
+    class ReadMidway(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            watch_train_function(self.model, source)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 8:
+                source.sample(123.0, recorder)
+
+        def on_train_end(self, logs=None):
+            unwatch_train_function(self.model)
+
+    model.fit(wrapped, epochs=1, callbacks=[ReadMidway()], verbose=0)
+    section = recorder.drain()["pipeline"]
+    assert section["t"] == [123.0]
+    assert section["source"] == ["autotune_model"]
+    assert section["read_us"][0] > 0
+    stages = section["stages"][0]
+    kinds = [s["kind"] for s in stages]
+    assert kinds[0] == "tensor_slices" and kinds[-1] == "prefetch"
+    assert "zip" not in kinds and "range" not in kinds  # Stoker's stamping stage is dropped
+    assert [s["function"] for s in stages if s["kind"] in MAP_KINDS] == ["scale"]
+    assert not hasattr(model.train_function, "__wrapped__")  # restored after fit
+
+
+def test_an_iterator_without_a_model_reports_unavailable_once() -> None:
+    source = PipelineSource(interval_s=0.5)
+    source.watch(iter([1, 2, 3]))  # not tf.data
+    recorder = Recorder(max_rows=10)
+    source.sample(1.0, recorder)
+    source.sample(2.0, recorder)  # before the interval: no second read
+    section = recorder.drain()["pipeline"]
+    assert section["source"] == ["unavailable"] and section["stages"] == [[]]
