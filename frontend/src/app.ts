@@ -9,6 +9,7 @@ import type { Alert } from "./types";
 import { AlertsView } from "./views/alertsView";
 import { errorMessage, type AppContext, type View } from "./views/common";
 import { CompareView } from "./views/compareView";
+import { CostView } from "./views/costView";
 import { RunPageView } from "./views/runPage";
 import { RunsListView } from "./views/runsList";
 import { readStorage, writeStorage } from "./storage";
@@ -203,6 +204,9 @@ export class App {
       case "alerts":
         document.title = "Alerts · Stoker";
         return new AlertsView(this.ctx);
+      case "cost":
+        document.title = "Starvation cost · Stoker";
+        return new CostView(this.ctx, route.since);
       case "notFound": {
         document.title = "Not found · Stoker";
         const el = h(

@@ -2,6 +2,7 @@
 // value marked, config/environment differences, and overlay alignment.
 
 import { formatDuration, formatMs, formatPercent, formatPercentValue, formatRate, formatValue } from "./format";
+import { formatLostGpu, uiSettings } from "./cost";
 import { formatBytes, joinTracks } from "./samples";
 import type { StepSeries } from "./series";
 import { flattenEntries } from "./runs";
@@ -52,6 +53,8 @@ export const COMPARE_METRICS: CompareMetric[] = [
   { key: "median", label: "Step time median", better: "lower", value: (r) => n(r.summary?.step_time_ms_median), format: formatMs },
   { key: "p95", label: "Step time p95", better: "lower", value: (r) => n(r.summary?.step_time_ms_p95), format: formatMs },
   { key: "wait", label: "Input wait", better: "lower", value: (r) => n(r.summary?.input_wait_share), format: (v) => formatPercent(v) },
+  { key: "wait_s", label: "Input wait (time)", better: "lower", value: (r) => n(r.summary?.input_wait_s), format: formatDuration },
+  { key: "lost_gpu", label: "Lost GPU time", better: "lower", value: (r) => n(r.summary?.lost_gpu_s), format: (v) => formatLostGpu(v, uiSettings()) },
   { key: "gpu", label: "GPU util (mean)", better: "higher", value: (r) => n(r.summary?.gpu_util_mean), format: formatPercentValue },
   { key: "memory", label: "Peak GPU memory", better: "lower", value: (r) => n(r.summary?.peak_memory_bytes), format: formatBytes },
   { key: "throughput", label: "Samples/s", better: "higher", value: (r) => n(r.summary?.samples_per_s), format: formatRate },

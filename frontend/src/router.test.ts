@@ -26,6 +26,10 @@ describe("parseRoute", () => {
   it("maps #/alerts to the alerts view", () => {
     expect(parseRoute("#/alerts")).toEqual({ name: "alerts" });
   });
+  it("maps #/cost to the starvation cost view, with its since date", () => {
+    expect(parseRoute("#/cost")).toEqual({ name: "cost", since: null });
+    expect(parseRoute("#/cost?since=2026-11-01")).toEqual({ name: "cost", since: "2026-11-01" });
+  });
   it("round-trips with runHref", () => {
     expect(parseRoute(runHref(15))).toEqual({ name: "run", id: 15 });
   });

@@ -1,5 +1,6 @@
 // Hash routes: `#/` runs list, `#/runs/<id>` a run page, `#/compare?runs=1,2`
-// the compare view, `#/alerts` alerts and rules.
+// the compare view, `#/alerts` alerts and rules, `#/cost?since=2026-11-01` the
+// GPU time lost to input starvation.
 
 import { parseRunIds } from "./compare";
 
@@ -8,6 +9,7 @@ export type Route =
   | { name: "run"; id: number }
   | { name: "compare"; ids: number[] }
   | { name: "alerts" }
+  | { name: "cost"; since: string | null }
   | { name: "notFound"; hash: string };
 
 export function parseRoute(hash: string): Route {
@@ -23,6 +25,7 @@ export function parseRoute(hash: string): Route {
   }
   if (path === "/compare" || path === "/compare/") return { name: "compare", ids: parseRunIds(query.get("runs")) };
   if (path === "/alerts" || path === "/alerts/") return { name: "alerts" };
+  if (path === "/cost" || path === "/cost/") return { name: "cost", since: query.get("since") };
   return { name: "notFound", hash };
 }
 
@@ -33,3 +36,4 @@ export function runHref(id: number): string {
 export const RUNS_HREF = "#/";
 export const ALERTS_HREF = "#/alerts";
 export const COMPARE_HREF = "#/compare";
+export const COST_HREF = "#/cost";

@@ -158,6 +158,17 @@ describe("runRowCells", () => {
     expect([c.median, c.p95, c.inputWait]).toEqual(["—", "—", "—"]);
     expect(c.inputWaitLevel).toBe("unknown");
   });
+  it("shows the GPU time lost to input wait, priced when a price is set", () => {
+    const run = makeRun({ summary: { ...makeRun().summary, input_wait_s: 900, lost_gpu_s: 3600 } });
+    expect(runRowCells(run, NOW, undefined, { gpu_hour_price: null, currency: "$" }).lostGpu).toBe("1.00 GPU·h");
+    expect(runRowCells(run, NOW, undefined, { gpu_hour_price: 3, currency: "$" }).lostGpu).toBe("1.00 GPU·h · $3.00");
+  });
+  it("sorts by lost GPU time, costliest first on the first click", () => {
+    const runs = [10, 7200, 300].map((lost, i) => makeRun({ id: i + 1, summary: { ...makeRun().summary, lost_gpu_s: lost } }));
+    const sort = nextSort({ key: "started", desc: true }, "lost");
+    expect(sort).toEqual({ key: "lost", desc: true });
+    expect(sortRuns(runs, sort, NOW).map((r) => r.id)).toEqual([2, 3, 1]);
+  });
   it("names an unnamed run by its id", () => {
     expect(runRowCells(makeRun({ id: 5, name: "" }), NOW).name).toBe("run 5");
   });
@@ -166,7 +177,7 @@ describe("runRowCells", () => {
 describe("runSummaryFigures", () => {
   it("lists the run page figures in order", () => {
     const figs = runSummaryFigures(makeRun(), NOW);
-    expect(figs.map((f) => f.key)).toEqual(["steps", "median", "p95", "wait", "gpu", "throughput", "duration", "last_seen"]);
+    expect(figs.map((f) => f.key)).toEqual(["steps", "median", "p95", "wait", "lost_gpu", "gpu", "throughput", "duration", "last_seen"]);
     expect(figs.find((f) => f.key === "wait")?.tone).toBe("wait-high");
     // The figure is time blocked on input; the tooltip says feeding the step can save more.
     expect(figs.find((f) => f.key === "wait")?.title).toMatch(/blocked waiting.*somewhat more/);

@@ -17,6 +17,7 @@ import {
   parseIso,
   type InputWaitLevel,
 } from "./format";
+import { formatLostGpu, uiSettings, type UiSettings } from "./cost";
 import { bestEpochValue, type Goal } from "./epochs";
 import type { Run, RunStatus, Verdict } from "./types";
 import { runVerdict, verdictShort, verdictTone, type VerdictTone } from "./verdict";
@@ -187,6 +188,8 @@ export interface RunRowCells {
   inputWait: string;
   inputWaitLevel: InputWaitLevel;
   inputWaitTitle: string;
+  /** GPU time lost to input wait (priced when the server has a GPU-hour price). */
+  lostGpu: string;
   gpu: string;
   verdict: Verdict | null;
   verdictText: string;
@@ -194,7 +197,7 @@ export interface RunRowCells {
   verdictTitle: string;
 }
 
-export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict): RunRowCells {
+export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict, settings: UiSettings = uiSettings()): RunRowCells {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const level = inputWaitLevel(s.input_wait_share);
   const v = runVerdict(run, knownVerdict);
@@ -219,6 +222,7 @@ export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict): Ru
     inputWait: formatPercent(s.input_wait_share),
     inputWaitLevel: level,
     inputWaitTitle: inputWaitLabel(level),
+    lostGpu: formatLostGpu(s.lost_gpu_s, settings),
   };
 }
 
@@ -232,6 +236,7 @@ export type RunSortKey =
   | "median"
   | "p95"
   | "wait"
+  | "lost"
   | "gpu"
   | "verdict"
   /** The best value of the epoch metric `RunSort.metric`. */
@@ -276,6 +281,8 @@ function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict, 
       return num(s.step_time_ms_p95);
     case "wait":
       return num(s.input_wait_share);
+    case "lost":
+      return num(s.lost_gpu_s);
     case "gpu":
       return num(s.gpu_util_mean);
     case "verdict": {
@@ -307,7 +314,7 @@ export function sortRuns(runs: Run[], sort: RunSort, nowMs: number, verdictOf: (
 /** Clicking a column header: the same column flips direction, a new one starts in its natural order. */
 export function nextSort(current: RunSort, key: RunSortKey): RunSort {
   if (current.key === key) return { ...current, desc: !current.desc };
-  const descFirst: RunSortKey[] = ["started", "duration", "steps", "gpu", "wait", "median", "p95"];
+  const descFirst: RunSortKey[] = ["started", "duration", "steps", "gpu", "wait", "lost", "median", "p95"];
   return { key, desc: descFirst.includes(key) };
 }
 
@@ -384,6 +391,12 @@ export function runSummaryFigures(run: Run, nowMs: number): SummaryFigure[] {
         `Share of step time spent blocked waiting for the next batch: ${inputWaitLabel(level)}. ` +
         "A starved step also computes a little slower after the wait, so feeding it can save somewhat more.",
       tone: `wait-${level}`,
+    },
+    {
+      key: "lost_gpu",
+      label: "Lost GPU time",
+      value: formatLostGpu(s.lost_gpu_s, uiSettings()),
+      title: `GPU time lost to input wait: ${formatDuration(s.input_wait_s)} of waiting (all workers) times the GPUs each worker trains on.`,
     },
     { key: "gpu", label: "GPU util (mean)", value: formatPercentValue(s.gpu_util_mean) },
     { key: "throughput", label: "Samples/s", value: formatRate(s.samples_per_s) },

@@ -5,6 +5,7 @@
 import { isMissingEndpoint, isNotFound } from "../api";
 import { overlaySpec, type OverlayData } from "../chartSpecs";
 import { COMPARE_METRICS, compareRows, compareRunOf, diffDocuments, diffFromServer, type Align, type DiffRow } from "../compare";
+import { loadUiSettings } from "../cost";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
 import { epochCompareMetrics, epochMetricNames, overlayEpochChart } from "../epochs";
 import { LiveChart } from "../liveChart";
@@ -104,6 +105,7 @@ export class CompareView implements View {
     let env: DiffRow[] | null = null;
     let missing: number[] = [];
     let source = "server";
+    const settings = loadUiSettings(this.ctx.api); // prices the lost GPU time row
     try {
       const resp = await this.ctx.api.compare(this.ids, this.abort.signal);
       this.runs = Array.isArray(resp.runs) ? resp.runs : [];
@@ -135,6 +137,8 @@ export class CompareView implements View {
     if (this.destroyed) return;
     if (source === "server") missing = this.ids.filter((id) => !this.runs.some((r) => r.id === id));
     if (this.epochNames.length === 0) this.epochNames = epochMetricNames(this.runs.map((r) => r.summary));
+    await settings;
+    if (this.destroyed) return;
     this.render(config ?? [], env ?? [], missing, source);
     await Promise.all([this.loadSeries(), this.loadEpochs()]);
   }

@@ -11,6 +11,7 @@
 //   alertsPanel.ts      alert history and events
 //   environmentPanel.ts, configPanel.ts, editForm.ts
 
+import { loadUiSettings } from "../cost";
 import { isNotFound } from "../api";
 import { h, replaceChildren } from "../dom";
 import { RUNS_HREF } from "../router";
@@ -22,7 +23,7 @@ import { ConfigPanel } from "./run/configPanel";
 import { openRunEditForm } from "./run/editForm";
 import { EnvironmentPanel } from "./run/environmentPanel";
 import { EpochPanel } from "./run/epochPanel";
-import { renderRunFigures, renderRunHeader } from "./run/header";
+import { renderFedLine, renderRunFigures, renderRunHeader } from "./run/header";
 import { StepCharts } from "./run/stepCharts";
 import { TimeCharts } from "./run/timeCharts";
 import { VerdictBanner } from "./run/verdictBanner";
@@ -43,6 +44,8 @@ export class RunPageView implements View {
   private readonly editBox: HTMLElement;
   private readonly actionError: HTMLElement;
   private readonly figuresBox: HTMLElement;
+  /** How much sooner the run would have finished had its input kept up. */
+  private readonly fedLine: HTMLElement;
   private readonly banner: VerdictBanner;
   private readonly stepCharts: StepCharts;
   private readonly workerCharts: WorkerCharts;
@@ -68,6 +71,10 @@ export class RunPageView implements View {
     this.editBox = h("div", { attrs: { hidden: true } });
     this.actionError = h("p", { class: "error", attrs: { role: "alert", hidden: true, "data-testid": "run-action-error" } });
     this.figuresBox = h("dl", { class: "figures", attrs: { "aria-label": "Run summary" } });
+    this.fedLine = h("p", { class: "fed-estimate", attrs: { "data-testid": "fed-estimate", hidden: true } });
+    void loadUiSettings(ctx.api).then(() => {
+      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now()); // priced lost GPU time
+    });
     this.banner = new VerdictBanner(ctx, runId, signal, () => this.run?.summary);
     this.stepCharts = new StepCharts({
       api: ctx.api,
@@ -100,6 +107,7 @@ export class RunPageView implements View {
       this.editBox,
       this.banner.el,
       this.figuresBox,
+      this.fedLine,
       this.stepCharts.el,
       this.workerCharts.el,
       this.epochs.el,
@@ -301,6 +309,7 @@ export class RunPageView implements View {
       remove: () => void this.deleteRun(),
     });
     renderRunFigures(this.figuresBox, run, this.ctx.now());
+    renderFedLine(this.fedLine, run, this.ctx.now());
     this.config.update(run);
     this.environment.update(run);
     this.timeCharts.update(run);

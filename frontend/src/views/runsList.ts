@@ -16,7 +16,8 @@ import {
   type RunSortKey,
 } from "../runs";
 import { readStorage, writeStorage } from "../storage";
-import { runHref } from "../router";
+import { loadUiSettings } from "../cost";
+import { COST_HREF, runHref } from "../router";
 import type { Run, RunStatus } from "../types";
 import { every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
 
@@ -41,6 +42,13 @@ const COLUMNS: Column[] = [
   { key: "median", label: "Step median", numeric: true, title: "Median step time", sort: "median" },
   { key: "p95", label: "Step p95", numeric: true, title: "95th percentile step time", sort: "p95" },
   { key: "wait", label: "Input wait", numeric: true, title: "Share of step time spent waiting for input data", sort: "wait" },
+  {
+    key: "lost",
+    label: "Lost GPU time",
+    numeric: true,
+    title: "GPU time lost to input starvation: the run's input wait times the GPUs it trains on (priced when the server sets STOKER_GPU_HOUR_PRICE)",
+    sort: "lost",
+  },
   { key: "gpu", label: "GPU util", numeric: true, title: "Mean GPU utilization", sort: "gpu" },
 ];
 
@@ -168,6 +176,7 @@ export class RunsListView implements View {
         this.statusSelect,
         this.filterInput,
         this.compareButton,
+        h("a", { class: "button-link", text: "Starvation cost", attrs: { href: COST_HREF, "data-testid": "cost-link", title: "GPU-hours lost to input starvation, per project and run" } }),
       ),
       h("div", { class: "table-wrap" }, this.table),
       this.stateBox,
@@ -176,6 +185,7 @@ export class RunsListView implements View {
     this.cleanups.push(ctx.runs.subscribe((changed) => (changed ? this.renderRun(changed) : this.render())));
     this.cleanups.push(every(10_000, () => this.render()));
     this.render();
+    void loadUiSettings(ctx.api).then(() => this.render());
   }
 
   destroy(): void {
@@ -422,6 +432,7 @@ export class RunsListView implements View {
       num(c.median),
       num(c.p95),
       h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle } }),
+      h("td", { class: "num", text: c.lostGpu, attrs: { "data-testid": "lost-gpu", "data-value": run.summary?.lost_gpu_s ?? "" } }),
       num(c.gpu),
       epoch
         ? h("td", {

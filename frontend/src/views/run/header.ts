@@ -1,9 +1,10 @@
 // The run page's header (name, status, project, times, tags, notes, and the
 // edit / export / delete actions) and its row of summary figures.
 
-import { h, replaceChildren } from "../../dom";
+import { fedEstimate, fedSentence } from "../../cost";
+import { h, replaceChildren, setText } from "../../dom";
 import { formatTimestamp } from "../../format";
-import { runSummaryFigures } from "../../runs";
+import { runDurationSeconds, runSummaryFigures } from "../../runs";
 import type { Run } from "../../types";
 import { statusBadge, tagList } from "../common";
 
@@ -57,4 +58,11 @@ export function renderRunFigures(box: HTMLElement, run: Run, nowMs: number): voi
       ),
     ),
   );
+}
+
+/** "Fed, this run would have taken … instead of …": hidden while the run never waited. */
+export function renderFedLine(line: HTMLElement, run: Run, nowMs: number): void {
+  const sentence = fedSentence(fedEstimate(run.summary, runDurationSeconds(run, nowMs)));
+  setText(line, sentence ?? "");
+  line.hidden = sentence === null;
 }
