@@ -1,8 +1,10 @@
 """Bad input gets a clear 4xx (or WebSocket close code) with a reason, and nothing half stored."""
 
+import contextlib
 import json
 import os
 import socket
+import sqlite3
 import uuid
 from typing import Any
 
@@ -89,6 +91,22 @@ def test_bad_http_ingest_is_refused_with_reason_and_stores_nothing(
     assert 400 <= response.status_code < 500, response.text[:300]
     assert expected in response.json()["detail"]
     assert server.get("/api/v1/runs")["count"] == runs_before
+
+
+def test_stored_data_failing_its_model_is_a_500_with_json_not_a_422(
+    shared_server: ServerProcess,
+) -> None:
+    """Only bad requests are 4xx: the server's own data failing validation is its error."""
+    server = shared_server
+    response = httpx.post(f"{server.url}/api/v1/ingest", json={"hello": _hello()}, timeout=60)
+    run_id = response.json()["run_id"]
+    with contextlib.closing(sqlite3.connect(server.data_dir / "stoker.db", timeout=10)) as db:
+        db.execute("UPDATE run SET summary = ? WHERE id = ?", ('{"steps": "many"}', run_id))
+        db.commit()
+    response = httpx.get(f"{server.url}/api/v1/runs/{run_id}", timeout=60)
+    assert response.status_code == 500
+    assert "stored data failed validation" in response.json()["detail"]
+    assert "a server-side model failed validation" in server.log_text()
 
 
 def test_unicode_names_are_stored_exactly(shared_server: ServerProcess) -> None:

@@ -17,7 +17,7 @@ from backend import __version__
 from backend.api import alerts, cost, diagnosis, pipeline, runs
 from backend.core.db import make_engine
 from backend.core.deps import ViewerAuth
-from backend.core.errors import StokerError, describe
+from backend.core.errors import StokerError
 from backend.core.lifecycle import AgentConnections, reaper_loop
 from backend.core.middleware import BodySizeLimit
 from backend.core.models import Health, Run
@@ -125,8 +125,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return JSONResponse({"detail": error.detail}, status_code=error.status_code)
 
     @app.exception_handler(ValidationError)
-    async def _invalid_body(_request: Request, error: ValidationError) -> JSONResponse:
-        return JSONResponse({"detail": describe(error)}, status_code=422)
+    async def _server_model_error(request: Request, error: ValidationError) -> JSONResponse:
+        # Bad requests are refused where they are parsed (FastAPI's request validation, or a
+        # BadRequest naming the problem): a ValidationError that reaches here is the server's
+        # own data failing its models, a server error.
+        log.error("%s %s: a server-side model failed validation", request.method,
+                  request.url.path, exc_info=error)  # fmt: skip
+        return JSONResponse(
+            {"detail": "internal error: stored data failed validation (see the server log)"},
+            status_code=500,
+        )
 
     app.include_router(runs.router)
     app.include_router(ingest_routes.router)

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request, WebSocket
 from pydantic import Field, TypeAdapter, ValidationError
 
 from backend.core.deps import AgentAuth, StateDep, TokenKind, check_token, refuse_websocket
-from backend.core.errors import PayloadTooLarge, StokerError, describe
+from backend.core.errors import BadRequest, PayloadTooLarge, StokerError, describe
 from backend.core.models import IngestResult, Run, RunPublic, RunStatus
 from backend.core.state import AppState, app_state
 from backend.core.telemetry import Telemetry
@@ -283,9 +283,9 @@ async def ingest_http(request: Request, state: StateDep) -> IngestResult:
     body = await request.body()
     try:
         payload = HttpIngest.model_validate_json(body)
-    except ValidationError:
+    except ValidationError as error:
         state.telemetry.rejects.labels("invalid").inc()
-        raise
+        raise BadRequest(describe(error)) from None
     too_big = [b.seq for b in payload.batches if b.row_count() > state.settings.max_batch_rows]
     if too_big:
         raise PayloadTooLarge(
