@@ -82,12 +82,14 @@ export class CostView implements View {
     const priced = settings.gpu_hour_price !== null;
     const money = (hours: number) => formatMoney(hours, settings) ?? "";
     const total = `${formatGpuHours(data.lost_gpu_hours)} lost${priced ? ` (${money(data.lost_gpu_hours)})` : ""} since ${formatTimestamp(data.since)}`;
-    const headRow = (...labels: string[]) => h("tr", null, ...labels.map((l, i) => h("th", { class: i === 0 ? "" : "num", text: l, attrs: { scope: "col" } })));
+    // The first `textColumns` columns hold text, the others numbers.
+    const headRow = (textColumns: number, ...labels: string[]) =>
+      h("tr", null, ...labels.map((l, i) => h("th", { class: i < textColumns ? "" : "num", text: l, attrs: { scope: "col" } })));
     const priceHead = priced ? [`Cost (${settings.currency}${settings.gpu_hour_price}/GPU·h)`] : [];
     const projects = h(
       "table",
       { class: "runs-table", attrs: { "data-testid": "cost-projects" } },
-      h("thead", null, headRow("Project", "Lost GPU time", "Input wait", ...priceHead, "Runs")),
+      h("thead", null, headRow(1, "Project", "Lost GPU time", "Input wait", ...priceHead, "Runs")),
       h(
         "tbody",
         null,
@@ -107,7 +109,7 @@ export class CostView implements View {
     const runs = h(
       "table",
       { class: "runs-table", attrs: { "data-testid": "cost-runs" } },
-      h("thead", null, headRow("Run", "Project", "Status", "Lost GPU time", "Input wait", ...priceHead)),
+      h("thead", null, headRow(3, "Run", "Project", "Status", "Lost GPU time", "Input wait", ...priceHead)),
       h(
         "tbody",
         null,
