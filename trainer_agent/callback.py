@@ -220,6 +220,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
                 first_step=self._step, n=n, begin=now, epoch_start=batch == 0, end=now,
                 count_wait=self._step > 0,
             )  # fmt: skip
+            self._session.profiler.step_begin(self._step, now, n)
             self._step += n
             read_every = max(1, READ_EVERY_CALLS // self._steps_per_execution)
             read_every_s = WATCHED_READ_EVERY_S if self._session.sender.watched else READ_EVERY_S
@@ -235,6 +236,8 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             if self._open is not None:  # it trained: the end of its steps' compute
                 self._open.returned = time.perf_counter()
             session = self._session
+            if session is not None:
+                session.profiler.step_end()
             step = self._step - 1
             if session is None or not logs or step < self._next_log_step:
                 return
@@ -296,6 +299,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             session, self._session = self._session, None
             unwatch_train_function(self.model)
             if session is not None:
+                session.profiler.end()
                 session.close("finished", wait=False)  # delivered in the background (§ agent.md)
         except Exception as error:
             self._guard.trip("on_train_end", error)

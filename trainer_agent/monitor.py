@@ -158,6 +158,8 @@ class Monitor:
                         self._guard.inject("iterate")
                     asked = time.perf_counter()
                     self._close_step(asked)
+                    if self.session is not None:
+                        self.session.profiler.step_begin(self._step, asked)
                 except Exception as error:
                     self._guard.trip("iterate", error)
                     break
@@ -218,6 +220,7 @@ class Monitor:
             self._close_step(time.perf_counter())
             session, self.session = self.session, None
             if session is not None:
+                session.profiler.end()
                 session.close(status)
         except Exception as error:
             self._guard.trip("close", error)

@@ -20,6 +20,7 @@ from typing import Any
 from trainer_agent.config import AgentConfig
 from trainer_agent.nvml import Nvml, shared_nvml
 from trainer_agent.pipeline_model import PipelineSource
+from trainer_agent.profile import Profiler
 from trainer_agent.recorder import Recorder
 from trainer_agent.samplers import DeviceSource, HostSource, Sampler
 from trainer_agent.sender import Sender
@@ -146,6 +147,8 @@ class RunSession:
         self.sampler: Sampler | None = None
         # The owner hands it the training iterator; the sampler thread reads its model.
         self.pipeline = PipelineSource(config.pipeline_interval_s)
+        # Profiler captures the server asks for (trainer_agent/profile.py).
+        self.profiler = Profiler(config, lambda: self.sender.run_id)
         self.closed = False
         # Set by the owner to hand over what it still holds before an abnormal close.
         self.before_abnormal_close: Callable[[], None] | None = None
@@ -178,6 +181,8 @@ class RunSession:
         if command.get("name") == "set_interval" and self.sampler is not None:
             self.sampler.set_interval(float(command["interval_s"]))
             log.info("Stoker: sampling every %.2f s (server command)", self.sampler.interval_s)
+        elif command.get("name") == "profile":
+            self.profiler.request(command)
 
     def wall_time(self, perf_s: float) -> float:
         return perf_s + self._wall_offset_s

@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from backend import __version__
-from backend.api import alerts, cost, diagnosis, pipeline, runs
+from backend.api import alerts, cost, diagnosis, pipeline, profiles, runs
 from backend.core.db import make_engine
 from backend.core.deps import ViewerAuth
 from backend.core.errors import StokerError
@@ -142,6 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(diagnosis.router)
     app.include_router(pipeline.router)
     app.include_router(alerts.router)
+    app.include_router(profiles.router)
     app.include_router(cost.router)
 
     @app.get("/healthz", tags=["health"])

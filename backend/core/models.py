@@ -512,6 +512,60 @@ class SeedMarker(SQLModel, table=True):
     at: datetime = Field(default_factory=utc_now)
 
 
+# --- Profiler captures (issue 19) ---------------------------------------------------------
+
+
+class ProfileStatus(StrEnum):
+    requested = "requested"
+    capturing = "capturing"
+    uploading = "uploading"
+    ready = "ready"
+    failed = "failed"
+
+
+class Profile(SQLModel, table=True):
+    """One TensorFlow profiler capture of a run, asked for from the browser."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE", index=True)
+    status: ProfileStatus = ProfileStatus.requested
+    steps: int
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+    first_step: int | None = _big(default=None)
+    last_step: int | None = _big(default=None)
+    error: str | None = Field(default=None, max_length=2000)
+    trace_bytes: int | None = _big(default=None)  # announced size of the trace
+    received_bytes: int = _big(default=0)
+    trace_evicted: bool = False
+    overhead: dict[str, Any] = _json(default_factory=dict)
+    analysis: dict[str, Any] = _json(default_factory=dict)
+    input_share_profiler: float | None = None
+    input_share_stoker: float | None = None
+
+
+class ProfilePublic(SQLModel):
+    id: int
+    run_id: int
+    status: ProfileStatus
+    steps: int
+    created_at: datetime
+    first_step: int | None
+    last_step: int | None
+    error: str | None
+    trace_bytes: int | None
+    trace_evicted: bool
+    overhead: dict[str, Any]
+    analysis: dict[str, Any]
+    input_share_profiler: float | None
+    input_share_stoker: float | None
+
+
+class ProfilesPublic(SQLModel):
+    data: list[ProfilePublic]
+    count: int
+
+
 class PipelineRead(SQLModel, table=True):
     """One read of a run's tf.data autotuning model (issue 15): its stages, source first.
 

@@ -54,6 +54,12 @@ class Settings(BaseSettings):
     webhook_backoff_s: float = Field(default=1.0, ge=0)
     webhook_queue_size: int = Field(default=1000, ge=1)
 
+    # Profiler captures from the browser (issue 19).
+    profile_max_steps: int = Field(default=200, ge=1)
+    profile_max_s: float = Field(default=120.0, gt=0)  # the agent stops a capture after this
+    profile_max_trace_bytes: int = Field(default=200 * 2**20, ge=1)
+    profile_quota_bytes: int = Field(default=2 * 2**30, ge=0)  # stored traces, oldest evicted
+
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to an SQLite file under the data directory."""
         if self.database_url:

@@ -1,6 +1,6 @@
 """The server's long-lived parts, built once in the app's lifespan and typed for the routes."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 from starlette.requests import HTTPConnection
@@ -10,6 +10,7 @@ from backend.core.settings import Settings
 from backend.core.telemetry import Telemetry
 from backend.diagnosis.detectors import Detectors
 from backend.ingest.writer import Writer
+from backend.live.commands import AgentCommands
 from backend.live.hub import LiveHub
 from backend.live.watch import WatchedRuns
 
@@ -24,6 +25,7 @@ class AppState:
     connections: AgentConnections
     telemetry: Telemetry
     detectors: Detectors
+    commands: AgentCommands = field(default_factory=AgentCommands)  # e.g. profile
 
 
 def app_settings(conn: HTTPConnection) -> Settings:

@@ -138,6 +138,11 @@ async def _serve_agent(
         await websocket.send_json(WatchCommand(watched=watched).to_json())
 
     state.watched.attach(run.id, tell_watched)
+
+    async def send_command(command: dict[str, Any]) -> None:
+        await websocket.send_json(command)
+
+    state.commands.attach(run.id, send_command)
     in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
     failed = asyncio.Event()
     acknowledging = asyncio.create_task(
@@ -177,6 +182,7 @@ async def _serve_agent(
             await in_flight.put(_InFlight(frame, stored))
     finally:
         state.watched.detach(run.id, tell_watched)
+        state.commands.detach(run.id, send_command)
         await in_flight.put(None)
         await acknowledging
 

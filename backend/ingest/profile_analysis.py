@@ -1,0 +1,101 @@
+"""What xprof (the optional `stoker[profile]` extra) says about a trace (issue 19).
+
+Only xprof's own converters read the trace; nothing here parses it. Its tools answer with
+Google DataTable JSON: the input-pipeline analyzer's second table has one row per marked
+step (`train <step>`) with the time breakdown, its third the per-iterator table; the
+framework-op table lists ops by self time.
+"""
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("stoker")
+
+NOT_INSTALLED = "install stoker[profile] to analyse on the server"
+BREAKDOWN = {  # xprof's step-table columns → the names shown
+    "deviceComputeTimeMs": "device_compute_ms", "deviceToDeviceTimeMs": "device_to_device_ms",
+    "deviceCollectivesTimeMs": "collectives_ms", "hostComputeTimeMs": "host_compute_ms",
+    "kernelLaunchTimeMs": "kernel_launch_ms", "infeedTimeMs": "input_ms",
+    "outfeedTimeMs": "output_ms", "compileTimeMs": "compile_ms", "otherTimeMs": "other_ms",
+    "stepTimeMs": "step_ms",
+}  # fmt: skip
+TOP_OPS = 15
+TOP_ITERATORS = 15
+
+
+def _tool(path: Path, tool: str) -> Any:
+    from xprof.convert import raw_to_tool_data
+
+    data, _content_type = raw_to_tool_data.xspace_to_tool_data([str(path)], tool, {})
+    return json.loads(data)
+
+
+def _records(table: dict[str, Any]) -> list[dict[str, Any]]:
+    ids = [column["id"] for column in table.get("cols", [])]
+    return [
+        {name: cell.get("v") if cell else None for name, cell in zip(ids, row["c"], strict=False)}
+        for row in table.get("rows", [])
+    ]
+
+
+def analyse(path: Path) -> tuple[dict[str, Any], float | None, tuple[int, int] | None]:
+    """(analysis, the profiler's input share, the step range it analysed)."""
+    try:
+        import xprof  # noqa: F401
+    except ImportError:
+        return {"available": False, "message": NOT_INSTALLED}, None, None
+    pipeline = _tool(path, "input_pipeline_analyzer")
+    step_table, iterator_table = pipeline[1], pipeline[2]
+    steps = []
+    for record in _records(step_table):
+        name = str(record.get("stepnum", ""))
+        row = {short: record.get(long) for long, short in BREAKDOWN.items()}
+        row["step"] = int(name.split()[-1]) if name.split() and name.split()[-1].isdigit() else None
+        steps.append(row)
+    total = sum(row["step_ms"] or 0.0 for row in steps)
+    waited = sum(row["input_ms"] or 0.0 for row in steps)
+    share = waited / total if total else None
+    numbered = [row["step"] for row in steps if row["step"] is not None]
+    properties = step_table.get("p", {})
+    ops = [
+        {
+            "where": op.get("host_or_device"), "type": op.get("type"),
+            "name": op.get("operation"), "count": op.get("occurrences"),
+            "self_ms": (op.get("total_self_time") or 0.0) / 1000.0,
+        }
+        for op in _records(_tool(path, "framework_op_stats")[0])
+        if op.get("type") != "IDLE"
+    ]  # fmt: skip
+    ops.sort(key=lambda op: op["self_ms"], reverse=True)
+    analysis = {
+        "available": True,
+        "hardware": properties.get("hardware_type"),
+        "conclusion": properties.get("input_conclusion"),
+        "step_ms_average": _number(properties.get("steptime_ms_average")),
+        "breakdown_ms": {
+            short: sum(row[short] or 0.0 for row in steps) / len(steps) if steps else None
+            for short in BREAKDOWN.values()
+        },
+        "steps": steps,
+        "iterators": [
+            {
+                "name": it.get("opName"),
+                "count": it.get("count"),
+                "ms": it.get("timeInMs"),
+                "self_ms": it.get("selfTimeInMs"),
+                "category": it.get("category"),
+            }
+            for it in _records(iterator_table)[:TOP_ITERATORS]
+        ],
+        "top_ops": ops[:TOP_OPS],
+    }
+    return analysis, share, (min(numbered), max(numbered)) if numbered else None
+
+
+def _number(text: Any) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None

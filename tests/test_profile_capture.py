@@ -1,0 +1,182 @@
+"""Issue 19: a TensorFlow profiler capture asked for over the API, taken by the agent of a
+real Keras fit on the CPU, uploaded, and analysed by xprof beside Stoker's own input wait."""
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.gpu_like import MARGIN, held_model, measure_step_s, sleep_per_batch, starving_delay_s
+from tests.support import ServerProcess, wait_for
+from trainer_agent import StokerCallback
+from trainer_agent.guard import FAULT_ENV
+
+FEATURES = 8
+HOLD_S = 0.005  # the "device" step (a sleep, not CPU)
+
+
+class _Stopper(tf.keras.callbacks.Callback):
+    """Trains until the test says stop (the data repeats without end)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stop = threading.Event()
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.stop.is_set():
+            self.model.stop_training = True
+
+
+def _dataset() -> tf.data.Dataset:
+    x = np.random.default_rng(0).random((256, FEATURES), dtype=np.float32)
+    y = np.random.default_rng(1).random((256, 1), dtype=np.float32)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+
+
+class _Training:
+    """A fit on its own thread, monitored by Stoker, until `stop()`."""
+
+    def __init__(self, server: ServerProcess, dataset: Any, name: str) -> None:
+        self.model = held_model(FEATURES, HOLD_S)
+        self.callback = StokerCallback(run_name=name, server=server.url)
+        self.stopper = _Stopper()
+        self.error: BaseException | None = None
+        data = self.callback.wrap(dataset.repeat())
+        self.thread = threading.Thread(target=self._fit, args=(data,), daemon=True)
+        self.thread.start()
+
+    def _fit(self, data: Any) -> None:
+        try:
+            self.model.fit(
+                data, epochs=1, steps_per_epoch=100_000, verbose=0,
+                callbacks=[self.callback, self.stopper],
+            )  # fmt: skip
+        except BaseException as error:  # the test asserts on it
+            self.error = error
+
+    def run_id(self) -> int:
+        session = wait_for(lambda: self.callback.run_session, what="the run's session")
+        return wait_for(lambda: session.sender.run_id, what="the run's id")
+
+    def stop(self) -> None:
+        self.stopper.stop.set()
+        self.thread.join(60)
+
+
+@pytest.fixture
+def server(tmp_path) -> Iterator[ServerProcess]:
+    process = ServerProcess(data_dir=tmp_path / "server").start()
+    yield process
+    process.stop()
+
+
+def _request(server: ServerProcess, run_id: int, steps: int = 20) -> httpx.Response:
+    url = f"{server.url}/api/v1/runs/{run_id}/profiles"
+    return httpx.post(url, json={"steps": steps}, timeout=10)
+
+
+def _settled(server: ServerProcess, run_id: int, pid: int) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        profile = server.get(f"/api/v1/runs/{run_id}/profiles/{pid}")
+        return profile if profile["status"] in ("ready", "failed") else None
+
+    return wait_for(done, timeout_s=180, interval_s=0.2, what=f"profile {pid} to settle")
+
+
+def _profile(server: ServerProcess, dataset: Any, name: str) -> dict[str, Any]:
+    training = _Training(server, dataset, name)
+    try:
+        run_id = training.run_id()
+        wait_for(lambda: _steps_stored(server, run_id) >= 30, timeout_s=60, what="steps")
+        response = _request(server, run_id)
+        assert response.status_code == 202, response.text
+        pid = response.json()["id"]
+        assert response.json()["status"] == "requested"
+        second = _request(server, run_id)
+        assert second.status_code == 409, second.text
+        assert "one at a time" in second.json()["detail"]
+        profile = _settled(server, run_id, pid)
+        if profile["status"] == "ready":  # Stoker's share comes once the steps are stored
+            profile = wait_for(
+                lambda: _with_stoker_share(server, run_id, pid), what="Stoker's input share"
+            )
+        trace = httpx.get(f"{server.url}/api/v1/runs/{run_id}/profiles/{pid}/trace", timeout=30)
+    finally:
+        training.stop()
+    assert training.error is None
+    assert profile["status"] == "ready", profile
+    assert trace.status_code == 200 and len(trace.content) == profile["trace_bytes"] > 0
+    print(
+        f"\n{name}: profiler input share {profile['input_share_profiler']:.3f}, stoker "
+        f"{profile['input_share_stoker']:.3f}; overhead {profile['overhead']}; trace "
+        f"{profile['trace_bytes'] / profile['steps'] / 1024:.1f} KiB/step"
+    )
+    return profile
+
+
+def _with_stoker_share(server: ServerProcess, run_id: int, pid: int) -> dict[str, Any] | None:
+    profile = server.get(f"/api/v1/runs/{run_id}/profiles/{pid}")
+    return profile if profile["input_share_stoker"] is not None else None
+
+
+def _steps_stored(server: ServerProcess, run_id: int) -> int:
+    (count,) = server.rows("SELECT count(*) FROM step WHERE run_id = ?", run_id)[0]
+    return count
+
+
+def test_starved_and_fed_fits_profiled_from_the_api_agree_with_stoker(
+    server: ServerProcess,
+) -> None:
+    step_s = measure_step_s(held_model(FEATURES, HOLD_S), _dataset())
+    starved = _profile(server, sleep_per_batch(_dataset(), starving_delay_s(step_s)), "starved")
+    fed = _profile(server, _dataset().cache().prefetch(8), "fed")
+    for profile in (starved, fed):
+        analysis = profile["analysis"]
+        assert analysis["available"] and len(analysis["steps"]) >= profile["steps"] // 2
+        assert analysis["top_ops"] and analysis["iterators"]
+        assert profile["overhead"]["steps"] == profile["steps"]
+    # A delay of MARGIN steps per batch leaves the step waiting most of its time; a cached,
+    # prefetched pipeline leaves it waiting little. Both measures must say so, and agree.
+    starved_floor = (MARGIN - 1) / (MARGIN + 1)
+    assert starved["input_share_profiler"] > starved_floor
+    assert starved["input_share_stoker"] > starved_floor
+    assert fed["input_share_profiler"] < starved_floor / 2
+    assert fed["input_share_stoker"] < starved_floor / 2
+    for profile in (starved, fed):
+        difference = abs(profile["input_share_profiler"] - profile["input_share_stoker"])
+        assert difference < 0.1, profile
+
+
+def test_failing_capture_is_reported_and_training_goes_on(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FAULT_ENV, "profile_start")
+    training = _Training(server, _dataset(), "faulty")
+    try:
+        run_id = training.run_id()
+        response = _request(server, run_id, steps=5)
+        assert response.status_code == 202, response.text
+        profile = _settled(server, run_id, response.json()["id"])
+        before = _steps_stored(server, run_id)
+        wait_for(lambda: _steps_stored(server, run_id) > before + 10, what="training going on")
+        assert training.thread.is_alive()
+    finally:
+        training.stop()
+    assert training.error is None
+    assert profile["status"] == "failed"
+    assert profile["error"].startswith("profile failed: InjectedFault")
+
+
+def test_profile_of_a_run_without_agent_is_refused(server: ServerProcess) -> None:
+    assert _request(server, 999).status_code == 404
+    training = _Training(server, _dataset(), "ended")
+    run_id = training.run_id()
+    training.stop()
+    wait_for(lambda: server.get(f"/api/v1/runs/{run_id}")["status"] != "running", what="end")
+    response = _request(server, run_id)
+    assert response.status_code == 409
+    assert "no connected agent" in response.json()["detail"]

@@ -1,0 +1,271 @@
+"""On-demand TensorFlow profiler captures the server asks for (issue 19).
+
+The server sends `{"type": "command", "name": "profile", "id": PID, "steps": N, "max_s": S}`
+over the agent's socket. `request` (sender thread) only notes it. The training thread calls
+`step_begin` at every step (or execution) boundary: the next one starts
+`tf.profiler.experimental.start`, and each step runs inside a
+`tf.profiler.experimental.Trace("train", step_num=..., _r=1)` (xprof's input-pipeline
+analysis needs those step markers); after N steps, or `max_s`, the profiler stops. Start,
+stop and the step markers must run on the training thread (TensorFlow's API); everything else
+(finding the trace, uploading it in chunks, reporting status) runs on one background thread.
+Any failure is reported to the server as `profile failed: ...` and never reaches training.
+"""
+
+import logging
+import os
+import queue
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainer_agent.config import AgentConfig
+from trainer_agent.guard import FAULT_ENV, InjectedFault
+
+log = logging.getLogger("trainer_agent")
+
+DEFAULT_MAX_S = 60.0
+CHUNK_BYTES = 4 * 2**20
+BASELINE_STEPS = 50
+RETRY_MAX_S = 30.0
+FAULT_HOOK = "profile_start"  # STOKER_TEST_FAULT=profile_start makes the start fail
+
+
+@dataclass
+class Capture:
+    id: int
+    steps: int
+    max_s: float
+    logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="stoker-prof-")))
+    first_step: int = -1
+    last_step: int = -1
+    steps_done: int = 0
+    started: float = 0.0
+    start_cost_s: float = 0.0
+    durations: list[float] = field(default_factory=list)
+
+
+Post = Callable[..., Any]
+
+
+def _default_post(url: str, **kwargs: Any) -> Any:
+    import httpx
+
+    return httpx.post(url, **kwargs)
+
+
+class Profiler:
+    """One capture at a time for one run; the training thread calls only `step_begin`/`step_end`."""
+
+    def __init__(
+        self, config: AgentConfig, run_id: Callable[[], int | None], post: Post = _default_post
+    ) -> None:
+        self._config = config
+        self._run_id = run_id
+        self._post = post
+        self._requested: Capture | None = None
+        self._active: Capture | None = None
+        self._busy = threading.Lock()  # held from request to the end of the upload
+        self._trace: Any = None
+        self._last_begin: float | None = None
+        self._last_n = 1
+        self._baseline: deque[float] = deque(maxlen=BASELINE_STEPS)
+        self._fault = os.environ.get(FAULT_ENV) == FAULT_HOOK
+        self._outbox: queue.Queue[Callable[[], None]] = queue.Queue()
+        self._worker: threading.Thread | None = None
+
+    # --- sender thread ------------------------------------------------------------------
+    def request(self, command: dict[str, Any]) -> None:
+        pid = int(command["id"])
+        if not self._busy.acquire(blocking=False):
+            self._report(pid, status="failed", error="profile failed: a capture is in progress")
+            return
+        steps = max(1, int(command.get("steps", 20)))
+        self._requested = Capture(pid, steps, float(command.get("max_s") or DEFAULT_MAX_S))
+
+    # --- training thread ----------------------------------------------------------------
+    def step_begin(self, step: int, now: float, n: int = 1) -> None:
+        """A step (or an execution of `n` steps) begins; the one before it ended at `now`."""
+        if self._last_begin is not None:
+            interval = (now - self._last_begin) / self._last_n
+            (self._active.durations if self._active else self._baseline).append(interval)
+        self._last_begin, self._last_n = now, max(1, n)
+        if self._active is None and self._requested is None:
+            return
+        try:
+            self._exit_trace()
+            capture = self._active
+            if capture is None:
+                capture = self._requested
+                assert capture is not None
+                self._start(capture, step)  # on failure the request stays, for _fail to report
+                self._requested = None
+            elif capture.steps_done >= capture.steps or now - capture.started >= capture.max_s:
+                self._stop(capture)
+                return
+            self._enter_trace(step)
+            capture.steps_done += n
+            capture.last_step = step + n - 1
+        except Exception as error:
+            self._fail(error)
+
+    def step_end(self) -> None:
+        """The step's computation returned (Keras); its marker closes here."""
+        if self._trace is None:
+            return
+        try:
+            self._exit_trace()
+        except Exception as error:
+            self._fail(error)
+
+    def end(self) -> None:
+        """Training ended (or the run closes): a capture still running stops with what it has."""
+        if self._active is None and self._requested is None:
+            return
+        try:
+            self._exit_trace()
+            if self._active is not None:
+                self._stop(self._active)
+            elif self._requested is not None:
+                raise RuntimeError("training ended before the capture could start")
+        except Exception as error:
+            self._fail(error)
+
+    def _start(self, capture: Capture, step: int) -> None:
+        import tensorflow as tf
+
+        began = time.perf_counter()
+        if self._fault:
+            raise InjectedFault(f"{FAULT_ENV}={FAULT_HOOK}")
+        tf.profiler.experimental.start(str(capture.logdir))
+        capture.start_cost_s = time.perf_counter() - began
+        capture.started = began
+        capture.first_step = step
+        self._active = capture
+        self._report(capture.id, status="capturing", first_step=step)
+
+    def _enter_trace(self, step: int) -> None:
+        import tensorflow as tf
+
+        trace = tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+        trace.__enter__()
+        self._trace = trace
+
+    def _exit_trace(self) -> None:
+        trace, self._trace = self._trace, None
+        if trace is not None:
+            trace.__exit__(None, None, None)
+
+    def _stop(self, capture: Capture) -> None:
+        import tensorflow as tf
+
+        self._active = None
+        began = time.perf_counter()
+        tf.profiler.experimental.stop()
+        stop_cost_s = time.perf_counter() - began
+        overhead = self._overhead(capture, stop_cost_s)
+        self._send(lambda: self._upload(capture, overhead))
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop whatever was started, report, and free the slot; training goes on."""
+        capture = self._active or self._requested
+        self._active = self._requested = None
+        self._trace = None
+        try:
+            import tensorflow as tf
+
+            tf.profiler.experimental.stop()
+        except Exception:
+            pass  # it was not started
+        message = f"profile failed: {type(error).__name__}: {error}"[:500]
+        log.warning("Stoker: %s; training continues", message)
+        if capture is not None:
+            self._report(capture.id, status="failed", error=message)
+            self._send(lambda: self._release(capture))
+
+    def _overhead(self, capture: Capture, stop_cost_s: float) -> dict[str, Any]:
+        before = statistics.median(self._baseline) if self._baseline else None
+        during = statistics.median(capture.durations) if capture.durations else None
+        return {
+            "step_s_before": before,
+            "step_s_during": during,
+            "ratio": during / before if before and during else None,
+            "start_s": capture.start_cost_s,
+            "stop_s": stop_cost_s,
+            "steps": capture.steps_done,
+        }
+
+    # --- background thread --------------------------------------------------------------
+    def _send(self, job: Callable[[], None]) -> None:
+        self._outbox.put(job)
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="stoker-profile", daemon=True)
+            self._worker.start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._outbox.get()
+            try:
+                job()
+            except Exception:
+                log.warning("Stoker: profile upload failed", exc_info=True)
+
+    def _report(self, pid: int, **status: Any) -> None:
+        self._send(lambda: self._post_retrying(pid, "status", json=status))
+
+    def _release(self, capture: Capture) -> None:
+        shutil.rmtree(capture.logdir, ignore_errors=True)
+        if self._busy.locked():
+            self._busy.release()
+
+    def _upload(self, capture: Capture, overhead: dict[str, Any]) -> None:
+        try:
+            traces = sorted(capture.logdir.rglob("*.xplane.pb"), key=lambda p: p.stat().st_size)
+            if not traces:
+                raise FileNotFoundError("the profiler wrote no .xplane.pb trace")
+            data = traces[-1].read_bytes()
+            self._post_retrying(
+                capture.id, "status", json={
+                    "status": "uploading", "first_step": capture.first_step,
+                    "last_step": capture.last_step, "overhead": overhead, "bytes": len(data),
+                },
+            )  # fmt: skip
+            for offset in range(0, len(data), CHUNK_BYTES) or [0]:
+                self._post_retrying(
+                    capture.id, "trace",
+                    content=data[offset : offset + CHUNK_BYTES],
+                    params={"offset": offset, "total": len(data)},
+                )  # fmt: skip
+        except Exception as error:
+            message = f"profile failed: {type(error).__name__}: {error}"[:500]
+            self._post_retrying(capture.id, "status", json={"status": "failed", "error": message})
+        finally:
+            self._release(capture)
+
+    def _post_retrying(self, pid: int, what: str, **kwargs: Any) -> None:
+        """POST to the run's profile; retry with capped backoff while the server is away
+        (for as long as the process lives), give up on a refusal (4xx)."""
+        from trainer_agent.sender import Backoff
+
+        backoff = Backoff(max_s=RETRY_MAX_S)
+        headers = {"Authorization": f"Bearer {self._config.token}"} if self._config.token else {}
+        while True:
+            run_id = self._run_id()
+            if run_id is not None:
+                url = f"{self._config.server}/api/v1/runs/{run_id}/profiles/{pid}/{what}"
+                try:
+                    response = self._post(url, headers=headers, timeout=30.0, **kwargs)
+                    if response.status_code < 500:
+                        if response.status_code >= 400:
+                            log.warning("Stoker: the server refused the profile: %s",
+                                        response.text[:300])  # fmt: skip
+                        return
+                except Exception as error:
+                    log.debug("profile %s: %s", what, error)
+            time.sleep(backoff.next_delay_s())
