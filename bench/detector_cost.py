@@ -62,7 +62,7 @@ def measure(runs: int, rules: int) -> tuple[float, float]:
         settings=settings, writer=NoWriter(), hub=LiveHub(16), connections=connections
     )
     metrics = list(AlertMetric)
-    detectors.engine.set_rules(
+    detectors.use_rules(
         AlertRule(
             id=i + 1,
             name=f"r{i}",
@@ -74,7 +74,6 @@ def measure(runs: int, rules: int) -> tuple[float, float]:
         )
         for i in range(rules)
     )
-    detectors._rules_stale = False
     for run_id in range(1, runs + 1):
         run = Run(id=run_id, name=f"run{run_id}", run_key=f"k{run_id}", status=RunStatus.running)
         connections.connect(run_id)
@@ -84,7 +83,9 @@ def measure(runs: int, rules: int) -> tuple[float, float]:
     now = time.monotonic()
     for run_id, window in detectors.windows.items():  # settled verdicts: a steady tick
         window.last_step_at = now  # setup took a while; the runs are stepping, not stalled
-        detectors.verdicts[run_id] = detectors._diagnose(window, now, True)
+        verdict = detectors.diagnose_now(run_id)
+        assert verdict is not None
+        detectors.verdicts[run_id] = verdict
     ticks = 5
 
     async def timed() -> float:

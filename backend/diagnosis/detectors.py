@@ -11,10 +11,11 @@ queues webhook deliveries for the `stoker-webhooks` task.
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from backend.core.lifecycle import AgentConnections
-from backend.core.models import AlertMetric, AlertState, Run, RunPublic, RunStatus
+from backend.core.models import AlertMetric, AlertRule, AlertState, Run, RunPublic, RunStatus
 from backend.core.settings import Settings
 from backend.diagnosis.alerting import (
     AlertEngine,
@@ -121,6 +122,11 @@ class Detectors:
 
     def rules_changed(self) -> None:
         self._rules_stale = True
+
+    def use_rules(self, rules: Iterable[AlertRule]) -> None:
+        """Evaluate `rules` from now on, instead of loading the stored ones (benchmarks)."""
+        self.engine.set_rules(rules)
+        self._rules_stale = False
 
     def diagnose_now(self, run_id: int) -> Diagnosis | None:
         """The verdict over the run's window as it is now, with every batch observed so far.
