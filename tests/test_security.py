@@ -21,7 +21,11 @@ AGENT, VIEW = "agent-secret-1", "view-secret-2"
 PUBLIC = {"/healthz"}  # liveness for container healthchecks: no data, no token
 WEBSOCKETS = {"/api/v1/agent", "/api/v1/live"}
 # Routes an agent token is required for; every other route takes the view token.
-AGENT_ONLY = {("post", "/api/v1/ingest")}
+AGENT_ONLY = {
+    ("post", "/api/v1/ingest"),
+    ("post", "/api/v1/runs/1/profiles/1/status"),  # the agent reports its profiler capture
+    ("post", "/api/v1/runs/1/profiles/1/trace"),
+}
 
 
 @pytest.fixture(scope="module")
