@@ -90,3 +90,20 @@ def test_step_demand_is_the_fed_rate_and_the_wait_share() -> None:
     assert share == pytest.approx(0.8)
     assert step_demand([0.1], [None]) is None
     assert math.isinf(step_demand([0.1], [0.1])[0])
+
+
+def test_a_read_inside_a_serial_interleave_counts_the_interleave_elements() -> None:
+    """The model holds only the open files' readers: their counts are partial."""
+    stages = [
+        stage(0, "tensor_slices", 0.01, 4),  # file names
+        stage(1, "file_reader", 0.02, 20),  # the open file's records so far
+        stage(2, "map", 4.0, 20),  # the slow read, inside the interleave's function
+        stage(3, "interleave", 0.02, 500),
+        stage(4, "batch", 0.05, 31),
+        stage(5, "prefetch", 0.01, 31, buffer_size=2),
+    ]
+    # 500 records in 31 batches: ~16 a step through the read, at 4 ms each.
+    assert capacities(stages)[2] == pytest.approx(1000 / 4.0 / (500 / 31))
+    found = find_bottleneck(stages, demand_steps_per_s=40.0, wait_share=0.7)
+    assert found is not None and found.position == 2
+    assert "cycle_length" in found.fix and "num_parallel_calls" in found.fix

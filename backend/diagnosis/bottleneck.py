@@ -1,12 +1,11 @@
 """Which stage of a tf.data pipeline starves the steps, and what to change there (issue 15).
 
 Each stage's capacity, in steps per second, is its parallelism over its own time per element,
-divided by the elements it produces per step (its elements over those of the last stage, the
-one the model consumes: a stage before `batch` produces a batch's worth per step). The
-demand is the rate the steps would consume when fed: one step per step time less its input
-wait. The bottleneck is the stage of lowest capacity whose downstream buffers are mostly
-empty (a stage that keeps the buffers after it full is not starving anyone) and whose
-capacity is below the demand (with some slack), and only when the run is input-bound.
+divided by the elements it produces per step (a stage before `batch` produces a batch's worth
+per step). The demand is the rate the steps would consume when fed: one step per step time
+less its input wait. The bottleneck is the stage of lowest capacity, below the demand (with
+some slack), with a mostly empty buffer after it (a stage that keeps every buffer after it
+full starves no one); only when the run is input-bound.
 """
 
 import math
@@ -17,7 +16,7 @@ from pydantic import BaseModel
 
 from backend.diagnosis.verdict import MODERATELY_INPUT_BOUND
 
-# Buffers after a starving stage are mostly empty: below this fill on average.
+# A buffer after a starving stage is mostly empty: below this fill.
 EMPTY_BUFFER_FILL = 0.5
 # A stage whose capacity is this many times the demand keeps up, whatever its buffers say
 # (the model's per-element times are averages, hence the slack above 1).
@@ -45,27 +44,46 @@ def step_demand(durations: list[float], waits: list[float | None]) -> tuple[floa
     return (1.0 / compute if compute > 0 else math.inf), share
 
 
+# Stages whose input elements are many per output element: the count before them is theirs.
+_GROUPING = ("batch", "map_and_batch", "unbatch", "window", "rebatch")
+
+
+def elements_per_step(stages: list[dict[str, Any]]) -> list[float]:
+    """How many elements each stage produces per step (per element of the last stage).
+
+    An interleave's inner stages count only the files open when the model was read, so a
+    stage produces at least what the next one consumes unless the next one groups elements.
+    """
+    consumed = (stages[-1].get("elements") or 0) if stages else 0
+    if not consumed:
+        return [math.nan] * len(stages)
+    result = [1.0] * len(stages)
+    for i in range(len(stages) - 2, -1, -1):
+        own = (stages[i].get("elements") or 0) / consumed
+        result[i] = own if stages[i + 1]["kind"] in _GROUPING else max(own, result[i + 1])
+    return result
+
+
 def capacities(stages: list[dict[str, Any]]) -> list[float]:
     """Steps per second each stage could feed (inf when it did no measured work)."""
-    consumed = (stages[-1].get("elements") or 0) if stages else 0
     result = []
-    for stage in stages:
-        ms, elements = stage.get("ms_per_element"), stage.get("elements") or 0
-        if not consumed or not ms or not elements:
+    for stage, per_step in zip(stages, elements_per_step(stages), strict=True):
+        ms = stage.get("ms_per_element")
+        if not ms or not stage.get("elements") or not per_step > 0:
             result.append(math.inf)
             continue
-        per_step = elements / consumed
         result.append((stage.get("parallelism") or 1.0) * 1000.0 / ms / per_step)
     return result
 
 
 def _fill_after(stages: list[dict[str, Any]], position: int) -> float | None:
+    """The emptiest buffer after the stage (a starved one drains at least one of them)."""
     fills = [
         min(1.0, (s.get("buffered") or 0) / s["buffer_size"])
         for s in stages[position + 1 :]
         if s.get("buffer_size")
     ]
-    return sum(fills) / len(fills) if fills else None
+    return min(fills) if fills else None
 
 
 def fix_for(stage: dict[str, Any], stages: list[dict[str, Any]], cpus: int | None = None) -> str:
@@ -82,7 +100,15 @@ def fix_for(stage: dict[str, Any], stages: list[dict[str, Any]], cpus: int | Non
             "(a map with num_parallel_calls=tf.data.AUTOTUNE), or read the files with tf.data "
             "readers (TFRecordDataset, list_files + interleave)."
         )
-    if kind == "file_reader" or (kind in ("interleave", "flat_map") and parallelism <= 1):
+    after = stages[stage["position"] + 1] if stage["position"] + 1 < len(stages) else None
+    feeds_interleave = after is not None and after["kind"] in ("interleave", "flat_map")
+    if kind == "file_reader" or (feeds_interleave and parallelism <= 1):
+        return (
+            f"{label} reads one file at a time: read several at once with "
+            "files.interleave(read_fn, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE, "
+            "deterministic=False)."
+        )
+    if kind in ("interleave", "flat_map") and parallelism <= 1:
         return (
             f"{label} reads one file at a time: read several at once with "
             "files.interleave(tf.data.TFRecordDataset, cycle_length=8, "
