@@ -23,6 +23,7 @@ import { ConfigPanel } from "./run/configPanel";
 import { openRunEditForm } from "./run/editForm";
 import { EnvironmentPanel } from "./run/environmentPanel";
 import { EpochPanel } from "./run/epochPanel";
+import { ProfilePanel } from "./run/profilePanel";
 import { renderFedLine, renderRunFigures, renderRunHeader } from "./run/header";
 import { StepCharts } from "./run/stepCharts";
 import { TimeCharts } from "./run/timeCharts";
@@ -52,6 +53,7 @@ export class RunPageView implements View {
   private readonly epochs: EpochPanel;
   private readonly timeCharts: TimeCharts;
   private readonly alerts: AlertsPanel;
+  private readonly profiler: ProfilePanel;
   private readonly environment = new EnvironmentPanel();
   private readonly config = new ConfigPanel();
   private run: Run | null = null;
@@ -91,6 +93,7 @@ export class RunPageView implements View {
     this.epochs = new EpochPanel(ctx.api, runId, signal);
     this.timeCharts = new TimeCharts(ctx.api, runId, signal);
     this.alerts = new AlertsPanel(ctx, runId, signal);
+    this.profiler = new ProfilePanel(ctx.api, runId, signal);
 
     this.el = h(
       "section",
@@ -111,6 +114,7 @@ export class RunPageView implements View {
       this.stepCharts.el,
       this.workerCharts.el,
       this.epochs.el,
+      this.profiler.el,
       this.timeCharts.el,
       h("div", { class: "details" }, this.alerts.el, this.environment.el),
       this.config.el,
@@ -173,6 +177,7 @@ export class RunPageView implements View {
     // that a long run's page shows its main chart without queueing behind slower reads.
     this.secondaryTimer = setTimeout(() => this.loadSecondary(), 1500);
     this.alerts.render();
+    void this.profiler.load();
   }
 
   destroy(): void {
@@ -301,6 +306,7 @@ export class RunPageView implements View {
     const ended = runEnded(this.run?.status, run.status);
     this.run = run;
     this.epochs.update(run);
+    this.profiler.setLive(run.status === "running");
     this.workerCharts.update(run);
     document.title = `${run.name || `run ${run.id}`} · Stoker`;
     renderRunHeader(this.headerBox, run, {
