@@ -73,6 +73,10 @@ def test_a_starved_run_names_its_slow_stage_and_t_reads_the_past(db_server) -> N
         1, "map", "late<b>",
     )  # fmt: skip
     assert "num_parallel_calls" in bottleneck["fix"] and bottleneck["reason"]
+    diagnosis = db_server.get(f"/api/v1/runs/{run_id}/diagnosis")
+    evidence = {e["key"]: e for e in diagnosis["evidence"]}
+    assert evidence["bottleneck_stage"]["value"] == "stage 1 (map 'late<b>')"
+    assert diagnosis["advice"][0] == bottleneck["fix"]
     past = db_server.get(f"/api/v1/runs/{run_id}/pipeline", t=T0 + 5)
     assert past["t"] == T0 + 1 and past["stages"][1]["function"] == "early"
 
@@ -83,6 +87,8 @@ def test_a_fed_run_has_stages_and_no_bottleneck(db_server) -> None:
                                "pipeline": pipeline}])  # fmt: skip
     out = db_server.get(f"/api/v1/runs/{run_id}/pipeline")
     assert len(out["stages"]) == 4 and out["bottleneck"] is None
+    diagnosis = db_server.get(f"/api/v1/runs/{run_id}/diagnosis")
+    assert "bottleneck_stage" not in {e["key"] for e in diagnosis["evidence"]}
 
 
 def test_unavailable_model_and_no_reads_say_unavailable(db_server) -> None:

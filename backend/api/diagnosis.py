@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
+from backend.api.pipeline import with_bottleneck
 from backend.api.queries import get_run
 from backend.core.deps import DetectorsDep, RunId, SessionDep, SettingsDep, ViewerAuth
 from backend.core.models import RunEventsPublic, RunStatus
@@ -36,11 +37,12 @@ async def read_diagnosis(
         # Judged here, on the event loop that feeds the window, not in a worker thread.
         live = detectors.diagnose_now(run_id)
         if live is not None and live.verdict != Verdict.insufficient_data:
-            return live
+            return await run_in_threadpool(with_bottleneck, live, session=session)
     window = await run_in_threadpool(
         window_from_db, session=session, run=run, window_s=window_s or settings.diagnosis_window_s
     )
-    return detectors.diagnose_stored(window)
+    diagnosis = detectors.diagnose_stored(window)
+    return await run_in_threadpool(with_bottleneck, diagnosis, session=session)
 
 
 @router.get("/runs/{run_id}/starvation")

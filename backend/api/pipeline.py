@@ -9,7 +9,8 @@ from sqlmodel import Session, col, select
 from backend.api.queries import get_run
 from backend.core.deps import RunId, SessionDep, ViewerAuth
 from backend.core.models import Step
-from backend.diagnosis.bottleneck import Bottleneck, find_bottleneck, step_demand
+from backend.diagnosis.bottleneck import Bottleneck, add_bottleneck, find_bottleneck, step_demand
+from backend.diagnosis.verdict import Diagnosis, Verdict
 from backend.ingest.pipeline_store import pipeline_read
 from backend.ingest.protocol import PipelineStage
 
@@ -60,6 +61,13 @@ def pipeline_view(session: Session, run_id: int, at: float | None) -> PipelineVi
         bottleneck=bottleneck,
         read_us=read["read_us"],
     )
+
+
+def with_bottleneck(diagnosis: Diagnosis, *, session: Session) -> Diagnosis:
+    """An input-bound verdict gains the stage that starves the steps, when there is one."""
+    if diagnosis.verdict not in (Verdict.highly_input_bound, Verdict.moderately_input_bound):
+        return diagnosis
+    return add_bottleneck(diagnosis, pipeline_view(session, diagnosis.run_id, None).bottleneck)
 
 
 @router.get("/runs/{run_id}/pipeline")

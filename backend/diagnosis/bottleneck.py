@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from backend.diagnosis.verdict import MODERATELY_INPUT_BOUND
+from backend.diagnosis.verdict import MODERATELY_INPUT_BOUND, Diagnosis, Evidence
 
 # A buffer after a starving stage is mostly empty: below this fill.
 EMPTY_BUFFER_FILL = 0.5
@@ -181,3 +181,18 @@ def find_bottleneck(
             demand_steps_per_s=demand_steps_per_s,
         )
     return None
+
+
+def add_bottleneck(diagnosis: Diagnosis, bottleneck: Bottleneck | None) -> Diagnosis:
+    """`diagnosis` (not modified) with the bottleneck as evidence `bottleneck_stage` and its
+    fix as the first advice."""
+    if bottleneck is None:
+        return diagnosis
+    label = _label(bottleneck.model_dump())
+    evidence = Evidence(key="bottleneck_stage", value=label, text=bottleneck.reason)
+    return diagnosis.model_copy(
+        update={
+            "evidence": [*diagnosis.evidence, evidence],
+            "advice": [bottleneck.fix, *diagnosis.advice],
+        }
+    )
