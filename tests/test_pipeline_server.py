@@ -73,6 +73,8 @@ def test_a_starved_run_names_its_slow_stage_and_t_reads_the_past(db_server) -> N
         1, "map", "late<b>",
     )  # fmt: skip
     assert "num_parallel_calls" in bottleneck["fix"] and bottleneck["reason"]
+    assert out["capacity_steps_per_s"][1] == pytest.approx(1000 / 3.0 / 32)
+    assert out["demand_steps_per_s"] == pytest.approx(1 / 0.02)
     diagnosis = db_server.get(f"/api/v1/runs/{run_id}/diagnosis")
     evidence = {e["key"]: e for e in diagnosis["evidence"]}
     assert evidence["bottleneck_stage"]["value"] == "stage 1 (map 'late<b>')"

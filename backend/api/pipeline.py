@@ -1,5 +1,6 @@
 """`GET /runs/{id}/pipeline`: the stages of the run's tf.data pipeline and its bottleneck."""
 
+import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -9,7 +10,13 @@ from sqlmodel import Session, col, select
 from backend.api.queries import get_run
 from backend.core.deps import RunId, SessionDep, ViewerAuth
 from backend.core.models import Step
-from backend.diagnosis.bottleneck import Bottleneck, add_bottleneck, find_bottleneck, step_demand
+from backend.diagnosis.bottleneck import (
+    Bottleneck,
+    add_bottleneck,
+    capacities,
+    find_bottleneck,
+    step_demand,
+)
 from backend.diagnosis.verdict import Diagnosis, Verdict
 from backend.ingest.pipeline_store import pipeline_read
 from backend.ingest.protocol import PipelineStage
@@ -27,6 +34,10 @@ class PipelineView(BaseModel):
     stages: list[PipelineStage]
     bottleneck: Bottleneck | None
     read_us: float | None = None
+    # Beside the stages, for the view: steps/s each could feed (null: unmeasured), and the
+    # steps/s the run would take when fed.
+    capacity_steps_per_s: list[float | None] = []
+    demand_steps_per_s: float | None = None
 
 
 def _recent_steps(session: Session, run_id: int, before: float) -> tuple[list[float], list[Any]]:
@@ -60,6 +71,8 @@ def pipeline_view(session: Session, run_id: int, at: float | None) -> PipelineVi
         stages=[PipelineStage.model_validate(stage) for stage in stages],
         bottleneck=bottleneck,
         read_us=read["read_us"],
+        capacity_steps_per_s=[None if math.isinf(c) else c for c in capacities(stages)],
+        demand_steps_per_s=demand[0] if demand and math.isfinite(demand[0]) else None,
     )
 
 
