@@ -180,3 +180,28 @@ def test_profile_of_a_run_without_agent_is_refused(server: ServerProcess) -> Non
     response = _request(server, run_id)
     assert response.status_code == 409
     assert "no connected agent" in response.json()["detail"]
+
+
+def test_trace_arrives_after_the_server_comes_back(server: ServerProcess) -> None:
+    training = _Training(server, _dataset(), "outage")
+    try:
+        run_id = training.run_id()
+        wait_for(lambda: _steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
+        response = _request(server, run_id, steps=200)
+        assert response.status_code == 202, response.text
+        pid = response.json()["id"]
+        server.kill()  # the capture starts, ends and is uploaded while the server is away
+        stored_before = _steps_stored(server, run_id)
+        session = training.callback.run_session
+        assert session is not None
+        wait_for(lambda: not session.sender.connected.is_set(), what="the agent to notice")
+        server.start()
+        profile = _settled(server, run_id, pid)
+    finally:
+        training.stop()
+    assert training.error is None
+    assert profile["status"] == "ready", profile
+    # The premise: the capture ended after the server went away.
+    assert profile["last_step"] > stored_before, (profile["last_step"], stored_before)
+    trace = httpx.get(f"{server.url}/api/v1/runs/{run_id}/profiles/{pid}/trace", timeout=30)
+    assert len(trace.content) == profile["trace_bytes"] > 0

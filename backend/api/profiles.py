@@ -16,6 +16,9 @@ from backend.ingest import profiles as store
 from backend.ingest.profile_analysis import analyse
 
 ProfileId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+# A capture the agent has not reported on for its max duration and this long (the agent went
+# away) no longer blocks a new one.
+STALE_GRACE_S = 300.0
 router = APIRouter(prefix="/api/v1/runs/{run_id}/profiles", tags=["profiles"])
 
 
@@ -50,7 +53,10 @@ async def request_profile(
         raise BadRequest(f"steps: at most {settings.profile_max_steps} (the server's limit)")
     if run.status != RunStatus.running or not state.commands.connected(run_id):
         raise store.Conflict("the run has no connected agent: only a live run can be profiled")
-    profile = await state.writer.run(store.create_profile, run_id=run_id, steps=body.steps)
+    profile = await state.writer.run(
+        store.create_profile, run_id=run_id, steps=body.steps,
+        stale_after_s=settings.profile_max_s + STALE_GRACE_S,
+    )  # fmt: skip
     command = {"name": "profile", "id": profile.id, "steps": body.steps,
                "max_s": settings.profile_max_s}  # fmt: skip
     if not await state.commands.send(run_id, command):

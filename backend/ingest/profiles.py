@@ -6,6 +6,7 @@ row stays, `trace_evicted`). Analysis is in backend/ingest/profile_analysis.py.
 """
 
 import shutil
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +62,21 @@ def list_profiles(*, session: Session, run_id: int) -> ProfilesPublic:
     return ProfilesPublic(data=[public(row, session) for row in rows], count=len(rows))
 
 
-def create_profile(*, session: Session, run_id: int, steps: int) -> ProfilePublic:
-    """A new capture, unless one is in progress for the run (409)."""
+def create_profile(
+    *, session: Session, run_id: int, steps: int, stale_after_s: float
+) -> ProfilePublic:
+    """A new capture, unless one is in progress for the run (409). One the agent has not
+    reported on for `stale_after_s` (it went away) fails, and no longer blocks."""
     busy = session.exec(
         select(Profile).where(Profile.run_id == run_id, col(Profile.status).in_(IN_PROGRESS))
     ).first()
     if busy is not None:
-        raise Conflict(f"profile {busy.id} of this run is still {busy.status}: one at a time")
+        heard = busy.updated_at.replace(tzinfo=busy.updated_at.tzinfo or UTC)
+        if (utc_now() - heard).total_seconds() < stale_after_s:
+            raise Conflict(f"profile {busy.id} of this run is still {busy.status}: one at a time")
+        busy.status = ProfileStatus.failed
+        busy.error = f"profile failed: no word from the agent for {stale_after_s:.0f} s"
+        session.add(busy)
     profile = Profile(run_id=run_id, steps=steps)
     session.add(profile)
     session.commit()
@@ -135,6 +144,7 @@ def store_chunk(
         file.write(data)
     profile.received_bytes = max(profile.received_bytes, offset + len(data))
     profile.trace_bytes = total
+    profile.updated_at = utc_now()
     session.add(profile)
     session.commit()
     if profile.received_bytes < total:
