@@ -205,3 +205,30 @@ def test_trace_arrives_after_the_server_comes_back(server: ServerProcess) -> Non
     assert profile["last_step"] > stored_before, (profile["last_step"], stored_before)
     trace = httpx.get(f"{server.url}/api/v1/runs/{run_id}/profiles/{pid}/trace", timeout=30)
     assert len(trace.content) == profile["trace_bytes"] > 0
+
+
+@pytest.mark.parametrize(
+    ("setting", "expect"),
+    [("STOKER_PROFILE_QUOTA_BYTES", "evicted"), ("STOKER_PROFILE_MAX_TRACE_BYTES", "refused")],
+)
+def test_trace_over_the_quota_is_evicted_and_over_the_cap_refused(
+    tmp_path, setting: str, expect: str
+) -> None:
+    server = ServerProcess(data_dir=tmp_path / "server", env={setting: "1"}).start()
+    training = _Training(server, _dataset(), expect)
+    try:
+        run_id = training.run_id()
+        response = _request(server, run_id, steps=5)
+        assert response.status_code == 202, response.text
+        pid = response.json()["id"]
+        profile = _settled(server, run_id, pid)
+        trace = httpx.get(f"{server.url}/api/v1/runs/{run_id}/profiles/{pid}/trace", timeout=30)
+    finally:
+        training.stop()
+        server.stop()
+    assert trace.status_code == 404
+    if expect == "evicted":  # the newest trace alone is over a 1-byte quota
+        assert profile["status"] == "ready" and profile["trace_evicted"], profile
+    else:
+        assert profile["status"] == "failed", profile
+        assert "over the server's 1-byte cap" in profile["error"]

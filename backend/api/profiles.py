@@ -130,11 +130,8 @@ async def _analyse(state: AppState, pid: int) -> None:
     try:
         analysis, share, steps = await asyncio.to_thread(analyse, path)
         profile = await state.writer.run(
-            store.finish, pid=pid, analysis=analysis, profiler_share=share, steps=steps
-        )
-        await state.writer.run(
-            store.evict_beyond_quota, data_dir=settings.data_dir,
-            quota_bytes=settings.profile_quota_bytes,
+            store.finish, pid=pid, analysis=analysis, profiler_share=share, steps=steps,
+            data_dir=settings.data_dir, quota_bytes=settings.profile_quota_bytes,
         )  # fmt: skip
     except Exception as error:
         message = f"profile failed: analysis: {type(error).__name__}: {error}"

@@ -173,8 +173,11 @@ def finish(
     analysis: dict[str, Any],
     profiler_share: float | None,
     steps: tuple[int, int] | None,
+    data_dir: Path,
+    quota_bytes: int,
 ) -> ProfilePublic:
-    """The analysis is in: the profile is ready, with Stoker's own share beside the profiler's.
+    """The analysis is in: the profile is ready, with Stoker's own share beside the profiler's,
+    and in the same commit the oldest traces beyond the quota are evicted.
 
     `steps` narrows Stoker's share to the steps the profiler analysed (it drops partial ones).
     """
@@ -192,7 +195,7 @@ def finish(
     profile.status = ProfileStatus.ready
     profile.updated_at = utc_now()
     session.add(profile)
-    session.commit()
+    evict_beyond_quota(session=session, data_dir=data_dir, quota_bytes=quota_bytes)
     session.refresh(profile)
     return public(profile)
 
