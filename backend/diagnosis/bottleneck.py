@@ -161,7 +161,9 @@ def find_bottleneck(
             continue  # the buffers after it stay full: it keeps up
         stage = stages[position]
         fill_text = (
-            "no buffer after it" if fill is None else f"the buffers after it {fill:.0%} full"
+            "no buffer after it"
+            if fill is None
+            else f"the emptiest buffer after it {fill:.0%} full"
         )
         reason = (
             f"{_label(stage)} can feed {capacity[position]:.3g} steps/s "

@@ -23,6 +23,7 @@ import { ConfigPanel } from "./run/configPanel";
 import { openRunEditForm } from "./run/editForm";
 import { EnvironmentPanel } from "./run/environmentPanel";
 import { EpochPanel } from "./run/epochPanel";
+import { PipelinePanel } from "./run/pipelinePanel";
 import { ProfilePanel } from "./run/profilePanel";
 import { renderFedLine, renderRunFigures, renderRunHeader } from "./run/header";
 import { StepCharts } from "./run/stepCharts";
@@ -54,6 +55,7 @@ export class RunPageView implements View {
   private readonly timeCharts: TimeCharts;
   private readonly alerts: AlertsPanel;
   private readonly profiler: ProfilePanel;
+  private readonly pipeline: PipelinePanel;
   private readonly environment = new EnvironmentPanel();
   private readonly config = new ConfigPanel();
   private run: Run | null = null;
@@ -94,6 +96,7 @@ export class RunPageView implements View {
     this.timeCharts = new TimeCharts(ctx.api, runId, signal);
     this.alerts = new AlertsPanel(ctx, runId, signal);
     this.profiler = new ProfilePanel(ctx.api, runId, signal);
+    this.pipeline = new PipelinePanel(ctx.api, runId, signal);
 
     this.el = h(
       "section",
@@ -114,6 +117,7 @@ export class RunPageView implements View {
       this.stepCharts.el,
       this.workerCharts.el,
       this.epochs.el,
+      this.pipeline.el,
       this.profiler.el,
       this.timeCharts.el,
       h("div", { class: "details" }, this.alerts.el, this.environment.el),
@@ -178,6 +182,7 @@ export class RunPageView implements View {
     this.secondaryTimer = setTimeout(() => this.loadSecondary(), 1500);
     this.alerts.render();
     void this.profiler.load();
+    void this.pipeline.load();
   }
 
   destroy(): void {
@@ -190,6 +195,7 @@ export class RunPageView implements View {
     this.epochs.destroy();
     this.workerCharts.destroy();
     this.timeCharts.destroy();
+    this.pipeline.destroy();
   }
 
   // ---- loading ----
@@ -307,6 +313,7 @@ export class RunPageView implements View {
     this.run = run;
     this.epochs.update(run);
     this.profiler.setLive(run.status === "running");
+    this.pipeline.setLive(run.status === "running");
     this.workerCharts.update(run);
     document.title = `${run.name || `run ${run.id}`} · Stoker`;
     renderRunHeader(this.headerBox, run, {

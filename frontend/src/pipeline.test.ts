@@ -1,0 +1,44 @@
+import { describe, expect, it } from "vitest";
+import { bufferFill, capacityBarPct, capacityRatio, formatRate, parsePipeline, stageLabel } from "./pipeline";
+
+const stage = {
+  position: 1, kind: "parallel_map", name: "ParallelMapV2", function: "decode", parallelism: 2,
+  ms_per_element: 3, elements: 320, buffered: 1, buffer_size: 4, bytes_per_element: 16,
+};
+
+describe("pipeline view figures", () => {
+  it("parses an answer and refuses other shapes", () => {
+    expect(parsePipeline({ run_id: 1, t: null, source: "unavailable", stages: [], bottleneck: null })?.source).toBe("unavailable");
+    expect(parsePipeline({ source: "guess", stages: [] })).toBeNull();
+    expect(parsePipeline({ source: "autotune_model" })).toBeNull();
+    expect(parsePipeline(null)).toBeNull();
+  });
+
+  it("labels stages by kind and function", () => {
+    expect(stageLabel(stage)).toBe("parallel map 'decode'");
+    expect(stageLabel({ kind: "prefetch", function: null })).toBe("prefetch");
+  });
+
+  it("fills buffers between 0 and 1, none without a buffer", () => {
+    expect(bufferFill(stage)).toBe(0.25);
+    expect(bufferFill({ ...stage, buffered: 9 })).toBe(1);
+    expect(bufferFill({ ...stage, buffer_size: null })).toBeNull();
+  });
+
+  it("compares capacity with demand on a log bar", () => {
+    expect(capacityRatio(10, 50)).toBe(0.2);
+    expect(capacityRatio(null, 50)).toBeNull();
+    expect(capacityRatio(10, 0)).toBeNull();
+    expect(capacityBarPct(1)).toBeCloseTo(100 / 3);
+    expect(capacityBarPct(100)).toBe(100);
+    expect(capacityBarPct(0.001)).toBe(2);
+    expect(capacityBarPct(null)).toBe(0);
+  });
+
+  it("formats rates", () => {
+    expect(formatRate(10.4)).toBe("10.4 steps/s");
+    expect(formatRate(250)).toBe("250 steps/s");
+    expect(formatRate(1500)).toBe("1.5k steps/s");
+    expect(formatRate(null)).toBe("—");
+  });
+});

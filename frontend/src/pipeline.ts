@@ -1,0 +1,74 @@
+// The run's tf.data pipeline (`GET /runs/{id}/pipeline`, issue 15): parsing the
+// answer and the figures the pipeline view shows. Pure: tested by pipeline.test.ts.
+
+export interface PipelineStage {
+  position: number;
+  kind: string;
+  name: string;
+  function: string | null;
+  parallelism: number | null;
+  ms_per_element: number | null;
+  elements: number;
+  buffered: number;
+  buffer_size: number | null;
+  bytes_per_element: number | null;
+}
+
+export interface PipelineBottleneck {
+  position: number;
+  kind: string;
+  name: string;
+  function: string | null;
+  reason: string;
+  fix: string;
+}
+
+export interface PipelineAnswer {
+  run_id: number;
+  t: number | null;
+  source: "autotune_model" | "unavailable";
+  stages: PipelineStage[];
+  bottleneck: PipelineBottleneck | null;
+  read_us?: number | null;
+  capacity_steps_per_s?: (number | null)[];
+  demand_steps_per_s?: number | null;
+}
+
+/** The answer, or null when it does not look like one. */
+export function parsePipeline(raw: unknown): PipelineAnswer | null {
+  if (!raw || typeof raw !== "object") return null;
+  const answer = raw as Partial<PipelineAnswer>;
+  if (!Array.isArray(answer.stages) || (answer.source !== "autotune_model" && answer.source !== "unavailable")) return null;
+  return answer as PipelineAnswer;
+}
+
+/** "map 'decode'" or "prefetch": what users call the stage. */
+export function stageLabel(stage: { kind: string; function: string | null }): string {
+  return stage.function ? `${stage.kind.replace(/_/g, " ")} '${stage.function}'` : stage.kind.replace(/_/g, " ");
+}
+
+/** Buffer fill 0..1, or null for a stage without a buffer. */
+export function bufferFill(stage: PipelineStage): number | null {
+  if (!stage.buffer_size || stage.buffer_size <= 0) return null;
+  return Math.min(1, Math.max(0, stage.buffered / stage.buffer_size));
+}
+
+/** A stage's capacity against the demand: 1 = just keeps up; null when unknown. */
+export function capacityRatio(capacity: number | null | undefined, demand: number | null | undefined): number | null {
+  if (capacity == null || demand == null || !(demand > 0)) return null;
+  return capacity / demand;
+}
+
+/** "12.5 steps/s", "1.2k steps/s", "—". */
+export function formatRate(perSecond: number | null | undefined): string {
+  if (perSecond == null || !Number.isFinite(perSecond)) return "—";
+  if (perSecond >= 1000) return `${(perSecond / 1000).toFixed(perSecond >= 10000 ? 0 : 1)}k steps/s`;
+  return `${perSecond >= 100 ? perSecond.toFixed(0) : perSecond.toPrecision(3)} steps/s`;
+}
+
+/** Width of a capacity bar, 0..100 %: log scale from 1/10 of the demand (0) to 100x (100). */
+export function capacityBarPct(ratio: number | null): number {
+  if (ratio === null || ratio <= 0) return 0;
+  const pct = ((Math.log10(ratio) + 1) / 3) * 100;
+  return Math.max(2, Math.min(100, pct));
+}
