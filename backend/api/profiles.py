@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from backend.core.deps import AgentAuth, RunId, SessionDep, StateDep, ViewerAuth
 from backend.core.errors import BadRequest, RunNotFound
-from backend.core.models import ProfilePublic, ProfilesPublic, Run, RunStatus
+from backend.core.models import MAX_INT64, ProfilePublic, ProfilesPublic, Run, RunStatus
 from backend.core.state import AppState
 from backend.ingest import profiles as store
 from backend.ingest.profile_analysis import analyse
@@ -29,10 +29,10 @@ class ProfileRequest(BaseModel):
 class StatusReport(BaseModel):
     status: Literal["capturing", "uploading", "failed"]
     error: str | None = Field(default=None, max_length=2000)
-    first_step: int | None = Field(default=None, ge=0)
-    last_step: int | None = Field(default=None, ge=0)
+    first_step: int | None = Field(default=None, ge=0, le=MAX_INT64)
+    last_step: int | None = Field(default=None, ge=0, le=MAX_INT64)
     overhead: dict[str, float | int | None] | None = None
-    bytes: int | None = Field(default=None, ge=0)
+    bytes: int | None = Field(default=None, ge=0, le=MAX_INT64)
 
 
 def _announce(state: AppState, profile: ProfilePublic) -> None:
@@ -104,8 +104,8 @@ async def upload_trace(
     pid: ProfileId,
     request: Request,
     state: StateDep,
-    offset: Annotated[int, Query(ge=0)],
-    total: Annotated[int, Query(ge=1)],
+    offset: Annotated[int, Query(ge=0, le=MAX_INT64)],
+    total: Annotated[int, Query(ge=1, le=MAX_INT64)],
 ) -> dict[str, Any]:
     settings = state.settings
     data = await request.body()
@@ -116,7 +116,9 @@ async def upload_trace(
         )  # fmt: skip
     except store.Conflict as error:
         if total > settings.profile_max_trace_bytes:
-            _announce(state, await state.writer.run(store.fail, pid=pid, error=error.detail))
+            failed = await state.writer.run(store.fail, pid=pid, error=error.detail)
+            if failed is not None:
+                _announce(state, failed)
         raise
     if complete:
         asyncio.get_running_loop().create_task(_analyse(state, pid))
