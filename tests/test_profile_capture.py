@@ -232,3 +232,33 @@ def test_trace_over_the_quota_is_evicted_and_over_the_cap_refused(
     else:
         assert profile["status"] == "failed", profile
         assert "over the server's 1-byte cap" in profile["error"]
+
+
+def test_custom_loop_with_monitor_is_profiled(server: ServerProcess) -> None:
+    from trainer_agent import Monitor
+
+    model = held_model(FEATURES, HOLD_S)
+    step = tf.function(lambda x: model(x))
+    stop = threading.Event()
+    monitor = Monitor(run_name="custom-loop", server=server.url)
+
+    def loop() -> None:
+        with monitor:
+            for x, _y in monitor.iterate(_dataset().repeat()):
+                step(x)
+                if stop.is_set():
+                    return
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        session = wait_for(lambda: monitor.session, what="the monitor's session")
+        run_id = wait_for(lambda: session.sender.run_id, what="the run's id")
+        response = _request(server, run_id, steps=10)
+        assert response.status_code == 202, response.text
+        profile = _settled(server, run_id, response.json()["id"])
+    finally:
+        stop.set()
+        thread.join(60)
+    assert profile["status"] == "ready", profile
+    assert profile["analysis"]["steps"] and profile["overhead"]["steps"] == 10
