@@ -6,6 +6,7 @@ step (`train <step>`) with the time breakdown, its third the per-iterator table;
 framework-op table lists ops by self time.
 """
 
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -91,7 +92,17 @@ def analyse(path: Path) -> tuple[dict[str, Any], float | None, tuple[int, int] |
         ],
         "top_ops": ops[:TOP_OPS],
     }
-    return analysis, share, (min(numbered), max(numbered)) if numbered else None
+    return analysis, share, _step_range(numbered)
+
+
+def _step_range(numbered: list[int]) -> tuple[int, int] | None:
+    """The steps the marked rows cover. With `steps_per_execution` > 1 a marker is an
+    execution named by its first step, so the last one covers up to the next number."""
+    if not numbered:
+        return None
+    ordered = sorted(set(numbered))
+    stride = min((b - a for a, b in itertools.pairwise(ordered)), default=1)
+    return ordered[0], ordered[-1] + stride - 1
 
 
 def _number(text: Any) -> float | None:
