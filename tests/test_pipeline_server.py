@@ -129,3 +129,11 @@ def test_invalid_pipeline_section_is_refused_and_nothing_is_stored(
     assert response.status_code == 422, response.text
     assert said in response.text
     assert db_server.get("/api/v1/runs", project=hello["project"])["count"] == 0
+
+
+def test_steps_that_only_waited_give_no_demand_and_no_bottleneck(db_server) -> None:
+    pipeline = {"t": [T0 + 5], "source": ["autotune_model"], "stages": [_stages(3.0)]}
+    run_id = _run(db_server, [{"type": "batch", "seq": 1, "steps": _steps(10, 0.1, 0.1),
+                               "pipeline": pipeline}])  # fmt: skip
+    out = db_server.get(f"/api/v1/runs/{run_id}/pipeline")
+    assert out["demand_steps_per_s"] is None and out["bottleneck"] is None

@@ -57,6 +57,8 @@ def pipeline_view(session: Session, run_id: int, at: float | None) -> PipelineVi
         return PipelineView(run_id=run_id, t=None, source="unavailable", stages=[], bottleneck=None)
     stages = read["stages"] or []
     demand = step_demand(*_recent_steps(session, run_id, read["t"]))
+    if demand is not None and not math.isfinite(demand[0]):
+        demand = None  # steps that only waited: no compute time to compare with
     cpus = (run.environment or {}).get("cpu_count")
     bottleneck = find_bottleneck(
         stages,
@@ -72,7 +74,7 @@ def pipeline_view(session: Session, run_id: int, at: float | None) -> PipelineVi
         bottleneck=bottleneck,
         read_us=read["read_us"],
         capacity_steps_per_s=[None if math.isinf(c) else c for c in capacities(stages)],
-        demand_steps_per_s=demand[0] if demand and math.isfinite(demand[0]) else None,
+        demand_steps_per_s=demand[0] if demand else None,
     )
 
 
