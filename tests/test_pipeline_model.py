@@ -45,6 +45,7 @@ def _read(dataset, elements: int, names=None, stamped=False):
         ("Generator", "generator"),
         ("BatchV2", "batch"),
         ("ParallelInterleaveDatasetV4", "parallel_interleave"),
+        ("MemoryCacheImpl", "cache"),
         ("SomethingNew", "somethingnew"),
     ],
 )

@@ -29,6 +29,7 @@ _KINDS: dict[str, str] = {
     "Prefetch": "prefetch",
     "Cache": "cache",
     "MemoryCache": "cache",
+    "MemoryCacheImpl": "cache",  # the in-memory cache's filling half (TF 2.x)
     "Generator": "generator",
     "FlatMap": "flat_map",
     "Interleave": "interleave",
