@@ -2,7 +2,6 @@
 real Keras fit on the CPU, uploaded, and analysed by xprof beside Stoker's own input wait."""
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -31,13 +30,13 @@ class _Stopper(tf.keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def _dataset() -> tf.data.Dataset:
+def small_dataset() -> tf.data.Dataset:
     x = np.random.default_rng(0).random((256, FEATURES), dtype=np.float32)
     y = np.random.default_rng(1).random((256, 1), dtype=np.float32)
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
 
 
-class _Training:
+class Training:
     """A fit on its own thread, monitored by Stoker, until `stop()`."""
 
     def __init__(
@@ -69,13 +68,6 @@ class _Training:
         self.thread.join(60)
 
 
-@pytest.fixture
-def server(tmp_path) -> Iterator[ServerProcess]:
-    process = ServerProcess(data_dir=tmp_path / "server").start()
-    yield process
-    process.stop()
-
-
 def _request(server: ServerProcess, run_id: int, steps: int = 20) -> httpx.Response:
     url = f"{server.url}/api/v1/runs/{run_id}/profiles"
     return httpx.post(url, json={"steps": steps}, timeout=10)
@@ -92,10 +84,10 @@ def _settled(server: ServerProcess, run_id: int, pid: int) -> dict[str, Any]:
 def _profile(
     server: ServerProcess, dataset: Any, name: str, steps_per_execution: int = 1
 ) -> dict[str, Any]:
-    training = _Training(server, dataset, name, steps_per_execution)
+    training = Training(server, dataset, name, steps_per_execution)
     try:
         run_id = training.run_id()
-        wait_for(lambda: _steps_stored(server, run_id) >= 30, timeout_s=60, what="steps")
+        wait_for(lambda: steps_stored(server, run_id) >= 30, timeout_s=60, what="steps")
         response = _request(server, run_id)
         assert response.status_code == 202, response.text
         pid = response.json()["id"]
@@ -128,7 +120,7 @@ def _with_stoker_share(server: ServerProcess, run_id: int, pid: int) -> dict[str
     return profile if profile["input_share_stoker"] is not None else None
 
 
-def _steps_stored(server: ServerProcess, run_id: int) -> int:
+def steps_stored(server: ServerProcess, run_id: int) -> int:
     (count,) = server.rows("SELECT count(*) FROM step WHERE run_id = ?", run_id)[0]
     return count
 
@@ -136,9 +128,10 @@ def _steps_stored(server: ServerProcess, run_id: int) -> int:
 def test_starved_and_fed_fits_profiled_from_the_api_agree_with_stoker(
     server: ServerProcess,
 ) -> None:
-    step_s = measure_step_s(held_model(FEATURES, HOLD_S), _dataset())
-    starved = _profile(server, sleep_per_batch(_dataset(), starving_delay_s(step_s)), "starved")
-    fed = _profile(server, _dataset().cache().prefetch(8), "fed")
+    step_s = measure_step_s(held_model(FEATURES, HOLD_S), small_dataset())
+    slow = sleep_per_batch(small_dataset(), starving_delay_s(step_s))
+    starved = _profile(server, slow, "starved")
+    fed = _profile(server, small_dataset().cache().prefetch(8), "fed")
     for profile in (starved, fed):
         analysis = profile["analysis"]
         assert analysis["available"] and len(analysis["steps"]) >= profile["steps"] // 2
@@ -160,14 +153,14 @@ def test_failing_capture_is_reported_and_training_goes_on(
     server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(FAULT_ENV, "profile_start")
-    training = _Training(server, _dataset(), "faulty")
+    training = Training(server, small_dataset(), "faulty")
     try:
         run_id = training.run_id()
         response = _request(server, run_id, steps=5)
         assert response.status_code == 202, response.text
         profile = _settled(server, run_id, response.json()["id"])
-        before = _steps_stored(server, run_id)
-        wait_for(lambda: _steps_stored(server, run_id) > before + 10, what="training going on")
+        before = steps_stored(server, run_id)
+        wait_for(lambda: steps_stored(server, run_id) > before + 10, what="training going on")
         assert training.thread.is_alive()
     finally:
         training.stop()
@@ -178,7 +171,7 @@ def test_failing_capture_is_reported_and_training_goes_on(
 
 def test_profile_of_a_run_without_agent_is_refused(server: ServerProcess) -> None:
     assert _request(server, 999).status_code == 404
-    training = _Training(server, _dataset(), "ended")
+    training = Training(server, small_dataset(), "ended")
     run_id = training.run_id()
     training.stop()
     wait_for(lambda: server.get(f"/api/v1/runs/{run_id}")["status"] != "running", what="end")
@@ -188,15 +181,15 @@ def test_profile_of_a_run_without_agent_is_refused(server: ServerProcess) -> Non
 
 
 def test_trace_arrives_after_the_server_comes_back(server: ServerProcess) -> None:
-    training = _Training(server, _dataset(), "outage")
+    training = Training(server, small_dataset(), "outage")
     try:
         run_id = training.run_id()
-        wait_for(lambda: _steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
+        wait_for(lambda: steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
         response = _request(server, run_id, steps=200)
         assert response.status_code == 202, response.text
         pid = response.json()["id"]
         server.kill()  # the capture starts, ends and is uploaded while the server is away
-        stored_before = _steps_stored(server, run_id)
+        stored_before = steps_stored(server, run_id)
         session = training.callback.run_session
         assert session is not None
         wait_for(lambda: not session.sender.connected.is_set(), what="the agent to notice")
@@ -220,7 +213,7 @@ def test_trace_over_the_quota_is_evicted_and_over_the_cap_refused(
     tmp_path, setting: str, expect: str
 ) -> None:
     server = ServerProcess(data_dir=tmp_path / "server", env={setting: "1"}).start()
-    training = _Training(server, _dataset(), expect)
+    training = Training(server, small_dataset(), expect)
     try:
         run_id = training.run_id()
         response = _request(server, run_id, steps=5)
@@ -249,7 +242,7 @@ def test_custom_loop_with_monitor_is_profiled(server: ServerProcess) -> None:
 
     def loop() -> None:
         with monitor:
-            for x, _y in monitor.iterate(_dataset().repeat()):
+            for x, _y in monitor.iterate(small_dataset().repeat()):
                 step(x)
                 if stop.is_set():
                     return
@@ -273,7 +266,7 @@ def test_fit_with_steps_per_execution_is_captured(server: ServerProcess) -> None
     """With steps_per_execution > 1 each marker spans one execution: the capture, Stoker's
     share over its steps and the download work; xprof 2.24's input-pipeline analyzer then
     measures no step time (a known limit, shown as its own conclusion)."""
-    training = _Training(server, _dataset(), "spe4", steps_per_execution=4)
+    training = Training(server, small_dataset(), "spe4", steps_per_execution=4)
     try:
         run_id = training.run_id()
         response = _request(server, run_id, steps=20)

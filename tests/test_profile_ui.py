@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 
 from tests.support import ServerProcess, wait_for
-from tests.test_profile_capture import _dataset, _steps_stored, _Training, server  # noqa: F401
+from tests.test_profile_capture import Training, small_dataset, steps_stored
 from trainer_agent.guard import FAULT_ENV
 
 
-def _open_live_run(server: ServerProcess, page: Any, name: str) -> _Training:  # noqa: F811
-    training = _Training(server, _dataset(), name)
+def _open_live_run(server: ServerProcess, page: Any, name: str) -> Training:
+    training = Training(server, small_dataset(), name)
     run_id = training.run_id()
-    wait_for(lambda: _steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
+    wait_for(lambda: steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
     page.goto(f"{server.url}/#/runs/{run_id}")
     page.get_by_test_id("profile-panel").wait_for()
     return training
@@ -26,7 +26,7 @@ def _status(page: Any) -> str:
 
 
 def test_profile_button_shows_progress_and_result(
-    server: ServerProcess,  # noqa: F811
+    server: ServerProcess,
     page: Any,
     artifacts: Path,
 ) -> None:
@@ -57,7 +57,7 @@ def test_profile_button_shows_progress_and_result(
 
 
 def test_failed_profile_shows_its_message(
-    server: ServerProcess,  # noqa: F811
+    server: ServerProcess,
     page: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
