@@ -176,3 +176,29 @@ def test_an_iterator_without_a_model_reports_unavailable_once() -> None:
     source.sample(2.0, recorder)  # before the interval: no second read
     section = recorder.drain()["pipeline"]
     assert section["source"] == ["unavailable"] and section["stages"] == [[]]
+
+
+def test_monitor_iterate_hands_its_tf_data_iterator_to_the_source(monkeypatch) -> None:
+    from tests.support import free_port
+    from trainer_agent import Monitor
+
+    monkeypatch.setenv("STOKER_SPOOL_DIR", "off")
+    monkeypatch.setenv("STOKER_CLOSE_TIMEOUT_S", "0.5")  # no server here
+
+    def double(x):
+        return x * 2
+
+    dataset = tf.data.Dataset.range(1000).map(double, num_parallel_calls=2).batch(10)
+    recorder = Recorder(max_rows=10)
+    monitor = Monitor(server=f"http://127.0.0.1:{free_port()}", run_name="loop").start()
+    try:
+        for step, _ in enumerate(monitor.iterate(dataset)):
+            if step == 20:
+                monitor.session.pipeline.sample(5.0, recorder)
+                break
+    finally:
+        monitor.close()
+    stages = recorder.drain()["pipeline"]["stages"][0]
+    assert stages[0]["kind"] == "range"
+    assert stages[-1]["kind"] in ("batch", "map_and_batch")  # tf.data may fuse the map in
+    assert [s["function"] for s in stages if s["function"]] == ["double"]
