@@ -49,6 +49,7 @@ export interface LiveEvents {
   alert: Alert;
   event: RunEvent;
   deleted: { runId: number };
+  profile: { runId: number; profile: Record<string, unknown> };
   state: ConnectionState;
 }
 
@@ -87,6 +88,10 @@ export function parseLiveMessage(raw: unknown): LiveMessage | null {
       return { type: "notice", message: String(m.message ?? "") };
     case "run_deleted":
       return typeof m.run_id === "number" ? { type: "run_deleted", run_id: m.run_id } : null;
+    case "profile":
+      return typeof m.run_id === "number" && typeof m.profile === "object" && m.profile !== null
+        ? { type: "profile", run_id: m.run_id, profile: m.profile as Record<string, unknown> }
+        : null;
     case "verdict": {
       // `{type, run_id, diagnosis: {...}}` or the diagnosis fields inline.
       const inner = typeof m.diagnosis === "object" && m.diagnosis !== null ? m.diagnosis : m;
@@ -156,6 +161,7 @@ export class LiveClient {
     alert: new Set(),
     event: new Set(),
     deleted: new Set(),
+    profile: new Set(),
     state: new Set(),
   };
 
@@ -309,6 +315,9 @@ export class LiveClient {
         break;
       case "run_deleted":
         this.emit("deleted", { runId: msg.run_id });
+        break;
+      case "profile":
+        this.emit("profile", { runId: msg.run_id, profile: msg.profile });
         break;
     }
   }

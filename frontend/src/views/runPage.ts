@@ -164,6 +164,11 @@ export class RunPageView implements View {
     this.cleanups.push(ctx.alerts.subscribe(() => this.alerts.render()));
     this.cleanups.push(ctx.live.on("event", (event) => this.alerts.addLive(event)));
     this.cleanups.push(
+      ctx.live.on("profile", ({ runId: id, profile }) => {
+        if (id === runId) this.profiler.applyLive(profile);
+      }),
+    );
+    this.cleanups.push(
       ctx.live.on("deleted", ({ runId: id }) => {
         if (id === runId) this.showNotFound("This run was deleted.");
       }),

@@ -126,6 +126,16 @@ export class ProfilePanel {
     }
   }
 
+  /** A live `profile` message (the server broadcasts every status change). */
+  applyLive(raw: Record<string, unknown>): void {
+    if (typeof raw.id !== "number" || typeof raw.status !== "string" || typeof raw.analysis !== "object") return;
+    if (this.profile !== null && raw.id < this.profile.id) return;
+    const live = raw as unknown as Profile;
+    // Stoker's share may be filled in on read only (GET): keep the one already held.
+    const share = this.profile?.id === live.id ? this.profile.input_share_stoker : null;
+    this.show({ ...live, input_share_stoker: live.input_share_stoker ?? share });
+  }
+
   private steps(): number {
     const n = Math.round(Number(this.stepsInput.value));
     return Number.isFinite(n) && n >= 1 ? n : 20;
