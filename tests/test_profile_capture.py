@@ -1,7 +1,9 @@
 """Issue 19: a TensorFlow profiler capture asked for over the API, taken by the agent of a
 real Keras fit on the CPU, uploaded, and analysed by xprof beside Stoker's own input wait."""
 
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -280,3 +282,32 @@ def test_fit_with_steps_per_execution_is_captured(server: ServerProcess) -> None
     assert (profile["last_step"] - profile["first_step"] + 1) % 4 == 0  # whole executions
     assert profile["overhead"]["steps"] == 20
     assert profile["trace_bytes"] > 0 and profile["analysis"]["conclusion"]
+
+
+def test_without_xprof_the_trace_is_kept_and_the_analysis_says_how_to_get_it(
+    tmp_path: Path,
+) -> None:
+    # A server where `import xprof` fails, as on an install without the profile extra.
+    blocker = tmp_path / "no-xprof" / "xprof"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('xprof is not installed here')\n")
+    path = os.pathsep.join([str(blocker.parent), os.environ.get("PYTHONPATH", "")])
+    server = ServerProcess(data_dir=tmp_path / "server", env={"PYTHONPATH": path}).start()
+    training = Training(server, small_dataset(), "no-xprof")
+    try:
+        run_id = training.run_id()
+        response = _request(server, run_id, steps=5)
+        assert response.status_code == 202, response.text
+        pid = response.json()["id"]
+        profile = _settled(server, run_id, pid)
+        trace = httpx.get(f"{server.url}/api/v1/runs/{run_id}/profiles/{pid}/trace", timeout=30)
+    finally:
+        training.stop()
+        server.stop()
+    assert profile["status"] == "ready", profile
+    assert profile["analysis"] == {
+        "available": False,
+        "message": "install stoker[profile] to analyse on the server",
+    }
+    assert profile["input_share_profiler"] is None
+    assert len(trace.content) == profile["trace_bytes"] > 0
