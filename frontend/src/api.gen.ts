@@ -102,6 +102,15 @@ export interface paths {
     /** Read Events */
     get: operations["read_events_api_v1_runs__run_id__events_get"];
   };
+  "/api/v1/runs/{run_id}/pipeline": {
+    /**
+     * Read Pipeline
+     * @description The latest read of the run's tf.data autotuning model (or the latest at or before
+     * `t`): its stages from the source (0) to the model, and the stage that starves the
+     * steps, when the run is input-bound. `source` is "unavailable" when there is no read.
+     */
+    get: operations["read_pipeline_api_v1_runs__run_id__pipeline_get"];
+  };
   "/api/v1/alert-rules": {
     /** Read Rules */
     get: operations["read_rules_api_v1_alert_rules_get"];
@@ -118,6 +127,37 @@ export interface paths {
     /** Read Alerts */
     get: operations["read_alerts_api_v1_alerts_get"];
   };
+  "/api/v1/runs/{run_id}/profiles": {
+    /** Read Profiles */
+    get: operations["read_profiles_api_v1_runs__run_id__profiles_get"];
+    /** Request Profile */
+    post: operations["request_profile_api_v1_runs__run_id__profiles_post"];
+  };
+  "/api/v1/runs/{run_id}/profiles/{pid}": {
+    /** Read Profile */
+    get: operations["read_profile_api_v1_runs__run_id__profiles__pid__get"];
+  };
+  "/api/v1/runs/{run_id}/profiles/{pid}/trace": {
+    /** Download Trace */
+    get: operations["download_trace_api_v1_runs__run_id__profiles__pid__trace_get"];
+    /** Upload Trace */
+    post: operations["upload_trace_api_v1_runs__run_id__profiles__pid__trace_post"];
+  };
+  "/api/v1/runs/{run_id}/profiles/{pid}/status": {
+    /** Report Status */
+    post: operations["report_status_api_v1_runs__run_id__profiles__pid__status_post"];
+  };
+  "/api/v1/starvation": {
+    /**
+     * Read Starvation
+     * @description Lost GPU-hours to input starvation, per project and per run.
+     */
+    get: operations["read_starvation_api_v1_starvation_get"];
+  };
+  "/api/v1/settings/ui": {
+    /** Read Ui Settings */
+    get: operations["read_ui_settings_api_v1_settings_ui_get"];
+  };
   "/healthz": {
     /**
      * Healthz
@@ -131,17 +171,6 @@ export interface paths {
      * @description Prometheus text format: live gauges per running run and GPU, server counters.
      */
     get: operations["metrics_metrics_get"];
-  };
-  "/api/v1/starvation": {
-    /**
-     * Read Starvation
-     * @description Lost GPU-hours to input starvation, per project and per run.
-     */
-    get: operations["read_starvation_api_v1_starvation_get"];
-  };
-  "/api/v1/settings/ui": {
-    /** Read Ui Settings */
-    get: operations["read_ui_settings_api_v1_settings_ui_get"];
   };
 }
 
@@ -321,6 +350,25 @@ export interface components {
       /** Count */
       count: number;
     };
+    /** Bottleneck */
+    Bottleneck: {
+      /** Position */
+      position: number;
+      /** Kind */
+      kind: string;
+      /** Name */
+      name: string;
+      /** Function */
+      function: string | null;
+      /** Reason */
+      reason: string;
+      /** Fix */
+      fix: string;
+      /** Capacity Steps Per S */
+      capacity_steps_per_s: number;
+      /** Demand Steps Per S */
+      demand_steps_per_s: number;
+    };
     /** BrowserChannel */
     BrowserChannel: {
       /**
@@ -329,11 +377,55 @@ export interface components {
        */
       type: "browser";
     };
+    /** ComparedRun */
+    ComparedRun: {
+      /** Id */
+      id: number;
+      /** Name */
+      name: string;
+      /** Project */
+      project: string;
+      status: components["schemas"]["RunStatus"];
+      /** Tags */
+      tags: string[];
+      /**
+       * Started At
+       * Format: date-time
+       */
+      started_at: string;
+      /** Ended At */
+      ended_at: string | null;
+      summary: components["schemas"]["RunSummary"];
+    };
     /**
      * Comparison
      * @enum {string}
      */
     Comparison: "<" | "<=" | ">" | ">=";
+    /** DeviceSeries */
+    DeviceSeries: {
+      /** Run Id */
+      run_id: number;
+      /** Fields */
+      fields: string[];
+      /** Series */
+      series: components["schemas"]["DeviceSeriesItem"][];
+    };
+    /** DeviceSeriesItem */
+    DeviceSeriesItem: {
+      /** Rank */
+      rank: number;
+      /** Gpu */
+      gpu: number;
+      /**
+       * Total
+       * @description rows in the series before downsampling
+       */
+      total: number;
+      /** Downsampled */
+      downsampled: boolean;
+      [key: string]: unknown;
+    };
     /** Diagnosis */
     Diagnosis: {
       /** Run Id */
@@ -351,6 +443,20 @@ export interface components {
       evidence: components["schemas"]["Evidence"][];
       /** Advice */
       advice: string[];
+    };
+    /**
+     * Differences
+     * @description Flattened keys (`a.b.c`) whose values differ between the runs, one value per run.
+     */
+    Differences: {
+      /** Config */
+      config: {
+        [key: string]: unknown[];
+      };
+      /** Environment */
+      environment: {
+        [key: string]: unknown[];
+      };
     };
     /**
      * EpochMetricSummary
@@ -391,6 +497,186 @@ export interface components {
       /** Detail */
       detail?: components["schemas"]["ValidationError"][];
     };
+    /** Health */
+    Health: {
+      /** Status */
+      status: string;
+      /** Version */
+      version: string;
+    };
+    /** HostSeries */
+    HostSeries: {
+      /** Run Id */
+      run_id: number;
+      /** Fields */
+      fields: string[];
+      /** Series */
+      series: components["schemas"]["HostSeriesItem"][];
+    };
+    /** HostSeriesItem */
+    HostSeriesItem: {
+      /** Rank */
+      rank: number;
+      /**
+       * Total
+       * @description rows in the series before downsampling
+       */
+      total: number;
+      /** Downsampled */
+      downsampled: boolean;
+      [key: string]: unknown;
+    };
+    /**
+     * IngestResult
+     * @description POST /ingest: the run the batches went to and the seqs stored (or already stored).
+     */
+    IngestResult: {
+      /** Run Id */
+      run_id: number;
+      /** Acked */
+      acked: number[];
+    };
+    /** MetricSeries */
+    MetricSeries: {
+      /** Run Id */
+      run_id: number;
+      /** Names */
+      names: string[];
+      /** Epoch Names */
+      epoch_names: string[];
+      /** Series */
+      series: components["schemas"]["MetricSeriesItem"][];
+    };
+    /** MetricSeriesItem */
+    MetricSeriesItem: {
+      /** Name */
+      name: string;
+      /**
+       * Axis
+       * @enum {string}
+       */
+      axis: "step" | "epoch";
+      /** Aggregation */
+      aggregation?: string | null;
+      /**
+       * Total
+       * @description rows in the series before downsampling
+       */
+      total: number;
+      /** Downsampled */
+      downsampled: boolean;
+      [key: string]: unknown;
+    };
+    /**
+     * PipelineStage
+     * @description One stage of tf.data's autotuning model (trainer_agent/pipeline_model.py).
+     */
+    PipelineStage: {
+      /** Position */
+      position: number;
+      /** Kind */
+      kind: string;
+      /** Name */
+      name: string;
+      /** Function */
+      function?: string | null;
+      /** Parallelism */
+      parallelism?: number | null;
+      /** Ms Per Element */
+      ms_per_element?: number | null;
+      /**
+       * Elements
+       * @default 0
+       */
+      elements?: number;
+      /**
+       * Buffered
+       * @default 0
+       */
+      buffered?: number;
+      /** Buffer Size */
+      buffer_size?: number | null;
+      /** Bytes Per Element */
+      bytes_per_element?: number | null;
+    };
+    /** PipelineView */
+    PipelineView: {
+      /** Run Id */
+      run_id: number;
+      /** T */
+      t: number | null;
+      /** Source */
+      source: string;
+      /** Stages */
+      stages: components["schemas"]["PipelineStage"][];
+      bottleneck: components["schemas"]["Bottleneck"] | null;
+      /** Read Us */
+      read_us?: number | null;
+      /**
+       * Capacity Steps Per S
+       * @default []
+       */
+      capacity_steps_per_s?: (number | null)[];
+      /** Demand Steps Per S */
+      demand_steps_per_s?: number | null;
+    };
+    /** ProfilePublic */
+    ProfilePublic: {
+      /** Id */
+      id: number;
+      /** Run Id */
+      run_id: number;
+      status: components["schemas"]["ProfileStatus"];
+      /** Steps */
+      steps: number;
+      /**
+       * Created At
+       * Format: date-time
+       */
+      created_at: string;
+      /** First Step */
+      first_step: number | null;
+      /** Last Step */
+      last_step: number | null;
+      /** Error */
+      error: string | null;
+      /** Trace Bytes */
+      trace_bytes: number | null;
+      /** Trace Evicted */
+      trace_evicted: boolean;
+      /** Overhead */
+      overhead: {
+        [key: string]: unknown;
+      };
+      /** Analysis */
+      analysis: {
+        [key: string]: unknown;
+      };
+      /** Input Share Profiler */
+      input_share_profiler: number | null;
+      /** Input Share Stoker */
+      input_share_stoker: number | null;
+    };
+    /** ProfileRequest */
+    ProfileRequest: {
+      /**
+       * Steps
+       * @default 20
+       */
+      steps?: number;
+    };
+    /**
+     * ProfileStatus
+     * @enum {string}
+     */
+    ProfileStatus: "requested" | "capturing" | "uploading" | "ready" | "failed";
+    /** ProfilesPublic */
+    ProfilesPublic: {
+      /** Data */
+      data: components["schemas"]["ProfilePublic"][];
+      /** Count */
+      count: number;
+    };
     /** ProjectCost */
     ProjectCost: {
       /** Project */
@@ -401,6 +687,14 @@ export interface components {
       input_wait_hours: number;
       /** Runs */
       runs: number;
+    };
+    /** RunComparison */
+    RunComparison: {
+      /** Runs */
+      runs: components["schemas"]["ComparedRun"][];
+      /** Epoch Metrics */
+      epoch_metrics: string[];
+      differences: components["schemas"]["Differences"];
     };
     /** RunCost */
     RunCost: {
@@ -580,6 +874,56 @@ export interface components {
       projects: components["schemas"]["ProjectCost"][];
       /** Runs */
       runs: components["schemas"]["RunCost"][];
+    };
+    /** StarvedRange */
+    StarvedRange: {
+      /** Start */
+      start: number;
+      /** End */
+      end: number;
+      /** T Start */
+      t_start: number;
+      /** T End */
+      t_end: number;
+      /** Steps */
+      steps: number;
+      /** Wait Share */
+      wait_share: number | null;
+    };
+    /** StarvedRanges */
+    StarvedRanges: {
+      /** Run Id */
+      run_id: number;
+      /** Rank */
+      rank: number;
+      /** Threshold */
+      threshold: number;
+      /** Measured Steps */
+      measured_steps: number;
+      /** Starved Steps */
+      starved_steps: number;
+      /** Ranges */
+      ranges: components["schemas"]["StarvedRange"][];
+    };
+    /** StatusReport */
+    StatusReport: {
+      /**
+       * Status
+       * @enum {string}
+       */
+      status: "capturing" | "uploading" | "failed";
+      /** Error */
+      error?: string | null;
+      /** First Step */
+      first_step?: number | null;
+      /** Last Step */
+      last_step?: number | null;
+      /** Overhead */
+      overhead?: ({
+        [key: string]: number | null;
+      }) | null;
+      /** Bytes */
+      bytes?: number | null;
     };
     /** StepSeries */
     StepSeries: {
@@ -900,9 +1244,7 @@ export interface operations {
       /** @description Successful Response */
       200: {
         content: {
-          "application/json": {
-            [key: string]: unknown;
-          };
+          "application/json": components["schemas"]["DeviceSeries"];
         };
       };
       /** @description Validation Error */
@@ -938,9 +1280,7 @@ export interface operations {
       /** @description Successful Response */
       200: {
         content: {
-          "application/json": {
-            [key: string]: unknown;
-          };
+          "application/json": components["schemas"]["HostSeries"];
         };
       };
       /** @description Validation Error */
@@ -980,9 +1320,7 @@ export interface operations {
       /** @description Successful Response */
       200: {
         content: {
-          "application/json": {
-            [key: string]: unknown;
-          };
+          "application/json": components["schemas"]["MetricSeries"];
         };
       };
       /** @description Validation Error */
@@ -1008,9 +1346,7 @@ export interface operations {
       /** @description Successful Response */
       200: {
         content: {
-          "application/json": {
-            [key: string]: unknown;
-          };
+          "application/json": components["schemas"]["RunComparison"];
         };
       };
       /** @description Validation Error */
@@ -1167,6 +1503,43 @@ export interface operations {
                 /** T */
                 t: number[];
               }) | null;
+              pipeline?: ({
+                /** T */
+                t: number[];
+                /** Source */
+                source: ("autotune_model" | "unavailable")[];
+                /** Stages */
+                stages: (({
+                      /** Position */
+                      position: number;
+                      /** Kind */
+                      kind: string;
+                      /** Name */
+                      name: string;
+                      /** Function */
+                      function?: string | null;
+                      /** Parallelism */
+                      parallelism?: number | null;
+                      /** Ms Per Element */
+                      ms_per_element?: number | null;
+                      /**
+                       * Elements
+                       * @default 0
+                       */
+                      elements?: number;
+                      /**
+                       * Buffered
+                       * @default 0
+                       */
+                      buffered?: number;
+                      /** Buffer Size */
+                      buffer_size?: number | null;
+                      /** Bytes Per Element */
+                      bytes_per_element?: number | null;
+                    })[])[];
+                /** Read Us */
+                read_us?: ((number | null)[]) | null;
+              }) | null;
               agent?: {
                 /**
                  * Dropped Rows
@@ -1205,9 +1578,7 @@ export interface operations {
       /** @description Successful Response */
       200: {
         content: {
-          "application/json": {
-            [key: string]: unknown;
-          };
+          "application/json": components["schemas"]["IngestResult"];
         };
       };
     };
@@ -1266,9 +1637,7 @@ export interface operations {
       /** @description Successful Response */
       200: {
         content: {
-          "application/json": {
-            [key: string]: unknown;
-          };
+          "application/json": components["schemas"]["StarvedRanges"];
         };
       };
       /** @description Validation Error */
@@ -1296,6 +1665,38 @@ export interface operations {
       200: {
         content: {
           "application/json": components["schemas"]["RunEventsPublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /**
+   * Read Pipeline
+   * @description The latest read of the run's tf.data autotuning model (or the latest at or before
+   * `t`): its stages from the source (0) to the model, and the stage that starves the
+   * steps, when the run is input-bound. `source` is "unavailable" when there is no read.
+   */
+  read_pipeline_api_v1_runs__run_id__pipeline_get: {
+    parameters: {
+      query?: {
+        /** @description unix seconds */
+        t?: number | null;
+      };
+      path: {
+        /** @description the run's id */
+        run_id: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["PipelineView"];
         };
       };
       /** @description Validation Error */
@@ -1411,32 +1812,158 @@ export interface operations {
       };
     };
   };
-  /**
-   * Healthz
-   * @description Liveness for load balancers and container healthchecks (no token needed).
-   */
-  healthz_healthz_get: {
+  /** Read Profiles */
+  read_profiles_api_v1_runs__run_id__profiles_get: {
+    parameters: {
+      path: {
+        /** @description the run's id */
+        run_id: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ProfilesPublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /** Request Profile */
+  request_profile_api_v1_runs__run_id__profiles_post: {
+    parameters: {
+      path: {
+        /** @description the run's id */
+        run_id: number;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["ProfileRequest"];
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      202: {
+        content: {
+          "application/json": components["schemas"]["ProfilePublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /** Read Profile */
+  read_profile_api_v1_runs__run_id__profiles__pid__get: {
+    parameters: {
+      path: {
+        /** @description the run's id */
+        run_id: number;
+        pid: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["ProfilePublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /** Download Trace */
+  download_trace_api_v1_runs__run_id__profiles__pid__trace_get: {
+    parameters: {
+      path: {
+        /** @description the run's id */
+        run_id: number;
+        pid: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: never;
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /** Upload Trace */
+  upload_trace_api_v1_runs__run_id__profiles__pid__trace_post: {
+    parameters: {
+      query: {
+        offset: number;
+        total: number;
+      };
+      path: {
+        /** @description the run's id */
+        run_id: number;
+        pid: number;
+      };
+    };
     responses: {
       /** @description Successful Response */
       200: {
         content: {
           "application/json": {
-            [key: string]: string;
+            [key: string]: unknown;
           };
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
         };
       };
     };
   };
-  /**
-   * Metrics
-   * @description Prometheus text format: live gauges per running run and GPU, server counters.
-   */
-  metrics_metrics_get: {
+  /** Report Status */
+  report_status_api_v1_runs__run_id__profiles__pid__status_post: {
+    parameters: {
+      path: {
+        /** @description the run's id */
+        run_id: number;
+        pid: number;
+      };
+    };
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["StatusReport"];
+      };
+    };
     responses: {
       /** @description Successful Response */
       200: {
         content: {
-          "text/plain": unknown;
+          "application/json": components["schemas"]["ProfilePublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
         };
       };
     };
@@ -1477,6 +2004,34 @@ export interface operations {
       200: {
         content: {
           "application/json": components["schemas"]["UiSettings"];
+        };
+      };
+    };
+  };
+  /**
+   * Healthz
+   * @description Liveness for load balancers and container healthchecks (no token needed).
+   */
+  healthz_healthz_get: {
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["Health"];
+        };
+      };
+    };
+  };
+  /**
+   * Metrics
+   * @description Prometheus text format: live gauges per running run and GPU, server counters.
+   */
+  metrics_metrics_get: {
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "text/plain": unknown;
         };
       };
     };
