@@ -28,7 +28,10 @@ test: build
 
 test-tf-matrix: $(INSTALLED) $(TF_OLDEST_VENV)/.installed
 	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra $(AGENT_FIT_TESTS)
-	$(TF_OLDEST_VENV)/bin/pytest -ra $(AGENT_FIT_TESTS)
+	# The two-worker MultiWorkerMirroredStrategy fit of issue 18 on TF 2.15's own tf.keras.
+	# (Its straggler test stays on the newest TF: on 2.15 the job's collective step outlasts
+	# the delay that test derives from a worker's own step, so no worker starves.)
+	$(TF_OLDEST_VENV)/bin/pytest -ra $(AGENT_FIT_TESTS) tests/test_multiworker.py -k "not straggler"
 
 # The tests start `stoker serve` with the venv's Python, so it has the server extra too.
 $(TF_OLDEST_VENV)/.installed: pyproject.toml

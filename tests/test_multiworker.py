@@ -32,7 +32,7 @@ def _run_workers(
     addresses = ",".join(f"127.0.0.1:{free_port()}" for _ in range(WORKERS))
     env = {**os.environ, **env}
     env.pop("TF_USE_LEGACY_KERAS", None)
-    if legacy_keras:
+    if legacy_keras and not _keras2_builtin():
         env["TF_USE_LEGACY_KERAS"] = "1"
     command = [
         sys.executable, "-m", "tests.multiworker_script", "--server", server.url,
@@ -63,7 +63,17 @@ def _run_workers(
     return outputs
 
 
+def _keras2_builtin() -> bool:
+    """TensorFlow before 2.16 brings Keras 2 as tf.keras; later ones need tf_keras for it."""
+    import tensorflow as tf
+
+    return tuple(int(part) for part in tf.__version__.split(".")[:2]) < (2, 16)
+
+
 def _tf_keras() -> None:
+    """Keras 2 for `fit`: TensorFlow's own tf.keras before 2.16, the tf_keras package after."""
+    if _keras2_builtin():
+        return
     require(importlib.util.find_spec("tf_keras") is not None, "tf_keras (the dev extra)")
 
 
@@ -84,7 +94,7 @@ def test_two_worker_tf_keras_fit_is_one_run_with_both_ranks_steps(
     _tf_keras()
     outputs = _run_workers(server, {})
     for output in outputs:
-        assert output["keras"] == "tf_keras"
+        assert output["keras"] == ("keras" if _keras2_builtin() else "tf_keras")  # Keras 2
         assert output["steps_per_execution"] == "MirroredVariable"  # the value that crashed
         assert output["epochs"] == EPOCHS
         assert output["batches"] == EPOCHS * BATCHES // STEPS_PER_EXECUTION
