@@ -162,6 +162,8 @@ def test_run_ended_with_steps_still_spooled_is_finished_and_the_next_agent_sends
                 timeout_s=60,
                 what="the left-behind steps sent by the next agent",
             )  # fmt: skip
+            # Its uploader removes the spooled run once the server acknowledged it all.
+            wait_for(lambda: not left.exists(), timeout_s=60, what="the spooled run removed")
         finally:
             stop.touch()
             _, next_stderr = nxt.communicate(timeout=120)
