@@ -307,6 +307,11 @@ def watch_train_function(model: Any, source: PipelineSource) -> None:
     """Wrap `model.train_function` (Keras makes it before `on_train_begin` and calls it with
     the epoch's iterator every step) so `source` sees the iterator. The wrapper costs one
     identity comparison a step."""
+    if _keras2_under_a_strategy(model):
+        # Keras 2 (tf_keras, TF <= 2.15's tf.keras) under a distribution strategy: wrapping its
+        # train function there made the input-wait stamps miss (tested with MirroredStrategy).
+        log.info("Stoker: the pipeline view is off for Keras 2 under a distribution strategy")
+        return
     original = getattr(model, "train_function", None)
     original = getattr(original, "__wrapped__", original)  # left over by a fit that raised
     if not callable(original):
@@ -322,6 +327,12 @@ def watch_train_function(model: Any, source: PipelineSource) -> None:
 
     train_function.__wrapped__ = original  # type: ignore[attr-defined]
     model.train_function = train_function
+
+
+def _keras2_under_a_strategy(model: Any) -> bool:
+    keras2 = ".engine." in type(model).__module__ or type(model).__module__.startswith("tf_keras")
+    strategy = getattr(model, "distribute_strategy", None)
+    return keras2 and strategy is not None and "Default" not in type(strategy).__name__
 
 
 def unwatch_train_function(model: Any) -> None:
