@@ -1,8 +1,9 @@
 """The diagnosis read back from stored steps: a window rebuilt for runs not watched in
 memory, and the stretches of starved steps the UI shades."""
 
+from collections.abc import Sequence
 from itertools import groupby
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from sqlalchemy import func
@@ -102,37 +103,41 @@ def window_from_db(*, session: Session, run: Run, window_s: float) -> RunWindow:
             window.add_steps(
                 now=0.0, step=step, t=t, dur=dur, wait=wait, batch_size=batch_size, rank=rank
             )
-    newest_device = session.exec(
-        select(func.max(DeviceSample.t)).where(DeviceSample.run_id == run.id)
-    ).one()
-    if newest_device is not None:
-        rows = session.exec(
-            select(DeviceSample)
-            .where(DeviceSample.run_id == run.id, DeviceSample.t >= newest_device - window_s)
-            .order_by(col(DeviceSample.t))
-        ).all()
+    device = _last_window(session, DeviceSample, run_id=run.id, window_s=window_s)
+    if device:
         window.add_device(
             now=0.0,
-            t=[r.t for r in rows],
-            gpu=[r.gpu for r in rows],
-            util=[r.util for r in rows],
-            mem_used=[r.mem_used for r in rows],
-            mem_total=[r.mem_total for r in rows],
-            temp_c=[r.temp_c for r in rows],
+            t=[r.t for r in device],
+            gpu=[r.gpu for r in device],
+            util=[r.util for r in device],
+            mem_used=[r.mem_used for r in device],
+            mem_total=[r.mem_total for r in device],
+            temp_c=[r.temp_c for r in device],
         )
-    newest_host = session.exec(
-        select(func.max(HostSample.t)).where(HostSample.run_id == run.id)
-    ).one()
-    if newest_host is not None:
-        rows = session.exec(
-            select(HostSample)
-            .where(HostSample.run_id == run.id, HostSample.t >= newest_host - window_s)
-            .order_by(col(HostSample.t))
-        ).all()
+    host = _last_window(session, HostSample, run_id=run.id, window_s=window_s)
+    if host:
         window.add_host(
             now=0.0,
-            t=[r.t for r in rows],
-            proc_cpu=[r.proc_cpu for r in rows],
-            sys_cpu=[r.sys_cpu for r in rows],
+            t=[r.t for r in host],
+            proc_cpu=[r.proc_cpu for r in host],
+            sys_cpu=[r.sys_cpu for r in host],
         )
     return window
+
+
+_Sample = TypeVar("_Sample", DeviceSample, HostSample)
+
+
+def _last_window(
+    session: Session, table: type[_Sample], *, run_id: int, window_s: float
+) -> Sequence[_Sample]:
+    """The run's rows of a sample table from `window_s` seconds before its newest one, in
+    time order (none when the run has no such sample)."""
+    newest = session.exec(select(func.max(table.t)).where(table.run_id == run_id)).one()
+    if newest is None:
+        return []
+    return session.exec(
+        select(table)
+        .where(table.run_id == run_id, table.t >= newest - window_s)
+        .order_by(col(table.t))
+    ).all()
