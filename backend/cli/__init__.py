@@ -1,4 +1,5 @@
-"""The `stoker` command line (`stoker = "backend.cli:main"`)."""
+"""The server's commands of `stoker` (`serve`, `demo`): the `stoker` script
+(`trainer_agent.cli:main`) hands them to `main` here."""
 
 from backend.cli.main import main
 

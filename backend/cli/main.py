@@ -1,4 +1,9 @@
-"""The `stoker` command: `serve`, `demo`, `doctor`, `upload`."""
+"""The server's commands of `stoker`: `serve` and `demo`.
+
+The agent's commands (`run`, `doctor`, `upload`, `--version`, and `stoker --help`) have one
+implementation, the agent's command line (trainer_agent.cli), which hands `serve` and `demo`
+here; `main` hands the agent's commands there, so `python -m backend.cli upload DIR` and
+`stoker upload DIR` are the same command."""
 
 import argparse
 import logging
@@ -58,21 +63,20 @@ def demo(args: argparse.Namespace) -> int:
     return run_demo(_settings_from(args), epochs=args.epochs, keep_serving=not args.exit)
 
 
-def doctor(args: argparse.Namespace) -> int:
-    from trainer_agent.doctor import main as run_doctor
-
-    return run_doctor()
-
-
-def upload(args: argparse.Namespace) -> int:
-    from trainer_agent.upload import main as run_upload
-
-    return run_upload(args.directory, server=args.server, token=args.token)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stoker", description="Live GPU training monitor.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    from trainer_agent.cli import AGENT_COMMANDS
+    from trainer_agent.cli import main as agent_main
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The agent's command line takes what is not a server command (it hands those back).
+    if not argv or argv[0].startswith("-") or argv[0] in AGENT_COMMANDS:
+        return agent_main(argv)
+    parser = argparse.ArgumentParser(
+        prog="stoker",
+        description="Live GPU training monitor: the server's commands.",
+        epilog=f"Agent commands: {', '.join(AGENT_COMMANDS)} (see `stoker --help`).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve_parser = commands.add_parser("serve", help="run the Stoker server")
     _add_server_flags(serve_parser)
@@ -87,21 +91,6 @@ def main(argv: list[str] | None = None) -> int:
         "--exit", action="store_true", help="stop the server when training ends"
     )
     demo_parser.set_defaults(func=demo)
-
-    doctor_parser = commands.add_parser(
-        "doctor", help="check the NVIDIA driver, NVML, CUDA/cuDNN/TensorFlow match and GPUs"
-    )
-    doctor_parser.set_defaults(func=doctor)
-
-    upload_parser = commands.add_parser(
-        "upload", help="send runs the agent spooled to disk while the server was unreachable"
-    )
-    upload_parser.add_argument(
-        "directory", type=Path, help="a spooled run directory, or the spool directory"
-    )
-    upload_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
-    upload_parser.add_argument("--token", default=None, help="default: STOKER_AGENT_TOKEN")
-    upload_parser.set_defaults(func=upload)
 
     args = parser.parse_args(argv)
     return args.func(args)
