@@ -9,6 +9,14 @@ analysis needs those step markers); after N steps, or `max_s`, the profiler stop
 stop and the step markers must run on the training thread (TensorFlow's API); everything else
 (finding the trace, uploading it in chunks, reporting status) runs on one background thread.
 Any failure is reported to the server as `profile failed: ...` and never reaches training.
+
+The command names the worker's rank and the run's key: with a spool directory the profiler
+writes straight into `<spool_dir>/<run_key>/profiles/<pid>.r<rank>/` (profile_spool.py), so
+a finished trace is on disk, beside the run's spooled batches, before anything is sent. It
+is uploaded from there and deleted once the server accepted it; if the process ends first,
+the next agent started with that spool directory, or `stoker upload`, sends it. A trace that
+would take the run's spool over its size bound is sent from a temporary directory instead,
+while the process lives (said once in the log); so is every trace without a spool.
 """
 
 import logging
@@ -25,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer_agent import profile_spool
 from trainer_agent.config import AgentConfig
 from trainer_agent.guard import FAULT_ENV, InjectedFault
+from trainer_agent.profile_spool import Outcome
 
 log = logging.getLogger("trainer_agent")
 
 DEFAULT_MAX_S = 60.0
-CHUNK_BYTES = 4 * 2**20
 BASELINE_STEPS = 50
 RETRY_MAX_S = 30.0
 FAULT_HOOK = "profile_start"  # STOKER_TEST_FAULT=profile_start makes the start fail
@@ -42,7 +51,13 @@ class Capture:
     id: int
     steps: int
     max_s: float
-    logdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="stoker-prof-")))
+    rank: int = 0
+    # Where the trace is kept: in the spool, or a temporary directory (see _place).
+    directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="stoker-prof-")))
+    spooled: bool = False
+    lock: Any = None  # the spooled directory's flock, held until the trace is delivered
+    ended: bool = False  # the profiler stopped: a "capturing" report no longer matters
+    status: dict[str, Any] = field(default_factory=dict)
     first_step: int = -1
     last_step: int = -1
     steps_done: int = 0
@@ -54,17 +69,14 @@ class Capture:
 Post = Callable[..., Any]
 
 
-def _default_post(url: str, **kwargs: Any) -> Any:
-    import httpx
-
-    return httpx.post(url, **kwargs)
-
-
 class Profiler:
     """One capture at a time for one run; the training thread calls only `step_begin`/`step_end`."""
 
     def __init__(
-        self, config: AgentConfig, run_id: Callable[[], int | None], post: Post = _default_post
+        self,
+        config: AgentConfig,
+        run_id: Callable[[], int | None],
+        post: Post = profile_spool.default_post,
     ) -> None:
         self._config = config
         self._run_id = run_id
@@ -79,15 +91,44 @@ class Profiler:
         self._fault = os.environ.get(FAULT_ENV) == FAULT_HOOK
         self._outbox: queue.Queue[Callable[[], None]] = queue.Queue()
         self._worker: threading.Thread | None = None
+        self._warned_too_big = False
 
     # --- sender thread ------------------------------------------------------------------
     def request(self, command: dict[str, Any]) -> None:
-        pid = int(command["id"])
+        pid, rank = int(command["id"]), int(command.get("rank") or 0)
         if not self._busy.acquire(blocking=False):
-            self._report(pid, status="failed", error="profile failed: a capture is in progress")
+            self._report(
+                pid, rank, status="failed", error="profile failed: a capture is in progress"
+            )
             return
         steps = max(1, int(command.get("steps", 20)))
-        self._requested = Capture(pid, steps, float(command.get("max_s") or DEFAULT_MAX_S))
+        capture = Capture(pid, steps, float(command.get("max_s") or DEFAULT_MAX_S), rank)
+        try:
+            self._place(capture, command.get("run_key"))
+        except Exception as error:  # a spool that cannot be written: a temporary directory
+            log.debug("profile %s: not spooled: %s", pid, error)
+        self._requested = capture
+
+    def _place(self, capture: Capture, run_key: Any) -> None:
+        """Capture into the spool (the process holds its lock), with a first status that says
+        where the trace goes, so that even a process that dies mid-capture leaves word."""
+        spool_dir, run_id = self._config.spool_dir, self._run_id()
+        if spool_dir is None or not isinstance(run_key, str) or not run_key or run_id is None:
+            return
+        if "/" in run_key or run_key.startswith("."):
+            return
+        directory = profile_spool.trace_dir(spool_dir, run_key, capture.id, capture.rank)
+        lock = profile_spool.lock_for_capture(directory)
+        if lock is None:  # no flock here (Windows), or another process's: keep it to ourselves
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        capture.status = {
+            "server": self._config.server, "run_id": run_id, "profile": capture.id,
+            "rank": capture.rank, "process": os.getpid(), "status": "capturing",
+        }  # fmt: skip
+        profile_spool.write_status(directory, capture.status)
+        shutil.rmtree(capture.directory, ignore_errors=True)  # the temporary one, unused
+        capture.directory, capture.spooled, capture.lock = directory, True, lock
 
     # --- training thread ----------------------------------------------------------------
     def step_begin(self, step: int, now: float, n: int = 1) -> None:
@@ -143,12 +184,17 @@ class Profiler:
         began = time.perf_counter()
         if self._fault:
             raise InjectedFault(f"{FAULT_ENV}={FAULT_HOOK}")
-        tf.profiler.experimental.start(str(capture.logdir))
+        tf.profiler.experimental.start(str(capture.directory / profile_spool.CAPTURE))
         capture.start_cost_s = time.perf_counter() - began
         capture.started = began
         capture.first_step = step
         self._active = capture
-        self._report(capture.id, status="capturing", first_step=step)
+        report = {"status": "capturing", "first_step": step}
+        self._send(
+            lambda: self._post_retrying(
+                capture.id, capture.rank, "status", json=report, until=lambda: capture.ended
+            )
+        )
 
     def _enter_trace(self, step: int) -> None:
         import tensorflow as tf
@@ -166,6 +212,7 @@ class Profiler:
         import tensorflow as tf
 
         self._active = None
+        capture.ended = True
         began = time.perf_counter()
         tf.profiler.experimental.stop()
         stop_cost_s = time.perf_counter() - began
@@ -186,7 +233,7 @@ class Profiler:
         message = f"profile failed: {type(error).__name__}: {error}"[:500]
         log.warning("Stoker: %s; training continues", message)
         if capture is not None:
-            self._report(capture.id, status="failed", error=message)
+            self._report(capture.id, capture.rank, status="failed", error=message)
             self._send(lambda: self._release(capture))
 
     def _overhead(self, capture: Capture, stop_cost_s: float) -> dict[str, Any]:
@@ -199,6 +246,7 @@ class Profiler:
             "start_s": capture.start_cost_s,
             "stop_s": stop_cost_s,
             "steps": capture.steps_done,
+            "steps_per_execution": self._last_n,
         }
 
     # --- background thread --------------------------------------------------------------
@@ -216,51 +264,103 @@ class Profiler:
             except Exception:
                 log.warning("Stoker: profile upload failed", exc_info=True)
 
-    def _report(self, pid: int, **status: Any) -> None:
-        self._send(lambda: self._post_retrying(pid, "status", json=status))
+    def _report(self, pid: int, rank: int, **status: Any) -> None:
+        self._send(lambda: self._post_retrying(pid, rank, "status", json=status))
 
     def _release(self, capture: Capture) -> None:
-        shutil.rmtree(capture.logdir, ignore_errors=True)
+        if capture.spooled:
+            profile_spool.remove(capture.directory)
+            capture.lock.close()
+        else:
+            shutil.rmtree(capture.directory, ignore_errors=True)
         if self._busy.locked():
             self._busy.release()
 
     def _upload(self, capture: Capture, overhead: dict[str, Any]) -> None:
+        """Keep the finished trace (and what to report with it) in the spool, then send it from
+        there until the server has it; without a spool, send it while the process lives."""
         try:
-            traces = sorted(capture.logdir.rglob("*.xplane.pb"), key=lambda p: p.stat().st_size)
-            if not traces:
-                raise FileNotFoundError("the profiler wrote no .xplane.pb trace")
-            data = traces[-1].read_bytes()
-            self._post_retrying(
-                capture.id, "status", json={
-                    "status": "uploading", "first_step": capture.first_step,
-                    "last_step": capture.last_step, "overhead": overhead, "bytes": len(data),
-                },
+            try:
+                trace = profile_spool.finish_capture(capture.directory)
+            except Exception as error:
+                message = f"profile failed: {type(error).__name__}: {error}"[:500]
+                self._post_retrying(capture.id, capture.rank, "status",
+                                    json={"status": "failed", "error": message})  # fmt: skip
+                return
+            capture.status.update(
+                status="uploading", first_step=capture.first_step, last_step=capture.last_step,
+                overhead=overhead, bytes=trace.stat().st_size,
             )  # fmt: skip
-            for offset in range(0, len(data), CHUNK_BYTES) or [0]:
-                self._post_retrying(
-                    capture.id, "trace",
-                    content=data[offset : offset + CHUNK_BYTES],
-                    params={"offset": offset, "total": len(data)},
-                )  # fmt: skip
-        except Exception as error:
-            message = f"profile failed: {type(error).__name__}: {error}"[:500]
-            self._post_retrying(capture.id, "status", json={"status": "failed", "error": message})
+            if capture.spooled:
+                self._keep_within_bound(capture)
+            if capture.spooled:
+                profile_spool.write_status(capture.directory, capture.status)
+            self._deliver(capture)
         finally:
             self._release(capture)
 
-    def _post_retrying(self, pid: int, what: str, **kwargs: Any) -> None:
+    def _keep_within_bound(self, capture: Capture) -> None:
+        """A trace that takes the run's spool over its bound leaves the spool (said once)."""
+        run_dir = capture.directory.parent.parent
+        used = profile_spool.run_dir_bytes(run_dir)
+        if used <= self._config.spool_max_bytes:
+            return
+        if not self._warned_too_big:
+            self._warned_too_big = True
+            log.warning(
+                "Stoker: profile %s's trace (%.1f MiB) does not fit in the spool's %.0f MiB "
+                "bound (%s); it is sent while this process lives and lost if it ends first",
+                capture.id, capture.status["bytes"] / 2**20,
+                self._config.spool_max_bytes / 2**20, run_dir,
+            )  # fmt: skip
+        outside = Path(tempfile.mkdtemp(prefix="stoker-prof-"))
+        shutil.move(capture.directory / profile_spool.TRACE, outside / profile_spool.TRACE)
+        profile_spool.remove(capture.directory)
+        capture.lock.close()
+        capture.directory, capture.spooled, capture.lock = outside, False, None
+
+    def _deliver(self, capture: Capture) -> None:
+        """Send the status and the trace, retrying with capped backoff while the server is
+        away (for as long as the process lives: what is spooled survives it)."""
+        from trainer_agent.sender import Backoff
+
+        if not capture.spooled:  # the status goes with it in memory
+            capture.status.update(
+                server=self._config.server, run_id=self._run_id(), profile=capture.id,
+                rank=capture.rank,
+            )  # fmt: skip
+            profile_spool.write_status(capture.directory, capture.status)
+        backoff = Backoff(max_s=RETRY_MAX_S)
+        while True:
+            if capture.status.get("run_id") is None:
+                capture.status["run_id"] = self._run_id()
+                profile_spool.write_status(capture.directory, capture.status)
+            if capture.status.get("run_id") is not None:
+                outcome = profile_spool.deliver(
+                    capture.directory, post=self._post, token=self._config.token
+                )
+                if outcome is not Outcome.RETRY:
+                    return
+            time.sleep(backoff.next_delay_s())
+
+    def _post_retrying(
+        self, pid: int, rank: int, what: str, until: Callable[[], bool] = bool, **kwargs: Any
+    ) -> None:
         """POST to the run's profile; retry with capped backoff while the server is away
-        (for as long as the process lives), give up on a refusal (4xx)."""
+        (for as long as the process lives, or until `until()`), give up on a refusal (4xx)."""
         from trainer_agent.sender import Backoff
 
         backoff = Backoff(max_s=RETRY_MAX_S)
         headers = {"Authorization": f"Bearer {self._config.token}"} if self._config.token else {}
+        params = {**kwargs.pop("params", {}), "rank": rank}
         while True:
             run_id = self._run_id()
             if run_id is not None:
                 url = f"{self._config.server}/api/v1/runs/{run_id}/profiles/{pid}/{what}"
                 try:
-                    response = self._post(url, headers=headers, timeout=30.0, **kwargs)
+                    response = self._post(
+                        url, headers=headers, timeout=30.0, params=params, **kwargs
+                    )
                     if response.status_code < 500:
                         if response.status_code >= 400:
                             log.warning("Stoker: the server refused the profile: %s",
@@ -268,4 +368,6 @@ class Profiler:
                         return
                 except Exception as error:
                     log.debug("profile %s: %s", what, error)
+            if until():
+                return
             time.sleep(backoff.next_delay_s())

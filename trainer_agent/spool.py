@@ -8,6 +8,10 @@ not fit, under the cap or on a full disk, is dropped and counted, never silently
 so the count of dropped records is kept even when the disk has filled up meanwhile.
 `server.txt` names the server the run was meant for.
 
+Profiler traces of the run wait in its `profiles/` (trainer_agent/profile_spool.py): they
+count toward the cap, and they outlive `discard()` of the batches, which leaves them for
+their own uploader.
+
 A process that writes a run's spool holds an exclusive `flock` on its `.lock` file until it
 is done with it; the kernel releases it when the process dies, however it dies. Whoever
 uploads a spooled run (the next agent in the background, or `stoker upload DIR`) takes the
@@ -15,6 +19,7 @@ same lock first, so a run is never uploaded while its own process still writes o
 it, nor by two uploaders at once.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +34,7 @@ except ImportError:  # Windows: no flock; spooled runs are then only sent by `st
     fcntl = None  # type: ignore[assignment]
 
 DEFAULT_MAX_BYTES = 512 * 2**20
+PROFILES = "profiles"  # the run's spooled profiler traces (trainer_agent/profile_spool.py)
 END_RESERVED_BYTES = 4096  # far more than an end record (a status and a few counters) needs
 
 
@@ -105,9 +111,17 @@ class Spool:
         return self.directory / "end.json"
 
     def _used_bytes(self) -> int:
+        """The batches' bytes (counted once, then kept up to date) and the traces'."""
         if self._bytes is None:
             self._bytes = sum(p.stat().st_size for p in self._batches.glob("*.json"))
-        return self._bytes
+        return self._bytes + self._trace_bytes()
+
+    def _trace_bytes(self) -> int:
+        total = 0
+        for path in (self.directory / PROFILES).glob("*/*"):
+            with contextlib.suppress(OSError):
+                total += path.stat().st_size if path.is_file() else 0
+        return total
 
     def add(self, hello: dict[str, Any], batch: dict[str, Any]) -> bool:
         """Store one batch; False (nothing written) when it would exceed the cap.
@@ -120,7 +134,8 @@ class Spool:
             return False
         self._start(hello)
         _write_atomically(self._batches / f"{batch['seq']:012d}.json", data)
-        self._bytes = self._used_bytes() + len(data)
+        assert self._bytes is not None
+        self._bytes += len(data)
         return True
 
     def _start(self, hello: dict[str, Any]) -> None:
@@ -182,8 +197,21 @@ class Spool:
         return json.loads(text) if text else None
 
     def discard(self) -> None:
-        """Delete the run's directory once everything in it is stored on the server."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Delete the run's directory once everything in it is stored on the server; profiler
+        traces still waiting in it stay (with the directory) for their own uploader."""
+        if (self.directory / PROFILES).is_dir():
+            for child in list(self.directory.iterdir()) if self.directory.is_dir() else []:
+                if child.name == PROFILES:
+                    with contextlib.suppress(OSError):
+                        child.rmdir()  # only when empty
+                elif child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self.directory.rmdir()  # only when empty
+        else:
+            shutil.rmtree(self.directory, ignore_errors=True)
         self.release()
 
 

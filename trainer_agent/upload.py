@@ -6,6 +6,9 @@ cleanly, its end status and final counters. Batches go to `POST /api/v1/ingest` 
 in chunks; the server ignores seqs it already stored, so uploading twice is harmless. A run
 directory is deleted once everything in it is stored. A run whose process still holds its
 spool lock (still writing or replaying it) is left alone.
+
+Profiler traces spooled beside a run's batches (trainer_agent/profile_spool.py) go the same
+ways, each to the server and profile it was captured for, after the batches.
 """
 
 import contextlib
@@ -18,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from trainer_agent import wire
+from trainer_agent import profile_spool, wire
 from trainer_agent.config import resolve_server, resolve_token
 from trainer_agent.sender import Backoff, http_chunks
 from trainer_agent.spool import Spool, run_directories
@@ -82,7 +85,8 @@ def _upload_claimed(spool: Spool, *, server: str, token: str | None) -> dict[str
 
 def main(path: Path, *, server: str | None = None, token: str | None = None) -> int:
     directories = run_directories(path)
-    if not directories:
+    traces = profile_spool.spooled_traces(path)
+    if not directories and not traces:
         print(f"no spooled runs under {path}", file=sys.stderr)
         return 1
     target = resolve_server(server)
@@ -101,6 +105,11 @@ def main(path: Path, *, server: str | None = None, token: str | None = None) -> 
             f"{directory}: {result['batches']} batches → run {result['run_id']} "
             f"({result['status']}) on {target}"
         )
+    if traces:
+        # A trace belongs to a profile of the server it was captured for: only that one.
+        sent, left = profile_spool.upload_spooled(path, server=target, token=resolve_token(token))
+        print(f"{sent} profiler traces sent to {target}, {left} left to retry")
+        failed += left
     return 1 if failed else 0
 
 
@@ -129,7 +138,12 @@ def upload_left_behind(spool_dir: Path, *, server: str, token: str | None) -> tu
             "Stoker: sent %d batches that an earlier process left in %s (run %s, %s)",
             result["batches"], directory, result["run_id"], result["status"],
         )  # fmt: skip
-    return uploaded, failed
+    try:
+        sent, left = profile_spool.upload_spooled(spool_dir, server=server, token=token)
+    except (OSError, ValueError, KeyError) as error:
+        log.debug("background upload of profiler traces failed: %s", error)
+        sent, left = 0, 1
+    return uploaded + sent, failed + left
 
 
 def _lower_this_threads_priority() -> None:
