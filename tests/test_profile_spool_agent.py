@@ -1,0 +1,93 @@
+"""The agent's side of spooled profiler traces (issue 19), with a recording transport: a trace
+over the spool's bound leaves the spool (said once), and a capture whose process died
+before the trace was written is reported failed by the next uploader."""
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer_agent import profile_spool
+from trainer_agent.config import AgentConfig
+from trainer_agent.profile import Capture, Profiler
+
+
+class Response:
+    def __init__(self, status_code: int = 200) -> None:
+        self.status_code = status_code
+        self.text = ""
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, url: str, **kwargs: Any) -> Response:
+        self.calls.append((url, kwargs))
+        return Response()
+
+
+def _captured(profiler: Profiler, size: int) -> Capture:
+    """A capture placed in the spool whose profiler wrote a trace of `size` bytes."""
+    capture = Capture(id=7, steps=5, max_s=60.0, rank=1)
+    profiler._place(capture, "run-key-of-test")
+    written = capture.directory / profile_spool.CAPTURE / "plugins" / "profile" / "x"
+    written.mkdir(parents=True)
+    (written / "host.xplane.pb").write_bytes(b"x" * size)
+    capture.first_step, capture.last_step, capture.ended = 10, 14, True
+    return capture
+
+
+def test_trace_over_the_spool_bound_is_sent_from_outside_it_and_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    post = Recorder()
+    config = AgentConfig(server="http://server", spool_dir=tmp_path / "spool", spool_max_bytes=100)
+    profiler = Profiler(config, lambda: 3, post=post)
+    capture = _captured(profiler, size=1000)
+    assert capture.spooled and capture.directory.is_relative_to(tmp_path / "spool")
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        profiler._upload(capture, overhead={"steps": 5})
+    assert "does not fit in the spool" in caplog.text
+    assert not list((tmp_path / "spool").rglob("*.xplane.pb"))  # left the spool
+    urls = [url for url, _ in post.calls]
+    assert urls == [
+        "http://server/api/v1/runs/3/profiles/7/status",
+        "http://server/api/v1/runs/3/profiles/7/trace",
+    ]
+    status, chunk = (kwargs for _, kwargs in post.calls)
+    assert status["json"]["bytes"] == 1000 and status["params"] == {"rank": 1}
+    assert chunk["params"] == {"rank": 1, "offset": 0, "total": 1000}
+    assert not capture.directory.exists()  # delivered: deleted
+
+
+def test_trace_within_the_bound_is_delivered_from_the_spool_then_deleted(tmp_path: Path) -> None:
+    post = Recorder()
+    config = AgentConfig(server="http://server", spool_dir=tmp_path / "spool")
+    profiler = Profiler(config, lambda: 3, post=post)
+    capture = _captured(profiler, size=1000)
+    directory = capture.directory
+    profiler._upload(capture, overhead={"steps": 5})
+    assert [kwargs["params"].get("offset") for _, kwargs in post.calls] == [None, 0]
+    assert post.calls[0][1]["json"]["first_step"] == 10
+    assert not directory.exists() and not (tmp_path / "spool" / "run-key-of-test").exists()
+
+
+def test_capture_whose_process_died_before_its_trace_is_reported_failed(tmp_path: Path) -> None:
+    directory = profile_spool.trace_dir(tmp_path, "run-key-of-test", 7, 0)
+    directory.mkdir(parents=True)
+    profile_spool.write_status(
+        directory,
+        {"server": "http://server", "run_id": 3, "profile": 7, "rank": 0, "status": "capturing"},
+    )
+    post = Recorder()
+    elsewhere = profile_spool.upload_spooled(tmp_path, server="http://other", token=None, post=post)
+    assert elsewhere == (0, 0)  # captured for another server: left alone
+    sent = profile_spool.upload_spooled(tmp_path, server="http://server", token="t", post=post)
+    assert sent == (1, 0)
+    ((url, kwargs),) = post.calls
+    assert url == "http://server/api/v1/runs/3/profiles/7/status"
+    assert kwargs["json"]["status"] == "failed" and "ended during" in kwargs["json"]["error"]
+    assert kwargs["headers"] == {"Authorization": "Bearer t"}
+    assert not directory.exists()
