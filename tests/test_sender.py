@@ -10,8 +10,8 @@ import numpy as np
 
 from tests.support import wait_for
 from trainer_agent.config import AgentConfig
+from trainer_agent.delivery.sender import Sender
 from trainer_agent.recorder import Recorder
-from trainer_agent.sender import Sender
 
 
 class ScriptedSocket:

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_agent.config import AgentConfig
+from trainer_agent.delivery.sender import Sender
 from trainer_agent.nvml import Nvml, shared_nvml
 from trainer_agent.pipeline_model import PipelineSource
 from trainer_agent.profile import Profiler
 from trainer_agent.recorder import Recorder
 from trainer_agent.samplers import DeviceSource, HostSource, Sampler
-from trainer_agent.sender import Sender
 from trainer_agent.upload import start_background_upload
 
 log = logging.getLogger("trainer_agent")

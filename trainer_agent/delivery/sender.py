@@ -1,0 +1,453 @@
+"""The one background thread that talks to the server.
+
+It wakes every `flush_interval_s` (1 s; 50 ms while a browser watches the run, which the
+server says with a `watch` command), has the outbox turn what the recorder holds into
+batches, and delivers them over the transport: the agent WebSocket, or HTTP POST when the
+upgrade is refused or `transport="http"`. While the server is unreachable it moves unsent
+batches to the disk spool and tries again with capped, jittered backoff. It never blocks or
+raises into the training thread.
+
+When the run ends it drains: it keeps sending for as long as the server keeps acknowledging
+(up to `drain_timeout_s`), and gives up early only when the server stops answering or cannot
+be reached. What is left then stays in the spool, the run's end tells the server how many
+steps are still to come, and the next agent that starts with this spool directory sends them
+(upload.start_background_upload).
+"""
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from trainer_agent.config import AgentConfig
+from trainer_agent.delivery.backoff import Reconnect
+from trainer_agent.delivery.clock import SYSTEM_CLOCK, Clock
+from trainer_agent.delivery.http import HttpTransport, Post, default_post
+from trainer_agent.delivery.outbox import Outbox, batch_rows
+from trainer_agent.delivery.transport import (
+    Batch,
+    DrainCapReached,
+    HandshakeRefused,
+    Transport,
+    Welcome,
+    is_slow,
+)
+from trainer_agent.delivery.websocket import Connect, WebSocketTransport, default_connect
+from trainer_agent.recorder import Recorder
+from trainer_agent.spool import Spool
+
+log = logging.getLogger("trainer_agent")
+
+DRAIN_ANNOUNCE_AFTER_S = 2.0
+NO_DEADLINE = float("inf")
+
+
+class Drain:
+    """When the drain at the run's end stops: at the cap; when the server has not been
+    reachable for `reach_for_s` (refused, no route: it is not coming back now); or when it is
+    connected but has acknowledged nothing for `ack_timeout_s`."""
+
+    def __init__(
+        self, started: float, *, cap_s: float, reach_for_s: float, ack_timeout_s: float
+    ) -> None:
+        self.started = started
+        self.cap = started + cap_s
+        self._reach_for_s = reach_for_s
+        self._ack_timeout_s = ack_timeout_s
+        self._last_progress = started
+
+    def progressed(self, now: float) -> None:
+        self._last_progress = now
+
+    def should_stop(self, now: float, error: BaseException | None) -> bool:
+        if now >= self.cap:
+            return True
+        if error is not None and not is_slow(error):
+            return now - self.started >= self._reach_for_s
+        return now - self._last_progress >= self._ack_timeout_s
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        config: AgentConfig,
+        hello: dict[str, Any],
+        buffer: Recorder,
+        connect: Connect = default_connect,
+        post: Post = default_post,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._config = config
+        self._hello = hello
+        self._post = post
+        self._clock = clock
+        self._transport: Transport = (
+            HttpTransport(config, hello, post=post)
+            if config.transport == "http"
+            else WebSocketTransport(
+                config, hello, self._handle_command, connect=connect, clock=clock
+            )
+        )
+        spool = (
+            Spool(
+                config.spool_dir / hello["run_key"],
+                max_bytes=config.spool_max_bytes,
+                server=config.server,
+            )
+            if config.spool_dir is not None
+            else None
+        )
+        self._outbox = Outbox(
+            buffer,
+            hello,
+            max_batch_rows=config.max_batch_rows,
+            max_pending_rows=config.max_pending_rows,
+            spool=spool,
+        )
+        self._reconnect = Reconnect(clock)
+        self._stop = threading.Event()
+        self._abandon = threading.Event()
+        # While draining at the end, no network wait may outlast this.
+        self._deadline = NO_DEADLINE
+        self._drain: Drain | None = None
+        self._drain_announced = False
+        self._last_error: BaseException | None = None
+        self._end_status = "finished"
+        self._thread = threading.Thread(target=self._run, name="stoker-sender", daemon=True)
+        self.rejected_rows = 0
+        self.acked_batches = 0
+        self.unsent_steps = 0  # steps left in the spool when the run ended
+        self.connected = threading.Event()
+        # Called (on the sender thread) with each server command, e.g. profile.
+        self.on_command: Callable[[dict[str, Any]], None] | None = None
+        # A browser watches the run: send every `watched_flush_interval_s`, not every
+        # `flush_interval_s`. Read by the training thread too (a plain bool).
+        self.watched = False
+        # Called on the sender thread before the first connection (e.g. to fill in the hello's
+        # environment), and before the final flush (e.g. to take the sampler's last reading).
+        self.before_connect: Callable[[dict[str, Any]], None] | None = None
+        self.before_final_flush: Callable[[], None] | None = None
+
+    # --- the training side ----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(
+        self, status: str = "finished", timeout_s: float | None = None, *, wait: bool = True
+    ) -> None:
+        """End the run with `status`: drain what is left and tell the server.
+
+        With `wait`, return once that is done (at most `timeout_s`, by default
+        `drain_bound_s()`); without, at once while the sender thread drains in the background
+        (`join` waits for it).
+        """
+        self._end_status = status
+        self._stop.set()
+        if wait:
+            self.join(timeout_s)
+
+    def drain_bound_s(self) -> float:
+        """The longest the end of a run can take: the drain, then one wait for the end's ack."""
+        return self._config.drain_timeout_s + self._config.ack_timeout_s + 1.0
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the sender thread to finish; True when it did."""
+        if self._thread.ident is None:
+            return True
+        self._thread.join(self.drain_bound_s() if timeout_s is None else timeout_s)
+        return not self._thread.is_alive()
+
+    def abandon(self) -> None:
+        """Stop draining now (the user interrupted the exit): what is left goes to the spool.
+
+        Closing the transport from here wakes the sender thread out of its wait for an ack.
+        """
+        self._abandon.set()
+        self._deadline = self._clock.monotonic()
+        self._transport.close()
+
+    @property
+    def done(self) -> bool:
+        return self._stop.is_set() and not self._thread.is_alive()
+
+    @property
+    def run_id(self) -> int | None:
+        return self._transport.run_id
+
+    @property
+    def transport_name(self) -> str:
+        return self._transport.name
+
+    @property
+    def flush_interval_s(self) -> float:
+        config = self._config
+        return config.watched_flush_interval_s if self.watched else config.flush_interval_s
+
+    @property
+    def dropped_rows(self) -> int:
+        return self._outbox.dropped_rows
+
+    @property
+    def pending_rows(self) -> int:
+        return self._outbox.pending_rows
+
+    @property
+    def spooled_rows(self) -> int:
+        return self._outbox.spooled_rows
+
+    def counters(self) -> dict[str, int]:
+        return self._outbox.counters()
+
+    # --- the loop -------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            if self.before_connect is not None:
+                try:
+                    self.before_connect(self._hello)
+                except Exception:
+                    log.debug("could not complete the hello", exc_info=True)
+            while not self._stop.is_set():
+                self.cycle()
+                self._clock.wait(self._stop, self.flush_interval_s)
+            if self.before_final_flush is not None:
+                self.before_final_flush()
+            self._final_flush()
+        except Exception:
+            log.exception("Stoker sender failed; training continues without monitoring")
+        finally:
+            self._disconnect()
+            self._outbox.release()
+
+    def cycle(self, *, force_connect: bool = False) -> bool:
+        """One flush: collect, deliver; spool when the server is unreachable. True when
+        everything collected reached the server."""
+        self._outbox.collect()
+        if self._deliver(force=force_connect):
+            return True
+        if self._reconnect.down:
+            self._outbox.spool_pending()
+        return False
+
+    def _final_flush(self) -> None:
+        """Deliver everything and end the run; give up as `Drain` says (not for long when the
+        server cannot be reached and the spool keeps the records)."""
+        reach_for_s = self._config.close_timeout_s
+        if self._outbox.spool is not None:
+            reach_for_s = min(reach_for_s, 2.0)
+        drain = Drain(
+            self._clock.monotonic(),
+            cap_s=self._config.drain_timeout_s,
+            reach_for_s=reach_for_s,
+            ack_timeout_s=self._config.ack_timeout_s,
+        )
+        self._drain = drain
+        self._deadline = drain.cap
+        while not self._abandon.is_set():
+            acked = self.acked_batches
+            self._last_error = None
+            if self.cycle(force_connect=True) and self._end_run():
+                return
+            now = self._clock.monotonic()
+            if self.acked_batches > acked:
+                drain.progressed(now)
+            if self._abandon.is_set() or drain.should_stop(now, self._last_error):
+                break
+            self._announce_slow_drain()
+            if not self._transport.is_open:
+                self._clock.sleep(min(0.2, max(0.0, drain.cap - now)))
+        self._leave_the_rest()
+
+    def _announce_slow_drain(self) -> None:
+        """One line when the run's end takes over 2 s: the user sees why the process waits."""
+        if self._drain is None or self._drain_announced:
+            return
+        now = self._clock.monotonic()
+        if now - self._drain.started < DRAIN_ANNOUNCE_AFTER_S:
+            return
+        self._drain_announced = True
+        log.warning(
+            "Stoker: sending this run's last records to %s (%d batches acknowledged so far, "
+            "%d records still to send); waiting up to %.0f s more while it keeps acknowledging",
+            self._config.server, self.acked_batches, self.pending_rows, self._deadline - now,
+        )  # fmt: skip
+
+    def _end_run(self) -> bool:
+        """Send the end (everything is delivered); True once the server acknowledged it."""
+        try:
+            self._send_end()
+        except Exception as error:
+            log.debug("end failed: %s", error)
+            self._last_error = error
+            self._disconnect()
+            return False
+        self._outbox.discard_delivered_spool()
+        return True
+
+    def _leave_the_rest(self) -> None:
+        """Spool what is left, record the run's end there, tell the server how many steps are
+        still to come when it is answering, and say what happened."""
+        self._outbox.spool_pending()
+        error = self._last_error
+        spool = self._outbox.spool
+        if spool is None:
+            if self.pending_rows:
+                log.warning(
+                    "Stoker: %d records could not be delivered to %s before exit (%s)",
+                    self.pending_rows, self._config.server, self._describe(error),
+                )  # fmt: skip
+            return
+        self._outbox.write_end(self._end_status)
+        self.unsent_steps = self._outbox.spooled_steps
+        told = self._tell_unsent(error)
+        if told and not self._outbox.spool_holds_batches():
+            self._outbox.discard_delivered_spool()  # only the end was late: nothing is left
+            return
+        dropped = (
+            f" {self.dropped_rows} records were dropped (spool full or disk full)."
+            if self.dropped_rows
+            else ""
+        )
+        directory = spool.directory
+        if error is not None and is_slow(error):
+            log.warning(
+                "Stoker: the server at %s is up but busy (%s): %d batches were acknowledged "
+                "before the %.0f s limit. The %d steps still to send are kept in %s%s and are "
+                "sent by the next Stoker agent that starts on this machine with this spool "
+                "directory, or now with: stoker upload %s.%s",
+                self._config.server, self._describe(error), self.acked_batches,
+                self._config.drain_timeout_s, self.unsent_steps, directory,
+                " (the server shows the run as finished with them still to upload)" if told else "",
+                directory, dropped,
+            )  # fmt: skip
+        else:
+            log.warning(
+                "Stoker: the server at %s is unreachable (%s); this run's records are kept in "
+                "%s and are sent by the next Stoker agent that starts on this machine with "
+                "this spool directory, or now with: stoker upload %s.%s",
+                self._config.server, self._describe(error), directory, directory, dropped,
+            )  # fmt: skip
+
+    def _tell_unsent(self, error: BaseException | None) -> bool:
+        """End the run on a server that is up but behind, with the count of steps it still
+        lacks, so that it shows the run as ended (not running, then interrupted)."""
+        if self._abandon.is_set() or (error is not None and not is_slow(error)):
+            return False
+        self._deadline = self._clock.monotonic() + self._config.ack_timeout_s
+        try:
+            if not self._transport.is_open and not self._open(force=True):
+                return False
+            self._send_end(unsent_steps=self.unsent_steps)
+        except Exception as failure:
+            log.debug("could not end the run with its unsent count: %s", failure)
+            return False
+        return True
+
+    def _describe(self, error: BaseException | None) -> str:
+        if error is None:
+            return "no answer"
+        if isinstance(error, DrainCapReached):
+            return f"still acknowledging when the {self._config.drain_timeout_s:.0f} s limit came"
+        if is_slow(error):
+            return f"no answer within {self._config.ack_timeout_s:.0f} s"
+        return str(error) or type(error).__name__
+
+    # --- delivery -------------------------------------------------------------------------
+    def _deliver(self, *, force: bool) -> bool:
+        """Open the transport if needed, then send the spool and memory in seq order; False
+        when the server could not take them now."""
+        if not self._transport.is_open and not self._open(force=force):
+            return False
+        try:
+            self._transport.poll_commands()
+            self._outbox.deliver(self._transport, self._deadline, self._count_outcome)
+        except DrainCapReached as error:  # still connected and answering: keep it
+            self._last_error = error
+            return False
+        except Exception as error:
+            log.debug("send failed: %s", error)
+            self._disconnect()
+            self._schedule_reconnect(error)
+            return False
+        self._on_reachable()
+        return True
+
+    def _open(self, *, force: bool) -> bool:
+        if not self._reconnect.may_try(force=force):
+            return False
+        try:
+            welcome = self._transport.open(self._deadline)
+        except HandshakeRefused as error:
+            log.warning(
+                "Stoker: %s refused the WebSocket upgrade (%s); sending over HTTP POST",
+                self._config.server,
+                error,
+            )
+            self._transport = HttpTransport(
+                self._config, self._hello, post=self._post, run_id=self._transport.run_id
+            )
+            return self._open(force=True)  # right away, over HTTP
+        except Exception as error:
+            self._schedule_reconnect(error)
+            return False
+        if welcome is not None:
+            self._on_welcome(welcome)
+        return True
+
+    def _on_welcome(self, welcome: Welcome) -> None:
+        self._outbox.welcomed(welcome.last_seq)
+        self.connected.set()
+        self._on_reachable()
+
+    def _on_reachable(self) -> None:
+        if self._reconnect.succeeded():
+            log.warning("Stoker: reconnected to %s; sending buffered data", self._config.server)
+
+    def _schedule_reconnect(self, error: Exception) -> None:
+        self._last_error = error
+        self.connected.clear()
+        if not self._reconnect.failed():
+            return  # said already
+        if self._deadline != NO_DEADLINE:
+            return  # the run is ending: its end says what happened, once
+        if is_slow(error):
+            log.warning(
+                "Stoker: the server at %s is not answering in time (%s); it is busy or the "
+                "network is slow. Training continues; records are kept and sent as it catches up",
+                self._config.server, self._describe(error),
+            )  # fmt: skip
+        else:
+            log.warning(
+                "Stoker: cannot reach the server at %s (%s); training continues, "
+                "records are kept and sent when it is back",
+                self._config.server, error,
+            )  # fmt: skip
+
+    def _count_outcome(self, batch: Batch, refusal: str | None) -> None:
+        if refusal is not None:
+            self.rejected_rows += batch_rows(batch)
+            log.warning("Stoker: the server rejected batch %s: %s", batch["seq"], refusal)
+        else:
+            self.acked_batches += 1
+            self._announce_slow_drain()
+
+    def _send_end(self, unsent_steps: int = 0) -> None:
+        end: dict[str, Any] = {"type": "end", "status": self._end_status}
+        if unsent_steps:  # only then: servers before this field refuse unknown fields
+            end["unsent_steps"] = unsent_steps
+        self._transport.end(end, self._deadline)
+
+    def _handle_command(self, command: dict[str, Any]) -> None:
+        if command.get("name") == "watch":  # a browser started or stopped watching the run
+            self.watched = bool(command.get("watched"))
+            return
+        if self.on_command is None:
+            return
+        try:
+            self.on_command(command)
+        except Exception:
+            log.debug("command %s failed", command, exc_info=True)
+
+    def _disconnect(self) -> None:
+        self._transport.close()
+        self.connected.clear()

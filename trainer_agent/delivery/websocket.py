@@ -1,0 +1,144 @@
+"""The agent WebSocket (`/api/v1/agent`): hello and welcome, then each batch answered by its
+ack (stop-and-wait), with the server's commands arriving in between."""
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from trainer_agent import wire
+from trainer_agent.config import AgentConfig, websocket_url
+from trainer_agent.delivery.clock import SYSTEM_CLOCK, Clock
+from trainer_agent.delivery.transport import (
+    Batch,
+    DrainCapReached,
+    HandshakeRefused,
+    Item,
+    Welcome,
+    bearer,
+)
+
+Connect = Callable[..., Any]
+OnCommand = Callable[[dict[str, Any]], None]
+
+
+def default_connect(url: str, **kwargs: Any) -> Any:
+    from websockets.sync.client import connect
+
+    # Entering the connection is the supported way to use it directly (websockets >= 17.1
+    # warns otherwise); the transport closes it explicitly.
+    return connect(url, **kwargs).__enter__()
+
+
+def _handshake_refused(error: Exception) -> bool:
+    return type(error).__name__ in ("InvalidStatus", "InvalidStatusCode", "InvalidUpgrade")
+
+
+class WebSocketTransport:
+    name = "websocket"
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        hello: dict[str, Any],
+        on_command: OnCommand,
+        *,
+        connect: Connect = default_connect,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._config = config
+        self._hello = hello
+        self._on_command = on_command
+        self._connect = connect
+        self._clock = clock
+        self._url = websocket_url(config.server, "/api/v1/agent")
+        self._ws: Any = None
+        self.run_id: int | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._ws is not None
+
+    def open(self, deadline: float) -> Welcome:
+        left_s = max(0.1, deadline - self._clock.monotonic())
+        try:
+            ws = self._connect(
+                self._url,
+                open_timeout=min(self._config.connect_timeout_s, left_s),
+                additional_headers=bearer(self._config.token),
+                max_size=None,
+                # A server that answers no ping for as long as it may take to acknowledge a
+                # batch is stalled; sooner, the keepalive would give up on a merely slow one.
+                ping_timeout=self._config.ack_timeout_s,
+            )
+        except Exception as error:
+            if _handshake_refused(error):
+                raise HandshakeRefused(str(error)) from error
+            raise
+        try:
+            ws.send(wire.dumps_text(self._hello))
+            welcome = wire.loads(ws.recv(timeout=min(self._config.ack_timeout_s, left_s)))
+            if welcome.get("type") != "welcome":
+                raise ConnectionError(f"server refused the run: {welcome}")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                ws.close()
+            raise
+        self._ws = ws
+        self.run_id = welcome["run_id"]
+        return Welcome(run_id=welcome["run_id"], last_seq=int(welcome.get("last_seq", 0)))
+
+    def groups(self, items: list[Item], size_of: Callable[[Item], int]) -> list[list[Item]]:
+        return [[item] for item in items]  # one in flight at a time
+
+    def send(self, batches: list[Batch], deadline: float) -> list[str | None]:
+        outcomes: list[str | None] = []
+        for batch in batches:
+            self._ws.send(wire.dumps_text(batch))
+            reply = self._await_reply(lambda m, seq=batch["seq"]: m.get("seq") == seq, deadline)
+            outcomes.append(str(reply) if reply.get("type") == "error" else None)
+        return outcomes
+
+    def end(self, end: dict[str, Any], deadline: float) -> None:
+        self._ws.send(wire.dumps_text(end))
+        self._await_reply(lambda m: bool(m.get("end")), deadline)
+
+    def poll_commands(self) -> None:
+        """Nothing is in flight here, so whatever waits on the socket is a command."""
+        while True:
+            try:
+                message = wire.loads(self._ws.recv(timeout=0))
+            except TimeoutError:
+                return
+            if message.get("type") == "command":
+                self._on_command(message)
+
+    def close(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                ws.close()
+
+    def _await_reply(
+        self, matches: Callable[[dict[str, Any]], bool], deadline: float
+    ) -> dict[str, Any]:
+        ack_deadline = self._clock.monotonic() + self._config.ack_timeout_s
+        wait_until = min(ack_deadline, deadline)
+        while True:
+            remaining = wait_until - self._clock.monotonic()
+            if remaining <= 0:
+                if wait_until < ack_deadline:
+                    raise DrainCapReached("the drain's time is up")
+                raise TimeoutError("no acknowledgement from the server")
+            try:
+                message = wire.loads(self._ws.recv(timeout=remaining))
+            except TimeoutError:
+                if wait_until < ack_deadline:
+                    raise DrainCapReached("the drain's time is up") from None
+                raise
+            if message.get("type") == "command":
+                self._on_command(message)
+                continue
+            if matches(message):
+                return message
+            if message.get("type") == "error" and "seq" not in message:
+                raise ConnectionError(f"server error: {message.get('message')}")
