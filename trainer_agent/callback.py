@@ -122,6 +122,10 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         self.every_n_batches = max(1, int(every_n_batches))
         self._run_key = run_key
         self._ring: StampRing | None = None
+        # What `wrap` learned of the training pipeline: its description (for the diagnosis's
+        # advice) and its functions' names (for the pipeline view's stages); None unwrapped.
+        self._input_pipeline: dict[str, Any] | None = None
+        self._function_names: list[tuple[str, str]] | None = None
         self._session: RunSession | None = None
         self._resolver = WaitResolver()
         self._pending: list[Execution] = []
@@ -154,8 +158,8 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
                 self._guard.inject("wrap")
             if self._ring is None:
                 self._ring = StampRing()
-            self._input_pipeline = describe_pipeline(dataset)  # for the diagnosis's advice
-            self._function_names = function_names(dataset)  # for the pipeline's stages
+            self._input_pipeline = describe_pipeline(dataset)
+            self._function_names = function_names(dataset)
             return self._ring.wrap(dataset)
         except Exception as error:
             self._guard.trip("wrap", error)
@@ -175,7 +179,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             self._session.close_abnormally("failed")
             self._session = None
         nvml = shared_nvml()
-        pipeline = getattr(self, "_input_pipeline", None)  # for the diagnosis's advice
+        pipeline = self._input_pipeline
         environment = collect_later(  # the slow part is read on the sender thread
             nvml, model=self.model, fit_params=self.params, all_gpus=self._agent_config.all_gpus,
             extra={"input_pipeline": pipeline} if pipeline else None,
@@ -189,7 +193,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         )
         self._session.before_abnormal_close = self._hand_over_completed_steps
         self._session.start()
-        names = getattr(self, "_function_names", None)
+        names = self._function_names
         self._session.pipeline.describe(names or [], stamped=names is not None)
         watch_train_function(self.model, self._session.pipeline)
         self._steps_per_execution = max(
