@@ -10,6 +10,7 @@ from backend.api.queries import get_run
 from backend.core.deps import DetectorsDep, RunId, SessionDep, SettingsDep, ViewerAuth
 from backend.core.models import RunEventsPublic, RunStatus
 from backend.diagnosis.history import StarvedRanges, starved_ranges, window_from_db
+from backend.diagnosis.levels import HIGHLY_INPUT_BOUND
 from backend.diagnosis.store import list_events
 from backend.diagnosis.verdict import Diagnosis, Verdict
 
@@ -49,7 +50,7 @@ async def read_diagnosis(
 def read_starvation(
     run_id: RunId,
     session: SessionDep,
-    threshold: Annotated[float, Query(ge=0.001, le=1)] = 0.2,
+    threshold: Annotated[float, Query(ge=0.001, le=1)] = HIGHLY_INPUT_BOUND,
     rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
     max_gap: Annotated[int, Query(ge=0, le=10_000)] = 0,
 ) -> StarvedRanges:

@@ -34,6 +34,7 @@ from backend.core.models import (
     Comparison,
     SeedMarker,
 )
+from backend.diagnosis.levels import HIGHLY_INPUT_BOUND
 from backend.ingest.protocol import no_nul
 
 UNITS = {
@@ -140,10 +141,10 @@ DEFAULT_RULES: list[dict[str, Any]] = [
     },
     {
         "builtin": "highly_input_bound",
-        "name": "Highly input-bound (input wait ≥ 20 % of step time)",
+        "name": f"Highly input-bound (input wait ≥ {HIGHLY_INPUT_BOUND * 100:g} % of step time)",
         "metric": AlertMetric.input_wait_share,
         "comparison": Comparison.ge,
-        "threshold": 0.20,
+        "threshold": HIGHLY_INPUT_BOUND,
         "for_s": 60.0,
         "keep_firing_for_s": 10.0,
         "only_while_stepping": True,

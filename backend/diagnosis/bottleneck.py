@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from backend.diagnosis.verdict import MODERATELY_INPUT_BOUND, Diagnosis, Evidence
+from backend.diagnosis.levels import MODERATELY_INPUT_BOUND
+from backend.diagnosis.verdict import Diagnosis, Evidence
 
 # A buffer after a starving stage is mostly empty: below this fill.
 EMPTY_BUFFER_FILL = 0.5

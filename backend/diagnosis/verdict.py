@@ -1,36 +1,31 @@
 """Is the GPU being fed? `diagnose` turns a run's window into a verdict with its evidence
 and advice.
 
-Input-bound levels follow the TensorFlow profiler: highly input-bound when 20 % or more of
-step time is spent waiting for input, moderately from 5 %.
+A measured input wait gives the input-bound level of `levels.py` (the TensorFlow profiler's
+20 % and 5 % of step time).
 """
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
 
+from backend.diagnosis.levels import (
+    HIGHLY_INPUT_BOUND,
+    MODERATELY_INPUT_BOUND,
+    Verdict,
+    input_bound_verdict,
+)
 from backend.diagnosis.stragglers import find_straggler, worker_timings
 from backend.diagnosis.units import ms, pct
 from backend.diagnosis.window import RunWindow
 
-HIGHLY_INPUT_BOUND = 0.20
-MODERATELY_INPUT_BOUND = 0.05
 # Fallback (no measured wait): what utilization and host CPU levels mean.
 LOW_UTIL_PCT = 70.0
 VERY_LOW_UTIL_PCT = 50.0
 CPU_SATURATED_PCT = 85.0
 CPU_IDLE_PCT = 50.0
 HIGH_STEP_CV = 0.5
-
-
-class Verdict(StrEnum):
-    highly_input_bound = "highly_input_bound"
-    moderately_input_bound = "moderately_input_bound"
-    not_input_bound = "not_input_bound"
-    stalled = "stalled"
-    insufficient_data = "insufficient_data"
 
 
 class Evidence(BaseModel):
@@ -241,14 +236,7 @@ def _measured(found: _Findings, *, min_steps: int, highly: float, moderately: fl
             "while a step computes, so the wait is estimated: the time the steps sat "
             "idle for their batch, not the time each fetch was blocked",
         )
-    # Compared as shown (to a millionth): a share of exactly 20 % is 20 %, whatever
-    # order the floating-point sums happened in.
-    if round(share, 6) >= highly:
-        verdict = Verdict.highly_input_bound
-    elif round(share, 6) >= moderately:
-        verdict = Verdict.moderately_input_bound
-    else:
-        verdict = Verdict.not_input_bound
+    verdict = input_bound_verdict(share, highly=highly, moderately=moderately)
     found.advise(verdict)
     return found.result(verdict, share)
 

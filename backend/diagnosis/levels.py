@@ -1,0 +1,59 @@
+"""The verdicts and the input-bound levels: one rule for the diagnosis (over a run's window),
+the run summary (over the whole run) and the UI (which reads the thresholds from
+`GET /api/v1/settings/ui` and the verdicts from the server).
+
+Input-bound levels follow the TensorFlow profiler: highly input-bound when 20 % or more of
+step time is spent waiting for input, moderately from 5 %. A leaf module (no Stoker imports),
+so the models can use it.
+"""
+
+from enum import StrEnum
+
+from pydantic import BaseModel
+
+HIGHLY_INPUT_BOUND = 0.20
+MODERATELY_INPUT_BOUND = 0.05
+
+
+class Verdict(StrEnum):
+    highly_input_bound = "highly_input_bound"
+    moderately_input_bound = "moderately_input_bound"
+    not_input_bound = "not_input_bound"
+    stalled = "stalled"
+    insufficient_data = "insufficient_data"
+
+
+class InputBoundThresholds(BaseModel):
+    """The shares of step time spent waiting for input from which steps are highly and
+    moderately input-bound (a share at a threshold is at that level)."""
+
+    highly_input_bound: float
+    moderately_input_bound: float
+
+
+INPUT_BOUND = InputBoundThresholds(
+    highly_input_bound=HIGHLY_INPUT_BOUND, moderately_input_bound=MODERATELY_INPUT_BOUND
+)
+
+
+def input_bound_verdict(
+    share: float,
+    *,
+    highly: float = HIGHLY_INPUT_BOUND,
+    moderately: float = MODERATELY_INPUT_BOUND,
+) -> Verdict:
+    """The input-bound level of a measured input-wait share of step time."""
+    # Compared as shown (to a millionth): a share of exactly 20 % is 20 %, whatever order
+    # the floating-point sums happened in.
+    shown = round(share, 6)
+    if shown >= highly:
+        return Verdict.highly_input_bound
+    if shown >= moderately:
+        return Verdict.moderately_input_bound
+    return Verdict.not_input_bound
+
+
+def run_verdict(share: float | None) -> Verdict | None:
+    """A run summary's verdict: the level of its measured input-wait share, null when the
+    wait is not measured."""
+    return None if share is None else input_bound_verdict(share)
