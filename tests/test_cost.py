@@ -17,6 +17,8 @@ from tests.detect_support import ScriptedAgent
 from tests.support import ServerProcess
 
 PRICE = {"STOKER_GPU_HOUR_PRICE": "2.5", "STOKER_CURRENCY": "€"}
+# The thresholds the UI reads: the diagnosis's own (TensorFlow profiler convention).
+INPUT_BOUND = {"highly_input_bound": 0.2, "moderately_input_bound": 0.05}
 FOUR_GPUS = {"gpus": [{"index": i, "name": "A100"} for i in range(4)]}
 
 
@@ -196,8 +198,10 @@ def test_starvation_refuses_bad_queries(cost_server: ServerProcess) -> None:
     agent.close()
 
 
-def test_ui_settings_carry_the_gpu_hour_price(cost_server: ServerProcess) -> None:
-    assert cost_server.get("/api/v1/settings/ui") == {"gpu_hour_price": 2.5, "currency": "€"}
+def test_ui_settings_carry_the_price_and_the_thresholds(cost_server: ServerProcess) -> None:
+    assert cost_server.get("/api/v1/settings/ui") == {
+        "gpu_hour_price": 2.5, "currency": "€", "input_bound": INPUT_BOUND
+    }  # fmt: skip
 
 
 def test_cost_reads_need_the_viewer_token_and_price_defaults(tmp_path: Path) -> None:
@@ -209,7 +213,9 @@ def test_cost_reads_need_the_viewer_token_and_price_defaults(tmp_path: Path) -> 
             assert httpx.get(f"{server.url}{path}", timeout=10).status_code == 401
         headers = {"Authorization": "Bearer look-secret"}
         settings = httpx.get(f"{server.url}/api/v1/settings/ui", headers=headers, timeout=10)
-        assert settings.json() == {"gpu_hour_price": None, "currency": "$"}
+        assert settings.json() == {
+            "gpu_hour_price": None, "currency": "$", "input_bound": INPUT_BOUND
+        }  # fmt: skip
         totals = httpx.get(f"{server.url}/api/v1/starvation", headers=headers, timeout=10)
         assert totals.status_code == 200 and totals.json()["runs"] == []
     finally:

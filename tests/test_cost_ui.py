@@ -1,7 +1,8 @@
 """The starvation cost in real headless Chromium against a real `stoker serve` with a GPU-hour
 price (issue 15 §3). Runs are fed through the HTTP ingest, as an agent sends them:
 
-- the runs list shows each run's lost GPU time, priced, and sorts by it;
+- the runs list shows each run's lost GPU time, priced, and sorts by it; its input-bound
+  levels are the server's (the summary's verdict), at a threshold too;
 - compare has "Input wait (time)" and "Lost GPU time" rows, lower marked best;
 - a run page says how much sooner the run would have finished had it been fed;
 - the cost page (#/cost) lists projects and runs by lost GPU-hours.
@@ -9,6 +10,7 @@ price (issue 15 §3). Runs are fed through the HTTP ingest, as an agent sends th
 Screenshots go to test-artifacts/ui-cost-*.png.
 """
 
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -75,6 +77,12 @@ def test_runs_list_shows_and_sorts_by_lost_gpu_time(
     fed = page.locator(f'[data-testid="run-row"][data-run-id="{runs["fed"]}"]')
     expect(starved.get_by_test_id("lost-gpu")).to_have_text("0.66 GPU·h · $1.98", timeout=15_000)
     expect(fed.get_by_test_id("lost-gpu")).to_have_text("0.01 GPU·h · $0.04")
+    # The levels are the server's summary verdict: 6 s of 10 s waiting is highly input-bound;
+    # 0.5 s of 10 s is 5 %, moderately (a share at a threshold is at that level).
+    for row, verdict, level in ((starved, "highly", "high"), (fed, "moderately", "moderate")):
+        badge = row.get_by_test_id("verdict-badge")
+        expect(badge).to_have_attribute("data-verdict", f"{verdict}_input_bound")
+        expect(row.get_by_test_id("input-wait")).to_have_class(re.compile(rf"\bwait-{level}\b"))
     page.locator('button[data-sort="lost"]').click()
     rows = page.get_by_test_id("run-row")
     expect(rows.first).to_have_attribute("data-run-id", str(runs["starved"]))
@@ -111,6 +119,10 @@ def test_run_page_says_how_much_sooner_a_fed_run_would_have_finished(
     expect(line).to_contain_text("(\u221259 %)")  # a minus sign
     figure = page.locator('[data-figure="lost_gpu"] dd')
     expect(figure).to_have_text("0.66 GPU·h · $1.98")
+    expect(page.locator('[data-figure="wait"]')).to_have_class(re.compile(r"\bwait-high\b"))
+    # The starved stretches' key names the server's threshold.
+    key = page.locator(".starved-key")
+    expect(key).to_have_attribute("title", "Stretches where input wait was ≥ 20 % of step time")
     page.screenshot(path=str(artifacts / "ui-cost-run.png"), full_page=True)
 
 

@@ -15,7 +15,9 @@ def _hello(**overrides: Any) -> dict[str, Any]:
     return {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, **overrides}
 
 
-def _steps(seq: int, first: int, n: int, dur: float = 0.01) -> dict[str, Any]:
+def _steps(
+    seq: int, first: int, n: int, dur: float = 0.01, wait_share: float = 0.25
+) -> dict[str, Any]:
     steps = list(range(first, first + n))
     return {
         "type": "batch",
@@ -24,7 +26,7 @@ def _steps(seq: int, first: int, n: int, dur: float = 0.01) -> dict[str, Any]:
             "step": steps,
             "t": [1.7e9 + s * dur for s in steps],
             "dur": [dur] * n,
-            "wait": [dur / 4] * n,
+            "wait": [dur * wait_share] * n,
             "batch_size": [32] * n,
         },
     }
@@ -199,6 +201,7 @@ def test_compare_reports_summaries_and_differing_keys(db_server: ServerProcess) 
     assert abs(first["step_time_ms_median"] - 10) < 0.2
     assert abs(second["step_time_ms_p95"] - 20) < 0.4
     assert abs(first["input_wait_share"] - 0.25) < 1e-9
+    assert first["verdict"] == second["verdict"] == "highly_input_bound"
     assert abs(first["samples_per_s"] - 3200) < 1
     assert first["duration_s"] is not None
     assert out["differences"]["config"] == {
@@ -286,7 +289,14 @@ def test_runs_list_entries_equal_run_details(db_server: ServerProcess) -> None:
     project = uuid.uuid4().hex
     upload(db_server, _hello(project=project, name='q"ü', tags=["ß"], config={"a": [1]}), [])
     upload(db_server, _hello(project=project), [_steps(1, 0, 20)], end=True)
-    listing = db_server.get("/api/v1/runs", project=project)["data"]
-    assert len(listing) == 2
+    # The verdict, computed on read, is spliced into the list's stored summaries: at and
+    # either side of the thresholds (a share at a threshold is at that level).
+    for share in (0.2, 0.05, 0.049):
+        upload(db_server, _hello(project=project), [_steps(1, 0, 20, wait_share=share)])
+    listing = db_server.get("/api/v1/runs", project=project, sort="id")["data"]
+    assert [run["summary"]["verdict"] for run in listing] == [
+        None, "highly_input_bound", "highly_input_bound", "moderately_input_bound",
+        "not_input_bound",
+    ]  # fmt: skip
     for run in listing:
         assert run == db_server.get(f"/api/v1/runs/{run['id']}")

@@ -1,8 +1,12 @@
-"""Run summaries from the incremental histogram match exact statistics."""
+"""Run summaries from the incremental histogram match exact statistics; the verdict is read
+from the input-wait share."""
 
 import numpy as np
+import pytest
 
-from backend.ingest.summary import add_steps, summarize
+from backend.core.models import Run, RunSummary
+from backend.diagnosis.levels import HIGHLY_INPUT_BOUND, MODERATELY_INPUT_BOUND
+from backend.ingest.summary import add_steps, run_public, stored_summary, summarize
 
 
 def test_summary_quantiles_within_one_percent_of_exact() -> None:
@@ -39,3 +43,37 @@ def test_summary_skips_step_zero_and_reports_unknown_wait_as_null() -> None:
 def test_summary_of_empty_run_is_empty() -> None:
     summary = summarize({})
     assert summary.steps == 0 and summary.step_time_ms_median is None
+
+
+def _waiting(share: float) -> dict:
+    return add_steps({}, steps=[1, 2], t=[1.0, 2.0], dur=[0.1, 0.1], wait=[0.1 * share] * 2,
+                     batch_size=[8, 8])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("share", "verdict"),
+    [
+        (0.63, "highly_input_bound"),
+        (HIGHLY_INPUT_BOUND, "highly_input_bound"),
+        (0.1, "moderately_input_bound"),
+        (MODERATELY_INPUT_BOUND, "moderately_input_bound"),
+        (0.049, "not_input_bound"),
+    ],
+)
+def test_summary_verdict_is_the_level_of_the_runs_input_wait_share(
+    share: float, verdict: str
+) -> None:
+    assert summarize(_waiting(share)).verdict == verdict
+
+
+def test_summary_verdict_is_computed_on_read_never_stored() -> None:
+    assert summarize(add_steps({}, steps=[1], t=[1.0], dur=[0.1], wait=[None],
+                               batch_size=[None])).verdict is None  # fmt: skip
+    stored = stored_summary(_waiting(0.5))
+    assert "verdict" not in stored
+    # A summary stored before the verdict existed reads with one.
+    run = Run(id=1, run_key="k", name="n", summary=stored)
+    assert run_public(run).summary.verdict == "highly_input_bound"
+    assert RunSummary.model_validate(stored).model_dump(mode="json")["verdict"] == (
+        "highly_input_bound"
+    )

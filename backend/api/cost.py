@@ -1,5 +1,5 @@
 """What starvation costs (issue 15 §3): lost GPU-hours per project and per run, and the UI's
-price settings.
+settings (price, input-bound thresholds).
 
 A run's cost is its summary's `lost_gpu_s` (seconds its steps waited on input, times the
 GPUs each worker trains on: see ingest.summary.gpu_count). A run counts when it was active
@@ -17,6 +17,7 @@ from sqlmodel import Session, col, select
 from backend.api.queries import summary_number
 from backend.core.deps import SessionDep, SettingsDep, ViewerAuth
 from backend.core.models import Run, RunStatus
+from backend.diagnosis.levels import INPUT_BOUND, InputBoundThresholds
 
 router = APIRouter(prefix="/api/v1", tags=["cost"], dependencies=[ViewerAuth])
 
@@ -49,10 +50,13 @@ class Starvation(BaseModel):
 
 
 class UiSettings(BaseModel):
-    """Server settings the UI shows with: the price of a GPU-hour (null: hours only)."""
+    """Server settings the UI shows with: the price of a GPU-hour (null: hours only), and the
+    input-wait shares from which steps are input-bound (the verdicts' and the starved
+    stretches' thresholds)."""
 
     gpu_hour_price: float | None
     currency: str
+    input_bound: InputBoundThresholds
 
 
 def _utc(moment: datetime) -> datetime:
@@ -133,4 +137,8 @@ def read_starvation(
 
 @router.get("/settings/ui")
 def read_ui_settings(settings: SettingsDep) -> UiSettings:
-    return UiSettings(gpu_hour_price=settings.gpu_hour_price, currency=settings.currency)
+    return UiSettings(
+        gpu_hour_price=settings.gpu_hour_price,
+        currency=settings.currency,
+        input_bound=INPUT_BOUND,
+    )

@@ -23,6 +23,7 @@ from backend.core.models import (
     StepRollup,
     StepSeries,
 )
+from backend.diagnosis.levels import run_verdict
 from backend.ingest.store import ROLLUP_WIDTHS
 from backend.ingest.summary import run_public
 
@@ -137,13 +138,16 @@ def list_runs_json(
     JSON document the API sends, built without models.
 
     The JSON columns are read as text and spliced into the answer as stored (no decode and
-    re-encode), so a page of 1,000 runs costs little more than reading it.
+    re-encode), so a page of 1,000 runs costs little more than reading it. The summary's
+    verdict, computed on read (RunSummary.verdict), is spliced into it from its input-wait
+    share, which the database reads out of the JSON.
     """
     where = _run_filters(session, project=project, tag=tag, status=status, q=q)
     count = session.exec(select(func.count()).select_from(Run).where(*where)).one()
     columns = [getattr(Run, c) for c in _SCALAR_COLUMNS] + [
         cast(getattr(Run, c), Text) for c in _JSON_COLUMNS
     ]
+    columns.append(summary_number(session, "input_wait_share"))
     order = _run_order(session, sort)
     rows = session.exec(
         select(*columns).where(*where).order_by(*order).offset(offset).limit(limit)
@@ -156,12 +160,22 @@ def list_runs_json(
         for key in ("started_at", "ended_at", "last_seen_at"):
             moment = scalars[key]
             scalars[key] = None if moment is None else _iso(moment)
-        tags, config, environment, summary = row[len(_SCALAR_COLUMNS) :]
+        tags, config, environment, summary, share = row[len(_SCALAR_COLUMNS) :]
+        summary = _with_verdict(summary, run_verdict(share))
         parts.append(
             f'{dumps(scalars)[:-1]}, "tags": {tags}, "config": {config}, '
-            f'"environment": {environment}, "summary": {summary or "{}"}}}'
+            f'"environment": {environment}, "summary": {summary}}}'
         )
     return f'{{"data": [{", ".join(parts)}], "count": {int(count)}}}'.encode()
+
+
+def _with_verdict(summary: str | None, verdict: str | None) -> str:
+    """A stored summary's JSON text (an object, never holding a verdict) with `verdict`
+    added as its last key."""
+    value = "null" if verdict is None else f'"{verdict}"'  # a Verdict: a plain identifier
+    if not summary or summary == "{}":
+        return f'{{"verdict": {value}}}'
+    return f'{summary[:-1]}, "verdict": {value}}}'
 
 
 def _iso(moment: Any) -> str:

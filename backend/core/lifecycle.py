@@ -22,7 +22,7 @@ from typing import Any
 from sqlmodel import Session, select
 
 from backend.core.models import Run, RunStatus, utc_now
-from backend.ingest.summary import summarize
+from backend.ingest.summary import stored_summary
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def reap_runs(*, session: Session, connected: set[int], timeout_s: float) -> lis
             run.status = RunStatus.interrupted
             run.ended_at = run.last_seen_at or now
             run.stats = _interrupt_workers(run.stats)
-            run.summary = summarize(run.stats).model_dump()
+            run.summary = stored_summary(run.stats)
             interrupted.append(run)
         else:
             continue

@@ -4,12 +4,13 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, computed_field
 from pydantic import Field as PydanticField
 from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
+from backend.diagnosis.levels import Verdict, run_verdict
 from backend.ingest.protocol import Tag, no_nul
 
 # Portable column types. Steps and row ids can pass 2**31 over a long life, so they are
@@ -116,6 +117,14 @@ class RunSummary(SQLModel):
     epoch_metrics: dict[str, EpochMetricSummary] = Field(default_factory=dict)
     # Every worker that joined, by rank (one for a single process).
     workers: list[WorkerSummary] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def verdict(self) -> Verdict | None:
+        """The whole run's input-bound level, from its measured input-wait share (null when
+        the wait is not measured). Computed on read, never stored: the thresholds apply to
+        every run, old or new (the windowed verdict is GET /runs/{id}/diagnosis)."""
+        return run_verdict(self.input_wait_share)
 
 
 class RunPublic(RunBase):

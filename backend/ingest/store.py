@@ -32,7 +32,7 @@ from backend.ingest.summary import (
     metric_goal,
     set_unsent_steps,
     set_worker_gpus,
-    summarize,
+    stored_summary,
 )
 
 # Step rollup tiers (steps per bucket); see core.models.StepRollup and api.queries.step_series.
@@ -54,7 +54,7 @@ def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
             config=hello.config,
             environment=hello.environment,
             started_at=now,
-            summary=summarize({}).model_dump(),
+            summary=stored_summary({}),
         )
     else:
         run.status = RunStatus.running
@@ -63,7 +63,7 @@ def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
             run.environment = hello.environment
     run.stats = join_worker(run.stats, rank=hello.rank, host=hello.host, pid=hello.pid)
     run.stats = set_worker_gpus(run.stats, rank=hello.rank, gpus=gpu_count(hello.environment))
-    run.summary = summarize(run.stats).model_dump()
+    run.summary = stored_summary(run.stats)
     run.last_seen_at = now
     session.add(run)
     session.commit()
@@ -150,7 +150,7 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
         results.append(run)
     now = utc_now()
     for run_id, run in runs.items():
-        run["summary"] = summarize(run["stats"]).model_dump()
+        run["summary"] = stored_summary(run["stats"])
         run["last_seen_at"] = now
         connection.execute(
             _RUN_UPDATE,
@@ -369,7 +369,7 @@ def end_run(
     if rank is not None:
         stats = end_worker(stats, rank=rank, status=status)
     run.stats = stats
-    run.summary = summarize(stats).model_dump()
+    run.summary = stored_summary(stats)
     run.status = (job_status(stats) if rank is not None else None) or status
     run.last_seen_at = utc_now()
     run.ended_at = None if run.status == RunStatus.running else run.last_seen_at

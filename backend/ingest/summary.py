@@ -288,6 +288,12 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
     )
 
 
+def stored_summary(stats: dict[str, Any]) -> dict[str, Any]:
+    """A run's `summary` column: `summarize` without the fields computed on read (the
+    verdict, from the thresholds of the day)."""
+    return summarize(stats).model_dump(exclude=set(RunSummary.model_computed_fields))
+
+
 def run_public(run: Run) -> RunPublic:
     assert run.id is not None
     summary = RunSummary.model_validate(run.summary) if run.summary else summarize(run.stats)

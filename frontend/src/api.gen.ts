@@ -138,7 +138,10 @@ export interface paths {
     get: operations["read_profile_api_v1_runs__run_id__profiles__pid__get"];
   };
   "/api/v1/runs/{run_id}/profiles/{pid}/trace": {
-    /** Download Trace */
+    /**
+     * Download Trace
+     * @description Worker `rank`'s trace; without `rank`, the lowest rank's that is stored.
+     */
     get: operations["download_trace_api_v1_runs__run_id__profiles__pid__trace_get"];
     /** Upload Trace */
     post: operations["upload_trace_api_v1_runs__run_id__profiles__pid__trace_post"];
@@ -536,6 +539,17 @@ export interface components {
       /** Acked */
       acked: number[];
     };
+    /**
+     * InputBoundThresholds
+     * @description The shares of step time spent waiting for input from which steps are highly and
+     * moderately input-bound (a share at a threshold is at that level).
+     */
+    InputBoundThresholds: {
+      /** Highly Input Bound */
+      highly_input_bound: number;
+      /** Moderately Input Bound */
+      moderately_input_bound: number;
+    };
     /** MetricSeries */
     MetricSeries: {
       /** Run Id */
@@ -656,6 +670,8 @@ export interface components {
       input_share_profiler: number | null;
       /** Input Share Stoker */
       input_share_stoker: number | null;
+      /** Workers */
+      workers?: components["schemas"]["ProfileWorker"][];
     };
     /** ProfileRequest */
     ProfileRequest: {
@@ -670,6 +686,46 @@ export interface components {
      * @enum {string}
      */
     ProfileStatus: "requested" | "capturing" | "uploading" | "ready" | "failed";
+    /**
+     * ProfileWorker
+     * @description One worker's part of a capture: every connected agent of the run is asked, each uploads
+     * its own trace into the profile.
+     */
+    ProfileWorker: {
+      /** Rank */
+      rank: number;
+      status: components["schemas"]["ProfileStatus"];
+      /** Error */
+      error?: string | null;
+      /** First Step */
+      first_step?: number | null;
+      /** Last Step */
+      last_step?: number | null;
+      /** Overhead */
+      overhead?: {
+        [key: string]: unknown;
+      };
+      /** Trace Bytes */
+      trace_bytes?: number | null;
+      /**
+       * Received Bytes
+       * @default 0
+       */
+      received_bytes?: number;
+      /**
+       * Lost
+       * @default false
+       */
+      lost?: boolean;
+      /** Analysis */
+      analysis?: {
+        [key: string]: unknown;
+      };
+      /** Input Share Profiler */
+      input_share_profiler?: number | null;
+      /** Input Share Stoker */
+      input_share_stoker?: number | null;
+    };
     /** ProfilesPublic */
     ProfilesPublic: {
       /** Data */
@@ -839,6 +895,12 @@ export interface components {
       };
       /** Workers */
       workers?: components["schemas"]["WorkerSummary"][];
+      /**
+       * @description The whole run's input-bound level, from its measured input-wait share (null when
+       * the wait is not measured). Computed on read, never stored: the thresholds apply to
+       * every run, old or new (the windowed verdict is GET /runs/{id}/diagnosis).
+       */
+      verdict: components["schemas"]["Verdict"] | null;
     };
     /**
      * RunUpdate
@@ -948,13 +1010,16 @@ export interface components {
     };
     /**
      * UiSettings
-     * @description Server settings the UI shows with: the price of a GPU-hour (null: hours only).
+     * @description Server settings the UI shows with: the price of a GPU-hour (null: hours only), and the
+     * input-wait shares from which steps are input-bound (the verdicts' and the starved
+     * stretches' thresholds).
      */
     UiSettings: {
       /** Gpu Hour Price */
       gpu_hour_price: number | null;
       /** Currency */
       currency: string;
+      input_bound: components["schemas"]["InputBoundThresholds"];
     };
     /** ValidationError */
     ValidationError: {
@@ -1887,9 +1952,15 @@ export interface operations {
       };
     };
   };
-  /** Download Trace */
+  /**
+   * Download Trace
+   * @description Worker `rank`'s trace; without `rank`, the lowest rank's that is stored.
+   */
   download_trace_api_v1_runs__run_id__profiles__pid__trace_get: {
     parameters: {
+      query?: {
+        rank?: number | null;
+      };
       path: {
         /** @description the run's id */
         run_id: number;
@@ -1915,6 +1986,8 @@ export interface operations {
       query: {
         offset: number;
         total: number;
+        /** @description the worker's rank (its hello's) */
+        rank?: number;
       };
       path: {
         /** @description the run's id */
@@ -1942,6 +2015,10 @@ export interface operations {
   /** Report Status */
   report_status_api_v1_runs__run_id__profiles__pid__status_post: {
     parameters: {
+      query?: {
+        /** @description the worker's rank (its hello's) */
+        rank?: number;
+      };
       path: {
         /** @description the run's id */
         run_id: number;

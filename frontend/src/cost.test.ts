@@ -71,14 +71,15 @@ describe("starvation query", () => {
 });
 
 describe("loadUiSettings", () => {
-  it("keeps no price when the server cannot say, then reads it once it can", async () => {
+  it("keeps no price nor thresholds when the server cannot say, then reads them once it can", async () => {
+    const sent = { ...PRICED, input_bound: { highly_input_bound: 0.2, moderately_input_bound: 0.05 } };
     let calls = 0;
     const failing = { getJson: <T>() => (calls++, Promise.reject(new Error("401"))) as Promise<T> };
-    expect(await loadUiSettings(failing)).toEqual(NO_PRICE);
-    const ok = { getJson: <T>(path: string) => (calls++, Promise.resolve(path === "/settings/ui" ? PRICED : null) as Promise<T>) };
-    expect(await loadUiSettings(ok)).toEqual(PRICED);
-    expect(await loadUiSettings(ok)).toEqual(PRICED);
+    expect(await loadUiSettings(failing)).toEqual({ ...NO_PRICE, input_bound: null });
+    const ok = { getJson: <T>(path: string) => (calls++, Promise.resolve(path === "/settings/ui" ? sent : null) as Promise<T>) };
+    expect(await loadUiSettings(ok)).toEqual(sent);
+    expect(await loadUiSettings(ok)).toEqual(sent);
     expect(calls).toBe(2);
-    expect(uiSettings()).toEqual(PRICED);
+    expect(uiSettings()).toEqual(sent);
   });
 });

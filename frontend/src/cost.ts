@@ -1,16 +1,22 @@
 // What starvation costs (issue 15 §3): lost GPU time, its price, and how much
 // sooner a run would have finished had its input kept up. Pure formatting plus
-// the server's price setting (`GET /settings/ui`, read once).
+// the server's UI settings (`GET /settings/ui`, read once): the price, and the
+// input-bound thresholds the server judges by.
 
 import type { components } from "./api.gen";
 import { formatDuration, MISSING } from "./format";
 
 type Schemas = components["schemas"];
 export type UiSettings = Schemas["UiSettings"];
+export type InputBound = Schemas["InputBoundThresholds"];
+/** The price part of the settings: all that formatting a cost needs. */
+export type Price = Pick<UiSettings, "gpu_hour_price" | "currency">;
+/** The settings as held: no thresholds until the server sent them. */
+export type HeldUiSettings = Price & { input_bound: InputBound | null };
 export type Starvation = Schemas["Starvation"];
 type Summary = Pick<Schemas["RunSummary"], "input_wait_s"> & { workers?: Pick<Schemas["WorkerSummary"], "input_wait_s">[] };
 
-export const NO_PRICE: UiSettings = { gpu_hour_price: null, currency: "$" };
+export const NO_PRICE: Price = { gpu_hour_price: null, currency: "$" };
 
 function finite(v: unknown): v is number {
   return typeof v === "number" && Number.isFinite(v);
@@ -26,7 +32,7 @@ export function formatGpuHours(hours: number | null | undefined): string {
 }
 
 /** The price of `hours` GPU-hours ("$1.30"), or null when no price is set. */
-export function formatMoney(hours: number | null | undefined, settings: UiSettings): string | null {
+export function formatMoney(hours: number | null | undefined, settings: Price): string | null {
   const price = settings.gpu_hour_price;
   if (!finite(hours) || !finite(price)) return null;
   const amount = hours * price;
@@ -35,7 +41,7 @@ export function formatMoney(hours: number | null | undefined, settings: UiSettin
 }
 
 /** Lost GPU seconds as hours, with their price when one is set: "0.52 GPU·h · $1.30". */
-export function formatLostGpu(lostGpuS: number | null | undefined, settings: UiSettings): string {
+export function formatLostGpu(lostGpuS: number | null | undefined, settings: Price): string {
   if (!finite(lostGpuS)) return MISSING;
   const hours = lostGpuS / 3600;
   const money = formatMoney(hours, settings);
@@ -93,21 +99,29 @@ interface JsonGetter {
   getJson<T>(path: string, signal?: AbortSignal): Promise<T>;
 }
 
-let current: UiSettings = NO_PRICE;
-let loading: Promise<UiSettings> | null = null;
+let current: HeldUiSettings = { ...NO_PRICE, input_bound: null };
+let loading: Promise<HeldUiSettings> | null = null;
 
-/** The price setting as last read (no price until `loadUiSettings` answered). */
-export function uiSettings(): UiSettings {
+/** The settings as last read (no price nor thresholds until `loadUiSettings` answered). */
+export function uiSettings(): HeldUiSettings {
   return current;
 }
 
-/** Read the server's UI settings once; an error (or an older server) means no price. */
-export function loadUiSettings(api: JsonGetter): Promise<UiSettings> {
+/** Read the server's UI settings once; until they arrive (or on an error) there is no price nor thresholds. */
+export function loadUiSettings(api: JsonGetter): Promise<HeldUiSettings> {
   if (!loading) {
     loading = api
       .getJson<UiSettings>("/settings/ui")
       .then((s) => {
-        current = { gpu_hour_price: finite(s?.gpu_hour_price) ? s.gpu_hour_price : null, currency: typeof s?.currency === "string" ? s.currency : "$" };
+        const bound = s?.input_bound;
+        current = {
+          gpu_hour_price: finite(s?.gpu_hour_price) ? s.gpu_hour_price : null,
+          currency: typeof s?.currency === "string" ? s.currency : "$",
+          input_bound:
+            bound && finite(bound.highly_input_bound) && finite(bound.moderately_input_bound)
+              ? { highly_input_bound: bound.highly_input_bound, moderately_input_bound: bound.moderately_input_bound }
+              : null,
+        };
         return current;
       })
       .catch(() => {

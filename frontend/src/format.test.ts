@@ -11,8 +11,6 @@ import {
   formatRate,
   formatRelativeTime,
   formatValue,
-  inputWaitLabel,
-  inputWaitLevel,
   parseIso,
 } from "./format";
 
@@ -131,17 +129,6 @@ describe("formatValue", () => {
   });
   it("keeps markup-looking strings as text", () => {
     expect(formatValue("<img src=x onerror=alert(1)>")).toBe("<img src=x onerror=alert(1)>");
-  });
-});
-
-describe("inputWaitLevel", () => {
-  it("follows the profiler's 20 % / 5 % thresholds", () => {
-    expect(inputWaitLevel(0.2)).toBe("high");
-    expect(inputWaitLevel(0.63)).toBe("high");
-    expect(inputWaitLevel(0.05)).toBe("moderate");
-    expect(inputWaitLevel(0.049)).toBe("low");
-    expect(inputWaitLevel(null)).toBe("unknown");
-    expect(inputWaitLabel("high")).toBe("highly input-bound");
   });
 });
 

@@ -1,8 +1,6 @@
 // Number, duration and time formatting for tables, cards and chart axes.
 // Every function here is pure; missing values render as an em dash.
 
-import { HIGHLY_INPUT_BOUND, MODERATELY_INPUT_BOUND } from "./thresholds";
-
 export const MISSING = "—";
 
 function isNum(v: number | null | undefined): v is number {
@@ -147,28 +145,5 @@ export function formatValue(v: unknown): string {
     return JSON.stringify(v);
   } catch {
     return String(v);
-  }
-}
-
-export type InputWaitLevel = "high" | "moderate" | "low" | "unknown";
-
-/** Input-bound level of an input-wait share (thresholds in thresholds.ts). */
-export function inputWaitLevel(share: number | null | undefined): InputWaitLevel {
-  if (!isNum(share)) return "unknown";
-  if (share >= HIGHLY_INPUT_BOUND) return "high";
-  if (share >= MODERATELY_INPUT_BOUND) return "moderate";
-  return "low";
-}
-
-export function inputWaitLabel(level: InputWaitLevel): string {
-  switch (level) {
-    case "high":
-      return "highly input-bound";
-    case "moderate":
-      return "moderately input-bound";
-    case "low":
-      return "not input-bound";
-    case "unknown":
-      return "input wait not measured";
   }
 }

@@ -151,6 +151,7 @@ describe("runRowCells", () => {
           input_wait_share: null,
           gpu_util_mean: null,
           samples_per_s: null,
+          verdict: null,
         },
       }),
       NOW,
@@ -223,8 +224,8 @@ describe("flattenEntries", () => {
 describe("sortRuns", () => {
   const now = Date.parse("2024-05-01T13:00:00Z");
   const a = makeRun({ id: 1, name: "b", summary: { ...makeRun().summary, gpu_util_mean: 50, input_wait_share: 0.3 } });
-  const b = makeRun({ id: 2, name: "a", summary: { ...makeRun().summary, gpu_util_mean: null, input_wait_share: 0.01 } });
-  const c = makeRun({ id: 3, name: "c", summary: { ...makeRun().summary, gpu_util_mean: 90, input_wait_share: null } });
+  const b = makeRun({ id: 2, name: "a", summary: { ...makeRun().summary, gpu_util_mean: null, input_wait_share: 0.01, verdict: "not_input_bound" } });
+  const c = makeRun({ id: 3, name: "c", summary: { ...makeRun().summary, gpu_util_mean: 90, input_wait_share: null, verdict: null } });
   it("sorts by a column in either direction with missing values last", () => {
     expect(sortRuns([a, b, c], { key: "gpu", desc: true }, now).map((r) => r.id)).toEqual([3, 1, 2]);
     expect(sortRuns([a, b, c], { key: "gpu", desc: false }, now).map((r) => r.id)).toEqual([1, 3, 2]);

@@ -12,15 +12,12 @@ import {
   formatRelativeTime,
   formatTimestamp,
   formatValue,
-  inputWaitLabel,
-  inputWaitLevel,
   parseIso,
-  type InputWaitLevel,
 } from "./format";
-import { formatLostGpu, uiSettings, type UiSettings } from "./cost";
+import { formatLostGpu, uiSettings, type Price } from "./cost";
 import { bestEpochValue, type Goal } from "./epochs";
 import type { Run, RunStatus, Verdict } from "./types";
-import { runVerdict, verdictShort, verdictTone, type VerdictTone } from "./verdict";
+import { inputWaitLabel, inputWaitLevel, runVerdict, verdictShort, verdictTone, type InputWaitLevel, type VerdictTone } from "./verdict";
 
 const TERMINAL: ReadonlySet<RunStatus> = new Set(["finished", "failed", "interrupted"]);
 
@@ -197,9 +194,9 @@ export interface RunRowCells {
   verdictTitle: string;
 }
 
-export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict, settings: UiSettings = uiSettings()): RunRowCells {
+export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict, settings: Price = uiSettings()): RunRowCells {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
-  const level = inputWaitLevel(s.input_wait_share);
+  const level = inputWaitLevel(s.verdict);
   const v = runVerdict(run, knownVerdict);
   return {
     gpu: formatPercentValue(s.gpu_util_mean),
@@ -378,7 +375,7 @@ export interface SummaryFigure {
 /** The figures shown at the top of a run page. */
 export function runSummaryFigures(run: Run, nowMs: number): SummaryFigure[] {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
-  const level = inputWaitLevel(s.input_wait_share);
+  const level = inputWaitLevel(s.verdict);
   return [
     { key: "steps", label: "Steps", value: formatCount(s.steps) },
     { key: "median", label: "Step time median", value: formatMs(s.step_time_ms_median) },

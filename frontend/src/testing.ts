@@ -21,6 +21,7 @@ export function makeRun(overrides: Partial<Run> = {}): Run {
       input_wait_share: 0.25,
       gpu_util_mean: 64,
       samples_per_s: 6100,
+      verdict: "highly_input_bound",
     },
     ...overrides,
   };

@@ -1,6 +1,16 @@
 import { describe, expect, it } from "vitest";
 import { makeRun } from "./testing";
-import { evidenceText, parseDiagnosis, runVerdict, VerdictGeneration, verdictHeadline, verdictShort, verdictTone } from "./verdict";
+import {
+  evidenceText,
+  inputWaitLabel,
+  inputWaitLevel,
+  parseDiagnosis,
+  runVerdict,
+  VerdictGeneration,
+  verdictHeadline,
+  verdictShort,
+  verdictTone,
+} from "./verdict";
 
 describe("parseDiagnosis", () => {
   it("reads the diagnosis shape with object evidence", () => {
@@ -36,11 +46,24 @@ describe("verdict labels", () => {
 });
 
 describe("runVerdict", () => {
-  it("prefers a pushed verdict, then derives from input wait", () => {
-    const run = makeRun({ summary: { ...makeRun().summary, input_wait_share: 0.3 } });
+  it("prefers a pushed verdict, then takes the summary's verdict from the server", () => {
+    // The level is the server's: a share of 0.3 with a summary verdict of "moderately" stays moderately.
+    const run = makeRun({ summary: { ...makeRun().summary, input_wait_share: 0.3, verdict: "moderately_input_bound" } });
     expect(runVerdict(run, "stalled")).toEqual({ verdict: "stalled", derived: false });
-    expect(runVerdict(run, undefined)).toEqual({ verdict: "highly_input_bound", derived: true });
-    expect(runVerdict({ ...run, summary: { ...run.summary, input_wait_share: null } }, undefined).verdict).toBeNull();
+    expect(runVerdict(run, undefined)).toEqual({ verdict: "moderately_input_bound", derived: true });
+    expect(runVerdict({ ...run, summary: { ...run.summary, verdict: null } }, undefined).verdict).toBeNull();
+  });
+});
+
+describe("inputWaitLevel", () => {
+  it("is the level of the server's verdict, not of thresholds in the UI", () => {
+    expect(inputWaitLevel("highly_input_bound")).toBe("high");
+    expect(inputWaitLevel("moderately_input_bound")).toBe("moderate");
+    expect(inputWaitLevel("not_input_bound")).toBe("low");
+    expect(inputWaitLevel(null)).toBe("unknown");
+    expect(inputWaitLevel("stalled")).toBe("unknown");
+    expect(inputWaitLabel("high")).toBe("highly input-bound");
+    expect(inputWaitLabel("unknown")).toBe("input wait not measured");
   });
 });
 

@@ -1,6 +1,5 @@
 // The diagnosis verdict: labels, tones and defensive parsing. Pure, unit-tested.
 
-import { inputWaitLevel } from "./format";
 import type { Diagnosis, Evidence, Run, Verdict } from "./types";
 
 export const VERDICTS: readonly Verdict[] = [
@@ -96,22 +95,43 @@ export function evidenceText(e: Evidence | string): string {
 }
 
 /**
- * The verdict to badge a run with in the list: a verdict the server sent
- * (live message or a diagnosis read) wins; otherwise, for runs with a measured input
- * wait, the level its input-wait share implies (marked as derived).
+ * The verdict to badge a run with in the list: a diagnosis the server sent
+ * (live message or a diagnosis read) wins; otherwise the run summary's verdict,
+ * the level of the whole run's input-wait share as the server judged it (marked
+ * as derived; null when the wait is not measured).
  */
 export function runVerdict(run: Run, known: Verdict | undefined): { verdict: Verdict | null; derived: boolean } {
   if (known) return { verdict: known, derived: false };
-  const level = inputWaitLevel(run.summary?.input_wait_share);
+  const v = run.summary?.verdict;
+  return { verdict: isVerdict(v) ? v : null, derived: true };
+}
+
+export type InputWaitLevel = "high" | "moderate" | "low" | "unknown";
+
+/** The input-wait level a run summary's verdict (the server's) stands for. */
+export function inputWaitLevel(v: Verdict | null | undefined): InputWaitLevel {
+  switch (v) {
+    case "highly_input_bound":
+      return "high";
+    case "moderately_input_bound":
+      return "moderate";
+    case "not_input_bound":
+      return "low";
+    default:
+      return "unknown";
+  }
+}
+
+export function inputWaitLabel(level: InputWaitLevel): string {
   switch (level) {
     case "high":
-      return { verdict: "highly_input_bound", derived: true };
+      return "highly input-bound";
     case "moderate":
-      return { verdict: "moderately_input_bound", derived: true };
+      return "moderately input-bound";
     case "low":
-      return { verdict: "not_input_bound", derived: true };
-    default:
-      return { verdict: null, derived: true };
+      return "not input-bound";
+    case "unknown":
+      return "input wait not measured";
   }
 }
 

@@ -3,9 +3,10 @@
 import type { AlertsStore } from "../alerts";
 import type { ApiClient } from "../api";
 import { h } from "../dom";
-import { formatRelativeTime, formatTimestamp, statusLabel, type InputWaitLevel } from "../format";
+import { formatRelativeTime, formatTimestamp, statusLabel } from "../format";
 import type { LiveClient } from "../liveClient";
 import type { RunsStore } from "../runs";
+import type { InputWaitLevel } from "../verdict";
 import type { Alert, RunStatus } from "../types";
 
 /** What every view gets from the app. */

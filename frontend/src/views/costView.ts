@@ -2,7 +2,7 @@
 // (7 days ago by default), per project and per run, costliest first
 // (`GET /starvation`), priced when the server sets a GPU-hour price.
 
-import { defaultSince, formatGpuHours, formatMoney, loadUiSettings, starvationPath, type Starvation, type UiSettings } from "../cost";
+import { defaultSince, formatGpuHours, formatMoney, loadUiSettings, starvationPath, type Price, type Starvation } from "../cost";
 import { h, replaceChildren } from "../dom";
 import { formatTimestamp } from "../format";
 import { RUNS_HREF, runHref } from "../router";
@@ -78,7 +78,7 @@ export class CostView implements View {
     }
   }
 
-  private render(data: Starvation, settings: UiSettings): void {
+  private render(data: Starvation, settings: Price): void {
     const priced = settings.gpu_hour_price !== null;
     const money = (hours: number) => formatMoney(hours, settings) ?? "";
     const total = `${formatGpuHours(data.lost_gpu_hours)} lost${priced ? ` (${money(data.lost_gpu_hours)})` : ""} since ${formatTimestamp(data.since)}`;

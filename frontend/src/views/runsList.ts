@@ -431,7 +431,7 @@ export class RunsListView implements View {
       num(c.steps),
       num(c.median),
       num(c.p95),
-      h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle } }),
+      h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle, "data-testid": "input-wait" } }),
       h("td", { class: "num", text: c.lostGpu, attrs: { "data-testid": "lost-gpu", "data-value": run.summary?.lost_gpu_s ?? "" } }),
       num(c.gpu),
       epoch

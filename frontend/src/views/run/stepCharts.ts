@@ -6,6 +6,7 @@
 
 import { isNotFound, type ApiClient } from "../../api";
 import { metricsSpec, throughputSpec, type ThroughputData } from "../../chartSpecs";
+import { uiSettings } from "../../cost";
 import { batchSizeOf, rangesFromStarvation, throughputCaption } from "../../derive";
 import { h, setAttrs, setText } from "../../dom";
 import { formatCount } from "../../format";
@@ -16,7 +17,6 @@ import { seriesFromColumns, type StepSeries } from "../../series";
 import { SeriesResource } from "../../seriesResource";
 import { StepTimeChart } from "../../stepChart";
 import { StepSync } from "../../stepSync";
-import { HIGHLY_INPUT_BOUND } from "../../thresholds";
 import type { MetricTrack, Run, StarvationResponse, StepColumns } from "../../types";
 import { errorMessage } from "../common";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
@@ -101,7 +101,7 @@ export class StepCharts {
     });
     this.throughputBox = chartPanel("Throughput", "throughput-heading", "throughput-chart", "Training throughput per step");
     this.metricsBox = chartPanel("Loss and metrics", "metrics-heading", "metrics-chart", "Logged loss and metrics per step");
-    this.starvedKey = h("span", { class: "legend-key starved-key", text: "starved", attrs: { title: starvedTitle(HIGHLY_INPUT_BOUND) } });
+    this.starvedKey = h("span", { class: "legend-key starved-key", text: "starved", attrs: { title: starvedTitle(uiSettings().input_bound?.highly_input_bound ?? null) } });
     const stepSection = h(
       "section",
       { class: "panel chart-panel", attrs: { "aria-labelledby": "step-time-heading" } },
@@ -275,6 +275,8 @@ export class StepCharts {
   }
 }
 
-function starvedTitle(threshold: number): string {
+/** The starved key's tooltip: the server's threshold (its settings, then its answer), once known. */
+function starvedTitle(threshold: number | null): string {
+  if (threshold === null) return "Stretches where input wait was a large share of step time";
   return `Stretches where input wait was ≥ ${Math.round(threshold * 100)} % of step time`;
 }

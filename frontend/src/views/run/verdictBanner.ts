@@ -3,9 +3,9 @@
 // advice; before one is known, what the run summary alone says.
 
 import { h, replaceChildren, setAttrs } from "../../dom";
-import { formatCount, formatPercent, inputWaitLabel, inputWaitLevel } from "../../format";
+import { formatCount, formatPercent } from "../../format";
 import type { Diagnosis, RunSummary } from "../../types";
-import { evidenceText, parseDiagnosis, VerdictGeneration, verdictHeadline, verdictTone } from "../../verdict";
+import { evidenceText, inputWaitLabel, inputWaitLevel, parseDiagnosis, VerdictGeneration, verdictHeadline, verdictTone } from "../../verdict";
 import type { AppContext } from "../common";
 
 export class VerdictBanner {
@@ -123,7 +123,7 @@ function renderDiagnosis(b: HTMLElement, d: Diagnosis): void {
 
 /** No diagnosis: say why, and what the summary alone says. */
 function renderWithoutDiagnosis(b: HTMLElement, state: "loading" | "ok" | "error", s: RunSummary | undefined): void {
-  const level = inputWaitLevel(s?.input_wait_share);
+  const level = inputWaitLevel(s?.verdict);
   b.className = `verdict-banner tone-info`;
   setAttrs(b, { "data-verdict": state === "loading" ? "loading" : "unavailable", "data-source": "summary" });
   const why = state === "loading" ? "Diagnosing…" : "Cannot load the diagnosis.";
