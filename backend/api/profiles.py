@@ -1,5 +1,6 @@
-"""Profiler captures from the browser (issue 19): ask a run's agent for one, follow it, read
-its analysis, download its trace. The agent reports status and uploads the trace here too."""
+"""Profiler captures from the browser (issue 19): ask a run's agents for one, follow it, read
+its analysis, download its traces. Every connected agent (worker) of the run is asked; each
+reports its status and uploads its trace here too, tagged with its rank."""
 
 import asyncio
 from typing import Annotated, Any, Literal
@@ -10,12 +11,21 @@ from pydantic import BaseModel, Field
 
 from backend.core.deps import AgentAuth, RunId, SessionDep, StateDep, ViewerAuth
 from backend.core.errors import BadRequest, RunNotFound
-from backend.core.models import MAX_INT64, ProfilePublic, ProfilesPublic, Run, RunStatus
+from backend.core.models import (
+    MAX_INT64,
+    ProfilePublic,
+    ProfilesPublic,
+    ProfileStatus,
+    Run,
+    RunStatus,
+)
 from backend.core.state import AppState
 from backend.ingest import profiles as store
 from backend.ingest.profile_analysis import analyse
+from backend.live.agents import AgentLink
 
 ProfileId = Annotated[int, Path(ge=1, le=2**31 - 1)]
+Rank = Annotated[int, Query(ge=0, le=100_000, description="the worker's rank (its hello's)")]
 # A capture the agent has not reported on for its max duration and this long (the agent went
 # away) no longer blocks a new one.
 STALE_GRACE_S = 300.0
@@ -51,17 +61,31 @@ async def request_profile(
         raise RunNotFound(run_id)
     if body.steps > settings.profile_max_steps:
         raise BadRequest(f"steps: at most {settings.profile_max_steps} (the server's limit)")
-    if run.status != RunStatus.running or not state.commands.connected(run_id):
+    ranks = state.agents.ranks(run_id)
+    if run.status != RunStatus.running or not ranks:
         raise store.Conflict("the run has no connected agent: only a live run can be profiled")
     profile = await state.writer.run(
-        store.create_profile, run_id=run_id, steps=body.steps,
+        store.create_profile, run_id=run_id, steps=body.steps, ranks=ranks,
         stale_after_s=settings.profile_max_s + STALE_GRACE_S,
     )  # fmt: skip
-    command = {"name": "profile", "id": profile.id, "steps": body.steps,
-               "max_s": settings.profile_max_s}  # fmt: skip
-    if not await state.commands.send(run_id, command):
-        profile = await state.writer.run(
-            store.fail, pid=profile.id, error="profile failed: the agent went away"
+
+    def command(agent: AgentLink) -> dict[str, Any]:
+        # The rank and run key tell the agent how to tag and where to spool its trace.
+        return {
+            "name": "profile", "id": profile.id, "steps": body.steps,
+            "max_s": settings.profile_max_s, "rank": agent.rank, "run_key": agent.run_key,
+        }  # fmt: skip
+
+    reached = await state.agents.send_all(run_id, command, ranks=set(ranks))
+    if missed := sorted(set(ranks) - set(reached)):
+        profile = (
+            await state.writer.run(
+                store.fail,
+                pid=profile.id,
+                error="profile failed: the agent went away",
+                ranks=missed,
+            )
+            or profile
         )
     _announce(state, profile)
     return profile
@@ -78,23 +102,34 @@ def read_profile(run_id: RunId, pid: ProfileId, session: SessionDep) -> ProfileP
 
 
 @router.get("/{pid}/trace", dependencies=[ViewerAuth], response_class=FileResponse)
-def download_trace(run_id: RunId, pid: ProfileId, session: SessionDep, state: StateDep) -> Any:
+def download_trace(
+    run_id: RunId,
+    pid: ProfileId,
+    session: SessionDep,
+    state: StateDep,
+    rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+) -> Any:
+    """Worker `rank`'s trace; without `rank`, the lowest rank's that is stored."""
     profile = store.get_profile(session=session, run_id=run_id, pid=pid)
-    path = store.trace_path(state.settings.data_dir, pid)
-    if profile.trace_evicted or not path.exists():
+    stored = store.trace_paths(state.settings.data_dir, profile)
+    path = stored.get(rank) if rank is not None else next(iter(stored.values()), None)
+    if profile.trace_evicted or path is None:
         raise store.ProfileNotFound(f"profile {pid} has no stored trace ({profile.status})")
-    name = f"run{run_id}-profile{pid}.xplane.pb"
+    suffix = "" if rank is None else f"-rank{rank}"
+    name = f"run{run_id}-profile{pid}{suffix}.xplane.pb"
     return FileResponse(path, media_type="application/octet-stream", filename=name)
 
 
 @router.post("/{pid}/status", dependencies=[AgentAuth])
 async def report_status(
-    run_id: RunId, pid: ProfileId, report: StatusReport, state: StateDep
+    run_id: RunId, pid: ProfileId, report: StatusReport, state: StateDep, rank: Rank = 0
 ) -> ProfilePublic:
-    profile = await state.writer.run(
-        store.update_status, run_id=run_id, pid=pid, report=report.model_dump()
+    profile, complete = await state.writer.run(
+        store.update_status, run_id=run_id, pid=pid, rank=rank, report=report.model_dump()
     )
     _announce(state, profile)
+    if complete:  # the last worker to settle failed, the others' traces are in
+        _start_analysis(state, pid)
     return profile
 
 
@@ -106,34 +141,65 @@ async def upload_trace(
     state: StateDep,
     offset: Annotated[int, Query(ge=0, le=MAX_INT64)],
     total: Annotated[int, Query(ge=1, le=MAX_INT64)],
+    rank: Rank = 0,
 ) -> dict[str, Any]:
     settings = state.settings
     data = await request.body()
     try:
-        complete = await state.writer.run(
-            store.store_chunk, data_dir=settings.data_dir, run_id=run_id, pid=pid,
+        complete, settled = await state.writer.run(
+            store.store_chunk, data_dir=settings.data_dir, run_id=run_id, pid=pid, rank=rank,
             offset=offset, total=total, data=data, max_bytes=settings.profile_max_trace_bytes,
         )  # fmt: skip
     except store.Conflict as error:
         if total > settings.profile_max_trace_bytes:
-            failed = await state.writer.run(store.fail, pid=pid, error=error.detail)
+            failed = await state.writer.run(store.fail, pid=pid, error=error.detail, ranks=[rank])
             if failed is not None:
                 _announce(state, failed)
+                if _all_settled(failed):  # the other workers' traces are in
+                    _start_analysis(state, pid)
         raise
-    if complete:
-        asyncio.get_running_loop().create_task(_analyse(state, pid))
+    if settled:
+        _start_analysis(state, pid)
     return {"received": offset + len(data), "complete": complete}
 
 
+def _all_settled(profile: ProfilePublic) -> bool:
+    statuses = {worker.status for worker in profile.workers}
+    settled = {ProfileStatus.ready, ProfileStatus.failed}
+    return statuses <= settled and ProfileStatus.ready in statuses
+
+
+_analysing: set[int] = set()  # profiles whose analysis runs (one at a time per profile)
+
+
+def _start_analysis(state: AppState, pid: int) -> None:
+    if pid in _analysing:
+        return
+    _analysing.add(pid)
+    task = asyncio.get_running_loop().create_task(_analyse(state, pid))
+    task.add_done_callback(lambda _: _analysing.discard(pid))
+
+
 async def _analyse(state: AppState, pid: int) -> None:
-    """Analyse off the event loop; mark the profile ready (or failed with xprof's error)."""
+    """Analyse off the event loop; mark the profile ready (or failed with xprof's error).
+
+    The workers' traces are analysed together: xprof merges the hosts of one capture, but only
+    its op and iterator tables sum them; its step table keeps the steps aligned across hosts,
+    each row the first host's (the lowest rank's). So with several workers each trace is also
+    analysed on its own, for each worker's step breakdown and input share."""
     settings = state.settings
-    path = store.trace_path(settings.data_dir, pid)
     try:
-        analysis, share, steps = await asyncio.to_thread(analyse, path)
+        paths = await state.writer.run(store.stored_traces, pid=pid, data_dir=settings.data_dir)
+        merged = await asyncio.to_thread(analyse, list(paths.values()))
+        per_worker = dict.fromkeys(paths, merged)
+        if len(paths) > 1:
+            for rank, path in paths.items():
+                per_worker[rank] = await asyncio.to_thread(analyse, [path])
+        analysis, share, steps = merged
         profile = await state.writer.run(
             store.finish, pid=pid, analysis=analysis, profiler_share=share, steps=steps,
             data_dir=settings.data_dir, quota_bytes=settings.profile_quota_bytes,
+            per_worker=per_worker,
         )  # fmt: skip
     except Exception as error:
         message = f"profile failed: analysis: {type(error).__name__}: {error}"

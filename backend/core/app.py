@@ -29,9 +29,9 @@ from backend.ingest import routes as ingest_routes
 from backend.ingest.publish import publish_run_ended
 from backend.ingest.writer import Writer
 from backend.live import routes as live_routes
+from backend.live.agents import ConnectedAgents
 from backend.live.fanout import PgFanout
 from backend.live.hub import LiveHub
-from backend.live.watch import WatchedRuns
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent.parent / "static"
@@ -50,8 +50,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = await asyncio.to_thread(make_engine, settings)
         writer = Writer(engine)
         hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
-        watched = WatchedRuns()
-        hub.on_watch = watched.set_watched
+        agents = ConnectedAgents()
+        hub.on_watch = agents.set_watched
         connections = AgentConnections()
         log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))
         state = AppState(
@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine=engine,
             writer=writer,
             hub=hub,
-            watched=watched,
+            agents=agents,
             connections=connections,
             telemetry=Telemetry(agent_connections=connections, live_clients=hub),
             # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks).

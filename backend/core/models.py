@@ -551,6 +551,29 @@ class Profile(SQLModel, table=True):
     analysis: dict[str, Any] = _json(default_factory=dict)
     input_share_profiler: float | None = None
     input_share_stoker: float | None = None
+    # Each asked worker's part, by rank (str): ProfileWorker's fields.
+    workers: dict[str, Any] = _json(default_factory=dict)
+
+
+class ProfileWorker(SQLModel):
+    """One worker's part of a capture: every connected agent of the run is asked, each uploads
+    its own trace into the profile."""
+
+    rank: int
+    status: ProfileStatus
+    error: str | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    overhead: dict[str, Any] = Field(default_factory=dict)
+    trace_bytes: int | None = None
+    received_bytes: int = 0
+    # Failed only because the server heard nothing from it: a late trace is still accepted.
+    lost: bool = False
+    # xprof's analysis of this worker's trace alone: conclusion, step_ms_average,
+    # breakdown_ms, step_range (the profile's own analysis is of all traces together).
+    analysis: dict[str, Any] = Field(default_factory=dict)
+    input_share_profiler: float | None = None
+    input_share_stoker: float | None = None
 
 
 class ProfilePublic(SQLModel):
@@ -568,6 +591,7 @@ class ProfilePublic(SQLModel):
     analysis: dict[str, Any]
     input_share_profiler: float | None
     input_share_stoker: float | None
+    workers: list[ProfileWorker] = Field(default_factory=list)
 
 
 class ProfilesPublic(SQLModel):

@@ -1,6 +1,6 @@
 """The server's long-lived parts, built once in the app's lifespan and typed for the routes."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 from starlette.requests import HTTPConnection
@@ -10,9 +10,8 @@ from backend.core.settings import Settings
 from backend.core.telemetry import Telemetry
 from backend.diagnosis.detectors import Detectors
 from backend.ingest.writer import Writer
-from backend.live.commands import AgentCommands
+from backend.live.agents import ConnectedAgents
 from backend.live.hub import LiveHub
-from backend.live.watch import WatchedRuns
 
 
 @dataclass
@@ -21,11 +20,11 @@ class AppState:
     engine: Engine
     writer: Writer
     hub: LiveHub
-    watched: WatchedRuns  # agents send live while a browser watches their run
+    # The connected agents of each run: told whether a browser watches it, and sent commands.
+    agents: ConnectedAgents
     connections: AgentConnections
     telemetry: Telemetry
     detectors: Detectors
-    commands: AgentCommands = field(default_factory=AgentCommands)  # e.g. profile
 
 
 def app_settings(conn: HTTPConnection) -> Settings:

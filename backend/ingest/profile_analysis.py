@@ -9,6 +9,11 @@ framework-op table lists ops by self time.
 import itertools
 import json
 import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +31,10 @@ TOP_OPS = 15
 TOP_ITERATORS = 15
 
 
-def _tool(path: Path, tool: str) -> Any:
+def _tool(paths: list[Path], tool: str) -> Any:
     from xprof.convert import raw_to_tool_data
 
-    data, _content_type = raw_to_tool_data.xspace_to_tool_data([str(path)], tool, {})
+    data, _content_type = raw_to_tool_data.xspace_to_tool_data([str(p) for p in paths], tool, {})
     return json.loads(data)
 
 
@@ -41,13 +46,44 @@ def _records(table: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def analyse(path: Path) -> tuple[dict[str, Any], float | None, tuple[int, int] | None]:
-    """(analysis, the profiler's input share, the step range it analysed)."""
+@contextmanager
+def _alone(paths: list[Path]) -> Iterator[list[Path]]:
+    """The traces linked into a directory of their own, for the time of one analysis.
+
+    xprof caches what it derived from a directory's traces in that directory
+    (`ALL_HOSTS.op_stats_v2.pb`) and answers later calls from the cache, whichever of the
+    directory's traces they name: one worker's trace analysed beside the others' would get
+    the merged answer, and a trace that arrives late the answer without it.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="stoker-xprof-"))
+    try:
+        linked = []
+        for path in paths:
+            target = directory / path.name
+            try:
+                os.link(path, target)
+            except OSError:  # another file system
+                shutil.copyfile(path, target)
+            linked.append(target)
+        yield linked
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def analyse(paths: list[Path]) -> tuple[dict[str, Any], float | None, tuple[int, int] | None]:
+    """(analysis, the profiler's input share, the step range it analysed) of the traces of one
+    capture: several (one per worker, each named for its host) are analysed together, as xprof
+    merges the hosts of one capture."""
     try:
         import xprof  # noqa: F401
     except ImportError:
         return {"available": False, "message": NOT_INSTALLED}, None, None
-    pipeline = _tool(path, "input_pipeline_analyzer")
+    with _alone(paths) as alone:
+        return _analyse(alone)
+
+
+def _analyse(paths: list[Path]) -> tuple[dict[str, Any], float | None, tuple[int, int] | None]:
+    pipeline = _tool(paths, "input_pipeline_analyzer")
     step_table, iterator_table = pipeline[1], pipeline[2]
     steps = []
     for record in _records(step_table):
@@ -66,7 +102,7 @@ def analyse(path: Path) -> tuple[dict[str, Any], float | None, tuple[int, int] |
             "name": op.get("operation"), "count": op.get("occurrences"),
             "self_ms": (op.get("total_self_time") or 0.0) / 1000.0,
         }
-        for op in _records(_tool(path, "framework_op_stats")[0])
+        for op in _records(_tool(paths, "framework_op_stats")[0])
         if op.get("type") != "IDLE"
     ]  # fmt: skip
     ops.sort(key=lambda op: op["self_ms"], reverse=True)

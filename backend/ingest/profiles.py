@@ -1,8 +1,19 @@
 """Profiler captures on the server (issue 19): their rows, their trace files, the quota.
 
-A trace arrives in chunks (`store_chunk`) into `<data_dir>/profiles/<pid>/trace.xplane.pb.part`;
-the last one renames it. Traces beyond `profile_quota_bytes` are deleted oldest first (the
-row stays, `trace_evicted`). Analysis is in backend/ingest/profile_analysis.py.
+A capture asks every connected agent (worker) of the run; each is one entry of the profile's
+`workers`, by rank, and uploads its own trace. A trace arrives in chunks (`store_chunk`) into
+`<data_dir>/profiles/<pid>/<name>.xplane.pb.part` (rank 0: `trace`, rank r: `worker<r>`); the
+last one renames it. The profile's own status, steps and overhead follow its workers (its
+steps and overhead are its lowest rank's): it is ready once every asked worker uploaded its
+trace or failed, and at least one trace is in and analysed. Traces beyond
+`profile_quota_bytes` are deleted oldest first (the row stays, `trace_evicted`). Analysis is
+in backend/ingest/profile_analysis.py.
+
+A worker the server presumed gone (`lost`: no word from it for the capture's max duration and
+a grace, when a new capture is asked) may still deliver: an agent spools its trace and sends
+it when it, or the next agent on its machine, reaches the server again. Its late report
+revives the profile (uploading, then ready with its trace). A failure the agent itself
+reported, or a trace refused for its size, stays failed.
 """
 
 import shutil
@@ -28,23 +39,106 @@ class ProfileNotFound(StokerError):
     status_code = 404
 
 
-def trace_path(data_dir: Path, pid: int) -> Path:
-    # One directory per trace: xprof takes a directory's .xplane.pb files for the hosts of
-    # one capture, so two traces side by side would be analysed as one.
-    return data_dir / "profiles" / str(pid) / "trace.xplane.pb"
+def trace_path(data_dir: Path, pid: int, rank: int = 0) -> Path:
+    # One directory per capture: xprof takes a directory's .xplane.pb files as the hosts of
+    # one capture, so the workers' traces sit side by side, and nothing else does.
+    name = "trace" if rank == 0 else f"worker{rank}"
+    return data_dir / "profiles" / str(pid) / f"{name}.xplane.pb"
+
+
+def trace_paths(data_dir: Path, profile: Profile) -> dict[int, Path]:
+    """The stored traces of the profile's workers, by rank."""
+    paths = {rank: trace_path(data_dir, profile.id or 0, rank) for rank in workers_of(profile)}
+    return {rank: path for rank, path in sorted(paths.items()) if path.exists()}
+
+
+def stored_traces(*, session: Session, pid: int, data_dir: Path) -> dict[int, Path]:
+    profile = session.get(Profile, pid)
+    return {} if profile is None else trace_paths(data_dir, profile)
+
+
+STEPS_PER_EXECUTION_NOTE = (
+    "with steps_per_execution > 1 Keras runs each execution's steps in a tf.while_loop; xprof "
+    "then takes the loop's iterations for steps and ignores the step markers, so it measures "
+    "no step time (docs/agent.md, 'Profiler captures from the browser')"
+)
+# What a worker's own analysis keeps (the profile's own analysis has the tables).
+WORKER_ANALYSIS = ("available", "conclusion", "step_ms_average", "breakdown_ms", "message")
+Analysed = tuple[dict[str, Any], float | None, tuple[int, int] | None]
+
+TERMINAL = {ProfileStatus.ready, ProfileStatus.failed}
+
+
+def workers_of(profile: Profile) -> dict[int, dict[str, Any]]:
+    """The profile's workers by rank (a profile stored before workers were kept: rank 0)."""
+    if not profile.workers:
+        status = profile.status if profile.status != ProfileStatus.ready else "ready"
+        return {0: {"rank": 0, "status": status, "error": profile.error}}
+    return {int(rank): dict(worker) for rank, worker in profile.workers.items()}
+
+
+def _set_workers(profile: Profile, workers: dict[int, dict[str, Any]]) -> None:
+    """Store the workers and derive the profile's own fields from them (not `ready`: that
+    waits for the analysis)."""
+    profile.workers = {str(rank): worker for rank, worker in sorted(workers.items())}
+    statuses = [ProfileStatus(worker["status"]) for worker in workers.values()]
+    if all(status in TERMINAL for status in statuses):
+        if ProfileStatus.ready not in statuses:
+            profile.status = ProfileStatus.failed
+        elif profile.status != ProfileStatus.ready:
+            profile.status = ProfileStatus.uploading  # until the analysis is in
+    elif all(status == ProfileStatus.requested for status in statuses):
+        profile.status = ProfileStatus.requested
+    elif any(status in (ProfileStatus.requested, ProfileStatus.capturing) for status in statuses):
+        profile.status = ProfileStatus.capturing
+    else:
+        profile.status = ProfileStatus.uploading
+    ordered = [workers[rank] for rank in sorted(workers)]
+    for name in ("first_step", "last_step", "overhead"):
+        value = next((w[name] for w in ordered if w.get(name) not in (None, {})), None)
+        if value is not None:
+            setattr(profile, name, value)
+    sizes = [w["trace_bytes"] for w in ordered if w.get("trace_bytes") is not None]
+    profile.trace_bytes = sum(sizes) if sizes else None
+    profile.received_bytes = sum(w.get("received_bytes", 0) for w in ordered)
+    failed = [w for w in ordered if w["status"] == ProfileStatus.failed and w.get("error")]
+    errors = [(w["rank"], w["error"]) for w in failed]
+    if profile.status != ProfileStatus.failed:
+        profile.error = None
+    elif len({error for _, error in errors}) == 1:
+        profile.error = errors[0][1]
+    else:
+        profile.error = "; ".join(f"rank {rank}: {error}" for rank, error in errors)[:2000]
+    profile.updated_at = utc_now()
+
+
+def ready_to_analyse(profile: Profile) -> bool:
+    """Every asked worker delivered its trace or failed, and at least one trace is in."""
+    statuses = {ProfileStatus(w["status"]) for w in workers_of(profile).values()}
+    return statuses <= TERMINAL and ProfileStatus.ready in statuses
 
 
 def public(profile: Profile, session: Session | None = None) -> ProfilePublic:
-    """The profile as shown; with `session`, Stoker's input share over the analysed steps is
-    filled in once those steps are stored (the agent may deliver them after the trace)."""
-    shown = ProfilePublic.model_validate(profile, from_attributes=True)
+    """The profile as shown; with `session`, Stoker's input shares over the analysed steps
+    are filled in once those steps are stored (the agent may deliver them after the trace)."""
+    shown = ProfilePublic.model_validate(
+        {**profile.model_dump(), "workers": list(workers_of(profile).values())}
+    )
+    if session is None or profile.status != ProfileStatus.ready:
+        return shown
     steps = profile.analysis.get("step_range") or (profile.first_step, profile.last_step)
-    ready = profile.status == ProfileStatus.ready and None not in steps
-    if session is not None and ready and shown.input_share_stoker is None:
-        first, last = steps
+    lowest = min((w.rank for w in shown.workers), default=0)
+    if shown.input_share_stoker is None and None not in steps:
         shown.input_share_stoker = stoker_input_share(
-            session=session, run_id=profile.run_id, first=first, last=last
+            session=session, run_id=profile.run_id, first=steps[0], last=steps[1], rank=lowest
         )
+    for worker in shown.workers:
+        own = worker.analysis.get("step_range") or (worker.first_step, worker.last_step)
+        if worker.input_share_stoker is None and worker.status == "ready" and None not in own:
+            worker.input_share_stoker = stoker_input_share(
+                session=session, run_id=profile.run_id, first=own[0], last=own[1],
+                rank=worker.rank,
+            )  # fmt: skip
     return shown
 
 
@@ -63,10 +157,11 @@ def list_profiles(*, session: Session, run_id: int) -> ProfilesPublic:
 
 
 def create_profile(
-    *, session: Session, run_id: int, steps: int, stale_after_s: float
+    *, session: Session, run_id: int, steps: int, stale_after_s: float, ranks: list[int]
 ) -> ProfilePublic:
-    """A new capture, unless one is in progress for the run (409). One the agent has not
-    reported on for `stale_after_s` (it went away) fails, and no longer blocks."""
+    """A new capture of the workers `ranks`, unless one is in progress for the run (409).
+    One no agent has reported on for `stale_after_s` (they went away) fails, and no longer
+    blocks; its silent workers are `lost`, and may still deliver later."""
     busy = session.exec(
         select(Profile).where(Profile.run_id == run_id, col(Profile.status).in_(IN_PROGRESS))
     ).first()
@@ -74,10 +169,18 @@ def create_profile(
         heard = busy.updated_at.replace(tzinfo=busy.updated_at.tzinfo or UTC)
         if (utc_now() - heard).total_seconds() < stale_after_s:
             raise Conflict(f"profile {busy.id} of this run is still {busy.status}: one at a time")
-        busy.status = ProfileStatus.failed
-        busy.error = f"profile failed: no word from the agent for {stale_after_s:.0f} s"
+        error = f"profile failed: no word from the agent for {stale_after_s:.0f} s"
+        workers = workers_of(busy)
+        for worker in workers.values():
+            if ProfileStatus(worker["status"]) not in TERMINAL:
+                worker.update(status="failed", error=error, lost=True)
+        _set_workers(busy, workers)
+        if busy.status != ProfileStatus.failed:  # some traces are in: analyse what there is
+            busy.status = ProfileStatus.failed
+            busy.error = error
         session.add(busy)
     profile = Profile(run_id=run_id, steps=steps)
+    _set_workers(profile, {rank: {"rank": rank, "status": "requested"} for rank in ranks})
     session.add(profile)
     session.commit()
     session.refresh(profile)
@@ -85,32 +188,47 @@ def create_profile(
 
 
 def update_status(
-    *, session: Session, run_id: int, pid: int, report: dict[str, Any]
-) -> ProfilePublic:
-    """What the agent reports: capturing, uploading (with the step range and overhead), failed."""
+    *, session: Session, run_id: int, pid: int, rank: int, report: dict[str, Any]
+) -> tuple[ProfilePublic, bool]:
+    """What worker `rank`'s agent reports: capturing, uploading (with the step range,
+    overhead and trace size), failed. Returns the profile and whether it is now ready to be
+    analysed (this was its last worker to settle)."""
     profile = get_profile(session=session, run_id=run_id, pid=pid)
-    if profile.status in (ProfileStatus.ready, ProfileStatus.failed):
-        return public(profile)  # a late or repeated report changes nothing
-    profile.status = ProfileStatus(report["status"])
-    for name in ("first_step", "last_step", "error", "overhead"):
+    workers = workers_of(profile)
+    worker = workers.get(rank)
+    if worker is None:
+        raise ProfileNotFound(f"profile {pid} did not ask rank {rank}")
+    status = ProfileStatus(worker["status"])
+    if status == ProfileStatus.ready or (status == ProfileStatus.failed and not worker.get("lost")):
+        return public(profile), False  # a late or repeated report changes nothing
+    worker.update(status=report["status"], lost=False, error=report.get("error"))  # revived
+    for name in ("first_step", "last_step", "overhead"):
         if report.get(name) is not None:
-            setattr(profile, name, report[name])
+            worker[name] = report[name]
     if report.get("bytes") is not None:
-        profile.trace_bytes = report["bytes"]
-    profile.updated_at = utc_now()
+        worker["trace_bytes"] = report["bytes"]
+    _set_workers(profile, workers)
     session.add(profile)
     session.commit()
     session.refresh(profile)
-    return public(profile)
+    return public(profile), ready_to_analyse(profile)
 
 
-def fail(*, session: Session, pid: int, error: str) -> ProfilePublic | None:
+def fail(
+    *, session: Session, pid: int, error: str, ranks: list[int] | None = None
+) -> ProfilePublic | None:
+    """Fail the workers `ranks` (all of them by default) with `error`."""
     profile = session.get(Profile, pid)
     if profile is None:
         return None
-    profile.status = ProfileStatus.failed
-    profile.error = error[:2000]
-    profile.updated_at = utc_now()
+    workers = workers_of(profile)
+    for rank in workers if ranks is None else ranks:
+        if rank in workers:
+            workers[rank].update(status="failed", error=error[:2000], lost=False)
+    _set_workers(profile, workers)
+    if ranks is None:  # the whole profile (e.g. its analysis), whatever its workers did
+        profile.status = ProfileStatus.failed
+        profile.error = error[:2000]
     session.add(profile)
     session.commit()
     session.refresh(profile)
@@ -123,42 +241,52 @@ def store_chunk(
     data_dir: Path,
     run_id: int,
     pid: int,
+    rank: int,
     offset: int,
     total: int,
     data: bytes,
     max_bytes: int,
-) -> bool:
-    """Write one chunk of the trace; True when the trace is complete."""
+) -> tuple[bool, bool]:
+    """Write one chunk of worker `rank`'s trace. Returns (its trace is complete, the profile
+    is ready to be analysed)."""
     profile = get_profile(session=session, run_id=run_id, pid=pid)
-    if profile.status != ProfileStatus.uploading:
-        raise Conflict(f"profile {pid} is {profile.status}, not uploading")
+    workers = workers_of(profile)
+    worker = workers.get(rank)
+    if worker is None:
+        raise ProfileNotFound(f"profile {pid} did not ask rank {rank}")
+    if worker["status"] != ProfileStatus.uploading:
+        raise Conflict(f"profile {pid} rank {rank} is {worker['status']}, not uploading")
     if total > max_bytes:
         raise Conflict(f"trace of {total} bytes is over the server's {max_bytes}-byte cap")
-    if offset > profile.received_bytes or offset + len(data) > total:
-        raise Conflict(f"chunk at {offset} does not follow the {profile.received_bytes} bytes held")
-    path = trace_path(data_dir, pid)
+    held = worker.get("received_bytes", 0)
+    if offset > held or offset + len(data) > total:
+        raise Conflict(f"chunk at {offset} does not follow the {held} bytes held")
+    path = trace_path(data_dir, pid, rank)
     part = path.with_suffix(".pb.part")
     part.parent.mkdir(parents=True, exist_ok=True)
     with open(part, "r+b" if part.exists() else "wb") as file:
         file.seek(offset)
         file.write(data)
-    profile.received_bytes = max(profile.received_bytes, offset + len(data))
-    profile.trace_bytes = total
-    profile.updated_at = utc_now()
+    worker["received_bytes"] = max(held, offset + len(data))
+    worker["trace_bytes"] = total
+    complete = worker["received_bytes"] >= total
+    if complete:
+        part.replace(path)
+        worker["status"] = ProfileStatus.ready.value
+    _set_workers(profile, workers)
     session.add(profile)
     session.commit()
-    if profile.received_bytes < total:
-        return False
-    part.replace(path)
-    return True
+    return complete, complete and ready_to_analyse(profile)
 
 
-def stoker_input_share(*, session: Session, run_id: int, first: int, last: int) -> float | None:
-    """Stoker's measured input wait over the captured steps (rank 0), as a share of their
-    time; None until all of them are stored."""
+def stoker_input_share(
+    *, session: Session, run_id: int, first: int, last: int, rank: int = 0
+) -> float | None:
+    """Stoker's measured input wait over the captured steps of worker `rank`, as a share of
+    their time; None until all of them are stored."""
     count, waited, spent = session.exec(
         select(func.count(), func.sum(Step.wait), func.sum(Step.dur)).where(
-            Step.run_id == run_id, Step.rank == 0, Step.step >= first, Step.step <= last
+            Step.run_id == run_id, Step.rank == rank, Step.step >= first, Step.step <= last
         )
     ).one()
     if count < last - first + 1 or waited is None or not spent:
@@ -175,9 +303,11 @@ def finish(
     steps: tuple[int, int] | None,
     data_dir: Path,
     quota_bytes: int,
+    per_worker: dict[int, Analysed] | None = None,
 ) -> ProfilePublic:
-    """The analysis is in: the profile is ready, with Stoker's own share beside the profiler's,
-    and in the same commit the oldest traces beyond the quota are evicted.
+    """The analysis is in: the profile is ready, with Stoker's own share beside the profiler's
+    (the lowest rank's), each worker's beside its own trace's (`per_worker`: each trace
+    analysed alone), and in the same commit the oldest traces beyond the quota are evicted.
 
     `steps` narrows Stoker's share to the steps the profiler analysed (it drops partial ones).
     """
@@ -185,11 +315,34 @@ def finish(
     assert profile is not None
     if steps is not None:
         analysis = {**analysis, "step_range": list(steps)}
+    executions = (profile.overhead or {}).get("steps_per_execution") or 1
+    if analysis.get("available") and not analysis.get("steps") and executions > 1:
+        analysis = {**analysis, "note": STEPS_PER_EXECUTION_NOTE}
     first, last = steps or (profile.first_step, profile.last_step)
+    workers = workers_of(profile)
+    for rank, (alone, share, alone_steps) in (per_worker or {}).items():
+        worker = workers.get(rank)
+        if worker is None:
+            continue
+        summary = {key: alone.get(key) for key in WORKER_ANALYSIS if key in alone}
+        worker.update(analysis=summary, input_share_profiler=share)
+        if alone_steps is not None:
+            worker["analysis"]["step_range"] = list(alone_steps)
+        begin, end = alone_steps or (worker.get("first_step"), worker.get("last_step"))
+        if begin is not None and end is not None:
+            worker["input_share_stoker"] = stoker_input_share(
+                session=session, run_id=profile.run_id, first=begin, last=end, rank=rank
+            )
+    if profile.workers:
+        _set_workers(profile, workers)
+    lowest = next(
+        (w for _, w in sorted(workers.items()) if w["status"] == ProfileStatus.ready), None
+    )
     if first is not None and last is not None:
         profile.input_share_stoker = stoker_input_share(
-            session=session, run_id=profile.run_id, first=first, last=last
-        )
+            session=session, run_id=profile.run_id, first=first, last=last,
+            rank=lowest["rank"] if lowest else 0,
+        )  # fmt: skip
     profile.analysis = analysis
     profile.input_share_profiler = profiler_share
     profile.status = ProfileStatus.ready

@@ -23,7 +23,6 @@ from backend.ingest.protocol import (
     ErrorReply,
     Hello,
     HttpIngest,
-    WatchCommand,
     Welcome,
 )
 from backend.ingest.publish import (
@@ -35,6 +34,7 @@ from backend.ingest.publish import (
 from backend.ingest.store import BatchJob, end_run, open_run, store_batch
 from backend.ingest.summary import run_public
 from backend.ingest.writer import StreamFailed
+from backend.live.agents import AgentLink
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["agent"])
@@ -134,15 +134,12 @@ async def _serve_agent(
     hub.publish_run(public.model_dump(mode="json"))
     state.detectors.attach(public)
 
-    async def tell_watched(watched: bool) -> None:
-        await websocket.send_json(WatchCommand(watched=watched).to_json())
+    async def send(message: dict[str, Any]) -> None:
+        await websocket.send_json(message)
 
-    state.watched.attach(run.id, tell_watched)
-
-    async def send_command(command: dict[str, Any]) -> None:
-        await websocket.send_json(command)
-
-    state.commands.attach(run.id, send_command)
+    # Told whether a browser watches the run, and sent commands (e.g. profile) by rank.
+    agent = AgentLink(rank=hello.rank, send=send, run_key=hello.run_key)
+    state.agents.attach(run.id, agent)
     in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
     failed = asyncio.Event()
     acknowledging = asyncio.create_task(
@@ -181,8 +178,7 @@ async def _serve_agent(
             stored = writer.submit_store(BatchJob(run.id, hello.stream, hello.rank, frame))
             await in_flight.put(_InFlight(frame, stored))
     finally:
-        state.watched.detach(run.id, tell_watched)
-        state.commands.detach(run.id, send_command)
+        state.agents.detach(run.id, agent)
         await in_flight.put(None)
         await acknowledging
 
