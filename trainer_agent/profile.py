@@ -35,6 +35,7 @@ from typing import Any
 
 from trainer_agent import profile_spool
 from trainer_agent.config import AgentConfig
+from trainer_agent.delivery.backoff import Backoff
 from trainer_agent.guard import FAULT_ENV, InjectedFault
 from trainer_agent.profile_spool import Outcome
 
@@ -322,8 +323,6 @@ class Profiler:
     def _deliver(self, capture: Capture) -> None:
         """Send the status and the trace, retrying with capped backoff while the server is
         away (for as long as the process lives: what is spooled survives it)."""
-        from trainer_agent.sender import Backoff
-
         if not capture.spooled:  # the status goes with it in memory
             capture.status.update(
                 server=self._config.server, run_id=self._run_id(), profile=capture.id,
@@ -348,8 +347,6 @@ class Profiler:
     ) -> None:
         """POST to the run's profile; retry with capped backoff while the server is away
         (for as long as the process lives, or until `until()`), give up on a refusal (4xx)."""
-        from trainer_agent.sender import Backoff
-
         backoff = Backoff(max_s=RETRY_MAX_S)
         headers = {"Authorization": f"Bearer {self._config.token}"} if self._config.token else {}
         params = {**kwargs.pop("params", {}), "rank": rank}

@@ -23,7 +23,8 @@ import httpx
 
 from trainer_agent import profile_spool, wire
 from trainer_agent.config import resolve_server, resolve_token
-from trainer_agent.sender import Backoff, http_chunks
+from trainer_agent.delivery.backoff import Backoff
+from trainer_agent.delivery.http import http_chunks
 from trainer_agent.spool import Spool, run_directories
 
 log = logging.getLogger("trainer_agent")
