@@ -115,6 +115,7 @@ def test_compare_view_overlays_val_loss_by_epoch_and_marks_the_best_run(
     expect(val_loss).to_have_attribute("data-lines", "2", timeout=15_000)
     expect(val_loss).to_have_attribute("data-points", "4")
     expect(val_loss).to_have_attribute("data-epoch-points", "8")
+    expect(val_loss).to_have_attribute("data-x-range", "0,3")  # epochs 0..3, edge to edge
     legend = val_loss.locator(".u-legend")
     expect(legend).to_contain_text("epochs-good")
     expect(legend).to_contain_text("epochs-overfit")
@@ -132,6 +133,23 @@ def test_compare_view_overlays_val_loss_by_epoch_and_marks_the_best_run(
         assert cells.nth(1 - best_col).get_attribute("data-best") is None
     expect(table.locator('tr[data-metric="epoch:val_loss"] td').nth(1)).to_contain_text("0.5")
     page.screenshot(path=str(artifacts / "ui-epochs-compare.png"), full_page=True)
+
+
+def test_compare_view_shows_runs_of_one_epoch_at_their_epoch(
+    shared_server: ServerProcess, page: Any, artifacts: Path
+) -> None:
+    """One epoch each: a point at epoch 0 in a one-epoch span, not on an axis from 0 to 100 (the
+    y labels' precision, which kept repeating "0.82", is covered by chartOptions.test.ts)."""
+    project = f"ui-one-epoch-{uuid.uuid4().hex[:8]}"
+    a = _training(shared_server, "one-epoch-a", project, {"val_loss": [0.8212]})
+    b = _training(shared_server, "one-epoch-b", project, {"val_loss": [0.8208]})
+    page.goto(f"{shared_server.url}/#/compare?runs={a},{b}")
+    val_loss = page.locator('[data-testid="compare-epoch-chart"][data-metric="val_loss"]')
+    expect(val_loss).to_have_attribute("data-epoch-points", "2", timeout=15_000)
+    expect(val_loss).to_have_attribute("data-points", "1")
+    expect(val_loss).to_have_attribute("data-x-range", "-0.5,0.5")
+    shot = artifacts / "ui-epochs-compare-one-epoch.png"
+    page.get_by_test_id("compare-epochs").screenshot(path=str(shot))
 
 
 def test_runs_list_sorts_by_best_val_accuracy_and_remembers_it(

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
   BYTE_INCRS,
+  DECIMAL_INCRS,
   LIGHT_PALETTE,
   STEP_INCRS,
   axisSplits,
@@ -8,10 +9,14 @@ import {
   pickIncr,
   durationRange,
   formatStepTick,
+  incrDecimals,
   isFullRange,
   paletteFromVars,
+  rangeFor,
   seriesLayout,
+  singleXRange,
   stepTimeOptions,
+  tickLabels,
 } from "./chartOptions";
 import { appendNewer, chartColumns, emptySeries, seriesShape } from "./series";
 
@@ -182,5 +187,46 @@ describe("byte axis increments", () => {
         }
       }
     }
+  });
+});
+
+describe("epoch axes with a single epoch", () => {
+  // uPlot's y axes want ≥ 30 px between ticks; the epoch charts are about 170 px tall inside.
+  const yTicks = (values: number[]) => {
+    const range = rangeFor({ scale: "value", label: "", format: String }) as (u: unknown, min: number, max: number) => [number, number];
+    const [lo, hi] = range(null, Math.min(...values), Math.max(...values));
+    const incr = pickIncr(DECIMAL_INCRS, lo, hi, 170, 30);
+    return tickLabels(axisSplits(lo, hi, incr), incr);
+  };
+
+  it("puts one epoch in the middle of a one-epoch span (uPlot would draw 0..100)", () => {
+    expect(singleXRange({ data: [[0], [0.82]] }, 0, 100)).toEqual([-0.5, 0.5]);
+    expect(singleXRange({ data: [[4], [0.82], [0.83]] }, 4, 104)).toEqual([3.5, 4.5]);
+    // More epochs, or none: the range passes through.
+    expect(singleXRange({ data: [[0, 1, 2], [1, 2, 3]] }, 0, 2)).toEqual([0, 2]);
+    expect(singleXRange({ data: [[]] }, null, null)).toEqual([null, null]);
+    // Whole-epoch ticks over that span: the epoch alone.
+    expect(axisSplits(-0.5, 0.5, pickIncr(STEP_INCRS, -0.5, 0.5, 600, 50)).map(String)).toEqual(["0"]);
+  });
+
+  it("labels close values of one epoch each differently (no repeated 0.82)", () => {
+    for (const values of [[0.8212, 0.8208], [0.8234, 0.8241], [0.8231, 0.8244], [0.8, 0.81], [0.82], [0.82, 0.82], [0], [1e-5, 1.2e-5], [12_345, 12_400], [2.5e6]]) {
+      const labels = yTicks(values);
+      expect(labels.length, `${values}`).toBeGreaterThan(1);
+      expect(new Set(labels).size, `${values}: ${labels.join(" ")}`).toBe(labels.length);
+    }
+    expect(yTicks([0.8212, 0.8208])).toEqual(["0.8208", "0.8209", "0.8210", "0.8211", "0.8212"]);
+  });
+
+  it("writes as many decimals as the increment needs", () => {
+    expect(incrDecimals(5)).toBe(0);
+    expect(incrDecimals(0.02)).toBe(2);
+    expect(incrDecimals(0.025)).toBe(3);
+    expect(incrDecimals(1e-4)).toBe(4);
+    expect(tickLabels([0.8, 0.82, 0.84], 0.02)).toEqual(["0.80", "0.82", "0.84"]);
+    expect(tickLabels([-0.02, -1e-17, 0.02], 0.02)).toEqual(["-0.02", "0.00", "0.02"]);
+    expect(tickLabels([10_000, 12_000, 14_000], 2000)).toEqual(["10k", "12k", "14k"]);
+    expect(tickLabels([1.1e-5, 1.2e-5, 0], 1e-6)).toEqual(["1.1e-5", "1.2e-5", "0"]);
+    expect(tickLabels([null, 1], 1)).toEqual(["", "1"]);
   });
 });

@@ -97,6 +97,64 @@ export function axisSplits(min: number, max: number, incr: number): number[] {
   return out;
 }
 
+/** Decimal tick increments (1, 2, 5 × 10^k, 1e-12 … 5e12): each has as many decimals as its leading digit's place. */
+export const DECIMAL_INCRS: number[] = (() => {
+  const out: number[] = [];
+  for (let e = -12; e <= 12; e++) for (const m of [1, 2, 5]) out.push(Number(`${m}e${e}`));
+  return out;
+})();
+
+/** The decimals `incr` needs to be written exactly: 0.02 → 2, 0.025 → 3, 5 → 0. */
+export function incrDecimals(incr: number): number {
+  if (!(incr > 0) || !Number.isFinite(incr)) return 0;
+  for (let d = 0; d < 16; d++) {
+    const scaled = incr * 10 ** d;
+    if (Math.round(scaled) >= 1 && Math.abs(scaled - Math.round(scaled)) < 1e-9 * scaled) return d;
+  }
+  return 16;
+}
+
+/**
+ * Tick labels of a numeric y axis that never read alike: as many decimals as
+ * the increment `incr` between ticks needs (0.8206, 0.8208, 0.821…), thousands
+ * and millions as k / M when the increment allows, and small values (below
+ * 0.001) in exponent form, as their legend values are.
+ */
+export function tickLabels(splits: readonly (number | null)[], incr: number): string[] {
+  let top = 0;
+  for (const v of splits) if (v != null && Number.isFinite(v)) top = Math.max(top, Math.abs(v));
+  const fixed = (v: number, unit: number) => {
+    const text = (v / unit).toFixed(incrDecimals(incr / unit));
+    return /^-0(\.0*)?$/.test(text) ? text.slice(1) : text;
+  };
+  return splits.map((v) => {
+    if (v == null || !Number.isFinite(v)) return "";
+    if (top >= 1e6 && incr >= 1e5) return `${fixed(v, 1e6)}M`;
+    if (top >= 1e4 && incr >= 1e3) return `${fixed(v, 1e3)}k`;
+    if (top < 1e-3) {
+      if (Math.abs(v) < incr * 1e-6) return "0";
+      // Mantissa digits down to the increment's place: 1.2e-5 with increments of 1e-6.
+      const digits = Math.max(0, incrDecimals(incr) + Math.floor(Math.log10(Math.abs(v))));
+      return v.toExponential(Math.min(digits, 20));
+    }
+    return fixed(v, 1);
+  });
+}
+
+/**
+ * X range of a chart over whole units (epochs): one x value alone (a run of one
+ * epoch) sits in the middle of a span of one unit, so its single tick reads its
+ * own number, where uPlot would spread it over 0..100. Other ranges pass through.
+ */
+export function singleXRange(u: { data?: ArrayLike<ArrayLike<number | null | undefined>> }, min: number | null, max: number | null): [number | null, number | null] {
+  const xs = u.data?.[0];
+  const n = xs?.length ?? 0;
+  const first = n > 0 ? xs![0] : null;
+  const last = n > 0 ? xs![n - 1] : null;
+  if (typeof first === "number" && first === last) return [first - 0.5, first + 0.5];
+  return [min, max];
+}
+
 /** Step index tick label: 950, 12k, 1.2M. */
 export function formatStepTick(v: number | null | undefined): string {
   if (typeof v !== "number" || !Number.isFinite(v)) return "";
@@ -305,6 +363,8 @@ export interface AxisSpec {
   clipOutliersOf?: number[];
   /** Tick increments uPlot chooses from (e.g. BYTE_INCRS for binary units). */
   incrs?: number[];
+  /** Tick labels from the ticks and their increment (instead of `format` on each). */
+  labels?: (splits: readonly (number | null)[], incr: number) => string[];
 }
 
 export interface LineSpec {
@@ -333,6 +393,8 @@ export interface LineChartArgs {
   xFormat?: (v: number) => string;
   /** Tick increments of a numeric x axis (default: STEP_INCRS for "step"). */
   xIncrs?: number[];
+  /** Range of the x scale (default: the data's first to last x). */
+  xRange?: uPlot.Scale.Range;
   axes: AxisSpec[];
   lines: LineSpec[];
   /** Pairs of series indices (1-based, as uPlot counts) drawn as a band: [upper, lower]. */
@@ -364,7 +426,7 @@ export function lineChartOptions(args: LineChartArgs): uPlot.Options {
     ticks: { stroke: p.axis, width: 1, size: 4 },
     ...extra,
   });
-  const scales: uPlot.Scales = { x: { time: args.time } };
+  const scales: uPlot.Scales = { x: args.xRange ? { time: args.time, range: args.xRange } : { time: args.time } };
   const axes: uPlot.Axis[] = [
     axisBase(
       args.time
@@ -391,7 +453,9 @@ export function lineChartOptions(args: LineChartArgs): uPlot.Options {
         side: right ? 1 : 3,
         ...(right || rightCount > 0 ? { grid: { show: false } } : {}),
         ...(a.incrs ? { incrs: a.incrs } : {}),
-        values: (_u, splits) => splits.map((v) => (v == null ? "" : a.format(v))),
+        values: a.labels
+          ? (_u, splits, _axis, _space, incr) => a.labels!(splits, incr)
+          : (_u, splits) => splits.map((v) => (v == null ? "" : a.format(v))),
       }),
     );
     if (right) rightCount++;

@@ -3,7 +3,19 @@
 // No DOM: unit-tested.
 
 import type uPlot from "uplot";
-import { BYTE_INCRS, STEP_INCRS, formatBytesTick, formatStepTick, lineChartOptions, withAlpha, type AxisSpec, type LineSpec } from "./chartOptions";
+import {
+  BYTE_INCRS,
+  DECIMAL_INCRS,
+  STEP_INCRS,
+  formatBytesTick,
+  formatStepTick,
+  lineChartOptions,
+  singleXRange,
+  tickLabels,
+  withAlpha,
+  type AxisSpec,
+  type LineSpec,
+} from "./chartOptions";
 import { overlayColumns, type Align } from "./compare";
 import { throughputColumns } from "./derive";
 import { formatDuration, formatMs, formatMsTick, formatRate } from "./format";
@@ -112,7 +124,6 @@ export function epochSpec(): ChartSpec<EpochChart> {
     shapeKey: (c) => c.lines.map((l) => `${l.label}:${l.dashed ? 1 : 0}`).join("|"),
     columns: (c) => epochColumns(c) as uPlot.AlignedData,
     options: (c, size, style) => {
-      const ratio = c.lines.length > 0 && c.lines.every((l) => isRatioMetric(l.label)) && isRatioMetric(c.key);
       return lineChartOptions({
         ...size,
         palette: style.palette,
@@ -120,7 +131,9 @@ export function epochSpec(): ChartSpec<EpochChart> {
         xLabel: "epoch",
         xFormat: (v) => (Number.isInteger(v) ? String(v) : ""),
         xIncrs: STEP_INCRS, // whole epochs only
-        axes: [{ scale: "value", label: c.key, format: ratio ? (v) => v.toFixed(2) : compact }],
+        xRange: singleXRange, // one epoch: a point at its epoch, not on 0..100
+        // Labels as precise as the tick increment: close values (one epoch of several runs) never repeat a label.
+        axes: [{ scale: "value", label: c.key, format: formatEpochValue, incrs: DECIMAL_INCRS, labels: tickLabels }],
         lines: c.lines.map((l, i) => {
           const line: LineSpec = {
             label: l.label,
