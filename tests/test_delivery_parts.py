@@ -402,3 +402,26 @@ def test_a_stalled_server_is_slow_and_a_refusing_one_unreachable() -> None:
     assert is_slow(keepalive) and is_slow(TimeoutError()) and is_slow(DrainCapReached())
     assert not is_slow(ConnectionRefusedError(111, "Connection refused"))
     assert not is_slow(ConnectionClosedError(None, Close(1001, "going away"), None))
+
+
+def test_two_workers_of_one_run_spool_apart(tmp_path: Path) -> None:
+    """Both ranks number their batches from 1: in one directory they would overwrite each
+    other's spooled batches while the server is away."""
+
+    def refuse(url: str, **kwargs: Any) -> Any:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    config = AgentConfig(spool_dir=tmp_path, server="http://127.0.0.1:9")
+    for rank in (0, 1):
+        recorder = Recorder(max_rows=100)
+        hello = {**HELLO, "rank": rank}
+        sender = Sender(
+            config=config, hello=hello, buffer=recorder, connect=refuse, clock=ManualClock()
+        )
+        recorder.steps.append(rank, 0.0, 0.1, None, None)
+        assert sender.cycle() is False and sender.spooled_rows == 1
+    spooled = {
+        path.parent.parent.name: Spool.load(path)["steps"]["step"]
+        for path in tmp_path.glob("*/batches/*.json")
+    }
+    assert spooled == {HELLO["run_key"]: [0], HELLO["run_key"] + ".r1": [1]}

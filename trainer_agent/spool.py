@@ -43,6 +43,12 @@ def default_spool_dir() -> Path:
     return Path(base) / "stoker" / "spool"
 
 
+def run_spool_directory(spool_dir: Path, run_key: str, rank: int) -> Path:
+    """Where one process of a run spools its batches. Every worker of a distributed job has
+    the run's key and numbers its own batches from 1, so each rank has its own directory."""
+    return Path(spool_dir) / (run_key if not rank else f"{run_key}.r{rank}")
+
+
 def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(path.name + ".tmp")
     try:

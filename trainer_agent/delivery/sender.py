@@ -34,7 +34,7 @@ from trainer_agent.delivery.transport import (
 )
 from trainer_agent.delivery.websocket import Connect, WebSocketTransport, default_connect
 from trainer_agent.recorder import Recorder
-from trainer_agent.spool import Spool
+from trainer_agent.spool import Spool, run_spool_directory
 
 log = logging.getLogger("trainer_agent")
 
@@ -91,7 +91,7 @@ class Sender:
         )
         spool = (
             Spool(
-                config.spool_dir / hello["run_key"],
+                run_spool_directory(config.spool_dir, hello["run_key"], hello.get("rank", 0)),
                 max_bytes=config.spool_max_bytes,
                 server=config.server,
             )
