@@ -5,7 +5,8 @@ price (issue 15 §3). Runs are fed through the HTTP ingest, as an agent sends th
   levels are the server's (the summary's verdict), at a threshold too;
 - compare has "Input wait (time)" and "Lost GPU time" rows, lower marked best;
 - a run page says how much sooner the run would have finished had it been fed;
-- the cost page (#/cost) lists projects and runs by lost GPU-hours.
+- the cost page (#/cost) lists projects and runs by lost GPU-hours;
+- when the server's settings cannot be read, the run page says so and shows the cost unpriced.
 
 Screenshots go to test-artifacts/ui-cost-*.png.
 """
@@ -143,3 +144,16 @@ def test_cost_page_lists_projects_and_runs_by_lost_gpu_hours(
     page.get_by_test_id("cost-since").fill("2999-01-01")
     page.get_by_test_id("cost-since").dispatch_event("change")
     expect(page.get_by_test_id("cost-body")).to_contain_text("No run was active since then.")
+
+
+def test_run_page_says_when_the_settings_cannot_be_read(
+    priced_server: ServerProcess, runs: dict[str, Any], page: Any, artifacts: Path
+) -> None:
+    page.route("**/api/v1/settings/ui", lambda route: route.fulfill(
+        status=500, content_type="application/json", body='{"detail": "boom"}'))  # fmt: skip
+    page.goto(f"{priced_server.url}/#/runs/{runs['starved']}")
+    expect(page.get_by_test_id("settings-error")).to_have_text(
+        "Cannot load the server's settings (500 boom).", timeout=15_000
+    )
+    expect(page.locator('[data-figure="lost_gpu"] dd')).to_have_text("0.66 GPU·h")  # no price
+    page.screenshot(path=str(artifacts / "ui-cost-settings-error.png"))

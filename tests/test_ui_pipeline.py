@@ -5,7 +5,8 @@ section per read of tf.data's model):
 - a starved run lists its stages from the source to the model and highlights the slow map
   (the bottleneck) with its fix; its function name is shown as text, never as markup;
 - a fed run shows the stages and no bottleneck;
-- a run whose model was unavailable says so.
+- a run whose model was unavailable says so;
+- a failed read is said, and read again at the next poll while the run is live.
 
 Screenshot: test-artifacts/ui-pipeline-starved.png.
 """
@@ -41,7 +42,9 @@ def _stages(function: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def _run(server: ServerProcess, name: str, wait: float, pipeline: dict[str, Any]) -> int:
+def _run(
+    server: ServerProcess, name: str, wait: float, pipeline: dict[str, Any], *, end: bool = True
+) -> int:
     n, t0 = 100, time.time() - 30
     batch = {
         "type": "batch", "seq": 1,
@@ -51,7 +54,9 @@ def _run(server: ServerProcess, name: str, wait: float, pipeline: dict[str, Any]
     }  # fmt: skip
     hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": name,
              "project": "ui-pipeline"}  # fmt: skip
-    body = {"hello": hello, "batches": [batch], "end": {"type": "end", "status": "finished"}}
+    body: dict[str, Any] = {"hello": hello, "batches": [batch]}
+    if end:
+        body["end"] = {"type": "end", "status": "finished"}
     response = httpx.post(f"{server.url}/api/v1/ingest", json=body, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()["run_id"]
@@ -99,3 +104,32 @@ def test_unavailable_model_is_said(shared_server: ServerProcess, page: Any) -> N
     expect(page.get_by_test_id("pipeline-unavailable")).to_contain_text(
         "autotune model is unavailable", timeout=15_000
     )
+
+
+def test_a_failed_read_is_said_and_read_again_while_live(
+    shared_server: ServerProcess, page: Any, artifacts: Path
+) -> None:
+    run_id = _run(shared_server, "pipeline-flaky", 0.08, _read(_stages("decode")), end=False)
+    failed: list[str] = []
+
+    def fail_once(route: Any) -> None:
+        if failed:
+            route.continue_()
+        else:
+            failed.append(route.request.url)
+            route.fulfill(status=503, content_type="application/json",
+                          body='{"detail": "database busy <b>"}')  # fmt: skip
+
+    page.route(f"**/api/v1/runs/{run_id}/pipeline", fail_once)
+    page.goto(f"{shared_server.url}/#/runs/{run_id}")
+    view = page.get_by_test_id("pipeline-view")
+    error = view.get_by_test_id("pipeline-error")
+    expect(error).to_have_text(
+        "Cannot load the input pipeline (503 database busy <b>); retrying…", timeout=15_000
+    )
+    expect(view.locator("b")).to_have_count(0)  # the server's words as text
+    view.screenshot(path=str(artifacts / "ui-pipeline-error.png"))
+    # The next poll (every 4 s while live) reads it again.
+    expect(view.get_by_test_id("pipeline-stage")).to_have_count(5, timeout=15_000)
+    expect(error).to_be_hidden()
+    assert len(failed) == 1

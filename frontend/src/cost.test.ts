@@ -71,11 +71,12 @@ describe("starvation query", () => {
 });
 
 describe("loadUiSettings", () => {
-  it("keeps no price nor thresholds when the server cannot say, then reads them once it can", async () => {
+  it("rejects with the server's error and no price nor thresholds, then reads them at the next call", async () => {
     const sent = { ...PRICED, input_bound: { highly_input_bound: 0.2, moderately_input_bound: 0.05 } };
     let calls = 0;
-    const failing = { getJson: <T>() => (calls++, Promise.reject(new Error("401"))) as Promise<T> };
-    expect(await loadUiSettings(failing)).toEqual({ ...NO_PRICE, input_bound: null });
+    const failing = { getJson: <T>() => (calls++, Promise.reject(new Error("HTTP 500 for /settings/ui"))) as Promise<T> };
+    await expect(loadUiSettings(failing)).rejects.toThrow("HTTP 500 for /settings/ui");
+    expect(uiSettings()).toEqual({ ...NO_PRICE, input_bound: null });
     const ok = { getJson: <T>(path: string) => (calls++, Promise.resolve(path === "/settings/ui" ? sent : null) as Promise<T>) };
     expect(await loadUiSettings(ok)).toEqual(sent);
     expect(await loadUiSettings(ok)).toEqual(sent);

@@ -107,10 +107,14 @@ export function uiSettings(): HeldUiSettings {
   return current;
 }
 
-/** Read the server's UI settings once; until they arrive (or on an error) there is no price nor thresholds. */
+/**
+ * Read the server's UI settings once; until they arrive there is no price nor
+ * thresholds. A failed read rejects with its error (for the view to show) and
+ * is made again at the next call.
+ */
 export function loadUiSettings(api: JsonGetter): Promise<HeldUiSettings> {
   if (!loading) {
-    loading = api
+    const attempt = api
       .getJson<UiSettings>("/settings/ui")
       .then((s) => {
         const bound = s?.input_bound;
@@ -123,11 +127,11 @@ export function loadUiSettings(api: JsonGetter): Promise<HeldUiSettings> {
               : null,
         };
         return current;
-      })
-      .catch(() => {
-        loading = null; // try again next time (e.g. after the token prompt)
-        return current;
       });
+    loading = attempt;
+    attempt.catch(() => {
+      if (loading === attempt) loading = null; // read again at the next call
+    });
   }
   return loading;
 }

@@ -105,7 +105,11 @@ export class CompareView implements View {
     let env: DiffRow[] | null = null;
     let missing: number[] = [];
     let source = "server";
-    const settings = loadUiSettings(this.ctx.api); // prices the lost GPU time row
+    // Prices the lost GPU time row; a failed read is said above the comparison.
+    const settings = loadUiSettings(this.ctx.api).then(
+      () => null,
+      (err: unknown) => err,
+    );
     try {
       const resp = await this.ctx.api.compare(this.ids, this.abort.signal);
       this.runs = Array.isArray(resp.runs) ? resp.runs : [];
@@ -137,9 +141,12 @@ export class CompareView implements View {
     if (this.destroyed) return;
     if (source === "server") missing = this.ids.filter((id) => !this.runs.some((r) => r.id === id));
     if (this.epochNames.length === 0) this.epochNames = epochMetricNames(this.runs.map((r) => r.summary));
-    await settings;
+    const settingsError = await settings;
     if (this.destroyed) return;
     this.render(config ?? [], env ?? [], missing, source);
+    if (settingsError !== null) {
+      this.body.prepend(h("p", { class: "error", text: `Cannot load the server's settings (${errorMessage(settingsError)}).`, attrs: { "data-testid": "settings-error" } }));
+    }
     await Promise.all([this.loadSeries(), this.loadEpochs()]);
   }
 

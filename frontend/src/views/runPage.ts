@@ -13,7 +13,7 @@
 
 import { loadUiSettings } from "../cost";
 import { isNotFound } from "../api";
-import { h, replaceChildren } from "../dom";
+import { h, replaceChildren, setText } from "../dom";
 import { RUNS_HREF } from "../router";
 import { isRun, runEnded } from "../runs";
 import type { Run } from "../types";
@@ -48,6 +48,10 @@ export class RunPageView implements View {
   private readonly figuresBox: HTMLElement;
   /** How much sooner the run would have finished had its input kept up. */
   private readonly fedLine: HTMLElement;
+  /** Why the server's settings (GPU-hour price, input-bound thresholds) could not be read. */
+  private readonly settingsError: HTMLElement;
+  private settingsLoaded = false;
+  private settingsFailure: string | null = null;
   private readonly banner: VerdictBanner;
   private readonly stepCharts: StepCharts;
   private readonly workerCharts: WorkerCharts;
@@ -76,9 +80,8 @@ export class RunPageView implements View {
     this.actionError = h("p", { class: "error", attrs: { role: "alert", hidden: true, "data-testid": "run-action-error" } });
     this.figuresBox = h("dl", { class: "figures", attrs: { "aria-label": "Run summary" } });
     this.fedLine = h("p", { class: "fed-estimate", attrs: { "data-testid": "fed-estimate", hidden: true } });
-    void loadUiSettings(ctx.api).then(() => {
-      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now()); // priced lost GPU time
-    });
+    this.settingsError = h("p", { class: "error", attrs: { role: "status", hidden: true, "data-testid": "settings-error" } });
+    void this.loadSettings();
     this.banner = new VerdictBanner(ctx, runId, signal, () => this.run?.summary);
     this.stepCharts = new StepCharts({
       api: ctx.api,
@@ -114,6 +117,7 @@ export class RunPageView implements View {
       this.banner.el,
       this.figuresBox,
       this.fedLine,
+      this.settingsError,
       this.stepCharts.el,
       this.workerCharts.el,
       this.epochs.el,
@@ -234,6 +238,29 @@ export class RunPageView implements View {
     }
   }
 
+  /** The server's UI settings (read once for all views): they price the lost GPU time. */
+  private async loadSettings(): Promise<void> {
+    try {
+      await loadUiSettings(this.ctx.api);
+      if (this.destroyed) return;
+      this.settingsLoaded = true;
+      this.settingsFailure = null;
+      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now()); // priced lost GPU time
+    } catch (err) {
+      if (this.destroyed) return; // left the page
+      this.settingsFailure = errorMessage(err);
+    }
+    this.showSettingsFailure();
+  }
+
+  /** The settings' read failure; while the run is live the next poll reads them again. */
+  private showSettingsFailure(): void {
+    this.settingsError.hidden = this.settingsFailure === null;
+    if (this.settingsFailure === null) return;
+    const retrying = this.run?.status === "running" ? "; retrying…" : ".";
+    setText(this.settingsError, `Cannot load the server's settings (${this.settingsFailure})${retrying}`);
+  }
+
   /** Live steps arrived: re-read the server's starved stretches within a second (not per message). */
   private refreshStarvationSoon(): void {
     if (this.starvationTimer !== null || this.destroyed) return;
@@ -272,6 +299,7 @@ export class RunPageView implements View {
       const metrics = this.stepCharts.metrics;
       const tasks: Promise<void>[] = [this.loadRun(), samples.load(samples.state !== "ok"), metrics.load(metrics.state !== "ok")];
       if (this.banner.sinceLive() > 3 * POLL_MS) tasks.push(this.banner.load());
+      if (!this.settingsLoaded) tasks.push(this.loadSettings());
       tasks.push(this.loadStarvation());
       await Promise.all(tasks);
     } finally {
@@ -328,6 +356,7 @@ export class RunPageView implements View {
     });
     renderRunFigures(this.figuresBox, run, this.ctx.now());
     renderFedLine(this.fedLine, run, this.ctx.now());
+    this.showSettingsFailure();
     this.config.update(run);
     this.environment.update(run);
     this.timeCharts.update(run);

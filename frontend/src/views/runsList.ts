@@ -19,7 +19,7 @@ import { readStorage, writeStorage } from "../storage";
 import { loadUiSettings } from "../cost";
 import { COST_HREF, runHref } from "../router";
 import type { Run, RunStatus } from "../types";
-import { every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
+import { errorMessage, every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
 
 interface Column {
   key: string;
@@ -69,6 +69,9 @@ export class RunsListView implements View {
   private readonly tbody: HTMLTableSectionElement;
   private readonly table: HTMLTableElement;
   private readonly stateBox: HTMLElement;
+  /** Why the server's settings (the GPU-hour price of the lost GPU time column) could not be read. */
+  private readonly settingsError: HTMLElement;
+  private destroyed = false;
   private readonly countEl: HTMLElement;
   private readonly filterInput: HTMLInputElement;
   private readonly statusSelect: HTMLSelectElement;
@@ -163,6 +166,7 @@ export class RunsListView implements View {
       this.tbody,
     );
     this.stateBox = h("div", { class: "state-box", attrs: { "aria-live": "polite" } });
+    this.settingsError = h("p", { class: "error", attrs: { role: "status", hidden: true, "data-testid": "settings-error" } });
     this.el = h(
       "section",
       { class: "page runs-page", attrs: { "aria-labelledby": "runs-heading" } },
@@ -180,15 +184,24 @@ export class RunsListView implements View {
       ),
       h("div", { class: "table-wrap" }, this.table),
       this.stateBox,
+      this.settingsError,
       h("div", { class: "more-row" }, this.moreButton),
     );
     this.cleanups.push(ctx.runs.subscribe((changed) => (changed ? this.renderRun(changed) : this.render())));
     this.cleanups.push(every(10_000, () => this.render()));
     this.render();
-    void loadUiSettings(ctx.api).then(() => this.render());
+    loadUiSettings(ctx.api).then(
+      () => this.render(),
+      (err: unknown) => {
+        if (this.destroyed) return; // left the page
+        setText(this.settingsError, `Cannot load the server's settings (${errorMessage(err)}).`);
+        this.settingsError.hidden = false;
+      },
+    );
   }
 
   destroy(): void {
+    this.destroyed = true;
     for (const c of this.cleanups.splice(0)) c();
   }
 

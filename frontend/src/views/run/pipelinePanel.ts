@@ -6,8 +6,9 @@
 // Every user-controlled text (function names, reasons) goes through textContent.
 
 import type { ApiClient } from "../../api";
-import { h, replaceChildren } from "../../dom";
+import { h, replaceChildren, setText } from "../../dom";
 import { formatPercent } from "../../format";
+import { errorMessage } from "../common";
 import {
   bufferFill,
   capacityBarPct,
@@ -25,8 +26,11 @@ export class PipelinePanel {
   readonly el: HTMLElement;
   private readonly body: HTMLElement;
   private readonly info: HTMLElement;
+  private readonly error: HTMLElement;
   private timer: ReturnType<typeof setInterval> | null = null;
   private loading = false;
+  /** Why the last read failed, or null. */
+  private failure: string | null = null;
 
   constructor(
     private readonly api: ApiClient,
@@ -35,13 +39,15 @@ export class PipelinePanel {
   ) {
     this.info = h("span", { class: "chart-info muted" });
     this.body = h("div", { class: "pipeline-body" });
+    this.error = h("p", { class: "error", attrs: { role: "status", hidden: true, "data-testid": "pipeline-error" } });
     this.el = h(
       "section",
       { class: "panel pipeline-panel", attrs: { "aria-labelledby": `pipeline-${runId}`, "data-testid": "pipeline-view" } },
       h("div", { class: "panel-head" }, h("h2", { text: "Input pipeline", attrs: { id: `pipeline-${runId}` } }), this.info),
+      this.error,
       this.body,
     );
-    this.el.hidden = true; // until there is an answer worth showing
+    this.el.hidden = true; // until there is an answer (or an error) worth showing
   }
 
   /** Poll while the run is live; one last read when it ends. */
@@ -53,6 +59,7 @@ export class PipelinePanel {
       this.timer = null;
       void this.load();
     }
+    this.showFailure();
   }
 
   destroy(): void {
@@ -66,13 +73,25 @@ export class PipelinePanel {
     try {
       const raw = await this.api.getJson<unknown>(`/runs/${this.runId}/pipeline`, this.signal);
       if (this.signal.aborted) return;
+      this.failure = null;
+      this.showFailure();
       const answer = parsePipeline(raw);
       if (answer) this.render(answer);
-    } catch {
-      /* an older server without the endpoint: the view stays hidden */
+    } catch (err) {
+      if (this.signal.aborted) return; // left the page
+      this.failure = errorMessage(err);
+      this.showFailure();
     } finally {
       this.loading = false;
     }
+  }
+
+  /** The last read's failure (the figures of the answer before it stay); while live the next poll reads again. */
+  private showFailure(): void {
+    this.error.hidden = this.failure === null;
+    if (this.failure === null) return;
+    setText(this.error, `Cannot load the input pipeline (${this.failure})${this.timer !== null ? "; retrying…" : "."}`);
+    this.el.hidden = false;
   }
 
   render(answer: PipelineAnswer): void {
