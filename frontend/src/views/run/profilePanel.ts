@@ -2,10 +2,13 @@
 // TensorFlow profiler capture, follows it (requested → capturing → uploading → ready or
 // failed) and shows xprof's analysis beside Stoker's own input wait. All text goes in
 // through text nodes (dom.h): names of ops and iterators come from the trace.
+// A capture of several workers (a distributed run) also lists each worker's own figures
+// (profileWorkers.ts) and marks the one that starves the job.
 
 import type { ApiClient } from "../../api";
 import { h, replaceChildren } from "../../dom";
 import { formatMs, formatPercent } from "../../format";
+import { type ProfileWorker, keepWorkerShares, waitingForWorkerShares, workerRows, starvingWorker } from "../../profileWorkers";
 import { errorMessage } from "../common";
 
 type ProfileStatus = "requested" | "capturing" | "uploading" | "ready" | "failed";
@@ -44,9 +47,12 @@ export interface Profile {
   analysis: Analysis;
   input_share_profiler: number | null;
   input_share_stoker: number | null;
+  workers?: ProfileWorker[];
 }
 
 const POLL_MS = 1000;
+/** A failed read of the run's profiles is retried this often while the run is live. */
+const RETRY_MS = 5000;
 const PROGRESS: Record<ProfileStatus, string> = {
   requested: "Asked the agent; the capture starts at the next step…",
   capturing: "Capturing",
@@ -68,6 +74,11 @@ function inProgress(p: Profile | null): boolean {
   return p !== null && p.status !== "ready" && p.status !== "failed";
 }
 
+/** A capture of several workers (the single-worker view is unchanged). */
+function workersOf(p: Profile): ProfileWorker[] | null {
+  return p.workers && p.workers.length > 1 ? p.workers : null;
+}
+
 export class ProfilePanel {
   readonly el = h("section", { class: "panel profile-panel", attrs: { "data-testid": "profile-panel", "aria-labelledby": "profile-heading" } });
   private readonly api: ApiClient;
@@ -80,8 +91,11 @@ export class ProfilePanel {
   private readonly body = h("div", { attrs: { "data-testid": "profile-body", "aria-live": "polite" } });
   private profile: Profile | null = null;
   private error: string | null = null;
+  /** Why the run's profiles could not be read (null once read). */
+  private loadError: string | null = null;
   private live = false;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  private retryTimer: ReturnType<typeof setTimeout> | null = null;
   private downloadUrl: string | null = null;
 
   constructor(api: ApiClient, runId: number, signal: AbortSignal) {
@@ -92,6 +106,7 @@ export class ProfilePanel {
     this.button.addEventListener("click", () => void this.request());
     signal.addEventListener("abort", () => {
       if (this.timer !== null) clearTimeout(this.timer);
+      if (this.retryTimer !== null) clearTimeout(this.retryTimer);
       if (this.downloadUrl) URL.revokeObjectURL(this.downloadUrl);
     });
     replaceChildren(
@@ -114,16 +129,36 @@ export class ProfilePanel {
     if (this.live === live) return;
     this.live = live;
     this.renderButton();
+    if (live && this.loadError !== null) this.retryLoad();
   }
 
   async load(): Promise<void> {
+    if (this.retryTimer !== null) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
     try {
       const page = await this.api.getJson<{ data: Profile[] }>(`/runs/${this.runId}/profiles`, this.signal);
       if (this.signal.aborted) return;
-      this.show(page.data[0] ?? null);
-    } catch {
-      /* an older server without profiles: the panel stays empty */
+      this.loadError = null;
+      const latest = page.data[0] ?? null;
+      // A live status change of a newer capture may have come in meanwhile: keep it.
+      if (latest === null && this.profile !== null) this.render();
+      else if (latest === null || this.profile === null || latest.id >= this.profile.id) this.show(latest);
+      else this.render();
+    } catch (err) {
+      if (this.signal.aborted) return; // left the page
+      this.loadError = `Cannot load the run's profiles (${errorMessage(err)})`;
+      this.render();
+      if (this.live) this.retryLoad();
     }
+  }
+
+  /** Read the profiles again soon (while the run is live; its page reads them once). */
+  private retryLoad(): void {
+    if (this.retryTimer !== null || this.signal.aborted) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      void this.load();
+    }, RETRY_MS);
   }
 
   /** A live `profile` message (the server broadcasts every status change). */
@@ -132,8 +167,9 @@ export class ProfilePanel {
     if (this.profile !== null && raw.id < this.profile.id) return;
     const live = raw as unknown as Profile;
     // Stoker's share may be filled in on read only (GET): keep the one already held.
-    const share = this.profile?.id === live.id ? this.profile.input_share_stoker : null;
-    this.show({ ...live, input_share_stoker: live.input_share_stoker ?? share });
+    const held = this.profile?.id === live.id ? this.profile : null;
+    const workers = Array.isArray(live.workers) ? keepWorkerShares(live.workers, held?.workers ?? []) : live.workers;
+    this.show({ ...live, input_share_stoker: live.input_share_stoker ?? held?.input_share_stoker ?? null, workers });
   }
 
   private steps(): number {
@@ -160,7 +196,9 @@ export class ProfilePanel {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
     // Stoker's own share arrives once the captured steps are stored: keep reading until then.
-    const waitingForShare = profile?.status === "ready" && profile.input_share_stoker === null && profile.analysis.available;
+    const waitingForShare =
+      profile?.status === "ready" &&
+      ((profile.input_share_stoker === null && profile.analysis.available) || waitingForWorkerShares(workersOf(profile) ?? []));
     if (profile && (inProgress(profile) || waitingForShare)) {
       this.timer = setTimeout(() => void this.poll(profile.id), POLL_MS);
     }
@@ -169,7 +207,9 @@ export class ProfilePanel {
   private async poll(pid: number): Promise<void> {
     try {
       const fresh = await this.api.getJson<Profile>(`/runs/${this.runId}/profiles/${pid}`, this.signal);
-      if (!this.signal.aborted) this.show(fresh);
+      if (this.signal.aborted) return;
+      this.loadError = null;
+      this.show(fresh);
     } catch (err) {
       if (this.signal.aborted) return;
       this.error = errorMessage(err);
@@ -189,8 +229,15 @@ export class ProfilePanel {
     const p = this.profile;
     replaceChildren(
       this.body,
+      this.loadError
+        ? h("p", { class: "error", text: `${this.loadError}${this.live ? "; retrying…" : "."}`, attrs: { role: "status", "data-testid": "profile-load-error" } })
+        : null,
       this.error ? h("p", { class: "error", text: this.error, attrs: { role: "alert", "data-testid": "profile-error" } }) : null,
-      p === null ? h("p", { class: "muted", text: "Capture the TensorFlow profiler over the next steps of a live run, without touching the training script." }) : this.result(p),
+      p !== null
+        ? this.result(p)
+        : this.loadError === null
+          ? h("p", { class: "muted", text: "Capture the TensorFlow profiler over the next steps of a live run, without touching the training script." })
+          : null,
     );
   }
 
@@ -202,11 +249,16 @@ export class ProfilePanel {
       { attrs: { "data-testid": "profile-result", "data-status": p.status } },
       h("p", { class: p.status === "failed" ? "error" : "muted", text: p.status === "failed" ? p.error ?? "The capture failed." : status, attrs: { "data-testid": "profile-status" } }),
     );
+    const workers = workersOf(p);
+    if (workers) box.append(this.workersTable(p, workers));
     if (p.status !== "ready") return box;
     const a = p.analysis;
+    if (workers) box.append(...mergedHeading(workers.length));
     if (!a.available) box.append(h("p", { class: "muted", text: a.message ?? "No analysis on this server." }));
     if (a.conclusion) box.append(h("p", { text: a.conclusion, attrs: { "data-testid": "profile-conclusion" } }));
-    box.append(this.shares(p), this.overhead(p));
+    // With several workers each one's overhead and trace are in the workers table.
+    box.append(this.shares(p));
+    if (!workers) box.append(this.overhead(p));
     if (a.breakdown_ms) box.append(this.breakdown(a.breakdown_ms));
     if (a.iterators?.length) {
       box.append(
@@ -216,8 +268,105 @@ export class ProfilePanel {
     if (a.top_ops?.length) {
       box.append(table("Top ops (self time)", ["Where", "Type", "Op", "Count", "Self"], a.top_ops.map((op) => [op.where, op.type, op.name, String(op.count ?? ""), formatMs(op.self_ms)]), "profile-ops"));
     }
-    box.append(this.download(p));
+    if (!workers) box.append(this.download(p));
     return box;
+  }
+
+  /** Each worker's own figures (its trace analysed alone), the starving one marked. */
+  private workersTable(p: Profile, workers: ProfileWorker[]): HTMLElement {
+    const rows = workerRows(workers, p.trace_evicted);
+    // [label, numeric]: numeric columns are right-aligned, their headings too.
+    const head: [string, boolean][] = [
+      ["Rank", false],
+      ["Status", false],
+      ["Steps captured", true],
+      ["Input share (profiler)", true],
+      ["Input wait (Stoker)", true],
+      ["Difference", true],
+      ["Capture overhead", true],
+      ["Trace", true],
+      ["", false],
+    ];
+    const body = rows.map((r) => {
+      const rank = h("td", null, h("span", { text: String(r.rank) }));
+      if (r.starving) rank.append(" ", h("span", { class: "badge starving-badge", text: "starves the job", attrs: { "data-testid": "profile-starving" } }));
+      const cells: HTMLElement[] = [rank, h("td", { text: r.status })];
+      if (r.problem !== null) {
+        cells.push(h("td", { class: "error", text: r.problem, attrs: { colspan: head.length - 2, "data-testid": "profile-worker-problem" } }));
+      } else {
+        cells.push(
+          h("td", { class: "num", text: r.steps.text, attrs: { title: r.steps.title || null } }),
+          h("td", { class: "num", text: r.profilerShare }),
+          h("td", { class: "num", text: r.stokerShare }),
+          h("td", { class: "num", text: r.difference }),
+          h("td", { class: "num", text: r.overhead.text, attrs: { title: r.overhead.title || null } }),
+          h("td", { class: "num", text: r.trace }),
+          h("td", null, r.downloadable ? this.workerDownload(p, r.rank) : null),
+        );
+      }
+      return h(
+        "tr",
+        { class: r.starving ? "starving" : undefined, attrs: { "data-testid": "profile-worker", "data-rank": r.rank, "data-starving": r.starving ? "true" : null } },
+        ...cells,
+      );
+    });
+    const starving = starvingWorker(workers);
+    const note =
+      starving === null
+        ? null
+        : h("p", {
+            class: "profile-starving-note",
+            attrs: { "data-testid": "profile-starving-note" },
+            text:
+              `Rank ${starving.rank} waits longest on its input (${formatPercent(starving.share)} of its step time, ` +
+              `${starving.source === "profiler" ? "the profiler's share" : "Stoker's measure"}): in a synchronous job the other workers wait for it.`,
+          });
+    const evicted = p.trace_evicted ? h("p", { class: "muted", text: "The traces were evicted (the server's quota for stored traces)." }) : null;
+    return h(
+      "div",
+      { class: "profile-workers-box" },
+      h(
+        "div",
+        { class: "table-wrap" },
+        h(
+          "table",
+          { class: "table profile-workers", attrs: { "data-testid": "profile-workers" } },
+          h("caption", { text: `Workers (${workers.length}): each one's trace analysed alone` }),
+          h("thead", null, h("tr", null, ...head.map(([c, num]) => h("th", { class: num ? "num" : undefined, text: c, attrs: { scope: "col" } })))),
+          h("tbody", null, ...body),
+        ),
+      ),
+      note,
+      evicted,
+    );
+  }
+
+  private workerDownload(p: Profile, rank: number): HTMLElement {
+    const link = h("a", {
+      text: "Download",
+      attrs: { href: "#", "data-testid": "profile-worker-download", title: `Download rank ${rank}'s trace (.xplane.pb; open the workers' traces together in XProf or TensorBoard)`, "aria-label": `Download rank ${rank}'s trace` },
+    });
+    link.addEventListener("click", (ev) => {
+      ev.preventDefault();
+      this.fetchTrace(`/runs/${this.runId}/profiles/${p.id}/trace?rank=${rank}`, `run${this.runId}-profile${p.id}-rank${rank}.xplane.pb`);
+    });
+    return link;
+  }
+
+  private fetchTrace(path: string, filename: string): void {
+    void this.api
+      .getBlob(path, this.signal)
+      .then((blob) => {
+        if (this.downloadUrl) URL.revokeObjectURL(this.downloadUrl);
+        this.downloadUrl = URL.createObjectURL(blob);
+        const a = h("a", { attrs: { href: this.downloadUrl, download: filename } });
+        a.click();
+      })
+      .catch((err: unknown) => {
+        if (this.signal.aborted) return;
+        this.error = `Cannot download the trace (${errorMessage(err)})`;
+        this.render();
+      });
   }
 
   private shares(p: Profile): HTMLElement {
@@ -255,15 +404,23 @@ export class ProfilePanel {
     const link = h("a", { text: "Download the trace (.xplane.pb, opens in XProf or TensorBoard)", attrs: { href: "#", "data-testid": "profile-download" } });
     link.addEventListener("click", (ev) => {
       ev.preventDefault();
-      void this.api.getBlob(`/runs/${this.runId}/profiles/${p.id}/trace`, this.signal).then((blob) => {
-        if (this.downloadUrl) URL.revokeObjectURL(this.downloadUrl);
-        this.downloadUrl = URL.createObjectURL(blob);
-        const a = h("a", { attrs: { href: this.downloadUrl, download: `run${this.runId}-profile${p.id}.xplane.pb` } });
-        a.click();
-      });
+      this.fetchTrace(`/runs/${this.runId}/profiles/${p.id}/trace`, `run${this.runId}-profile${p.id}.xplane.pb`);
     });
     return h("p", null, link);
   }
+}
+
+/** With several workers, the profile's own analysis is of all their traces together. */
+function mergedHeading(count: number): HTMLElement[] {
+  return [
+    h("h3", { class: "profile-merged", text: `All ${count} workers together`, attrs: { "data-testid": "profile-merged" } }),
+    h("p", {
+      class: "muted",
+      text:
+        "xprof's analysis of the workers' traces as one capture: the iterator and op tables sum the workers; " +
+        "the step breakdown and the input shares are of the steps it aligned across the workers, as the lowest rank took them.",
+    }),
+  ];
 }
 
 function table(caption: string, head: string[], rows: string[][], testId: string): HTMLElement {
