@@ -3,6 +3,7 @@ is delivered later (by the next agent, or `stoker upload`), and a run of two wor
 profiled on both, each uploading its own trace into the one profile."""
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -245,3 +246,34 @@ def test_two_workers_one_failing_the_profile_is_ready_with_the_other_trace(
     assert by_rank[1]["status"] == "failed"
     assert by_rank[1]["error"].startswith("profile failed: InjectedFault")
     assert profile["analysis"]["available"] and profile["error"] is None
+
+
+def test_exit_waits_for_a_trace_the_server_is_slow_to_take(
+    server: ServerProcess, agent_spool_dir: Path, tmp_path: Path
+) -> None:
+    """The fit ends mid-capture while the server is paused: the process's exit waits for the
+    trace as it waits for the steps, so the profile is ready with no later agent."""
+    stop = tmp_path / "stop"
+    worker = Worker(server, stop)
+    try:
+        run_id = worker.run_id()
+        wait_for(lambda: _steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
+        pid = _request(server, run_id, steps=200)
+        wait_for(lambda: _profile(server, run_id, pid)["status"] == "capturing", timeout_s=60,
+                 what="the capture to start")  # fmt: skip
+        assert server.process is not None
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            stop.touch()  # training ends during the capture: it stops with what it has
+            wait_for(lambda: any("fit ended" in line for line in worker.lines), timeout_s=120,
+                     what="the fit to end")  # fmt: skip
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        log = worker.wait()
+    finally:
+        worker.kill()
+    assert "not delivered yet" not in log, log[-3000:]
+    profile = _settled(server, run_id, pid)
+    assert profile["status"] == "ready", profile
+    assert profile["trace_bytes"] > 0 and profile["overhead"]["steps"] < 200
+    assert not list(agent_spool_dir.glob("*/profiles/*"))

@@ -42,6 +42,9 @@ from trainer_agent.profile_spool import Outcome
 log = logging.getLogger("trainer_agent")
 
 DEFAULT_MAX_S = 60.0
+# At exit, how long to keep waiting for a trace upload once the server stopped answering
+# (the trace stays in the spool for the next agent); while it answers, up to the drain cap.
+EXIT_GIVE_UP_UNREACHABLE_S = 2.0
 BASELINE_STEPS = 50
 RETRY_MAX_S = 30.0
 FAULT_HOOK = "profile_start"  # STOKER_TEST_FAULT=profile_start makes the start fail
@@ -93,6 +96,10 @@ class Profiler:
         self._outbox: queue.Queue[Callable[[], None]] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._warned_too_big = False
+        # The capture being delivered, and whether the last attempt to reach the server for
+        # it failed: what the process's exit waits for, and how long (wait_for_uploads).
+        self.delivering: Capture | None = None
+        self.server_away = False
 
     # --- sender thread ------------------------------------------------------------------
     def request(self, command: dict[str, Any]) -> None:
@@ -264,6 +271,17 @@ class Profiler:
                 job()
             except Exception:
                 log.warning("Stoker: profile upload failed", exc_info=True)
+            finally:
+                self._outbox.task_done()
+
+    @property
+    def drain_timeout_s(self) -> float:
+        return self._config.drain_timeout_s
+
+    @property
+    def busy(self) -> bool:
+        """Statuses or a trace are still to be sent (by the background thread)."""
+        return bool(self._outbox.unfinished_tasks)
 
     def _report(self, pid: int, rank: int, **status: Any) -> None:
         self._send(lambda: self._post_retrying(pid, rank, "status", json=status))
@@ -296,8 +314,10 @@ class Profiler:
                 self._keep_within_bound(capture)
             if capture.spooled:
                 profile_spool.write_status(capture.directory, capture.status)
+            self.delivering = capture
             self._deliver(capture)
         finally:
+            self.delivering = None
             self._release(capture)
 
     def _keep_within_bound(self, capture: Capture) -> None:
@@ -338,7 +358,8 @@ class Profiler:
                 outcome = profile_spool.deliver(
                     capture.directory, post=self._post, token=self._config.token
                 )
-                if outcome is not Outcome.RETRY:
+                self.server_away = outcome is Outcome.RETRY
+                if not self.server_away:
                     return
             time.sleep(backoff.next_delay_s())
 
@@ -358,13 +379,50 @@ class Profiler:
                     response = self._post(
                         url, headers=headers, timeout=30.0, params=params, **kwargs
                     )
+                    self.server_away = response.status_code >= 500
                     if response.status_code < 500:
                         if response.status_code >= 400:
                             log.warning("Stoker: the server refused the profile: %s",
                                         response.text[:300])  # fmt: skip
                         return
                 except Exception as error:
+                    self.server_away = True
                     log.debug("profile %s: %s", what, error)
             if until():
                 return
             time.sleep(backoff.next_delay_s())
+
+
+def wait_for_uploads(profilers: list[Profiler], cap_s: float) -> None:
+    """At the process's exit: let the profilers' uploads finish while the server takes them
+    (up to `cap_s`), not long once it stops answering; then say where what is left is kept."""
+    started = time.monotonic()
+    away_since: float | None = None
+    while any(profiler.busy for profiler in profilers):
+        now = time.monotonic()
+        if any(profiler.server_away for profiler in profilers):
+            away_since = now if away_since is None else away_since
+        else:
+            away_since = None
+        if now - started >= cap_s or (
+            away_since is not None and now - away_since >= EXIT_GIVE_UP_UNREACHABLE_S
+        ):
+            break
+        time.sleep(0.05)
+    for profiler in profilers:
+        capture = profiler.delivering
+        if capture is None:
+            continue
+        if capture.spooled:
+            log.warning(
+                "Stoker: profile %s's trace is not delivered yet; it is kept in %s and sent by "
+                "the next Stoker agent started with this spool directory, or now with: "
+                "stoker upload %s",
+                capture.id, capture.directory, capture.directory.parent.parent,
+            )  # fmt: skip
+        else:
+            log.warning(
+                "Stoker: profile %s's trace could not be delivered before exit and is lost "
+                "(it was not in the spool)",
+                capture.id,
+            )

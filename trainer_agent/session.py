@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.sender import Sender
 from trainer_agent.nvml import Nvml, shared_nvml
 from trainer_agent.pipeline_model import PipelineSource
-from trainer_agent.profile import Profiler
+from trainer_agent.profile import Profiler, wait_for_uploads
 from trainer_agent.recorder import Recorder
 from trainer_agent.samplers import DeviceSource, HostSource, Sampler
 from trainer_agent.upload import start_background_upload
@@ -36,6 +37,8 @@ Environment = dict[str, Any] | Callable[[], dict[str, Any]]
 _registry_lock = threading.Lock()
 _open_sessions: set["RunSession"] = set()
 _draining: set[Sender] = set()
+# Every run's profiler: the exit waits for the traces they still upload.
+_profilers: "weakref.WeakSet[Profiler]" = weakref.WeakSet()
 _exit_handler_registered = False
 
 
@@ -49,6 +52,7 @@ def _register(session: "RunSession") -> None:
         _draining.difference_update([sender for sender in _draining if sender.done])
         _open_sessions.add(session)
         _draining.add(session.sender)
+        _profilers.add(session.profiler)
         if not _exit_handler_registered:
             _exit_handler_registered = True
             atexit.register(_end_runs_at_exit)
@@ -90,6 +94,11 @@ def _end_runs_at_exit() -> None:
     try:
         for sender in senders:
             sender.join()
+        with _registry_lock:
+            profilers = list(_profilers)
+        if profilers:
+            cap_s = max(profiler.drain_timeout_s for profiler in profilers)
+            wait_for_uploads(profilers, cap_s)
     except KeyboardInterrupt:
         log.warning("Stoker: interrupted; what is not sent yet is kept in the spool")
         for sender in senders:
