@@ -210,10 +210,35 @@ def test_compare_reports_summaries_and_differing_keys(db_server: ServerProcess) 
         "opt.name": ["adam", "sgd"],
     }
     assert out["differences"]["environment"] == {"gpu.name": ["A100", "H100"]}
-    for runs, status in ((f"{a},x", 422), ("", 422), (f"{a},999999", 404)):
+    assert out["missing"] == []
+    bad = (f"{a},x", "", ",", f"{a},0", f"{a},-3", f"{a},{2**31}", ",".join(["1"] * 51) + ",2")
+    for runs in bad:
         response = httpx.get(f"{db_server.url}/api/v1/compare", params={"runs": runs})
-        assert response.status_code == status, runs
-        assert response.json()["detail"]
+        assert response.status_code == 422, runs
+        assert response.json()["detail"], runs
+
+
+def test_compare_lists_unknown_and_deleted_runs_as_missing(db_server: ServerProcess) -> None:
+    """A compare link naming a deleted run still compares the runs that remain, and says which
+    are gone; with none left, the answer is empty, not an error."""
+    a = upload(db_server, _hello(config={"lr": 0.1}), [_steps(1, 0, 10)], end=True)
+    gone = upload(db_server, _hello(config={"lr": 0.5}), [_steps(1, 0, 10)], end=True)
+    b = upload(db_server, _hello(config={"lr": 0.2}), [_steps(1, 0, 10)], end=True)
+    assert httpx.delete(f"{db_server.url}/api/v1/runs/{gone}").status_code == 204
+    unknown = 2**31 - 1
+
+    out = db_server.get("/api/v1/compare", runs=f"{unknown},{b},{gone},{a},{b}")
+    assert [r["id"] for r in out["runs"]] == [b, a]  # asked order, each once
+    assert out["missing"] == [unknown, gone]
+    assert out["differences"]["config"] == {"lr": [0.2, 0.1]}  # only the runs found
+
+    out = db_server.get("/api/v1/compare", runs=f"{gone},{unknown}")
+    assert out == {
+        "runs": [],
+        "missing": [gone, unknown],
+        "epoch_metrics": [],
+        "differences": {"config": {}, "environment": {}},
+    }
 
 
 def test_steps_csv_export_has_every_step(db_server: ServerProcess) -> None:

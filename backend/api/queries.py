@@ -505,16 +505,17 @@ def parse_run_ids(raw: str) -> list[int]:
 
 
 def compare_runs(*, session: Session, run_ids: Sequence[int]) -> dict[str, Any]:
-    """Per-run summaries side by side and the config/environment keys whose values differ."""
+    """Per-run summaries side by side and the config/environment keys whose values differ.
+
+    An unknown id (a deleted run named by a saved compare link) is not an error: it is listed
+    in `missing`, in the order asked, and the runs found are compared (none found: empty)."""
     rows = session.exec(
         select(Run).options(defer(Run.stats)).where(col(Run.id).in_(run_ids))  # type: ignore[arg-type]
     ).all()
     by_id = {r.id: r for r in rows}
-    missing = [i for i in run_ids if i not in by_id]
-    if missing:
-        raise RunNotFound(missing[0])
-    runs = [by_id[i] for i in run_ids]
+    runs = [by_id[i] for i in run_ids if i in by_id]
     return {
+        "missing": [i for i in run_ids if i not in by_id],
         "runs": [
             {
                 "id": r.id,

@@ -193,5 +193,7 @@ def compare(
     session: SessionDep,
     runs: Annotated[str, Query(max_length=1000, description="comma-separated run ids")],
 ) -> RunComparison:
-    """Summaries of several runs side by side, and the config/environment keys that differ."""
+    """Summaries of several runs side by side, and the config/environment keys that differ.
+    Ids with no run (deleted, or never there) are listed in `missing`, not refused: a saved
+    compare link still shows the runs that remain, and says which are gone. Malformed ids: 422."""
     return compare_runs(session=session, run_ids=parse_run_ids(runs))

@@ -360,6 +360,9 @@ class Differences(BaseModel):
 
 class RunComparison(BaseModel):
     runs: list[ComparedRun]
+    missing: list[int] = PydanticField(
+        description="asked ids with no run (e.g. deleted), in the order asked; not in `runs`"
+    )
     epoch_metrics: list[str]
     differences: Differences
 

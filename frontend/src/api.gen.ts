@@ -67,6 +67,8 @@ export interface paths {
     /**
      * Compare
      * @description Summaries of several runs side by side, and the config/environment keys that differ.
+     * Ids with no run (deleted, or never there) are listed in `missing`, not refused: a saved
+     * compare link still shows the runs that remain, and says which are gone. Malformed ids: 422.
      */
     get: operations["compare_api_v1_compare_get"];
   };
@@ -748,6 +750,11 @@ export interface components {
     RunComparison: {
       /** Runs */
       runs: components["schemas"]["ComparedRun"][];
+      /**
+       * Missing
+       * @description asked ids with no run (e.g. deleted), in the order asked; not in `runs`
+       */
+      missing: number[];
       /** Epoch Metrics */
       epoch_metrics: string[];
       differences: components["schemas"]["Differences"];
@@ -1399,6 +1406,8 @@ export interface operations {
   /**
    * Compare
    * @description Summaries of several runs side by side, and the config/environment keys that differ.
+   * Ids with no run (deleted, or never there) are listed in `missing`, not refused: a saved
+   * compare link still shows the runs that remain, and says which are gone. Malformed ids: 422.
    */
   compare_api_v1_compare_get: {
     parameters: {

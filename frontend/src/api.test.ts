@@ -148,7 +148,7 @@ describe("sessionTokenStore", () => {
   });
 });
 
-import { isMissingEndpoint, parseErrorBody, queryString } from "./api";
+import { parseErrorBody, queryString } from "./api";
 
 describe("request helpers", () => {
   it("builds query strings from defined values only", () => {
@@ -168,11 +168,6 @@ describe("request helpers", () => {
     ]);
     expect(r.detail).toBe("threshold: Input should be a valid number; scope 'run' needs a 'run_id'");
     expect(parseErrorBody({ detail: "run 9 not found" })).toEqual({ detail: "run 9 not found", fields: [] });
-  });
-  it("treats 404 and 405 as a missing endpoint", () => {
-    expect(isMissingEndpoint(new ApiError(404, null, "/x"))).toBe(true);
-    expect(isMissingEndpoint(new ApiError(405, null, "/x"))).toBe(true);
-    expect(isMissingEndpoint(new ApiError(500, null, "/x"))).toBe(false);
   });
 });
 

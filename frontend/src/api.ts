@@ -47,11 +47,6 @@ export class ApiError extends Error {
   }
 }
 
-/** Whether the server answered 404 or 405 (no such resource, e.g. an unknown run to compare, or no such route). */
-export function isMissingEndpoint(err: unknown): boolean {
-  return err instanceof ApiError && (err.status === 404 || err.status === 405);
-}
-
 /** Query of the runs list (`GET /runs`). */
 export interface RunsQuery {
   limit?: number;

@@ -1,9 +1,9 @@
 // Hand-written shapes for what the OpenAPI schema does not describe yet: routes
-// that return `dict[str, Any]` (samples, host, metrics, compare, starvation)
+// that return `dict[str, Any]` (samples, host, metrics, starvation)
 // and the live WebSocket's messages. When the backend declares response models
 // for them, `npm run gen:api` brings them into api.gen.ts and these go.
 
-import type { Alert, Diagnosis, Run, RunEvent, RunStatus, RunSummary, StepsResponse } from "./types";
+import type { Alert, Diagnosis, Run, RunEvent, StepsResponse } from "./types";
 
 /** Columnar step data as the live `steps` message carries it (times in seconds). */
 export type StepColumns = Pick<StepsResponse, "step" | "t" | "dur" | "wait"> & {
@@ -61,30 +61,6 @@ export interface MetricTrack {
   value: (number | null)[];
   min: (number | null)[] | null;
   max: (number | null)[] | null;
-}
-
-// ---- `GET /compare?runs=1,2` ----
-
-export interface CompareRun {
-  id: number;
-  name: string;
-  project?: string;
-  status?: RunStatus;
-  tags?: string[];
-  started_at?: string;
-  ended_at?: string | null;
-  summary: RunSummary;
-}
-
-export interface CompareResponse {
-  runs: CompareRun[];
-  /** Every epoch metric any of the runs recorded. */
-  epoch_metrics?: string[];
-  /** Flattened dotted key → one value per run (in `runs` order), only keys that differ. */
-  differences: {
-    config: Record<string, unknown[]>;
-    environment: Record<string, unknown[]>;
-  };
 }
 
 // ---- `GET /runs/{id}/starvation` ----

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { bestIndices, compareDuration, compareHref, compareRows, compareRunOf, diffDocuments, diffFromServer, overlayColumns, parseRunIds } from "./compare";
+import { bestIndices, compareDuration, compareHref, compareRows, diffFromServer, overlayColumns, parseRunIds } from "./compare";
 import { seriesFromColumns } from "./series";
-import { makeRun } from "./testing";
+import { makeCompareRun, makeRun } from "./testing";
 
 describe("parseRunIds", () => {
   it("keeps positive integer ids once, in order", () => {
@@ -33,8 +33,8 @@ describe("bestIndices", () => {
 
 describe("compareRows", () => {
   it("formats each metric per run and marks the best", () => {
-    const a = compareRunOf(makeRun({ id: 1, summary: { ...makeRun().summary, step_time_ms_median: 40, gpu_util_mean: 90 } }));
-    const b = compareRunOf(makeRun({ id: 2, summary: { ...makeRun().summary, step_time_ms_median: 50, gpu_util_mean: 60 } }));
+    const a = makeCompareRun({ id: 1, summary: { ...makeRun().summary, step_time_ms_median: 40, gpu_util_mean: 90 } });
+    const b = makeCompareRun({ id: 2, summary: { ...makeRun().summary, step_time_ms_median: 50, gpu_util_mean: 60 } });
     const rows = compareRows([a, b]);
     const median = rows.find((r) => r.key === "median")!;
     expect(median.cells.map((c) => [c.text, c.best])).toEqual([
@@ -45,29 +45,19 @@ describe("compareRows", () => {
     expect(gpu.cells.map((c) => c.best)).toEqual([true, false]);
   });
   it("derives duration from timestamps when the summary has none", () => {
-    const r = compareRunOf(makeRun({ started_at: "2024-05-01T12:00:00Z", ended_at: "2024-05-01T12:01:30Z" }));
+    const r = makeCompareRun({ started_at: "2024-05-01T12:00:00Z", ended_at: "2024-05-01T12:01:30Z" });
     expect(compareDuration(r)).toBe(90);
   });
 });
 
-describe("diffDocuments", () => {
-  it("lists only keys whose values differ, flattened, missing keys included", () => {
-    const rows = diffDocuments([
-      { batch_size: 256, opt: { lr: 0.1, name: "sgd" }, same: 1 },
-      { batch_size: 512, opt: { lr: 0.1, name: "adam" }, same: 1, extra: true },
-    ]);
-    expect(rows).toEqual([
-      { key: "batch_size", values: ["256", "512"] },
-      { key: "extra", values: ["(absent)", "true"] },
-      { key: "opt.name", values: ["sgd", "adam"] },
-    ]);
-  });
-  it("reads the server's differences as rows", () => {
+describe("diffFromServer", () => {
+  it("reads the server's differences as rows, keys sorted", () => {
     expect(diffFromServer({ b: [1, 2], a: ["x", null] }, 2)).toEqual([
       { key: "a", values: ["x", "null"] },
       { key: "b", values: ["1", "2"] },
     ]);
-    expect(diffFromServer(undefined, 2)).toBeNull();
+    expect(diffFromServer({ a: [1] }, 2)).toEqual([{ key: "a", values: ["1", "(absent)"] }]);
+    expect(diffFromServer({}, 2)).toEqual([]);
   });
 });
 

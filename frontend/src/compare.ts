@@ -5,8 +5,7 @@ import { formatDuration, formatMs, formatPercent, formatPercentValue, formatRate
 import { formatLostGpu, uiSettings } from "./cost";
 import { formatBytes, joinTracks } from "./samples";
 import type { StepSeries } from "./series";
-import { flattenEntries } from "./runs";
-import type { CompareRun, Run, RunSummary } from "./types";
+import type { CompareRun } from "./types";
 import { parseIso } from "./format";
 
 /** `runs=1,2,3` from a hash query (`#/compare?runs=1,2`), deduplicated, positive ids only. */
@@ -103,22 +102,8 @@ export interface DiffRow {
   values: string[];
 }
 
-/** Flattened keys whose values differ between documents (a key missing in one differs). */
-export function diffDocuments(docs: unknown[]): DiffRow[] {
-  const flat = docs.map((d) => new Map(flattenEntries(d, 8)));
-  const keys = new Set<string>();
-  for (const f of flat) for (const k of f.keys()) keys.add(k);
-  const rows: DiffRow[] = [];
-  for (const key of [...keys].sort()) {
-    const values = flat.map((f) => f.get(key) ?? "(absent)");
-    if (values.some((v) => v !== values[0])) rows.push({ key, values });
-  }
-  return rows;
-}
-
 /** The server's `differences.config` (key → values per run) as rows, keys sorted. */
-export function diffFromServer(diff: Record<string, unknown[]> | null | undefined, runCount: number): DiffRow[] | null {
-  if (!diff || typeof diff !== "object") return null;
+export function diffFromServer(diff: Record<string, unknown[]>, runCount: number): DiffRow[] {
   return Object.keys(diff)
     .sort()
     .map((key) => {
@@ -127,20 +112,6 @@ export function diffFromServer(diff: Record<string, unknown[]> | null | undefine
       for (let i = 0; i < runCount; i++) values.push(vals[i] === undefined ? "(absent)" : formatValue(vals[i]));
       return { key, values };
     });
-}
-
-/** A CompareRun from a full Run (when `/compare` is missing on the server). */
-export function compareRunOf(run: Run): CompareRun {
-  return {
-    id: run.id,
-    name: run.name,
-    project: run.project,
-    status: run.status,
-    tags: run.tags,
-    started_at: run.started_at,
-    ended_at: run.ended_at,
-    summary: run.summary ?? ({} as RunSummary),
-  };
 }
 
 export type Align = "step" | "elapsed";

@@ -18,7 +18,7 @@ import {
 } from "./epochs";
 import { nextEpochSort, parseEpochColumnPref, serverEpochSort, sortRuns } from "./runs";
 import { normalizeMetrics } from "./samples";
-import { makeRun } from "./testing";
+import { makeCompareRun, makeRun } from "./testing";
 import type { CompareRun, EpochMetricSummary, Run } from "./types";
 
 const entry = (best: number | null, goal: "min" | "max", last = best): EpochMetricSummary => ({
@@ -90,8 +90,8 @@ describe("epoch chart columns", () => {
 
 describe("epoch summaries", () => {
   const runs: CompareRun[] = [
-    { id: 1, name: "a", summary: { ...makeRun({ id: 1 }).summary, epoch_metrics: { val_loss: entry(0.4, "min"), val_accuracy: entry(0.8, "max") } } },
-    { id: 2, name: "b", summary: { ...makeRun({ id: 2 }).summary, epoch_metrics: { val_loss: entry(0.3, "min"), val_accuracy: entry(0.7, "max"), loss: entry(0.2, "min") } } },
+    makeCompareRun({ id: 1, name: "a", summary: { ...makeRun({ id: 1 }).summary, epoch_metrics: { val_loss: entry(0.4, "min"), val_accuracy: entry(0.8, "max") } } }),
+    makeCompareRun({ id: 2, name: "b", summary: { ...makeRun({ id: 2 }).summary, epoch_metrics: { val_loss: entry(0.3, "min"), val_accuracy: entry(0.7, "max"), loss: entry(0.2, "min") } } }),
   ];
   it("lists validation metrics first and starts overlays at val_loss", () => {
     const names = epochMetricNames(runs.map((r) => r.summary));

@@ -1,6 +1,12 @@
 // Test helpers shared by the unit tests (not part of the app bundle).
 
-import type { Run } from "./types";
+import type { CompareRun, Run } from "./types";
+
+/** A run as `GET /compare` lists it (the summary and identity of a Run). */
+export function makeCompareRun(overrides: Partial<Run> = {}): CompareRun {
+  const { id, name, project, status, tags, started_at, ended_at, summary } = makeRun(overrides);
+  return { id, name, project: project ?? "", status, tags: tags ?? [], started_at, ended_at, summary };
+}
 
 export function makeRun(overrides: Partial<Run> = {}): Run {
   return {

@@ -15,6 +15,8 @@ export type Run = Schemas["RunPublic"];
 export type RunsPage = Schemas["RunsPublic"];
 export type RunUpdate = Schemas["RunUpdate"];
 export type StepsResponse = Schemas["StepSeries"];
+export type CompareResponse = Schemas["RunComparison"];
+export type CompareRun = Schemas["ComparedRun"];
 
 export type Verdict = Schemas["Verdict"];
 export type Evidence = Schemas["Evidence"];
@@ -46,8 +48,6 @@ export interface ListPage<T> {
 
 export type {
   ClientMessage,
-  CompareResponse,
-  CompareRun,
   LiveMessage,
   MetricAggregation,
   MetricTrack,

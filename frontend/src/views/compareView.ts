@@ -2,16 +2,15 @@
 // times (aligned by step or by elapsed time), a summary table with the best
 // value of each row marked, and the config and environment keys that differ.
 
-import { isMissingEndpoint, isNotFound } from "../api";
 import { overlaySpec, type OverlayData } from "../chartSpecs";
-import { COMPARE_METRICS, compareRows, compareRunOf, diffDocuments, diffFromServer, type Align, type DiffRow } from "../compare";
+import { COMPARE_METRICS, compareRows, diffFromServer, type Align, type DiffRow } from "../compare";
 import { loadUiSettings } from "../cost";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
 import { epochCompareMetrics, epochMetricNames, overlayEpochChart } from "../epochs";
 import { LiveChart } from "../liveChart";
 import { RUNS_HREF, runHref } from "../router";
 import { emptySeries, seriesFromColumns, type StepSeries } from "../series";
-import type { CompareRun, Run } from "../types";
+import type { CompareResponse, CompareRun } from "../types";
 import { errorMessage, statusBadge, type AppContext, type View } from "./common";
 import { EpochChartGrid } from "./epochCharts";
 
@@ -101,57 +100,45 @@ export class CompareView implements View {
   }
 
   private async load(): Promise<void> {
-    let config: DiffRow[] | null = null;
-    let env: DiffRow[] | null = null;
-    let missing: number[] = [];
-    let source = "server";
     // Prices the lost GPU time row; a failed read is said above the comparison.
     const settings = loadUiSettings(this.ctx.api).then(
       () => null,
       (err: unknown) => err,
     );
+    let resp: CompareResponse;
     try {
-      const resp = await this.ctx.api.compare(this.ids, this.abort.signal);
-      this.runs = Array.isArray(resp.runs) ? resp.runs : [];
-      if (Array.isArray(resp.epoch_metrics)) this.epochNames = epochMetricNames(this.runs.map((r) => r.summary)).filter((n) => resp.epoch_metrics!.includes(n));
-      config = diffFromServer(resp.differences?.config, this.runs.length);
-      env = diffFromServer(resp.differences?.environment, this.runs.length);
+      resp = await this.ctx.api.compare(this.ids, this.abort.signal);
     } catch (err) {
       if (this.destroyed) return;
-      if (!isMissingEndpoint(err)) {
-        replaceChildren(this.body, h("p", { class: "error", text: `Cannot compare runs: ${errorMessage(err)}` }));
-        return;
-      }
-      // No /compare on this server (or a run is unknown): build the comparison from the runs.
-      source = "client";
-      const full: Run[] = [];
-      for (const id of this.ids) {
-        try {
-          full.push(await this.ctx.api.getRun(id, this.abort.signal));
-        } catch (e) {
-          if (this.destroyed) return;
-          if (isNotFound(e)) missing.push(id);
-          else throw e;
-        }
-      }
-      this.runs = full.map(compareRunOf);
-      config = diffDocuments(full.map((r) => r.config));
-      env = diffDocuments(full.map((r) => r.environment));
+      replaceChildren(this.body, h("p", { class: "error", text: `Cannot compare runs: ${errorMessage(err)}`, attrs: { "data-testid": "compare-error" } }));
+      return;
     }
     if (this.destroyed) return;
-    if (source === "server") missing = this.ids.filter((id) => !this.runs.some((r) => r.id === id));
-    if (this.epochNames.length === 0) this.epochNames = epochMetricNames(this.runs.map((r) => r.summary));
+    this.runs = resp.runs;
+    this.epochNames = epochMetricNames(this.runs.map((r) => r.summary)).filter((n) => resp.epoch_metrics.includes(n));
     const settingsError = await settings;
     if (this.destroyed) return;
-    this.render(config ?? [], env ?? [], missing, source);
+    const count = this.runs.length;
+    this.render(diffFromServer(resp.differences.config, count), diffFromServer(resp.differences.environment, count), resp.missing);
     if (settingsError !== null) {
       this.body.prepend(h("p", { class: "error", text: `Cannot load the server's settings (${errorMessage(settingsError)}).`, attrs: { "data-testid": "settings-error" } }));
     }
     await Promise.all([this.loadSeries(), this.loadEpochs()]);
   }
 
-  private render(config: DiffRow[], env: DiffRow[], missing: number[], source: string): void {
+  private render(config: DiffRow[], env: DiffRow[], missing: number[]): void {
     const runs = this.runs;
+    // Ids the server has no run for (e.g. a compare link naming a deleted run).
+    const missingNote =
+      missing.length > 0 ? h("p", { class: "error", text: `Not found: ${missing.map((i) => `#${i}`).join(", ")}`, attrs: { "data-testid": "compare-missing" } }) : null;
+    if (runs.length === 0) {
+      replaceChildren(
+        this.body,
+        missingNote,
+        h("p", { class: "muted", attrs: { "data-testid": "compare-none" } }, "None of these runs exists. Choose runs in the ", h("a", { text: "runs list", attrs: { href: RUNS_HREF } }), "."),
+      );
+      return;
+    }
     const rows = compareRows(runs, [...COMPARE_METRICS, ...epochCompareMetrics(runs)]);
     const head = h(
       "tr",
@@ -208,9 +195,7 @@ export class CompareView implements View {
           );
     replaceChildren(
       this.body,
-      missing.length > 0
-        ? h("p", { class: "error", text: `Not found: ${missing.map((i) => `#${i}`).join(", ")}`, attrs: { "data-testid": "compare-missing" } })
-        : null,
+      missingNote,
       h(
         "section",
         { class: "panel chart-panel", attrs: { "aria-labelledby": "overlay-heading" } },
@@ -243,9 +228,7 @@ export class CompareView implements View {
           diffTable(env, "env-diff", "Environment keys whose values differ", "The environments do not differ."),
         ),
       ),
-      h("p", { class: "muted small", text: source === "client" ? "Compared in the browser (this server has no /compare endpoint)." : "" }),
     );
-    setAttrs(this.el, { "data-source": source });
     this.chart = new LiveChart(this.chartBox, overlaySpec(), { height: 280, emptyText: "Loading step series…" });
   }
 
