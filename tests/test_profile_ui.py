@@ -163,7 +163,10 @@ def test_profile_of_several_workers_lists_them_and_marks_the_starving_one(
     assert starving.count() == 1 and starving.get_attribute("data-rank") == "1"
     cells = rows.nth(1).locator("td").all_text_contents()
     # Stoker's wait of rank 1 over steps 11-28: 0.06 s of 0.1 s steps.
-    assert cells[1:8] == ["ready", "20 (10–29)", "58.0%", "60.0%", "−2.0 pts", "+8.0%", "7 KiB"]
+    en_dash, minus = "\u2013", "\u2212"  # as the UI writes ranges and negative differences
+    assert cells[1:8] == [
+        "ready", f"20 (10{en_dash}29)", "58.0%", "60.0%", f"{minus}2.0 pts", "+8.0%", "7 KiB",
+    ]  # fmt: skip
     assert rows.nth(0).locator("td").all_text_contents()[3:6] == ["12.0%", "10.0%", "+2.0 pts"]
     assert "Rank 1 waits longest" in page.get_by_test_id("profile-starving-note").text_content()
     failed = rows.nth(2)
@@ -181,7 +184,8 @@ def test_profile_of_several_workers_lists_them_and_marks_the_starving_one(
         rows.nth(1).get_by_test_id("profile-worker-download").click()
     assert download.value.suggested_filename == f"run{run_id}-profile{pid}-rank1.xplane.pb"
     assert Path(download.value.path()).read_bytes() == b"xplane of rank 1 " * 400
-    page.get_by_test_id("profile-panel").screenshot(path=str(artifacts / "run-page-profile-workers.png"))
+    panel = page.get_by_test_id("profile-panel")
+    panel.screenshot(path=str(artifacts / "run-page-profile-workers.png"))
 
 
 def test_profiles_that_cannot_be_read_say_so(server: ServerProcess, page: Any) -> None:
@@ -193,5 +197,6 @@ def test_profiles_that_cannot_be_read_say_so(server: ServerProcess, page: Any) -
     page.goto(f"{server.url}/#/runs/{run_id}")
     error = page.get_by_test_id("profile-load-error")
     error.wait_for()
-    assert error.text_content().startswith("Cannot load the run's profiles (503 database is locked)")
+    message = error.text_content()
+    assert message.startswith("Cannot load the run's profiles (503 database is locked)")
     assert page.get_by_test_id("profile-result").count() == 0
