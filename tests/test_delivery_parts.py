@@ -425,3 +425,19 @@ def test_two_workers_of_one_run_spool_apart(tmp_path: Path) -> None:
         for path in tmp_path.glob("*/batches/*.json")
     }
     assert spooled == {HELLO["run_key"]: [0], HELLO["run_key"] + ".r1": [1]}
+
+
+def test_websocket_transport_closed_from_another_thread_fails_as_a_connection_error() -> None:
+    """abandon() closes the transport from the training thread while the sender thread may be
+    about to send: that must be a connection error, not an AttributeError on None."""
+    clock = ManualClock()
+    socket = ScriptedSocket(clock, acking_server)
+    transport = WebSocketTransport(
+        AgentConfig(), HELLO, print, connect=lambda url, **kw: socket, clock=clock
+    )
+    transport.open(float("inf"))
+    transport.close()
+    with pytest.raises(ConnectionError):
+        transport.send([steps_batch(1, [0])], float("inf"))
+    with pytest.raises(ConnectionError):
+        transport.poll_commands()

@@ -309,7 +309,14 @@ class Sender:
             else ""
         )
         directory = spool.directory
-        if error is not None and is_slow(error):
+        if self._abandon.is_set():
+            log.warning(
+                "Stoker: the exit was interrupted before this run's records reached %s; they "
+                "are kept in %s and are sent by the next Stoker agent that starts on this "
+                "machine with this spool directory, or now with: stoker upload %s.%s",
+                self._config.server, directory, directory, dropped,
+            )  # fmt: skip
+        elif error is not None and is_slow(error):
             log.warning(
                 "Stoker: the server at %s is up but busy (%s): %d batches were acknowledged "
                 "before the %.0f s limit. The %d steps still to send are kept in %s%s and are "

@@ -18,6 +18,7 @@ from trainer_agent.delivery.transport import (
 )
 
 Connect = Callable[..., Any]
+DEFAULT_PING_TIMEOUT_S = 20.0
 OnCommand = Callable[[dict[str, Any]], None]
 
 
@@ -67,8 +68,9 @@ class WebSocketTransport:
                 additional_headers=bearer(self._config.token),
                 max_size=None,
                 # A server that answers no ping for as long as it may take to acknowledge a
-                # batch is stalled; sooner, the keepalive would give up on a merely slow one.
-                ping_timeout=self._config.ack_timeout_s,
+                # batch (and at least websockets' default 20 s) is stalled; sooner, the
+                # keepalive would give up on a merely slow one. (Keyword since websockets 15.)
+                ping_timeout=max(self._config.ack_timeout_s, DEFAULT_PING_TIMEOUT_S),
             )
         except Exception as error:
             if _handshake_refused(error):
@@ -93,24 +95,32 @@ class WebSocketTransport:
     def send(self, batches: list[Batch], deadline: float) -> list[str | None]:
         outcomes: list[str | None] = []
         for batch in batches:
-            self._ws.send(wire.dumps_text(batch))
+            self._socket().send(wire.dumps_text(batch))
             reply = self._await_reply(lambda m, seq=batch["seq"]: m.get("seq") == seq, deadline)
             outcomes.append(str(reply) if reply.get("type") == "error" else None)
         return outcomes
 
     def end(self, end: dict[str, Any], deadline: float) -> None:
-        self._ws.send(wire.dumps_text(end))
+        self._socket().send(wire.dumps_text(end))
         self._await_reply(lambda m: bool(m.get("end")), deadline)
 
     def poll_commands(self) -> None:
         """Nothing is in flight here, so whatever waits on the socket is a command."""
+        ws = self._socket()
         while True:
             try:
-                message = wire.loads(self._ws.recv(timeout=0))
+                message = wire.loads(ws.recv(timeout=0))
             except TimeoutError:
                 return
             if message.get("type") == "command":
                 self._on_command(message)
+
+    def _socket(self) -> Any:
+        """The open socket; `close` may have run meanwhile on another thread (abandon)."""
+        ws = self._ws
+        if ws is None:
+            raise ConnectionAbortedError("the connection was closed")
+        return ws
 
     def close(self) -> None:
         ws, self._ws = self._ws, None
@@ -121,6 +131,7 @@ class WebSocketTransport:
     def _await_reply(
         self, matches: Callable[[dict[str, Any]], bool], deadline: float
     ) -> dict[str, Any]:
+        ws = self._socket()
         ack_deadline = self._clock.monotonic() + self._config.ack_timeout_s
         wait_until = min(ack_deadline, deadline)
         while True:
@@ -130,7 +141,7 @@ class WebSocketTransport:
                     raise DrainCapReached("the drain's time is up")
                 raise TimeoutError("no acknowledgement from the server")
             try:
-                message = wire.loads(self._ws.recv(timeout=remaining))
+                message = wire.loads(ws.recv(timeout=remaining))
             except TimeoutError:
                 if wait_until < ack_deadline:
                     raise DrainCapReached("the drain's time is up") from None
