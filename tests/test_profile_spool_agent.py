@@ -91,3 +91,59 @@ def test_capture_whose_process_died_before_its_trace_is_reported_failed(tmp_path
     assert kwargs["json"]["status"] == "failed" and "ended during" in kwargs["json"]["error"]
     assert kwargs["headers"] == {"Authorization": "Bearer t"}
     assert not directory.exists()
+
+
+def test_a_failure_after_the_capture_is_reported_and_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Say the disk fills up as the status is rewritten: the server hears that the profile
+    failed (it would otherwise wait for the trace and refuse new captures meanwhile)."""
+    post = Recorder()
+    config = AgentConfig(server="http://server", spool_dir=tmp_path / "spool")
+    profiler = Profiler(config, lambda: 3, post=post)
+    capture = _captured(profiler, size=1000)
+    directory = capture.directory
+
+    def disk_full(directory: Path, status: dict[str, Any]) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(profile_spool, "write_status", disk_full)
+    profiler._busy.acquire()
+    profiler._upload(capture, overhead={"steps": 5})
+    (url, kwargs), *_ = post.calls
+    assert url.endswith("/profiles/7/status") and kwargs["json"]["status"] == "failed"
+    assert "No space left on device" in kwargs["json"]["error"]
+    assert not directory.exists() and not profiler._busy.locked()
+
+
+def test_a_profiler_that_cannot_stop_frees_the_slot_and_reports(tmp_path: Path) -> None:
+    pytest.importorskip("tensorflow")
+    post = Recorder()
+    profiler = Profiler(AgentConfig(server="http://server", spool_dir=None), lambda: 3, post=post)
+    profiler.request({"id": 7, "steps": 1, "rank": 0})
+    capture = profiler._requested
+    assert capture is not None
+    profiler._active, profiler._requested = capture, None  # as if started: stop() will raise
+    capture.steps_done = 1
+    profiler.step_begin(step=5, now=1.0)
+    from tests.support import wait_for
+
+    wait_for(lambda: not profiler._busy.locked(), timeout_s=30, what="the slot freed")
+    statuses = [kwargs["json"] for _, kwargs in post.calls]
+    assert statuses and statuses[-1]["status"] == "failed"
+
+
+def test_exit_names_each_trace_it_could_not_deliver(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trainer_agent.profile import wait_for_uploads
+
+    profiler = Profiler(AgentConfig(server="http://server", spool_dir=tmp_path), lambda: 3)
+    capture = _captured(profiler, size=10)
+    profiler.undelivered[capture.id] = capture
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        wait_for_uploads([profiler], cap_s=0.0)
+    assert f"profile 7's trace is not delivered yet; it is kept in {capture.directory}" in (
+        caplog.text
+    )
+    assert f"stoker upload {tmp_path / 'run-key-of-test.r1'}" in caplog.text

@@ -96,9 +96,10 @@ class Profiler:
         self._outbox: queue.Queue[Callable[[], None]] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._warned_too_big = False
-        # The capture being delivered, and whether the last attempt to reach the server for
-        # it failed: what the process's exit waits for, and how long (wait_for_uploads).
-        self.delivering: Capture | None = None
+        # Captures that stopped and whose trace the server does not have yet, by profile id,
+        # and whether the last attempt to reach the server failed: what the process's exit
+        # waits for, and how long (wait_for_uploads).
+        self.undelivered: dict[int, Capture] = {}
         self.server_away = False
 
     # --- sender thread ------------------------------------------------------------------
@@ -130,11 +131,17 @@ class Profiler:
         if lock is None:  # no flock here (Windows), or another process's: keep it to ourselves
             shutil.rmtree(directory, ignore_errors=True)
             return
-        capture.status = {
+        status = {
             "server": self._config.server, "run_id": run_id, "profile": capture.id,
             "rank": capture.rank, "process": os.getpid(), "status": "capturing",
         }  # fmt: skip
-        profile_spool.write_status(directory, capture.status)
+        try:
+            profile_spool.write_status(directory, status)
+        except BaseException:  # a full disk: leave no locked directory without a status
+            lock.close()
+            profile_spool.remove(directory)
+            raise
+        capture.status = status
         shutil.rmtree(capture.directory, ignore_errors=True)  # the temporary one, unused
         capture.directory, capture.spooled, capture.lock = directory, True, lock
 
@@ -219,12 +226,13 @@ class Profiler:
     def _stop(self, capture: Capture) -> None:
         import tensorflow as tf
 
-        self._active = None
         capture.ended = True
         began = time.perf_counter()
-        tf.profiler.experimental.stop()
+        tf.profiler.experimental.stop()  # on failure _fail reports the capture, still active
+        self._active = None
         stop_cost_s = time.perf_counter() - began
         overhead = self._overhead(capture, stop_cost_s)
+        self.undelivered[capture.id] = capture
         self._send(lambda: self._upload(capture, overhead))
 
     def _fail(self, error: BaseException) -> None:
@@ -297,28 +305,30 @@ class Profiler:
 
     def _upload(self, capture: Capture, overhead: dict[str, Any]) -> None:
         """Keep the finished trace (and what to report with it) in the spool, then send it from
-        there until the server has it; without a spool, send it while the process lives."""
+        there until the server has it; without a spool, send it while the process lives. Any
+        failure on the way is reported to the server, which otherwise waits for the trace."""
         try:
-            try:
-                trace = profile_spool.finish_capture(capture.directory)
-            except Exception as error:
-                message = f"profile failed: {type(error).__name__}: {error}"[:500]
-                self._post_retrying(capture.id, capture.rank, "status",
-                                    json={"status": "failed", "error": message})  # fmt: skip
-                return
-            capture.status.update(
-                status="uploading", first_step=capture.first_step, last_step=capture.last_step,
-                overhead=overhead, bytes=trace.stat().st_size,
-            )  # fmt: skip
-            if capture.spooled:
-                self._keep_within_bound(capture)
-            if capture.spooled:
-                profile_spool.write_status(capture.directory, capture.status)
-            self.delivering = capture
-            self._deliver(capture)
+            self._keep_and_deliver(capture, overhead)
+        except Exception as error:
+            message = f"profile failed: {type(error).__name__}: {error}"[:500]
+            log.warning("Stoker: %s", message)
+            self._post_retrying(capture.id, capture.rank, "status",
+                                json={"status": "failed", "error": message})  # fmt: skip
         finally:
-            self.delivering = None
+            self.undelivered.pop(capture.id, None)
             self._release(capture)
+
+    def _keep_and_deliver(self, capture: Capture, overhead: dict[str, Any]) -> None:
+        trace = profile_spool.finish_capture(capture.directory)
+        capture.status.update(
+            status="uploading", first_step=capture.first_step, last_step=capture.last_step,
+            overhead=overhead, bytes=trace.stat().st_size,
+        )  # fmt: skip
+        if capture.spooled:
+            self._keep_within_bound(capture)
+        if capture.spooled:
+            profile_spool.write_status(capture.directory, capture.status)
+        self._deliver(capture)
 
     def _keep_within_bound(self, capture: Capture) -> None:
         """A trace that takes the run's spool over its bound leaves the spool (said once)."""
@@ -410,19 +420,17 @@ def wait_for_uploads(profilers: list[Profiler], cap_s: float) -> None:
             break
         time.sleep(0.05)
     for profiler in profilers:
-        capture = profiler.delivering
-        if capture is None:
-            continue
-        if capture.spooled:
-            log.warning(
-                "Stoker: profile %s's trace is not delivered yet; it is kept in %s and sent by "
-                "the next Stoker agent started with this spool directory, or now with: "
-                "stoker upload %s",
-                capture.id, capture.directory, capture.directory.parent.parent,
-            )  # fmt: skip
-        else:
-            log.warning(
-                "Stoker: profile %s's trace could not be delivered before exit and is lost "
-                "(it was not in the spool)",
-                capture.id,
-            )
+        for capture in list(profiler.undelivered.values()):
+            if capture.spooled:
+                log.warning(
+                    "Stoker: profile %s's trace is not delivered yet; it is kept in %s and sent "
+                    "by the next Stoker agent started with this spool directory, or now with: "
+                    "stoker upload %s",
+                    capture.id, capture.directory, capture.directory.parent.parent,
+                )  # fmt: skip
+            else:
+                log.warning(
+                    "Stoker: profile %s's trace could not be delivered before exit and is lost "
+                    "(it was not in the spool)",
+                    capture.id,
+                )

@@ -1,6 +1,7 @@
 """Profiler traces kept in the agent's spool until the server has them (issue 19).
 
-A capture writes straight into the spool: `<spool_dir>/<run_key>/profiles/<pid>.r<rank>/`,
+A capture writes straight into the spool: `<run directory>/profiles/<pid>.r<rank>/`, where the run
+directory is `<spool_dir>/<run_key>` for rank 0 and `<spool_dir>/<run_key>.r<rank>` for the others,
 beside the run's spooled batches (trainer_agent/spool.py), holds
 
 - `status.json`: where it goes (server, run id, profile id, the worker's rank) and what the
@@ -27,7 +28,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from trainer_agent.spool import PROFILES, _write_atomically, fcntl
+from trainer_agent.spool import PROFILES, fcntl, run_spool_directory, write_atomically
 
 log = logging.getLogger("trainer_agent")
 
@@ -46,7 +47,8 @@ class Outcome(Enum):
 
 
 def trace_dir(spool_dir: Path, run_key: str, pid: int, rank: int) -> Path:
-    return Path(spool_dir) / run_key / PROFILES / f"{pid}.r{rank}"
+    """Beside the batches this rank spools (each rank has its own run directory)."""
+    return run_spool_directory(spool_dir, run_key, rank) / PROFILES / f"{pid}.r{rank}"
 
 
 def run_dir_bytes(run_dir: Path) -> int:
@@ -75,7 +77,7 @@ def read_status(directory: Path) -> dict[str, Any]:
 
 
 def write_status(directory: Path, status: dict[str, Any]) -> None:
-    _write_atomically(Path(directory) / STATUS, json.dumps(status).encode())
+    write_atomically(Path(directory) / STATUS, json.dumps(status).encode())
 
 
 def find_trace(directory: Path) -> Path | None:

@@ -49,7 +49,7 @@ def run_spool_directory(spool_dir: Path, run_key: str, rank: int) -> Path:
     return Path(spool_dir) / (run_key if not rank else f"{run_key}.r{rank}")
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(path.name + ".tmp")
     try:
         temporary.write_bytes(data)
@@ -139,7 +139,7 @@ class Spool:
         if self._used_bytes() + len(data) > self.max_bytes:
             return False
         self._start(hello)
-        _write_atomically(self._batches / f"{batch['seq']:012d}.json", data)
+        write_atomically(self._batches / f"{batch['seq']:012d}.json", data)
         assert self._bytes is not None
         self._bytes += len(data)
         return True
@@ -154,11 +154,11 @@ class Spool:
             self._batches.mkdir(parents=True, exist_ok=True)
             self.claim()
             if self.server:
-                _write_atomically(self.directory / "server.txt", self.server.encode())
+                write_atomically(self.directory / "server.txt", self.server.encode())
             with self.end_path.open("wb") as reserved:
                 reserved.write(b" " * END_RESERVED_BYTES)
         if not self.hello_path.exists():
-            _write_atomically(self.hello_path, wire.dumps(hello))
+            write_atomically(self.hello_path, wire.dumps(hello))
 
     def batch_paths(self) -> list[Path]:
         """Spooled batches, oldest seq first."""
