@@ -88,6 +88,10 @@ async def request_profile(
             or profile
         )
     _announce(state, profile)
+    # A stale capture given up on just now (or one whose analysis a restart cut) that has
+    # traces in: analyse what there is.
+    for settled in await state.writer.run(store.awaiting_analysis, run_id=run_id):
+        _start_analysis(state, settled)
     return profile
 
 
@@ -170,14 +174,25 @@ def _all_settled(profile: ProfilePublic) -> bool:
 
 
 _analysing: set[int] = set()  # profiles whose analysis runs (one at a time per profile)
+_again: set[int] = set()  # profiles asked to be analysed while theirs ran: once more after
 
 
 def _start_analysis(state: AppState, pid: int) -> None:
+    """Analyse the profile's stored traces; asked while its analysis runs (a lost worker's
+    trace came in meanwhile), it is analysed again once that one is done."""
     if pid in _analysing:
+        _again.add(pid)
         return
     _analysing.add(pid)
     task = asyncio.get_running_loop().create_task(_analyse(state, pid))
-    task.add_done_callback(lambda _: _analysing.discard(pid))
+    task.add_done_callback(lambda _: _analysed(state, pid))
+
+
+def _analysed(state: AppState, pid: int) -> None:
+    _analysing.discard(pid)
+    if pid in _again:
+        _again.discard(pid)
+        _start_analysis(state, pid)
 
 
 async def _analyse(state: AppState, pid: int) -> None:

@@ -6,7 +6,8 @@ A capture asks every connected agent (worker) of the run; each is one entry of t
 last one renames it. The profile's own status, steps and overhead follow its workers (its
 steps and overhead are its lowest rank's): it is ready once every asked worker uploaded its
 trace or failed, and at least one trace is in and analysed. Traces beyond
-`profile_quota_bytes` are deleted oldest first (the row stays, `trace_evicted`). Analysis is
+`profile_quota_bytes` (every profile's stored bytes count, whatever its status) are deleted
+oldest first (the row stays, `trace_evicted`; a capture in progress is not evicted). Analysis is
 in backend/ingest/profile_analysis.py.
 
 A worker the server presumed gone (`lost`: no word from it for the capture's max duration and
@@ -87,8 +88,8 @@ def _set_workers(profile: Profile, workers: dict[int, dict[str, Any]]) -> None:
             profile.status = ProfileStatus.failed
         elif profile.status != ProfileStatus.ready:
             profile.status = ProfileStatus.uploading  # until the analysis is in
-    elif all(status == ProfileStatus.requested for status in statuses):
-        profile.status = ProfileStatus.requested
+    elif all(status == ProfileStatus.requested for status in statuses if status not in TERMINAL):
+        profile.status = ProfileStatus.requested  # (a worker missed at request time is failed)
     elif any(status in (ProfileStatus.requested, ProfileStatus.capturing) for status in statuses):
         profile.status = ProfileStatus.capturing
     else:
@@ -160,31 +161,41 @@ def create_profile(
     *, session: Session, run_id: int, steps: int, stale_after_s: float, ranks: list[int]
 ) -> ProfilePublic:
     """A new capture of the workers `ranks`, unless one is in progress for the run (409).
-    One no agent has reported on for `stale_after_s` (they went away) fails, and no longer
-    blocks; its silent workers are `lost`, and may still deliver later."""
+    One no agent has reported on for `stale_after_s` (they went away) no longer blocks: its
+    silent workers are `lost` (they may still deliver later), and it fails when no trace is in,
+    else waits for the analysis of the traces that are (`awaiting_analysis`)."""
     busy = session.exec(
         select(Profile).where(Profile.run_id == run_id, col(Profile.status).in_(IN_PROGRESS))
-    ).first()
-    if busy is not None:
-        heard = busy.updated_at.replace(tzinfo=busy.updated_at.tzinfo or UTC)
+    ).all()
+    for row in busy:
+        heard = row.updated_at.replace(tzinfo=row.updated_at.tzinfo or UTC)
         if (utc_now() - heard).total_seconds() < stale_after_s:
-            raise Conflict(f"profile {busy.id} of this run is still {busy.status}: one at a time")
-        error = f"profile failed: no word from the agent for {stale_after_s:.0f} s"
-        workers = workers_of(busy)
+            raise Conflict(f"profile {row.id} of this run is still {row.status}: one at a time")
+    error = f"profile failed: no word from the agent for {stale_after_s:.0f} s"
+    for row in busy:
+        workers = workers_of(row)
         for worker in workers.values():
             if ProfileStatus(worker["status"]) not in TERMINAL:
                 worker.update(status="failed", error=error, lost=True)
-        _set_workers(busy, workers)
-        if busy.status != ProfileStatus.failed:  # some traces are in: analyse what there is
-            busy.status = ProfileStatus.failed
-            busy.error = error
-        session.add(busy)
+        # Failed when no trace is in; else `uploading` until the traces that are in are
+        # analysed (`awaiting_analysis`), then ready with its lost workers marked.
+        _set_workers(row, workers)
+        session.add(row)
     profile = Profile(run_id=run_id, steps=steps)
     _set_workers(profile, {rank: {"rank": rank, "status": "requested"} for rank in ranks})
     session.add(profile)
     session.commit()
     session.refresh(profile)
     return public(profile)
+
+
+def awaiting_analysis(*, session: Session, run_id: int) -> list[int]:
+    """The run's profiles whose workers all settled with a trace in, not analysed yet (e.g. a
+    stale one whose lost workers were given up on, or one whose analysis a restart cut)."""
+    rows = session.exec(
+        select(Profile).where(Profile.run_id == run_id, Profile.status == ProfileStatus.uploading)
+    ).all()
+    return [row.id for row in rows if row.id is not None and ready_to_analyse(row)]
 
 
 def update_status(
@@ -201,6 +212,8 @@ def update_status(
     status = ProfileStatus(worker["status"])
     if status == ProfileStatus.ready or (status == ProfileStatus.failed and not worker.get("lost")):
         return public(profile), False  # a late or repeated report changes nothing
+    if profile.trace_evicted:  # the others' traces are gone: a lost worker's comes too late
+        return public(profile), False
     worker.update(status=report["status"], lost=False, error=report.get("error"))  # revived
     for name in ("first_step", "last_step", "overhead"):
         if report.get(name) is not None:
@@ -258,24 +271,35 @@ def store_chunk(
         raise Conflict(f"profile {pid} rank {rank} is {worker['status']}, not uploading")
     if total > max_bytes:
         raise Conflict(f"trace of {total} bytes is over the server's {max_bytes}-byte cap")
-    held = worker.get("received_bytes", 0)
-    if offset > held or offset + len(data) > total:
-        raise Conflict(f"chunk at {offset} does not follow the {held} bytes held")
+    if profile.trace_evicted:  # its other traces are gone: nothing to add one to
+        raise Conflict(f"profile {pid}'s traces were evicted (over the server's quota)")
     path = trace_path(data_dir, pid, rank)
     part = path.with_suffix(".pb.part")
+    # The bytes held are on disk: without the part file (gone with the data directory) the
+    # upload starts again at 0, never as a zero-filled sparse file under what arrives.
+    held = worker.get("received_bytes", 0) if part.exists() else 0
+    if offset > held or offset + len(data) > total:
+        raise Conflict(f"chunk at {offset} does not follow the {held} bytes held")
     part.parent.mkdir(parents=True, exist_ok=True)
     with open(part, "r+b" if part.exists() else "wb") as file:
         file.seek(offset)
         file.write(data)
+        if offset + len(data) >= total:
+            file.truncate(total)  # nothing of an earlier, longer attempt stays behind it
     worker["received_bytes"] = max(held, offset + len(data))
     worker["trace_bytes"] = total
     complete = worker["received_bytes"] >= total
     if complete:
-        part.replace(path)
         worker["status"] = ProfileStatus.ready.value
     _set_workers(profile, workers)
     session.add(profile)
+    # The rename follows the commit: a commit that fails leaves the part file where the
+    # worker's row (still uploading, the bytes held before) says it is, and the resent chunk
+    # completes it. (Ended between the two, the row is ready and the trace still a part file:
+    # `trace_paths` does not list it, so it is analysed without that trace.)
     session.commit()
+    if complete:
+        part.replace(path)
     return complete, complete and ready_to_analyse(profile)
 
 
@@ -353,16 +377,25 @@ def finish(
     return public(profile)
 
 
+def stored_bytes(profile: Profile) -> int:
+    """What the profile's traces take on disk: each worker's bytes received (its finished
+    trace, or the part of one being or given up being uploaded)."""
+    if not profile.workers:  # stored before workers were kept
+        return profile.received_bytes or profile.trace_bytes or 0
+    return sum(worker.get("received_bytes", 0) for worker in profile.workers.values())
+
+
 def evict_beyond_quota(*, session: Session, data_dir: Path, quota_bytes: int) -> list[int]:
-    """Delete the oldest stored traces until the rest fit in `quota_bytes`."""
+    """Delete the oldest stored traces until the rest fit in `quota_bytes`. Every profile's
+    stored bytes count, whatever its status (a failed one may hold traces or parts of
+    them); a capture in progress is counted but not evicted."""
     rows = session.exec(
-        select(Profile).where(Profile.status == ProfileStatus.ready, ~col(Profile.trace_evicted))
-        .order_by(col(Profile.id).desc())
-    ).all()  # fmt: skip
+        select(Profile).where(~col(Profile.trace_evicted)).order_by(col(Profile.id).desc())
+    ).all()
     kept, evicted = 0, []
     for row in rows:
-        kept += row.trace_bytes or 0
-        if kept > quota_bytes:
+        kept += stored_bytes(row)
+        if kept > quota_bytes and row.status in TERMINAL:
             assert row.id is not None
             shutil.rmtree(trace_path(data_dir, row.id).parent, ignore_errors=True)
             row.trace_evicted = True

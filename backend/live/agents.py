@@ -11,10 +11,13 @@ rank and a way to send it a command. Two things use it, from the event loop only
   several server processes a browser on another one sees the 1 s pace.)
 - commands for every worker of the run, e.g. `profile` (issue 19): `send_all` reaches each
   connected agent and says which ranks received it.
+
+Every send is bounded (`send_timeout_s`): an agent whose socket does not take a message in
+time (stalled, or gone without a close) counts as not reached, and holds up neither the
+request that sends the command nor the other agents, which are sent theirs concurrently.
 """
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +25,7 @@ from typing import Any
 from backend.ingest.protocol import WatchCommand
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+SEND_TIMEOUT_S = 5.0  # how long an agent's socket may take to accept one message
 
 
 @dataclass(eq=False)
@@ -36,10 +40,11 @@ class AgentLink:
 class ConnectedAgents:
     """The connected agents of each run, and which runs a browser watches."""
 
-    def __init__(self) -> None:
+    def __init__(self, send_timeout_s: float = SEND_TIMEOUT_S) -> None:
+        self.send_timeout_s = send_timeout_s
         self._agents: dict[int, list[AgentLink]] = {}
         self._watched: set[int] = set()
-        self._telling: set[asyncio.Task[None]] = set()
+        self._telling: set[asyncio.Task[bool]] = set()
 
     # --- connections ------------------------------------------------------------------------
     def attach(self, run_id: int, agent: AgentLink) -> None:
@@ -69,17 +74,23 @@ class ConnectedAgents:
         ranks: set[int] | None = None,
     ) -> list[int]:
         """Send each connected agent of the run (of `ranks`, when given) `command(agent)` (a
-        command may name the agent's rank); returns the ranks that received it, ascending."""
-        reached: set[int] = set()
-        for agent in list(self._agents.get(run_id, ())):
-            if ranks is not None and agent.rank not in ranks:
-                continue
-            try:
-                await agent.send({"type": "command", **command(agent)})
-            except Exception:
-                continue  # that agent went away
-            reached.add(agent.rank)
-        return sorted(reached)
+        command may name the agent's rank), all at once, each within `send_timeout_s`;
+        returns the ranks that received it, ascending."""
+        agents = [
+            agent for agent in self._agents.get(run_id, ()) if ranks is None or agent.rank in ranks
+        ]
+        sent = await asyncio.gather(
+            *(self._send(agent, {"type": "command", **command(agent)}) for agent in agents)
+        )
+        return sorted({agent.rank for agent, ok in zip(agents, sent, strict=True) if ok})
+
+    async def _send(self, agent: AgentLink, message: dict[str, Any]) -> bool:
+        """Whether the agent took the message within `send_timeout_s`."""
+        try:
+            await asyncio.wait_for(agent.send(message), self.send_timeout_s)
+        except Exception:  # that agent went away, or its socket stalls
+            return False
+        return True
 
     # --- watching ---------------------------------------------------------------------------
     def set_watched(self, run_id: int, watched: bool) -> None:
@@ -98,11 +109,6 @@ class ConnectedAgents:
 
     def _tell(self, agent: AgentLink, watched: bool) -> None:
         message = WatchCommand(watched=watched).to_json()
-        task = asyncio.get_running_loop().create_task(_quietly(agent.send(message)))
+        task = asyncio.get_running_loop().create_task(self._send(agent, message))
         self._telling.add(task)
         task.add_done_callback(self._telling.discard)
-
-
-async def _quietly(sending: Awaitable[None]) -> None:
-    with contextlib.suppress(Exception):  # the agent went away: nothing to tell
-        await sending
