@@ -64,6 +64,7 @@ def _dataset(pipeline: str, step_s: float) -> "tf.data.Dataset":
 
 
 def _train(server: ServerProcess, pipeline: str, step_s: float, epochs: int = 1) -> int:
+    import trainer_agent
     from trainer_agent import StokerCallback
 
     callback = StokerCallback(run_name=f"{pipeline}-pipeline", project="diag", server=server.url)
@@ -71,6 +72,9 @@ def _train(server: ServerProcess, pipeline: str, step_s: float, epochs: int = 1)
     model.fit(
         callback.wrap(_dataset(pipeline, step_s)), epochs=epochs, callbacks=[callback], verbose=0
     )
+    # fit() returns before its run is delivered: wait for the sender as long as the server
+    # acknowledges (a loaded machine's server may take longer than any fixed wait here).
+    assert trainer_agent.flush(), "the run's records were not delivered"
     run = wait_for(
         lambda: next(
             (r for r in server.get("/api/v1/runs", limit=1000)["data"]
