@@ -1,13 +1,15 @@
 """Test helpers: a real `stoker serve` on a loopback port, and waiting on conditions."""
 
+import asyncio
 import contextlib
 import os
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +47,27 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what or condition}")
         time.sleep(interval_s)
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, T], *, timeout_s: float = 60.0) -> T:
+    """`asyncio.run` in a thread of its own: other tests (Playwright's sync API) may leave an
+    event loop running in this one, where `asyncio.run` refuses to start."""
+    outcome: list[tuple[T | None, BaseException | None]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((asyncio.run(coroutine), None))
+        except BaseException as error:
+            outcome.append((None, error))
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(timeout_s)
+    assert outcome, f"the coroutine did not finish within {timeout_s} s"
+    result, error = outcome[0]
+    if error is not None:
+        raise error
+    return result  # type: ignore[return-value]
 
 
 @dataclass

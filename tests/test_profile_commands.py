@@ -19,6 +19,7 @@ from backend.ingest import profiles as store
 from backend.ingest.protocol import Hello
 from backend.ingest.store import open_run
 from backend.live.agents import AgentLink, ConnectedAgents
+from tests.support import run_coroutine
 
 SQLITE = pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 GUARD_S = 60.0  # only against a hang: the tests wait on events, not on time
@@ -87,7 +88,7 @@ def test_a_stalled_agent_holds_up_neither_the_request_nor_the_others(
         assert "went away" in (profile.workers[0].error or "")
         assert profile.status == "requested"  # the missed worker does not make it capturing
 
-    asyncio.run(main())
+    run_coroutine(main())
 
 
 def test_watch_command_to_a_stalled_agent_is_given_up(tmp_path: Path) -> None:
@@ -102,7 +103,7 @@ def test_watch_command_to_a_stalled_agent_is_given_up(tmp_path: Path) -> None:
         assert sorted(done) == [False, True]
         assert fine.got == [{"type": "command", "name": "watch", "watched": True}]
 
-    asyncio.run(main())
+    run_coroutine(main())
 
 
 @SQLITE
@@ -167,4 +168,4 @@ def test_trace_that_comes_in_during_the_analysis_is_analysed_after_it(
             ("ready", False, "no xprof"),
         ]
 
-    asyncio.run(main())
+    run_coroutine(main())

@@ -1,8 +1,6 @@
 """The writer thread with a real SQLite file: a failed batch stops its stream's later batches
 (so an agent's seq cursor never skips past it) until the stream connects again."""
 
-import asyncio
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from backend.core.settings import Settings
 from backend.ingest.protocol import Batch, Hello, StepColumns
 from backend.ingest.store import BatchJob, open_run
 from backend.ingest.writer import StreamFailed, Writer
+from tests.support import run_coroutine
 
 
 def _batch(seq: int, first: int) -> Batch:
@@ -56,23 +55,8 @@ def test_failed_batch_refuses_later_batches_of_its_stream_until_forgiven(tmp_pat
         stored = await writer.store(BatchJob(run.id, stream, 0, _batch(2, 5)))
         assert stored is not None and stored["summary"]["steps"] == 10
 
-    outcome: list[BaseException | None] = []
-
-    def run_scenario() -> None:  # own thread: other tests (Playwright) may hold a loop here
-        try:
-            asyncio.run(scenario())
-        except BaseException as error:
-            outcome.append(error)
-        else:
-            outcome.append(None)
-
     try:
-        runner = threading.Thread(target=run_scenario)
-        runner.start()
-        runner.join(timeout=60)
-        assert outcome, "the scenario did not finish"
-        if outcome[0] is not None:
-            raise outcome[0]
+        run_coroutine(scenario())
     finally:
         writer.close()
         engine.dispose()
