@@ -36,6 +36,7 @@ from typing import Any
 from trainer_agent import profile_spool
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.backoff import Backoff
+from trainer_agent.delivery.transport import bearer
 from trainer_agent.guard import FAULT_ENV, InjectedFault
 from trainer_agent.profile_spool import Outcome
 
@@ -379,7 +380,7 @@ class Profiler:
         """POST to the run's profile; retry with capped backoff while the server is away
         (for as long as the process lives, or until `until()`), give up on a refusal (4xx)."""
         backoff = Backoff(max_s=RETRY_MAX_S)
-        headers = {"Authorization": f"Bearer {self._config.token}"} if self._config.token else {}
+        headers = bearer(self._config.token)
         params = {**kwargs.pop("params", {}), "rank": rank}
         while True:
             run_id = self._run_id()

@@ -28,6 +28,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
+from trainer_agent.delivery.transport import bearer
 from trainer_agent.spool import PROFILES, fcntl, run_spool_directory, write_atomically
 
 log = logging.getLogger("trainer_agent")
@@ -156,7 +157,7 @@ def deliver(
     target = (server or status["server"]).rstrip("/")
     base = f"{target}/api/v1/runs/{status['run_id']}/profiles/{status['profile']}"
     params = {"rank": status.get("rank", 0)}
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = bearer(token)
 
     def send(what: str, **kwargs: Any) -> Outcome | None:
         """None when accepted, else how it ended."""

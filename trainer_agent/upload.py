@@ -25,6 +25,7 @@ from trainer_agent import profile_spool, wire
 from trainer_agent.config import resolve_server, resolve_token
 from trainer_agent.delivery.backoff import Backoff
 from trainer_agent.delivery.http import http_chunks
+from trainer_agent.delivery.transport import bearer
 from trainer_agent.spool import Spool, run_directories
 
 log = logging.getLogger("trainer_agent")
@@ -50,9 +51,7 @@ def upload_run(directory: Path, *, server: str, token: str | None = None) -> dic
 
 def _upload_claimed(spool: Spool, *, server: str, token: str | None) -> dict[str, Any]:
     hello = Spool.load(spool.hello_path)
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {"Content-Type": "application/json", **bearer(token)}
     url = server.rstrip("/") + "/api/v1/ingest"
     sent = 0
     run_id = None

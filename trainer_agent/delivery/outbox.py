@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trainer_agent import wire
 from trainer_agent.delivery.transport import Batch, Transport
 from trainer_agent.recorder import Columns, Recorder, row_count
 from trainer_agent.spool import Spool
@@ -49,8 +50,6 @@ def step_rows(batch: Batch) -> int:
 
 
 def _encoded_size(batch: Batch) -> int:
-    from trainer_agent import wire
-
     return len(wire.dumps(batch))
 
 
