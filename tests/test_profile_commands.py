@@ -16,6 +16,7 @@ from backend.core.db import make_engine
 from backend.core.models import ProfileStatus
 from backend.core.settings import Settings
 from backend.ingest import profiles as store
+from backend.ingest.profile_analysis import AnalysisRuns
 from backend.ingest.protocol import Hello
 from backend.ingest.store import open_run
 from backend.live.agents import AgentLink, ConnectedAgents
@@ -42,8 +43,9 @@ def _state(tmp_path: Path, database: str, agents: ConnectedAgents) -> SimpleName
     announced: list[dict[str, Any]] = []
     hub = SimpleNamespace(broadcast_relayed=announced.append)
     return SimpleNamespace(
-        settings=settings, engine=engine, writer=_Writer(engine), hub=hub, agents=agents
-    )
+        settings=settings, engine=engine, writer=_Writer(engine), hub=hub, agents=agents,
+        analyses=AnalysisRuns(),
+    )  # fmt: skip
 
 
 def _run(state: SimpleNamespace) -> int:
@@ -154,7 +156,7 @@ def test_trace_that_comes_in_during_the_analysis_is_analysed_after_it(
         release.set()
 
         async def settled() -> None:
-            while pid in api._analysing:
+            while state.analyses.running(pid):
                 await asyncio.sleep(0.01)
 
         await asyncio.wait_for(settled(), GUARD_S)

@@ -173,26 +173,9 @@ def _all_settled(profile: ProfilePublic) -> bool:
     return statuses <= settled and ProfileStatus.ready in statuses
 
 
-_analysing: set[int] = set()  # profiles whose analysis runs (one at a time per profile)
-_again: set[int] = set()  # profiles asked to be analysed while theirs ran: once more after
-
-
 def _start_analysis(state: AppState, pid: int) -> None:
-    """Analyse the profile's stored traces; asked while its analysis runs (a lost worker's
-    trace came in meanwhile), it is analysed again once that one is done."""
-    if pid in _analysing:
-        _again.add(pid)
-        return
-    _analysing.add(pid)
-    task = asyncio.get_running_loop().create_task(_analyse(state, pid))
-    task.add_done_callback(lambda _: _analysed(state, pid))
-
-
-def _analysed(state: AppState, pid: int) -> None:
-    _analysing.discard(pid)
-    if pid in _again:
-        _again.discard(pid)
-        _start_analysis(state, pid)
+    """Analyse the profile's stored traces (again after the one running, if one is)."""
+    state.analyses.start(pid, lambda: _analyse(state, pid))
 
 
 async def _analyse(state: AppState, pid: int) -> None:

@@ -1,6 +1,6 @@
 """The server's long-lived parts, built once in the app's lifespan and typed for the routes."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 from starlette.requests import HTTPConnection
@@ -9,6 +9,7 @@ from backend.core.lifecycle import AgentConnections
 from backend.core.settings import Settings
 from backend.core.telemetry import Telemetry
 from backend.diagnosis.detectors import Detectors
+from backend.ingest.profile_analysis import AnalysisRuns
 from backend.ingest.writer import Writer
 from backend.live.agents import ConnectedAgents
 from backend.live.hub import LiveHub
@@ -25,6 +26,8 @@ class AppState:
     connections: AgentConnections
     telemetry: Telemetry
     detectors: Detectors
+    # Profiler traces being analysed (issue 19): one analysis at a time per profile.
+    analyses: AnalysisRuns = field(default_factory=AnalysisRuns)
 
 
 def app_settings(conn: HTTPConnection) -> Settings:

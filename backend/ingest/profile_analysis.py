@@ -6,13 +6,14 @@ step (`train <step>`) with the time breakdown, its third the per-iterator table;
 framework-op table lists ops by self time.
 """
 
+import asyncio
 import itertools
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,31 @@ def _number(text: Any) -> float | None:
         return float(text)
     except (TypeError, ValueError):
         return None
+
+
+class AnalysisRuns:
+    """One analysis at a time per profile: asked for while its analysis runs (a lost worker's
+    trace came in meanwhile), the profile is analysed once more after it. The server's own
+    (on its `AppState`); used from the event loop only."""
+
+    def __init__(self) -> None:
+        self._running: dict[int, asyncio.Task[None]] = {}  # held: the loop keeps weak ones
+        self._again: set[int] = set()
+
+    def running(self, pid: int) -> bool:
+        """Whether the profile is being analysed (or is to be analysed again after)."""
+        return pid in self._running
+
+    def start(self, pid: int, analyse: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        if pid in self._running:
+            self._again.add(pid)
+            return
+        task = asyncio.get_running_loop().create_task(analyse())
+        self._running[pid] = task
+        task.add_done_callback(lambda _: self._done(pid, analyse))
+
+    def _done(self, pid: int, analyse: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        del self._running[pid]
+        if pid in self._again:
+            self._again.discard(pid)
+            self.start(pid, analyse)

@@ -60,9 +60,6 @@ class ConnectedAgents:
             if not agents:
                 del self._agents[run_id]
 
-    def connected(self, run_id: int) -> bool:
-        return bool(self._agents.get(run_id))
-
     def ranks(self, run_id: int) -> list[int]:
         """The ranks of the run's connected agents, ascending, each once."""
         return sorted({agent.rank for agent in self._agents.get(run_id, ())})
