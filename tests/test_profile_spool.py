@@ -96,6 +96,16 @@ def _with_stoker_shares(server: ServerProcess, run_id: int, pid: int) -> dict[st
     return profile if None not in shares else None
 
 
+def _capturing(server: ServerProcess, worker: Worker, steps: int) -> tuple[int, int]:
+    """Once the worker trains, a capture of `steps` requested and started: (run id, pid)."""
+    run_id = worker.run_id()
+    wait_for(lambda: _steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
+    pid = _request(server, run_id, steps=steps)
+    wait_for(lambda: _profile(server, run_id, pid)["status"] == "capturing", timeout_s=60,
+             what="the capture to start")  # fmt: skip
+    return run_id, pid
+
+
 def _steps_stored(server: ServerProcess, run_id: int) -> int:
     (count,) = server.rows("SELECT count(*) FROM step WHERE run_id = ?", run_id)[0]
     return count
@@ -131,11 +141,7 @@ def test_trace_spooled_when_the_server_is_away_is_delivered_after_the_process_ex
     stop = tmp_path / "stop"
     worker = Worker(server, stop)
     try:
-        run_id = worker.run_id()
-        wait_for(lambda: _steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
-        pid = _request(server, run_id, steps=50)
-        wait_for(lambda: _profile(server, run_id, pid)["status"] == "capturing", timeout_s=60,
-                 what="the capture to start")  # fmt: skip
+        run_id, pid = _capturing(server, worker, steps=50)
         server.kill()  # the capture ends, and its upload is tried, while the server is away
         traces = wait_for(lambda: _spooled_traces(agent_spool_dir), timeout_s=120,
                           what="the finished trace in the spool")  # fmt: skip
@@ -256,11 +262,7 @@ def test_exit_waits_for_a_trace_the_server_is_slow_to_take(
     stop = tmp_path / "stop"
     worker = Worker(server, stop)
     try:
-        run_id = worker.run_id()
-        wait_for(lambda: _steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
-        pid = _request(server, run_id, steps=200)
-        wait_for(lambda: _profile(server, run_id, pid)["status"] == "capturing", timeout_s=60,
-                 what="the capture to start")  # fmt: skip
+        run_id, pid = _capturing(server, worker, steps=200)
         assert server.process is not None
         server.process.send_signal(signal.SIGSTOP)
         try:
