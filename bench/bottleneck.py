@@ -40,10 +40,9 @@ from trainer_agent.pipeline_model import (
     DEFAULT_INTERVAL_S,
     PipelineSource,
     function_names,
-    unwatch_train_function,
-    watch_train_function,
 )
 from trainer_agent.recorder import Recorder
+from trainer_agent.train_function import unwatch_train_function, watch_train_function
 
 BATCH = 16
 FEATURES = 8

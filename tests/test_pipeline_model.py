@@ -13,10 +13,9 @@ from trainer_agent.pipeline_model import (
     function_names,
     kind_of,
     stages_from_proto,
-    unwatch_train_function,
-    watch_train_function,
 )
 from trainer_agent.recorder import Recorder
+from trainer_agent.train_function import is_watched, unwatch_train_function, watch_train_function
 
 MAP_KINDS = ("map", "parallel_map", "map_and_batch")
 
@@ -165,7 +164,7 @@ def test_keras_fit_hands_the_iterator_to_the_sampler_source_and_drops_the_stamp(
     assert kinds[0] == "tensor_slices" and kinds[-1] == "prefetch"
     assert "zip" not in kinds and "range" not in kinds  # Stoker's stamping stage is dropped
     assert [s["function"] for s in stages if s["kind"] in MAP_KINDS] == ["scale"]
-    assert not hasattr(model.train_function, "__wrapped__")  # restored after fit
+    assert not is_watched(model)  # restored after fit
 
 
 def test_an_iterator_without_a_model_reports_unavailable_once() -> None:

@@ -19,12 +19,9 @@ from trainer_agent.input_wait import (
 from trainer_agent.job import job_rank, job_run_key
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline import describe_pipeline
-from trainer_agent.pipeline_model import (
-    function_names,
-    unwatch_train_function,
-    watch_train_function,
-)
+from trainer_agent.pipeline_model import function_names
 from trainer_agent.session import RunSession, scalars
+from trainer_agent.train_function import unwatch_train_function, watch_train_function
 
 log = logging.getLogger("trainer_agent")
 
