@@ -11,7 +11,7 @@ AGENT_FIT_TESTS := tests/test_agent_fit.py tests/test_epoch_metrics_fit.py \
 TF_OLDEST := 2.15.1
 TF_OLDEST_VENV := $(VENV)/tf2.15
 
-.PHONY: demo serve test test-tf-matrix build lint format clean api-types
+.PHONY: demo serve test test-tf-matrix build lint format clean api-types corpus
 
 demo: build
 	$(BIN)/stoker demo
@@ -68,3 +68,7 @@ clean:
 api-types: $(INSTALLED) $(NODE_MODULES)
 	$(BIN)/python -c "import json, sys, tempfile, pathlib; from backend.core.app import create_app; from backend.core.settings import Settings; json.dump(create_app(Settings(data_dir=pathlib.Path(tempfile.mkdtemp()))).openapi(), sys.stdout, indent=2); print()" > frontend/openapi.json
 	cd frontend && npm run gen:api
+
+# Public training scripts run plain and under `stoker run` (tests/corpus/README.md).
+corpus: $(INSTALLED)
+	$(BIN)/python bench/corpus.py
