@@ -49,7 +49,7 @@ def test_measured_wait_verdict_is_pushed_live_stored_and_follows_the_window(
         assert starved["source"] == "measured"
         assert starved["input_wait_share"] == pytest.approx(0.4, rel=1e-3)
         assert starved["window_s"] == 30
-        assert any("40 %" in e["text"] for e in starved["evidence"])
+        assert any("40.0 %" in e["text"] for e in starved["evidence"])
         assert starved["advice"]
 
         rest = fast_server.get(f"/api/v1/runs/{agent.run_id}/diagnosis")
@@ -124,10 +124,13 @@ def test_starvation_marks_return_the_starved_step_ranges(fast_server: ServerProc
     assert marks["ranges"][0]["wait_share"] == pytest.approx(0.5)
     merged = fast_server.get(f"/api/v1/runs/{run_id}/starvation", threshold=0.2, max_gap=20)
     assert [(r["start"], r["end"]) for r in merged["ranges"]] == [(20, 69)]
-    # A finished run's verdict is computed from storage, over the last window of its steps.
+    # A finished run's verdict is its whole run's figure, the one its summary shows; with an
+    # explicit window, over the last window of its steps.
     diagnosis = fast_server.get(f"/api/v1/runs/{run_id}/diagnosis")
-    assert diagnosis["source"] == "measured"
-    assert diagnosis["verdict"] in ("moderately_input_bound", "highly_input_bound")
+    summary = fast_server.get(f"/api/v1/runs/{run_id}")["summary"]
+    assert diagnosis["source"] == "measured" and diagnosis["window_label"] == "whole run"
+    assert diagnosis["input_wait_share"] == summary["input_wait_share"]
+    assert diagnosis["verdict"] == summary["verdict"] == "moderately_input_bound"
     assert fast_server.get(f"/api/v1/runs/{run_id}/diagnosis", window_s=3)["verdict"] == (
         "not_input_bound"
     )

@@ -12,7 +12,7 @@ from backend.core.models import RunEventsPublic, RunStatus
 from backend.diagnosis.history import StarvedRanges, starved_ranges, window_from_db
 from backend.diagnosis.levels import HIGHLY_INPUT_BOUND
 from backend.diagnosis.store import list_events
-from backend.diagnosis.verdict import Diagnosis, Verdict
+from backend.diagnosis.verdict import Diagnosis, Verdict, once
 
 router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
 
@@ -30,7 +30,9 @@ async def read_diagnosis(
     A running run this server watches is judged on its live window, which holds every batch
     acknowledged so far. Otherwise, and when that window holds too few steps for a verdict
     (it may have begun after steps were stored, as after a restart), or with an explicit
-    `window_s`, the verdict is judged on the stored steps: an ended run's answer is final.
+    `window_s`, the verdict is judged on the stored steps: an ended run's answer is final,
+    and its input-wait figure and verdict are the whole run's (`window_label` "whole run"),
+    the figure its summary shows.
     """
     run = await run_in_threadpool(get_run, session=session, run_id=run_id)
     running = run.status == RunStatus.running
@@ -38,12 +40,21 @@ async def read_diagnosis(
         # Judged here, on the event loop that feeds the window, not in a worker thread.
         live = detectors.diagnose_now(run_id)
         if live is not None and live.verdict != Verdict.insufficient_data:
-            return await run_in_threadpool(with_bottleneck, live, session=session)
+            return _said_once(await run_in_threadpool(with_bottleneck, live, session=session))
     window = await run_in_threadpool(
-        window_from_db, session=session, run=run, window_s=window_s or settings.diagnosis_window_s
+        window_from_db,
+        session=session,
+        run=run,
+        window_s=window_s or settings.diagnosis_window_s,
+        whole_run=window_s is None and not running,  # an explicit window is that window
     )
     diagnosis = detectors.diagnose_stored(window)
-    return await run_in_threadpool(with_bottleneck, diagnosis, session=session)
+    return _said_once(await run_in_threadpool(with_bottleneck, diagnosis, session=session))
+
+
+def _said_once(diagnosis: Diagnosis) -> Diagnosis:
+    """The bottleneck's fix comes first; general advice that repeats it is left out."""
+    return diagnosis.model_copy(update={"advice": once(diagnosis.advice)})
 
 
 @router.get("/runs/{run_id}/starvation")

@@ -116,7 +116,12 @@ def report_run(server_url: str, run_id: int | None) -> None:
     except (httpx.HTTPError, KeyError, ValueError) as error:
         print(f"  (could not read the diagnosis: {error})", flush=True)
         return
-    print(f"\n  Verdict: {diagnosis['verdict']} ({diagnosis['source']})", flush=True)
+    share = diagnosis.get("input_wait_share")
+    figure = "" if share is None else f", input wait {share * 100:.1f} %"
+    if diagnosis.get("source") == "fallback":
+        figure += ", inferred: input wait not measured"
+    words = diagnosis.get("verdict_label") or diagnosis["verdict"]
+    print(f"\n  Verdict: {words} ({diagnosis.get('window_label', '')}{figure})", flush=True)
     for item in diagnosis["evidence"]:
         print(f"    - {item['text']}")
     for line in diagnosis["advice"]:

@@ -11,7 +11,7 @@ from sqlmodel import Session, col, select
 
 from backend.core.models import DeviceSample, HostSample, Run, RunStatus, Step
 from backend.diagnosis.stragglers import worker_hosts
-from backend.diagnosis.window import RunWindow
+from backend.diagnosis.window import RunWindow, WholeRun
 
 # -- starvation marks ------------------------------------------------------------------------
 
@@ -79,17 +79,24 @@ def starved_ranges(
 # -- a window rebuilt from storage (runs not watched in memory) ------------------------------
 
 
-def window_from_db(*, session: Session, run: Run, window_s: float) -> RunWindow:
-    """The run's last `window_s` seconds of steps and samples, as a window."""
+def window_from_db(
+    *, session: Session, run: Run, window_s: float, whole_run: bool | None = None
+) -> RunWindow:
+    """The run's last `window_s` seconds of steps and samples, as a window. An ended run's
+    window (`whole_run`: by default when the run is not running) carries the whole run's
+    input wait, which its verdict is judged on: the figure its summary shows."""
     assert run.id is not None
+    running = run.status == RunStatus.running
     window = RunWindow(
         run_id=run.id,
         window_s=window_s,
         project=run.project,
         name=run.name,
-        running=run.status == RunStatus.running,
+        running=running,
         environment=run.environment,
     )
+    if whole_run if whole_run is not None else not running:
+        window.whole_run = WholeRun.of(run.stats)
     window.hosts = worker_hosts(run)
     last_t = run.stats.get("last_t")
     if last_t is not None:

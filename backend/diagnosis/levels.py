@@ -13,6 +13,9 @@ from pydantic import BaseModel
 
 HIGHLY_INPUT_BOUND = 0.20
 MODERATELY_INPUT_BOUND = 0.05
+# An input-wait share is shown, and judged, to a tenth of a percent: 0.0496 is "5.0 %" and
+# moderately input-bound on every surface (API, UI, CLI, evidence).
+SHARE_DECIMALS = 3
 
 
 class Verdict(StrEnum):
@@ -21,6 +24,26 @@ class Verdict(StrEnum):
     not_input_bound = "not_input_bound"
     stalled = "stalled"
     insufficient_data = "insufficient_data"
+
+
+# The words every surface (UI, CLI, docs) writes for a verdict.
+VERDICT_WORDS: dict[Verdict, str] = {
+    Verdict.highly_input_bound: "highly input-bound",
+    Verdict.moderately_input_bound: "moderately input-bound",
+    Verdict.not_input_bound: "not input-bound",
+    Verdict.stalled: "stalled",
+    Verdict.insufficient_data: "not enough data",
+}
+
+
+def shown_share(share: float) -> float:
+    """An input-wait share as every surface shows it (to a tenth of a percent)."""
+    return round(share, SHARE_DECIMALS)
+
+
+def share_text(share: float) -> str:
+    """An input-wait share written as every surface writes it: "5.1 %"."""
+    return f"{shown_share(share) * 100:.1f} %"
 
 
 class InputBoundThresholds(BaseModel):
@@ -43,9 +66,9 @@ def input_bound_verdict(
     moderately: float = MODERATELY_INPUT_BOUND,
 ) -> Verdict:
     """The input-bound level of a measured input-wait share of step time."""
-    # Compared as shown (to a millionth): a share of exactly 20 % is 20 %, whatever order
-    # the floating-point sums happened in.
-    shown = round(share, 6)
+    # Compared as shown (to a tenth of a percent): a share shown as "5.0 %" is moderately
+    # input-bound, and exactly 20 % is 20 % whatever order the floating-point sums happened in.
+    shown = shown_share(share)
     if shown >= highly:
         return Verdict.highly_input_bound
     if shown >= moderately:

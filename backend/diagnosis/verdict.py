@@ -13,11 +13,14 @@ from pydantic import BaseModel
 from backend.diagnosis.levels import (
     HIGHLY_INPUT_BOUND,
     MODERATELY_INPUT_BOUND,
+    VERDICT_WORDS,
     Verdict,
     input_bound_verdict,
+    share_text,
+    shown_share,
 )
 from backend.diagnosis.stragglers import find_straggler, worker_timings
-from backend.diagnosis.units import ms, pct
+from backend.diagnosis.units import ms
 from backend.diagnosis.window import RunWindow
 
 # Fallback (no measured wait): what utilization and host CPU levels mean.
@@ -26,6 +29,10 @@ VERY_LOW_UTIL_PCT = 50.0
 CPU_SATURATED_PCT = 85.0
 CPU_IDLE_PCT = 50.0
 HIGH_STEP_CV = 0.5
+# Steps this short pay a fixed cost per step (the fetch, the host's dispatch) that no pipeline
+# hides: larger batches or steps_per_execution amortize it.
+SHORT_STEP_S = 0.010
+WHOLE_RUN = "whole run"
 
 
 class Evidence(BaseModel):
@@ -37,9 +44,15 @@ class Evidence(BaseModel):
 class Diagnosis(BaseModel):
     run_id: int
     verdict: Verdict
+    # The words every surface writes for the verdict ("moderately input-bound").
+    verdict_label: str = ""
+    # As shown everywhere: to a tenth of a percent (levels.shown_share).
     input_wait_share: float | None
     source: str  # "measured" | "fallback"
     window_s: float
+    # What `input_wait_share` covers: "last 30 s" (a live run's window) or "whole run" (an
+    # ended run, judged on the figure its summary shows).
+    window_label: str = ""
     steps_in_window: int
     evidence: list[Evidence]
     advice: list[str]
@@ -75,15 +88,24 @@ class _Findings:
 
     @classmethod
     def of(cls, window: RunWindow) -> "_Findings":
+        whole = window.whole_run
+        measured = whole.waited_steps if whole is not None else window.waited_count
         return cls(
             window=window,
-            share=window.input_wait_share(),
+            share=whole.share if whole is not None else window.input_wait_share(),
             util=window.mean_util(),
             cpu=window.mean_sys_cpu(),
             mean_step=window.mean_step_s(),
             pipeline=_pipeline(window.environment),
-            source="measured" if window.waited_count else "fallback",
+            source="measured" if measured else "fallback",
         )
+
+    @property
+    def window_label(self) -> str:
+        """What the input-wait figure covers."""
+        if self.window.whole_run is not None and self.source == "measured":
+            return WHOLE_RUN
+        return f"last {self.window.window_s:g} s"
 
     def add(self, key: str, value: Any, text: str) -> None:
         self.evidence.append(Evidence(key=key, value=value, text=text))
@@ -92,17 +114,26 @@ class _Findings:
         return Diagnosis(
             run_id=self.window.run_id,
             verdict=verdict,
-            input_wait_share=wait_share,
+            verdict_label=VERDICT_WORDS[verdict],
+            input_wait_share=None if wait_share is None else shown_share(wait_share),
             source=self.source,
             window_s=self.window.window_s,
+            window_label=self.window_label,
             steps_in_window=self.window.step_count,
             evidence=self.evidence,
-            advice=self.advice,
+            advice=once(self.advice),
         )
 
     def advise(self, verdict: Verdict) -> None:
         if verdict != Verdict.not_input_bound:
-            _input_advice(self.advice, cpu=self.cpu, pipeline=self.pipeline)
+            self.advice.extend(
+                input_advice(
+                    cpu=self.cpu,
+                    pipeline=self.pipeline,
+                    mean_step_s=self.mean_step,
+                    steps_per_execution=_steps_per_execution(self.window.environment),
+                )
+            )
         else:
             _device_advice(self.advice, util=self.util, mean_step=self.mean_step)
 
@@ -190,6 +221,10 @@ def _describe(found: _Findings, *, min_steps: int) -> None:
         add("prefetch", has, "the pipeline prefetches" if has else "the pipeline does not prefetch")
     if pipeline.get("serial_map") and not pipeline.get("parallel_map"):
         add("parallel_map", False, "map runs serially (no num_parallel_calls)")
+    elif pipeline.get("parallel_map"):
+        add("parallel_map", True, "map runs in parallel (num_parallel_calls)")
+    if pipeline.get("cache"):
+        add("cache", True, "the pipeline caches")
     straggler = find_straggler(worker_timings(found.window, min_steps=min_steps))
     if straggler is not None:
         add("straggler", straggler.rank, straggler.text)
@@ -207,8 +242,8 @@ def _describe(found: _Findings, *, min_steps: int) -> None:
 def _measured(found: _Findings, *, min_steps: int, highly: float, moderately: float) -> Diagnosis:
     """The input wait is measured: its share of step time is the verdict, once the window
     holds `min_steps` measured steps."""
-    window, share = found.window, found.share
-    waited = window.waited_count
+    window, share, whole = found.window, found.share, found.window.whole_run
+    waited = whole.waited_steps if whole is not None else window.waited_count
     if waited < min_steps or share is None:
         # Wait is measured but the window does not hold enough steps yet: say only that.
         found.add(
@@ -218,14 +253,19 @@ def _measured(found: _Findings, *, min_steps: int, highly: float, moderately: fl
         )
         found.advice.append("Keep training: the verdict appears once enough steps are measured.")
         return found.result(Verdict.insufficient_data, share)
-    means = window.mean_waited_s()
-    assert means is not None  # waited >= min_steps
+    if whole is not None:
+        means = (whole.mean_wait_s, whole.mean_step_s)
+        over = "over the whole run"
+    else:
+        means = window.mean_waited_s() or (None, None)
+        over = f"over the {found.window_label}"
     per_step_wait, per_step = means
+    assert per_step_wait is not None and per_step is not None  # waited >= min_steps
     found.add(
         "input_wait_share",
-        round(share, 4),
-        f"input wait is {pct(share)} of step time over the last {window.window_s:g} s "
-        f"({waited} steps: {ms(per_step_wait)} waiting of {ms(per_step)} per step)",
+        shown_share(share),
+        f"input wait is {share_text(share)} of step time {over} "
+        f"({waited:,} steps: {ms(per_step_wait)} waiting of {ms(per_step)} per step)",
     )
     executed = _steps_per_execution(window.environment)
     if executed > 1:
@@ -279,38 +319,180 @@ def _inferred(found: _Findings, *, min_steps: int) -> Diagnosis:
     return found.result(verdict)
 
 
-def _input_advice(advice: list[str], *, cpu: float | None, pipeline: dict[str, Any]) -> None:
-    if pipeline.get("prefetch") is False:
+@dataclass(frozen=True)
+class _Has:
+    """What the agent reported the user's pipeline does (`None`: not reported)."""
+
+    prefetch: bool | None
+    parallel_map: bool | None
+    serial_map: bool
+    cache: bool | None
+    parallel_interleave: bool | None
+    serial_interleave: bool
+
+    @classmethod
+    def of(cls, pipeline: dict[str, Any]) -> "_Has":
+        def flag(key: str) -> bool | None:
+            value = pipeline.get(key)
+            return value if isinstance(value, bool) else None
+
+        parallel_interleave = flag("parallel_interleave")
+        return cls(
+            prefetch=flag("prefetch"),
+            parallel_map=flag("parallel_map"),
+            serial_map=bool(pipeline.get("serial_map")) and not pipeline.get("parallel_map"),
+            cache=flag("cache"),
+            parallel_interleave=parallel_interleave,
+            serial_interleave=bool(pipeline.get("interleave")) and not parallel_interleave,
+        )
+
+    @property
+    def fed(self) -> bool:
+        """The input side is already parallel and prefetched: what is left is elsewhere."""
+        return self.prefetch is True and self.parallel_map is True and not self.serial_map
+
+    def present(self) -> list[str]:
+        return [
+            text
+            for has, text in (
+                (self.parallel_map, "maps in parallel"),
+                (self.parallel_interleave, "reads in parallel"),
+                (self.cache, "caches"),
+                (self.prefetch, "prefetches"),
+            )
+            if has
+        ]
+
+
+def input_advice(
+    *,
+    cpu: float | None,
+    pipeline: dict[str, Any],
+    mean_step_s: float | None = None,
+    steps_per_execution: int = 1,
+) -> list[str]:
+    """What to change when steps wait for input, from what the pipeline already does: never
+    to add what it has, each remedy once; once it is parallel and prefetched, what is left
+    (short steps, the host's cores, offline preprocessing, cache placement, augmentation on
+    the device)."""
+    has = _Has.of(pipeline)
+    advice: list[str] = []
+    if has.prefetch is False:
         advice.append(
             "The pipeline does not prefetch: end it with .prefetch(tf.data.AUTOTUNE) so the "
             "next batch is prepared while the device computes."
         )
-    if pipeline.get("serial_map") and not pipeline.get("parallel_map"):
+    if has.serial_map:
         advice.append(
             "map runs one element at a time: pass num_parallel_calls=tf.data.AUTOTUNE "
             "(and deterministic=False if order does not matter)."
         )
+    if has.serial_interleave:
+        advice.append(
+            "interleave reads one input at a time: pass num_parallel_calls=tf.data.AUTOTUNE "
+            "to it, with a cycle_length of several files."
+        )
+    # Remedies the pipeline does not have yet, in the order they usually pay off.
+    adds: list[str] = []
+    if has.parallel_map is None and not has.serial_map:
+        adds.append("map(..., num_parallel_calls=tf.data.AUTOTUNE)")
+    idle = cpu is not None and cpu < CPU_IDLE_PCT
+    reads = not has.parallel_interleave and not has.serial_interleave and not has.fed
+    if reads and (has.parallel_interleave is None or idle):  # reading files is what waits
+        adds.append("interleave(..., num_parallel_calls=tf.data.AUTOTUNE) to read many files")
+    if not has.cache:
+        adds.append(".cache() after expensive loading or decoding when the data fits")
+    if has.prefetch is None:
+        adds.append(".prefetch(tf.data.AUTOTUNE) at the end")
+    short = mean_step_s is not None and mean_step_s < SHORT_STEP_S
+    left = _what_is_left(has, steps_per_execution=steps_per_execution, short=short)
+    if short:
+        advice.append(left.pop(0))
     if cpu is not None and cpu >= CPU_SATURATED_PCT:
         advice.append(
-            f"The host CPU is saturated ({cpu:.0f} %): preprocessing is CPU-bound. "
-            "Parallelize map with num_parallel_calls=tf.data.AUTOTUNE, .cache() after "
-            "expensive decoding, preprocess offline (resize and normalize once), and move "
-            "augmentation onto the device (Keras preprocessing layers inside the model)."
+            f"The host CPU is saturated ({cpu:.0f} %): preprocessing is CPU-bound. Do less of "
+            "it per step: preprocess offline what does not change between epochs (resize and "
+            "normalize once), move augmentation onto the device (Keras preprocessing layers "
+            "inside the model), or give the input more host cores or workers (tf.data service)."
+            + (f" Also: {'; '.join(adds)}." if adds else "")
         )
-    elif cpu is not None and cpu < CPU_IDLE_PCT:
+        left = [item for item in left if item.startswith("Check where cache()")]
+    elif idle and (adds or not has.fed):
+        io_adds = [a for a in adds if not a.startswith(".cache()")] or adds
         advice.append(
             f"The host CPU is mostly idle ({cpu:.0f} %) while the step waits: the pipeline is "
-            "I/O-bound or serial. Add .prefetch(tf.data.AUTOTUNE), read files in parallel "
-            "with interleave(..., num_parallel_calls=tf.data.AUTOTUNE), and give map "
-            "num_parallel_calls=tf.data.AUTOTUNE."
+            "I/O-bound or serial." + (f" Try: {'; '.join(io_adds)}." if io_adds else "")
         )
-    else:
+    elif adds:
+        what = "; ".join(adds)
+        known = "" if not has.present() else f" (it already {_and(has.present())})"
         advice.append(
-            "Feed the device faster: map(..., num_parallel_calls=tf.data.AUTOTUNE), "
-            ".cache() after expensive loading when the data fits, and end the pipeline "
-            "with .prefetch(tf.data.AUTOTUNE); use interleave to read many files in "
-            "parallel and preprocess offline what does not change between epochs."
+            f"Feed the device faster{known}: {what}; preprocess offline what does not change "
+            "between epochs."
         )
+    if has.fed:
+        advice.extend(left)
+    return advice
+
+
+def _what_is_left(has: _Has, *, steps_per_execution: int, short: bool) -> list[str]:
+    """Advice once the pipeline maps in parallel and prefetches and steps still wait (the
+    short-step item first when steps are short)."""
+    present = has.present()
+    left = []
+    if short:
+        more = (
+            f"a larger steps_per_execution (now {steps_per_execution})"
+            if steps_per_execution > 1
+            else "steps_per_execution=N in compile() (several steps per call)"
+        )
+        left.append(
+            "Steps are very short: handing each step its batch has a fixed cost that no "
+            f"pipeline hides. Larger batches or {more} spread it over more work."
+        )
+    left.append(
+        (f"The pipeline already {_and(present)}. " if present else "")
+        + "What is left is on the host: more host cores or input workers (tf.data service), "
+        "preprocessing offline what does not change between epochs, and moving augmentation "
+        "onto the device (Keras preprocessing layers inside the model)."
+    )
+    if has.cache:
+        left.append(
+            "Check where cache() sits: it keeps what comes before it, so place it after the "
+            "expensive loading and decoding and before random augmentation (which must run "
+            "every epoch)."
+        )
+    return left
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# A remedy named in an advice item: an item whose remedies were all named before says nothing new.
+_REMEDIES = (
+    "num_parallel_calls",
+    ".prefetch(",
+    ".cache()",
+    "interleave(",
+    "steps_per_execution",
+    "preprocess offline",
+    "onto the device",
+)
+
+
+def once(advice: list[str]) -> list[str]:
+    """`advice` with each thing said once: a repeated item, or one whose remedies were all
+    named by earlier items (a bottleneck's fix first, then the general advice), is left out."""
+    kept: list[str] = []
+    named: set[str] = set()
+    for item in advice:
+        remedies = {r for r in _REMEDIES if r in item}
+        if item in kept or (remedies and remedies <= named):
+            continue
+        kept.append(item)
+        named |= remedies
+    return kept
 
 
 def _device_advice(advice: list[str], *, util: float | None, mean_step: float | None) -> None:

@@ -51,6 +51,31 @@ class HostRow(NamedTuple):
     sys_cpu: float | None
 
 
+@dataclass(frozen=True)
+class WholeRun:
+    """An ended run's input wait over all its steps (from its stored statistics): the figure
+    an ended run's verdict is judged on, the same as its summary's."""
+
+    share: float | None
+    waited_steps: int
+    mean_wait_s: float | None
+    mean_step_s: float | None
+
+    @classmethod
+    def of(cls, stats: dict[str, Any]) -> "WholeRun":
+        waited_dur = float(stats.get("waited_dur_sum_s", 0.0))
+        wait = float(stats.get("wait_sum_s", 0.0))
+        # Runs stored before `waited_steps` was counted: every timed step, when all waited.
+        steps = int(stats.get("waited_steps", stats.get("timed_steps", 0)) if waited_dur else 0)
+        share = wait / waited_dur if waited_dur > 0 else None
+        return cls(
+            share=share,
+            waited_steps=steps,
+            mean_wait_s=wait / steps if steps else None,
+            mean_step_s=waited_dur / steps if steps else None,
+        )
+
+
 @dataclass(slots=True)
 class Sums:
     """Running sums over the window's rows; values leave the sums as rows leave the window.
@@ -108,6 +133,8 @@ class RunWindow:
     # Each worker's own steps (a window per rank, steps only) and its host, for stragglers.
     workers: dict[int, "RunWindow"] = field(default_factory=dict)
     hosts: dict[int, str] = field(default_factory=dict)
+    # An ended run's whole-run input wait: its verdict is judged on it instead of the window's.
+    whole_run: WholeRun | None = None
 
     # -- feeding ---------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from backend.core.models import Run, RunPublic, RunSummary, WorkerSummary
+from backend.diagnosis.levels import shown_share
 
 # Buckets are powers of 1.02 of one microsecond: adjacent bounds differ by 2 %, so the
 # bucket midpoint is within 1 % of any value in it.
@@ -94,6 +95,7 @@ def add_steps(
         timed_steps=new.get("timed_steps", 0) + len(timed_dur),
         dur_sum_s=new.get("dur_sum_s", 0.0) + float(timed_dur.sum()),
         waited_dur_sum_s=new.get("waited_dur_sum_s", 0.0) + float(timed_dur[waited].sum()),
+        waited_steps=new.get("waited_steps", 0) + int(waited.sum()),
         wait_sum_s=new.get("wait_sum_s", 0.0) + float(timed_wait[waited].sum()),
         samples=new.get("samples", 0) + int(timed_bs[sized].sum()),
         sized_dur_sum_s=new.get("sized_dur_sum_s", 0.0) + float(timed_dur[sized].sum()),
@@ -241,7 +243,8 @@ def _timing(stats: dict[str, Any]) -> dict[str, Any]:
     sized = stats.get("sized_dur_sum_s", 0.0)
     return {
         "step_time_ms_median": None if median is None else median * 1000,
-        "input_wait_share": stats["wait_sum_s"] / waited if waited > 0 else None,
+        # As every surface shows it (levels.shown_share): one figure in the API and the UI.
+        "input_wait_share": shown_share(stats["wait_sum_s"] / waited) if waited > 0 else None,
         "samples_per_s": stats["samples"] / sized if sized > 0 else None,
         "input_wait_s": stats.get("wait_sum_s", 0.0),
     }
