@@ -89,7 +89,9 @@ export interface paths {
      * A running run this server watches is judged on its live window, which holds every batch
      * acknowledged so far. Otherwise, and when that window holds too few steps for a verdict
      * (it may have begun after steps were stored, as after a restart), or with an explicit
-     * `window_s`, the verdict is judged on the stored steps: an ended run's answer is final.
+     * `window_s`, the verdict is judged on the stored steps: an ended run's answer is final,
+     * and its input-wait figure and verdict are the whole run's (`window_label` "whole run"),
+     * the figure its summary shows.
      */
     get: operations["read_diagnosis_api_v1_runs__run_id__diagnosis_get"];
   };
@@ -436,12 +438,22 @@ export interface components {
       /** Run Id */
       run_id: number;
       verdict: components["schemas"]["Verdict"];
+      /**
+       * Verdict Label
+       * @default
+       */
+      verdict_label?: string;
       /** Input Wait Share */
       input_wait_share: number | null;
       /** Source */
       source: string;
       /** Window S */
       window_s: number;
+      /**
+       * Window Label
+       * @default
+       */
+      window_label?: string;
       /** Steps In Window */
       steps_in_window: number;
       /** Evidence */
@@ -1664,7 +1676,9 @@ export interface operations {
    * A running run this server watches is judged on its live window, which holds every batch
    * acknowledged so far. Otherwise, and when that window holds too few steps for a verdict
    * (it may have begun after steps were stored, as after a restart), or with an explicit
-   * `window_s`, the verdict is judged on the stored steps: an ended run's answer is final.
+   * `window_s`, the verdict is judged on the stored steps: an ended run's answer is final,
+   * and its input-wait figure and verdict are the whole run's (`window_label` "whole run"),
+   * the figure its summary shows.
    */
   read_diagnosis_api_v1_runs__run_id__diagnosis_get: {
     parameters: {
