@@ -6,6 +6,10 @@ import argparse
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainer_agent.config import ServerSetting
 
 AGENT_COMMANDS = ("run", "doctor", "upload")
 SERVER_INSTALL = "pip install 'stoker[server]'"
@@ -32,6 +36,21 @@ def _server_main(argv: list[str]) -> int:
         )
         return 1
     return server_main(argv)
+
+
+def _checked_server(command: str, server: str | None) -> "ServerSetting | None":
+    """`--server`, else `STOKER_SERVER`, checked before anything runs: a value that is not a
+    URL is refused here (None), with one line naming it and the fix; `host:port` is taken as
+    `http://host:port`, with one line saying so."""
+    from trainer_agent.config import server_setting
+
+    setting = server_setting(server, argument="--server")
+    if setting.problem:
+        print(f"stoker {command}: {setting.problem}", file=sys.stderr)
+        return None
+    if setting.notice:
+        print(f"stoker {command}: {setting.notice}", file=sys.stderr)
+    return setting
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,20 +100,25 @@ def main(argv: list[str] | None = None) -> int:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
     args = _parser().parse_args(argv)
+    if args.command == "doctor":
+        from trainer_agent.doctor import main as run_doctor
+
+        return run_doctor()
+    setting = _checked_server(args.command, args.server)
+    if setting is None:
+        return 2
+    # The checked URL (`http://` added) goes on, also when it came from STOKER_SERVER.
+    server = setting.url if setting.source else None
     if args.command == "run":
         from trainer_agent.run import run
 
         return run(
             command or args.script, run_name=args.name, project=args.project, tags=args.tag,
-            server=args.server,
+            server=server,
         )  # fmt: skip
-    if args.command == "doctor":
-        from trainer_agent.doctor import main as run_doctor
-
-        return run_doctor()
     from trainer_agent.upload import main as run_upload
 
-    return run_upload(args.directory, server=args.server, token=args.token)
+    return run_upload(args.directory, server=server, token=args.token)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,155 @@
 """Agent settings: explicit arguments win, then `STOKER_*` environment variables, then defaults."""
 
+import dataclasses
+import logging
 import os
+import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from trainer_agent.spool import DEFAULT_MAX_BYTES, default_spool_dir
 
 DEFAULT_SERVER = "http://127.0.0.1:8470"
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
 
+log = logging.getLogger("trainer_agent")
+
+
+SERVER_SCHEMES = ("http", "https")
+_WEBSOCKET_SCHEMES = {"ws": "http", "wss": "https"}
+DEFAULT_PORT = 8470
+
+
+@dataclass(frozen=True)
+class ServerSetting:
+    """The server URL the agent uses, checked once where it is configured.
+
+    `url` is the value to use (no trailing slash; `http://` added to a bare `host:port`).
+    `notice` says how a value without a scheme was read; `problem` says why a value cannot be
+    used at all (then `url` is the value as given, and nothing is sent to it). Both are
+    complete sentences naming the setting, its value and the fix."""
+
+    url: str
+    source: str  # "STOKER_SERVER", "server=", "--server", or "" for the default
+    given: str = ""  # the value as the user wrote it
+    notice: str | None = None
+    problem: str | None = None
+
+    @property
+    def setting(self) -> str:
+        """How the user wrote it, e.g. `STOKER_SERVER='127.0.0.1:8470'`."""
+        if not self.source:
+            return f"the default server {self.url}"
+        if self.source.startswith("--"):
+            return f"{self.source} {self.given!r}"
+        return f"{self.source.rstrip('=')}={self.given!r}"
+
+
+def _url_problem(value: str) -> str | None:
+    """Why `value` (with a scheme) is not an http(s) URL of a server, or None."""
+    if any(c.isspace() for c in value):
+        return "it contains a space"
+    parts = urlsplit(value)
+    if parts.scheme not in SERVER_SCHEMES:
+        return f"its scheme {parts.scheme + '://'!r} is not http:// or https://"
+    if not parts.hostname:
+        return "it names no host"
+    try:
+        port = parts.port
+    except ValueError:
+        port_text = parts.netloc.rpartition(":")[2]
+        return f"its port {port_text!r} is not a number from 1 to 65535"
+    if port == 0:
+        return "its port 0 is not a number from 1 to 65535"
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        return "it has a query or fragment (?…, #…)"
+    return None
+
+
+def _suggestion(value: str) -> str:
+    """The URL the user probably meant (`http://`, their host, their port or 8470), else the
+    form to write."""
+    # After the scheme; or after a mistyped one (`http//host`, `http:/host`); or all of it.
+    rest = value.split("://", 1)[1] if "://" in value else re.sub(r"^[A-Za-z]+:?/+", "", value)
+    host_port = re.split(r"[/?#\s]", rest.strip(), maxsplit=1)[0]
+    if host_port and ":" not in host_port:  # a bare host: Stoker's default port
+        host_port += f":{DEFAULT_PORT}"
+    candidate = "http://" + host_port
+    if host_port and _url_problem(candidate) is None:
+        return candidate
+    return f"http://HOST:{DEFAULT_PORT} (the URL `stoker serve` prints)"
+
+
+def check_server(value: str, source: str) -> ServerSetting:
+    """Check a server URL as the user gave it. `source` names the setting in messages."""
+    value = value.strip()
+    if "://" not in value:
+        # `host:port` with no scheme: the intent is plain, so it is read as http://host:port.
+        # A bare `host` (no port) is not: Stoker's port is not the scheme's default.
+        candidate = "http://" + value.rstrip("/")
+        parts = urlsplit(candidate)
+        has_port = bool(re.fullmatch(r"[^/?#]*:\d+", parts.netloc))
+        if has_port and _url_problem(candidate) is None:
+            setting = ServerSetting(url=candidate, source=source, given=value)
+            return dataclasses.replace(
+                setting,
+                notice=f"{setting.setting} has no scheme; using {candidate} "
+                f"(write {candidate} to silence this)",
+            )
+        why = "no http:// or https://" if has_port else "no http:// or https:// and no port"
+        return _refused(value, source, why)
+    scheme = value.split("://", 1)[0].lower()
+    if scheme in _WEBSOCKET_SCHEMES:  # the agent's WebSocket URL: the server is the same URL
+        candidate = _WEBSOCKET_SCHEMES[scheme] + value[len(scheme) :].rstrip("/")
+        if _url_problem(candidate) is None:
+            setting = ServerSetting(url=candidate, source=source, given=value)
+            return dataclasses.replace(
+                setting,
+                notice=f"{setting.setting} is a WebSocket URL; using {candidate} "
+                f"(write {candidate} to silence this)",
+            )
+    why = _url_problem(value)
+    if why is None:
+        return ServerSetting(url=value.rstrip("/"), source=source, given=value)
+    return _refused(value, source, why)
+
+
+def _refused(value: str, source: str, why: str) -> ServerSetting:
+    setting = ServerSetting(url=value.rstrip("/"), source=source, given=value)
+    return dataclasses.replace(
+        setting, problem=f"{setting.setting} is not a URL ({why}): write {_suggestion(value)}"
+    )
+
+
+def server_setting(server: str | None, *, argument: str = "server=") -> ServerSetting:
+    """The server from `server` (named `argument` in messages), else `STOKER_SERVER`, else the
+    default, checked."""
+    if server and server.strip():
+        return check_server(server, argument)
+    from_env = os.environ.get("STOKER_SERVER", "")
+    if from_env.strip():
+        return check_server(from_env, "STOKER_SERVER")
+    return ServerSetting(url=DEFAULT_SERVER, source="")
+
+
+_told: set[str] = set()
+_told_lock = threading.Lock()
+
+
+def tell_once(message: str) -> None:
+    """Log `message` as a warning once per process (a callback is made for every fit)."""
+    with _told_lock:
+        if message in _told:
+            return
+        _told.add(message)
+    log.warning("%s", message)
+
 
 def resolve_server(server: str | None) -> str:
-    return (server or os.environ.get("STOKER_SERVER") or DEFAULT_SERVER).rstrip("/")
+    return server_setting(server).url
 
 
 def resolve_token(token: str | None) -> str | None:
@@ -56,6 +193,10 @@ def websocket_url(server: str, path: str) -> str:
 @dataclass
 class AgentConfig:
     server: str = DEFAULT_SERVER
+    # Where `server` came from ("STOKER_SERVER", "server=", "" for the default), for messages.
+    server_source: str = ""
+    # Why `server` is not a URL (the message said once): then nothing is sent, runs are spooled.
+    server_problem: str | None = None
     token: str | None = None
     run_name: str = ""
     project: str = "default"
@@ -112,9 +253,16 @@ class AgentConfig:
         sample_interval_s: float | None,
         all_gpus: bool | None,
     ) -> "AgentConfig":
-        """The callback's and Monitor's arguments, with `STOKER_*` variables filling the gaps."""
-        return cls(
-            server=resolve_server(server),
+        """The callback's and Monitor's arguments, with `STOKER_*` variables filling the gaps.
+
+        A server URL without a scheme (`host:port`) is read as `http://host:port`, said once;
+        one that is not a URL at all is said once, and the agent then sends nothing (its runs
+        stay in the spool for `stoker upload`). Neither raises into training."""
+        setting = server_setting(server)
+        agent = cls(
+            server=setting.url,
+            server_source=setting.source,
+            server_problem=setting.problem,
             token=resolve_token(token),
             run_name=run_name,
             project=project,
@@ -123,3 +271,16 @@ class AgentConfig:
             sample_interval_s=resolve_interval_s(sample_interval_s),
             all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
         )
+        if setting.notice:
+            tell_once(f"Stoker: {setting.notice}")
+        if setting.problem:
+            kept = (
+                "its runs are kept in the spool for `stoker upload`"
+                if agent.spool_dir is not None
+                else "its runs are not kept (STOKER_SPOOL_DIR=off)"
+            )
+            tell_once(
+                f"Stoker: {setting.problem}. Until then this process sends nothing to a "
+                f"server: training runs as usual, {kept}"
+            )
+        return agent
