@@ -99,11 +99,11 @@ def main(path: Path, *, server: str | None = None, token: str | None = None) -> 
             continue
         except (httpx.HTTPError, OSError, ValueError, KeyError) as error:
             failed += 1
-            print(f"{directory}: upload failed: {error}", file=sys.stderr)
+            print(f"upload failed ({error}) for {directory}", file=sys.stderr)
             continue
         print(
-            f"{directory}: {result['batches']} batches → run {result['run_id']} "
-            f"({result['status']}) on {target}"
+            f"run {result['run_id']} ({result['status']}) on {target}: {result['batches']} "
+            f"batches sent from {directory}"
         )
     if traces:
         # A trace belongs to a profile of the server it was captured for: only that one.

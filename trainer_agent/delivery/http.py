@@ -7,7 +7,7 @@ from typing import Any
 
 from trainer_agent import wire
 from trainer_agent.config import AgentConfig
-from trainer_agent.delivery.transport import Batch, Item, Welcome, bearer
+from trainer_agent.delivery.transport import Batch, Item, Welcome, bearer, misconfiguration
 
 Post = Callable[..., Any]
 HTTP_CHUNK_BYTES = 4 * 2**20
@@ -93,6 +93,9 @@ class HttpTransport:
             headers=bearer(self._config.token),
             timeout=self._config.ack_timeout_s,
         )
+        wrong = misconfiguration(self._config.server, "POST /api/v1/ingest", response)
+        if wrong is not None:
+            raise wrong
         if response.status_code == 422:  # refused as invalid: retrying cannot help
             return [response.text[:500]] * len(batches)
         response.raise_for_status()

@@ -15,6 +15,7 @@ steps are still to come, and the next agent that starts with this spool director
 """
 
 import logging
+import shlex
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,8 @@ from trainer_agent.delivery.transport import (
     Batch,
     DrainCapReached,
     HandshakeRefused,
+    Misconfigured,
+    TokenRefused,
     Transport,
     Welcome,
     is_slow,
@@ -60,8 +63,8 @@ class Drain:
         self._last_progress = now
 
     def should_stop(self, now: float, error: BaseException | None) -> bool:
-        if now >= self.cap:
-            return True
+        if now >= self.cap or isinstance(error, Misconfigured):
+            return True  # (answering, but not taking records: waiting cannot help)
         if error is not None and not is_slow(error):
             return now - self.started >= self._reach_for_s
         return now - self._last_progress >= self._ack_timeout_s
@@ -93,7 +96,8 @@ class Sender:
             Spool(
                 run_spool_directory(config.spool_dir, hello["run_key"], hello.get("rank", 0)),
                 max_bytes=config.spool_max_bytes,
-                server=config.server,
+                # Not a URL: recorded for no server, so no later agent tries to send it there.
+                server=None if config.server_problem else config.server,
             )
             if config.spool_dir is not None
             else None
@@ -113,6 +117,9 @@ class Sender:
         self._drain: Drain | None = None
         self._drain_announced = False
         self._last_error: BaseException | None = None
+        self._said_misconfigured = ""
+        # Said once HTTP POST delivers (the upgrade's refusal may mean no Stoker is there).
+        self._fallback_note: str | None = None
         self._end_status = "finished"
         self._thread = threading.Thread(target=self._run, name="stoker-sender", daemon=True)
         self.rejected_rows = 0
@@ -223,6 +230,9 @@ class Sender:
         """One flush: collect, deliver; spool when the server is unreachable. True when
         everything collected reached the server."""
         self._outbox.collect()
+        if self._config.server_problem:  # not a URL (said when configured): only spool
+            self._outbox.spool_pending()
+            return False
         if self._deliver(force=force_connect):
             return True
         if self._reconnect.down:
@@ -232,6 +242,10 @@ class Sender:
     def _final_flush(self) -> None:
         """Deliver everything and end the run; give up as `Drain` says (not for long when the
         server cannot be reached and the spool keeps the records)."""
+        if self._config.server_problem:  # nowhere to send: spool the last records, say where
+            self.cycle()
+            self._leave_the_rest()
+            return
         reach_for_s = self._config.close_timeout_s
         if self._outbox.spool is not None:
             reach_for_s = min(reach_for_s, 2.0)
@@ -303,42 +317,57 @@ class Sender:
         if told and not self._outbox.spool_holds_batches():
             self._outbox.discard_delivered_spool()  # only the end was late: nothing is left
             return
+        server = self._config.server
+        later = (
+            "and are sent by the next Stoker agent that starts on this machine with this spool "
+            "directory, or now with the command below"
+        )
+        if self._config.server_problem or isinstance(error, Misconfigured):
+            what = self._config.server_problem or str(error)
+            fix = (
+                "STOKER_AGENT_TOKEN set to the server's agent token (or add --token TOKEN)"
+                if isinstance(error, TokenRefused)
+                else "STOKER_SERVER set to your Stoker server's URL (or add --server URL)"
+            )
+            headline = (
+                f"Stoker: this run's records were not sent: {what}. They are kept in the "
+                f"spool; send them with the command below, with {fix}"
+            )
+        elif self._abandon.is_set():
+            headline = (
+                f"Stoker: the exit was interrupted before this run's records reached {server}; "
+                f"they are kept in the spool {later}"
+            )
+        elif error is not None and is_slow(error):
+            shown = " (the server shows the run as finished with them still to upload)"
+            headline = (
+                f"Stoker: the server at {server} is up but busy ({self._describe(error)}): "
+                f"{self.acked_batches} batches were acknowledged before the "
+                f"{self._config.drain_timeout_s:.0f} s limit. The {self.unsent_steps} steps "
+                f"still to send are kept in the spool{shown if told else ''} {later}"
+            )
+        else:
+            headline = (
+                f"Stoker: the server at {server} is unreachable ({self._describe(error)}); "
+                f"this run's records are kept in the spool {later}"
+            )
         dropped = (
-            f" {self.dropped_rows} records were dropped (spool full or disk full)."
+            f". {self.dropped_rows} records were dropped (spool full or disk full)"
             if self.dropped_rows
             else ""
         )
-        directory = spool.directory
-        if self._abandon.is_set():
-            log.warning(
-                "Stoker: the exit was interrupted before this run's records reached %s; they "
-                "are kept in %s and are sent by the next Stoker agent that starts on this "
-                "machine with this spool directory, or now with: stoker upload %s.%s",
-                self._config.server, directory, directory, dropped,
-            )  # fmt: skip
-        elif error is not None and is_slow(error):
-            log.warning(
-                "Stoker: the server at %s is up but busy (%s): %d batches were acknowledged "
-                "before the %.0f s limit. The %d steps still to send are kept in %s%s and are "
-                "sent by the next Stoker agent that starts on this machine with this spool "
-                "directory, or now with: stoker upload %s.%s",
-                self._config.server, self._describe(error), self.acked_batches,
-                self._config.drain_timeout_s, self.unsent_steps, directory,
-                " (the server shows the run as finished with them still to upload)" if told else "",
-                directory, dropped,
-            )  # fmt: skip
-        else:
-            log.warning(
-                "Stoker: the server at %s is unreachable (%s); this run's records are kept in "
-                "%s and are sent by the next Stoker agent that starts on this machine with "
-                "this spool directory, or now with: stoker upload %s.%s",
-                self._config.server, self._describe(error), directory, directory, dropped,
-            )  # fmt: skip
+        # The command alone on its line, the path quoted for a shell where it must be and with
+        # nothing after it: pasted as printed, it is what `stoker upload` takes.
+        log.warning(
+            "%s%s:\n    stoker upload %s", headline, dropped, shlex.quote(str(spool.directory))
+        )
 
     def _tell_unsent(self, error: BaseException | None) -> bool:
         """End the run on a server that is up but behind, with the count of steps it still
         lacks, so that it shows the run as ended (not running, then interrupted)."""
-        if self._abandon.is_set() or (error is not None and not is_slow(error)):
+        if self._config.server_problem or self._abandon.is_set():
+            return False
+        if error is not None and not is_slow(error):
             return False
         self._deadline = self._clock.monotonic() + self._config.ack_timeout_s
         try:
@@ -351,6 +380,8 @@ class Sender:
         return True
 
     def _describe(self, error: BaseException | None) -> str:
+        if self._config.server_problem:
+            return self._config.server_problem
         if error is None:
             return "no answer"
         if isinstance(error, DrainCapReached):
@@ -385,10 +416,9 @@ class Sender:
         try:
             welcome = self._transport.open(self._deadline)
         except HandshakeRefused as error:
-            log.warning(
-                "Stoker: %s refused the WebSocket upgrade (%s); sending over HTTP POST",
-                self._config.server,
-                error,
+            self._fallback_note = (
+                f"Stoker: {self._config.server} refused the WebSocket upgrade ({error}); "
+                "sending over HTTP POST"
             )
             self._transport = HttpTransport(
                 self._config, self._hello, post=self._post, run_id=self._transport.run_id
@@ -413,6 +443,10 @@ class Sender:
     def _schedule_reconnect(self, error: Exception) -> None:
         self._last_error = error
         self.connected.clear()
+        if isinstance(error, Misconfigured):
+            self._reconnect.failed()  # tried again with backoff: the setting may be fixed there
+            self._say_misconfigured(error)
+            return
         if not self._reconnect.failed():
             return  # said already
         if self._deadline != NO_DEADLINE:
@@ -430,11 +464,39 @@ class Sender:
                 self._config.server, error,
             )  # fmt: skip
 
+    def _say_misconfigured(self, error: Misconfigured) -> None:
+        """The server URL answers but takes nothing: said at once (never as "unreachable"),
+        and again only if what it answers changes. The run's end says it again with the path
+        of what was kept."""
+        self._fallback_note = None
+        message = str(error)
+        if message == self._said_misconfigured or self._deadline != NO_DEADLINE:
+            return
+        self._said_misconfigured = message
+        if not isinstance(error, TokenRefused):
+            message += f": {self._server_fix()}"
+        log.warning(
+            "Stoker: %s. Training continues; records are kept%s until this is fixed",
+            message, " in the spool" if self._outbox.spool is not None else " in memory",
+        )  # fmt: skip
+
+    def _server_fix(self) -> str:
+        source = self._config.server_source
+        if not source:
+            return (
+                "nothing set the server, so the default was used; another program listens "
+                "there. Set STOKER_SERVER to the URL `stoker serve` prints"
+            )
+        return f"set {source} to the URL `stoker serve` prints"
+
     def _count_outcome(self, batch: Batch, refusal: str | None) -> None:
         if refusal is not None:
             self.rejected_rows += batch_rows(batch)
             log.warning("Stoker: the server rejected batch %s: %s", batch["seq"], refusal)
         else:
+            if self._fallback_note is not None:
+                log.warning("%s", self._fallback_note)
+                self._fallback_note = None
             self.acked_batches += 1
             self._announce_slow_drain()
 

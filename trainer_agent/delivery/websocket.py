@@ -31,7 +31,17 @@ def default_connect(url: str, **kwargs: Any) -> Any:
 
 
 def _handshake_refused(error: Exception) -> bool:
-    return type(error).__name__ in ("InvalidStatus", "InvalidStatusCode", "InvalidUpgrade")
+    """The URL answered HTTP, but not with the upgrade: a proxy without WebSocket support, or
+    something that is not a Stoker server (HTTP POST then tells which). An HTTP/1.0 server,
+    as `python -m http.server`, answers in a version websockets does not parse."""
+    if type(error).__name__ in ("InvalidStatus", "InvalidStatusCode", "InvalidUpgrade"):
+        return True
+    cause = error.__cause__
+    return (
+        type(error).__name__ == "InvalidMessage"
+        and isinstance(cause, ValueError)
+        and "HTTP/" in str(cause)
+    )
 
 
 class WebSocketTransport:
