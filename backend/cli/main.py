@@ -6,9 +6,13 @@ here; `main` hands the agent's commands there, so `python -m backend.cli upload 
 `stoker upload DIR` are the same command."""
 
 import argparse
+import contextlib
 import logging
+import socket
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from backend.core.settings import Settings
 
@@ -31,7 +35,74 @@ def _settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
+class StartupFailed(Exception):
+    """`stoker serve` cannot start; the message is the one line it prints."""
+
+
+def check_data_dir(data_dir: Path) -> None:
+    """The data directory exists (created if missing) and a file can be created in it: tried,
+    not read off the mode bits, which root ignores."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StartupFailed(
+            f"cannot create the data directory {data_dir} ({error.strerror or error}); "
+            "set --data-dir or STOKER_DATA_DIR to a writable directory"
+        ) from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".stoker-write-check-"):
+            pass
+    except OSError as error:
+        raise StartupFailed(
+            f"cannot write in the data directory {data_dir} ({error.strerror or error}); "
+            "set --data-dir or STOKER_DATA_DIR to a writable directory"
+        ) from None
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Bound, listening sockets for `host:port` (every address the name has), before anything
+    else starts: a port in use is one line, not a traceback after the URL was printed."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sockets: list[socket.socket] = []
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(
+            (i[0], i[1], i[2], "", i[4]) for i in infos
+        ):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio's (and so uvicorn's) own binding does
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)
+            sock.set_inheritable(True)
+    except OSError as error:
+        for sock in sockets:
+            sock.close()
+        raise StartupFailed(f"cannot listen on {where} ({error.strerror or error})") from None
+    return sockets
+
+
+def open_database(settings: Settings) -> Any:
+    """The engine, its schema migrated; a failure is one line naming the database."""
+    from backend.core.db import make_engine
+
+    try:
+        return make_engine(settings)
+    except Exception as error:
+        url = settings.resolved_database_url()
+        with contextlib.suppress(Exception):
+            from sqlalchemy.engine import make_url
+
+            url = make_url(url).render_as_string(hide_password=True)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise StartupFailed(f"cannot open the database {url} ({reason})") from None
+
+
 def serve(args: argparse.Namespace) -> int:
+    """Check the data directory, bind, open the database, then serve; the URL is printed once
+    the server answers on it. Anything that stops it starting is one line on stderr, exit 1."""
     import uvicorn
 
     from backend.core.app import create_app
@@ -40,21 +111,45 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
+    try:
+        if not settings.database_url:  # SQLite under the data directory
+            check_data_dir(settings.data_dir)
+        sockets = listen(settings.host, settings.port)
+        try:
+            engine = open_database(settings)
+        except StartupFailed:
+            for sock in sockets:
+                sock.close()
+            raise
+    except StartupFailed as failure:
+        print(f"stoker serve: {failure}", file=sys.stderr, flush=True)
+        return 1
     # The event loop gives up the GIL at every socket send and waits to get it back while
     # the writer thread runs Python; with the default 5 ms switch interval, thousands of
     # sends a second left the loop waiting more than working.
     sys.setswitchinterval(settings.switch_interval_s)
-    print(f"Stoker UI: http://{settings.host}:{settings.port}/", flush=True)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        ws_max_size=settings.max_frame_bytes,
-        ws_per_message_deflate=settings.ws_compression,
-        access_log=False,
+    port = sockets[0].getsockname()[1]
+    url = f"http://{settings.host}:{port}/"
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:  # listening, and the app's startup is done
+                print(f"Stoker UI: {url}", flush=True)
+
+    server = Server(
+        uvicorn.Config(
+            create_app(settings, engine=engine),
+            host=settings.host,
+            port=port,
+            log_level=settings.log_level,
+            ws_max_size=settings.max_frame_bytes,
+            ws_per_message_deflate=settings.ws_compression,
+            access_log=False,
+        )
     )
-    return 0
+    server.run(sockets=sockets)
+    return 0 if server.started else 1
 
 
 def demo(args: argparse.Namespace) -> int:

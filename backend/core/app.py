@@ -12,6 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
+from sqlalchemy.engine import Engine
 
 from backend import __version__
 from backend.api import alerts, cost, diagnosis, pipeline, profiles, runs
@@ -42,12 +43,18 @@ Run <code>make build</code> (or <code>npm ci && npm run build</code> in <code>fr
 and reload. The API is at <a href="/docs">/docs</a>.</p>"""
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
+    """The app; `engine`, when given, is the database already opened and migrated (`stoker
+    serve` opens it before it starts serving, so a failure there is one line, not a trace)."""
     settings = settings or get_settings()
+    opened = engine
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = await asyncio.to_thread(make_engine, settings)
+        nonlocal opened
+        engine, opened = opened, None  # used once: a second start opens its own
+        if engine is None:
+            engine = await asyncio.to_thread(make_engine, settings)
         writer = Writer(engine)
         hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
         agents = ConnectedAgents()
