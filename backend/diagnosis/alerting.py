@@ -372,7 +372,7 @@ class AlertEngine:
                 del self.instances[key]
                 return Transition(
                     rule, run_id, AlertState.resolved, AlertState.pending, value, instance,
-                    message=f"cleared before {rule.for_s:g} s",
+                    message=f"never fired: pending, cleared before it held for {rule.for_s:g} s",
                 )  # fmt: skip
             instance.last_true_at = now
             if now - instance.active_since >= rule.for_s:

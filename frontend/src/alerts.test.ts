@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { AlertsStore, alertFromMessage, describeRule, emptyRuleForm, ruleToForm, sortAlerts, upsertAlert, validateRuleForm } from "./alerts";
+import { AlertsStore, alertFromMessage, describeRule, emptyRuleForm, ruleToForm, neverFired, sortAlerts, splitCleared, upsertAlert, validateRuleForm } from "./alerts";
 import type { Alert, AlertRule } from "./types";
 
 const form = (over: Partial<ReturnType<typeof emptyRuleForm>> = {}) => ({ ...emptyRuleForm(), name: "low util", ...over });
@@ -119,5 +119,19 @@ describe("alerts ordering and updates", () => {
     s.upsert(alert({ id: 2, run_id: 2, state: "firing" }));
     expect(seen).toEqual([true]);
     expect(s.firingCount()).toBe(2);
+  });
+});
+
+describe("alerts that never fired", () => {
+  const base = { rule_id: 1, run_id: 1, rule_name: "r", value: null, message: "", started_at: "2024-05-01T12:00:00Z", deliveries: [] };
+  it("keeps pending-then-cleared alerts out of firing and recent", () => {
+    const fired = { ...base, id: 1, state: "resolved" as const, fired_at: "2024-05-01T12:01:00Z", resolved_at: "2024-05-01T12:02:00Z" };
+    const cleared = { ...base, id: 2, state: "resolved" as const, fired_at: null, resolved_at: "2024-05-01T12:00:30Z" };
+    const pending = { ...base, id: 3, state: "pending" as const, fired_at: null, resolved_at: null };
+    expect(neverFired(cleared)).toBe(true);
+    expect(neverFired(fired)).toBe(false);
+    const { recent, cleared: gone } = splitCleared([fired, cleared, pending]);
+    expect(recent.map((a) => a.id)).toEqual([1, 3]);
+    expect(gone.map((a) => a.id)).toEqual([2]);
   });
 });

@@ -177,6 +177,19 @@ function lastChange(a: Alert): number {
   return parseIso(a.resolved_at) ?? parseIso(a.fired_at) ?? parseIso(a.started_at) ?? 0;
 }
 
+/**
+ * An alert that never fired: pending, then cleared before its rule's `for` (stored as
+ * resolved without `fired_at`). Kept apart from "Firing and recent", in its own history.
+ */
+export function neverFired(a: Pick<Alert, "state" | "fired_at">): boolean {
+  return a.state === "resolved" && !a.fired_at;
+}
+
+/** Alerts that fired (or are pending now), and those that never fired. */
+export function splitCleared(alerts: Alert[]): { recent: Alert[]; cleared: Alert[] } {
+  return { recent: alerts.filter((a) => !neverFired(a)), cleared: alerts.filter(neverFired) };
+}
+
 /** Firing first, then pending, then resolved; newest first within each. */
 export function sortAlerts(alerts: Alert[]): Alert[] {
   return [...alerts].sort(

@@ -79,3 +79,18 @@ describe("overlayColumns", () => {
     ]);
   });
 });
+
+describe("compare stars", () => {
+  it("awards no star between values that read the same", () => {
+    const runs = [makeCompareRun({ id: 1 }), makeCompareRun({ id: 2 })];
+    runs[0]!.summary = { ...runs[0]!.summary, lost_gpu_s: 2.01, input_wait_share: 0.051 };
+    runs[1]!.summary = { ...runs[1]!.summary, lost_gpu_s: 2.04, input_wait_share: 0.0512 };
+    const rows = compareRows(runs);
+    const lost = rows.find((r) => r.key === "lost_gpu")!;
+    expect(lost.cells.map((c) => c.text)).toEqual(["2.0 s", "2.0 s"]);
+    expect(lost.cells.some((c) => c.best)).toBe(false);
+    const wait = rows.find((r) => r.key === "wait")!;
+    expect(wait.cells.map((c) => c.text)).toEqual(["5.1 %", "5.1 %"]);
+    expect(wait.cells.some((c) => c.best)).toBe(false);
+  });
+});

@@ -1,11 +1,12 @@
 // The compare view's pure parts: which runs, the summary table with the best
 // value marked, config/environment differences, and overlay alignment.
 
-import { formatDuration, formatMs, formatPercent, formatPercentValue, formatRate, formatValue } from "./format";
+import { formatDuration, formatInputWait, formatMs, formatPercentValue, formatRate, formatValue } from "./format";
 import { formatLostGpu, uiSettings } from "./cost";
 import { formatBytes, joinTracks } from "./samples";
 import type { StepSeries } from "./series";
-import type { CompareRun } from "./types";
+import type { CompareRun, Verdict } from "./types";
+import { deviceWord, verdictWords } from "./verdict";
 import { parseIso } from "./format";
 
 /** `runs=1,2,3` from a hash query (`#/compare?runs=1,2`), deduplicated, positive ids only. */
@@ -32,8 +33,12 @@ export interface CompareMetric {
   label: string;
   better: Better;
   value: (r: CompareRun) => number | null;
-  format: (v: number | null) => string;
+  /** The cell's text (`r`: its run, for words that depend on it, such as GPU or device). */
+  format: (v: number | null, r?: CompareRun) => string;
 }
+
+/** A run's whole-run verdict as a rank (lower is better), for the compare table. */
+const LEVELS: Verdict[] = ["not_input_bound", "moderately_input_bound", "highly_input_bound"];
 
 function n(v: unknown): number | null {
   return typeof v === "number" && Number.isFinite(v) ? v : null;
@@ -51,9 +56,25 @@ export function compareDuration(r: CompareRun): number | null {
 export const COMPARE_METRICS: CompareMetric[] = [
   { key: "median", label: "Step time median", better: "lower", value: (r) => n(r.summary?.step_time_ms_median), format: formatMs },
   { key: "p95", label: "Step time p95", better: "lower", value: (r) => n(r.summary?.step_time_ms_p95), format: formatMs },
-  { key: "wait", label: "Input wait", better: "lower", value: (r) => n(r.summary?.input_wait_share), format: (v) => formatPercent(v) },
+  {
+    key: "verdict",
+    label: "Verdict · whole run",
+    better: "lower",
+    value: (r) => {
+      const i = LEVELS.indexOf(r.summary?.verdict as Verdict);
+      return i >= 0 ? i : null;
+    },
+    format: (v) => (v === null ? "—" : verdictWords(LEVELS[v])),
+  },
+  { key: "wait", label: "Input wait · whole run", better: "lower", value: (r) => n(r.summary?.input_wait_share), format: formatInputWait },
   { key: "wait_s", label: "Input wait (time)", better: "lower", value: (r) => n(r.summary?.input_wait_s), format: formatDuration },
-  { key: "lost_gpu", label: "Lost GPU time", better: "lower", value: (r) => n(r.summary?.lost_gpu_s), format: (v) => formatLostGpu(v, uiSettings()) },
+  {
+    key: "lost_gpu",
+    label: "Lost GPU / device time",
+    better: "lower",
+    value: (r) => n(r.summary?.lost_gpu_s),
+    format: (v, r) => formatLostGpu(v, uiSettings(), deviceWord(r)),
+  },
   { key: "gpu", label: "GPU util (mean)", better: "higher", value: (r) => n(r.summary?.gpu_util_mean), format: formatPercentValue },
   { key: "memory", label: "Peak GPU memory", better: "lower", value: (r) => n(r.summary?.peak_memory_bytes), format: formatBytes },
   { key: "throughput", label: "Samples/s", better: "higher", value: (r) => n(r.summary?.samples_per_s), format: formatRate },
@@ -87,12 +108,17 @@ export interface CompareRow {
 export function compareRows(runs: CompareRun[], metrics: CompareMetric[] = COMPARE_METRICS): CompareRow[] {
   return metrics.map((m) => {
     const values = runs.map(m.value);
+    const texts = values.map((v, i) => m.format(v, runs[i]));
     const best = bestIndices(values, m.better);
+    // A star only between values that read differently: never between two "0.1 %".
+    const bestTexts = new Set([...best].map((i) => texts[i]));
+    const shown = values.map((v, i) => (v === null ? null : texts[i])).filter((t) => t !== null);
+    const distinct = new Set(shown).size > 1;
     return {
       key: m.key,
       label: m.label,
       better: m.better,
-      cells: values.map((v, i) => ({ text: m.format(v), best: best.has(i), value: v })),
+      cells: values.map((v, i) => ({ text: texts[i]!, best: distinct && v !== null && bestTexts.has(texts[i]), value: v })),
     };
   });
 }

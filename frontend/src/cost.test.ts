@@ -17,11 +17,16 @@ const PRICED = { gpu_hour_price: 2.5, currency: "€" };
 
 describe("formatGpuHours", () => {
   it("keeps two significant-ish digits", () => {
-    expect(formatGpuHours(0.523)).toBe("0.52 GPU·h");
+    expect(formatGpuHours(1.523)).toBe("1.52 GPU·h");
     expect(formatGpuHours(42.71)).toBe("42.7 GPU·h");
     expect(formatGpuHours(1234.4)).toBe("1234 GPU·h");
-    expect(formatGpuHours(0.004)).toBe("<0.01 GPU·h");
-    expect(formatGpuHours(0)).toBe("0 GPU·h");
+    expect(formatGpuHours(1234.4, "device")).toBe("1234 device·h");
+    // Small costs in seconds or minutes, never "<0.01 GPU·h".
+    expect(formatGpuHours(0.523)).toBe("31 min");
+    expect(formatGpuHours(0.1)).toBe("6.0 min");
+    expect(formatGpuHours(0.004)).toBe("14 s");
+    expect(formatGpuHours(0.0001)).toBe("0.4 s");
+    expect(formatGpuHours(0)).toBe("0 s");
     expect(formatGpuHours(null)).toBe("—");
     expect(formatGpuHours(-1)).toBe("—");
   });
@@ -36,7 +41,8 @@ describe("formatMoney and formatLostGpu", () => {
   });
   it("shows lost GPU seconds as hours, priced", () => {
     expect(formatLostGpu(7200, PRICED)).toBe("2.00 GPU·h · €5.00");
-    expect(formatLostGpu(1800, NO_PRICE)).toBe("0.50 GPU·h");
+    expect(formatLostGpu(1800, NO_PRICE)).toBe("30 min");
+    expect(formatLostGpu(2, PRICED)).toBe("2.0 s · €0.00");
     expect(formatLostGpu(undefined, PRICED)).toBe("—");
   });
 });
@@ -56,6 +62,8 @@ describe("fed estimate", () => {
     expect(fedEstimate({ input_wait_s: 0 }, 100)).toBeNull();
     expect(fedEstimate({ input_wait_s: 5 }, null)).toBeNull();
     expect(fedSentence(null)).toBeNull();
+    // The "2s instead of 3s (−1 %)": the time saved, not two durations that disagree with it.
+    expect(fedSentence(fedEstimate({ input_wait_s: 0.03 }, 3.02))).toBe("Fed, this run would have finished 0.03s sooner (−1 % of 3s).");
     expect(fedEstimate({ input_wait_s: 50 }, 40)?.fedS).toBe(0);
     expect(fedSentence(fedEstimate({ input_wait_s: 0.1 }, 1000))).toBe("Fed, this run would have taken 16m 39s instead of 16m 40s (<1 %).");
   });

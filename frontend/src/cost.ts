@@ -22,13 +22,27 @@ function finite(v: unknown): v is number {
   return typeof v === "number" && Number.isFinite(v);
 }
 
-/** GPU-hours: 0.523 → "0.52 GPU·h", 42.7 → "42.7 GPU·h", 0.004 → "<0.01 GPU·h". */
-export function formatGpuHours(hours: number | null | undefined): string {
-  if (!finite(hours) || hours < 0) return MISSING;
-  if (hours === 0) return "0 GPU·h";
-  if (hours < 0.01) return "<0.01 GPU·h";
+/**
+ * Lost device time: small amounts in seconds or minutes ("42 s", "12.5 min"), from an
+ * hour on in device-hours ("0.52 GPU·h" is never written: "31.2 min"; 42.7 h → "42.7 GPU·h").
+ * `device` is "GPU" for runs on a GPU, "device" otherwise.
+ */
+export function formatLostTime(seconds: number | null | undefined, device = "GPU"): string {
+  if (!finite(seconds) || seconds < 0) return MISSING;
+  if (seconds === 0) return "0 s";
+  if (seconds < 60) return `${seconds < 10 ? seconds.toFixed(1) : seconds.toFixed(0)} s`;
+  if (seconds < 3600) {
+    const min = seconds / 60;
+    return `${min < 10 ? min.toFixed(1) : min.toFixed(0)} min`;
+  }
+  const hours = seconds / 3600;
   const digits = hours < 10 ? 2 : hours < 100 ? 1 : 0;
-  return `${hours.toFixed(digits)} GPU·h`;
+  return `${hours.toFixed(digits)} ${device}·h`;
+}
+
+/** GPU-hours as `formatLostTime` writes them. */
+export function formatGpuHours(hours: number | null | undefined, device = "GPU"): string {
+  return finite(hours) ? formatLostTime(hours * 3600, device) : MISSING;
 }
 
 /** The price of `hours` GPU-hours ("$1.30"), or null when no price is set. */
@@ -40,12 +54,12 @@ export function formatMoney(hours: number | null | undefined, settings: Price): 
   return `${settings.currency}${text}`;
 }
 
-/** Lost GPU seconds as hours, with their price when one is set: "0.52 GPU·h · $1.30". */
-export function formatLostGpu(lostGpuS: number | null | undefined, settings: Price): string {
+/** Lost device seconds, with their price when one is set: "31.2 min · $1.30". */
+export function formatLostGpu(lostGpuS: number | null | undefined, settings: Price, device = "GPU"): string {
   if (!finite(lostGpuS)) return MISSING;
-  const hours = lostGpuS / 3600;
-  const money = formatMoney(hours, settings);
-  return money ? `${formatGpuHours(hours)} · ${money}` : formatGpuHours(hours);
+  const money = formatMoney(lostGpuS / 3600, settings);
+  const time = formatLostTime(lostGpuS, device);
+  return money ? `${time} · ${money}` : time;
 }
 
 /**
@@ -75,12 +89,23 @@ export function fedEstimate(summary: Summary | null | undefined, wallS: number |
   return { wallS, fedS: wallS - saved, savedShare: saved / wallS };
 }
 
-/** "Fed, this run would have taken 4m 10s instead of 11m 02s (−62 %)." */
+/**
+ * "Fed, this run would have taken 4m 10s instead of 11m 02s (−62 %)." The two durations
+ * are written precisely enough to differ when the percentage does; a saving too small to
+ * show in whole seconds is said as the time saved: "… would have finished 0.1s sooner (−1 %)".
+ */
 export function fedSentence(estimate: FedEstimate | null): string | null {
   if (!estimate) return null;
   const pct = Math.round(estimate.savedShare * 100);
   const change = pct === 0 ? "<1 %" : `−${pct} %`;
-  return `Fed, this run would have taken ${formatDuration(estimate.fedS)} instead of ${formatDuration(estimate.wallS)} (${change}).`;
+  const fed = formatDuration(estimate.fedS);
+  const wall = formatDuration(estimate.wallS);
+  if (fed === wall || estimate.wallS < 60) {
+    const saved = estimate.wallS - estimate.fedS;
+    const sooner = saved < 1 ? `${Math.max(saved, 0.01).toFixed(saved < 0.1 ? 2 : 1)}s` : formatDuration(saved);
+    return `Fed, this run would have finished ${sooner} sooner (${change} of ${wall}).`;
+  }
+  return `Fed, this run would have taken ${fed} instead of ${wall} (${change}).`;
 }
 
 /** `GET /starvation` query: runs active since `since` (ISO), optionally one project. */

@@ -55,6 +55,15 @@ export function formatPercent(share: number | null | undefined, digits = 1): str
   return `${(share * 100).toFixed(digits)}%`;
 }
 
+/**
+ * An input-wait share as every surface writes it, the server's evidence and CLI included:
+ * to a tenth of a percent, "5.1 %". The server sends shares already rounded so (levels.py).
+ */
+export function formatInputWait(share: number | null | undefined): string {
+  if (!isNum(share)) return MISSING;
+  return `${(Math.round(share * 1000) / 10).toFixed(1)} %`;
+}
+
 /** A value already in percent (0..100): 87.25 → "87%". */
 export function formatPercentValue(pct: number | null | undefined): string {
   if (!isNum(pct)) return MISSING;

@@ -137,7 +137,7 @@ describe("runRowCells", () => {
       steps: "100",
       median: "42.1 ms",
       p95: "80.5 ms",
-      inputWait: "25.0%",
+      inputWait: "25.0 %",
       inputWaitLevel: "high",
     });
   });
@@ -247,8 +247,12 @@ describe("runRowCells verdict and GPU", () => {
     const c = runRowCells(makeRun(), Date.parse("2024-05-01T13:00:00Z"));
     expect(c.gpu).toBe("64%");
     expect(c.verdict).toBe("highly_input_bound");
-    expect(c.verdictTitle).toMatch(/from the run's overall/);
-    expect(runRowCells(makeRun(), 0, "not_input_bound").verdictText).toBe("fed");
+    expect(c.verdictTitle).toMatch(/whole run/);
+    expect(c.verdictText).toBe("highly input-bound");
+    // One figure, one word: a pushed window verdict does not replace the whole run's beside
+    // the whole run's figure; only a running run's "stalled" does.
+    expect(runRowCells(makeRun(), 0, "not_input_bound").verdictText).toBe("highly input-bound");
+    expect(runRowCells(makeRun({ status: "running" }), 0, "stalled").verdictText).toBe("stalled");
   });
 });
 

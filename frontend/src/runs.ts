@@ -5,8 +5,8 @@ import {
   MISSING,
   formatCount,
   formatDuration,
+  formatInputWait,
   formatMs,
-  formatPercent,
   formatPercentValue,
   formatRate,
   formatRelativeTime,
@@ -17,7 +17,17 @@ import {
 import { formatLostGpu, uiSettings, type Price } from "./cost";
 import { bestEpochValue, type Goal } from "./epochs";
 import type { Run, RunStatus, Verdict } from "./types";
-import { inputWaitLabel, inputWaitLevel, runVerdict, verdictShort, verdictTone, type InputWaitLevel, type VerdictTone } from "./verdict";
+import {
+  deviceWord,
+  inputWaitLabel,
+  inputWaitLevel,
+  runVerdict,
+  summaryWindow,
+  verdictTone,
+  verdictWords,
+  type InputWaitLevel,
+  type VerdictTone,
+} from "./verdict";
 
 const TERMINAL: ReadonlySet<RunStatus> = new Set(["finished", "failed", "interrupted"]);
 
@@ -201,10 +211,10 @@ export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict, set
   return {
     gpu: formatPercentValue(s.gpu_util_mean),
     verdict: v.verdict,
-    verdictText: verdictShort(v.verdict),
+    verdictText: verdictWords(v.verdict),
     verdictTone: verdictTone(v.verdict),
     verdictTitle: v.verdict
-      ? `${v.verdict.replace(/_/g, " ")}${v.derived ? " (from the run's overall input-wait share)" : ""}`
+      ? `${verdictWords(v.verdict)}${v.derived ? ` (the ${summaryWindow(run)}'s input-wait share)` : " (now)"}`
       : "no verdict yet",
     name: run.name || `run ${run.id}`,
     project: run.project || MISSING,
@@ -216,10 +226,10 @@ export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict, set
     steps: formatCount(s.steps),
     median: formatMs(s.step_time_ms_median),
     p95: formatMs(s.step_time_ms_p95),
-    inputWait: formatPercent(s.input_wait_share),
+    inputWait: formatInputWait(s.input_wait_share),
     inputWaitLevel: level,
-    inputWaitTitle: inputWaitLabel(level),
-    lostGpu: formatLostGpu(s.lost_gpu_s, settings),
+    inputWaitTitle: `${summaryWindow(run)}: ${inputWaitLabel(level)}`,
+    lostGpu: formatLostGpu(s.lost_gpu_s, settings, deviceWord(run)),
   };
 }
 
@@ -376,24 +386,29 @@ export interface SummaryFigure {
 export function runSummaryFigures(run: Run, nowMs: number): SummaryFigure[] {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const level = inputWaitLevel(s.verdict);
+  const device = deviceWord(run);
+  const covers = summaryWindow(run);
   return [
     { key: "steps", label: "Steps", value: formatCount(s.steps) },
     { key: "median", label: "Step time median", value: formatMs(s.step_time_ms_median) },
     { key: "p95", label: "Step time p95", value: formatMs(s.step_time_ms_p95) },
     {
       key: "wait",
-      label: "Input wait",
-      value: formatPercent(s.input_wait_share),
+      label: `Input wait · ${covers}`,
+      value: formatInputWait(s.input_wait_share),
       title:
-        `Share of step time spent blocked waiting for the next batch: ${inputWaitLabel(level)}. ` +
+        `Share of step time spent blocked waiting for the next batch over the ${covers}: ${inputWaitLabel(level)}. ` +
         "A starved step also computes a little slower after the wait, so feeding it can save somewhat more.",
       tone: `wait-${level}`,
     },
     {
       key: "lost_gpu",
-      label: "Lost GPU time",
-      value: formatLostGpu(s.lost_gpu_s, uiSettings()),
-      title: `GPU time lost to input wait: ${formatDuration(s.input_wait_s)} of waiting (all workers) times the GPUs each worker trains on.`,
+      label: `Lost ${device} time`,
+      value: formatLostGpu(s.lost_gpu_s, uiSettings(), device),
+      title:
+        device === "GPU"
+          ? `GPU time lost to input wait: ${formatDuration(s.input_wait_s)} of waiting (all workers) times the GPUs each worker trains on.`
+          : `Device time lost to input wait: ${formatDuration(s.input_wait_s)} of waiting (all workers); no GPU was seen, so the device is the host.`,
     },
     { key: "gpu", label: "GPU util (mean)", value: formatPercentValue(s.gpu_util_mean) },
     { key: "throughput", label: "Samples/s", value: formatRate(s.samples_per_s) },

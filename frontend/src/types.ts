@@ -25,7 +25,7 @@ export type Evidence = Schemas["Evidence"];
  * after parseDiagnosis: the fields the banner needs, the rest optional.
  */
 export type Diagnosis = Pick<Schemas["Diagnosis"], "verdict" | "input_wait_share" | "advice"> &
-  Partial<Pick<Schemas["Diagnosis"], "run_id" | "window_s" | "steps_in_window">> & {
+  Partial<Pick<Schemas["Diagnosis"], "run_id" | "window_s" | "window_label" | "steps_in_window">> & {
     source: "measured" | "fallback";
     /** Evidence objects; plain strings are read too. */
     evidence: (Evidence | string)[];

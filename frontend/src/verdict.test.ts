@@ -10,6 +10,8 @@ import {
   verdictHeadline,
   verdictShort,
   verdictTone,
+  verdictWords,
+  deviceWord,
 } from "./verdict";
 
 describe("parseDiagnosis", () => {
@@ -39,7 +41,11 @@ describe("verdict labels", () => {
     expect(verdictTone("moderately_input_bound")).toBe("warn");
     expect(verdictTone("not_input_bound")).toBe("ok");
     expect(verdictTone("insufficient_data")).toBe("info");
-    expect(verdictShort("not_input_bound")).toBe("fed");
+    expect(verdictShort("not_input_bound")).toBe("not input-bound");
+    expect(verdictWords("moderately_input_bound")).toBe("moderately input-bound");
+    expect(verdictHeadline("highly_input_bound", "device")).toBe("Highly input-bound: the device waits for data");
+    expect(deviceWord({ environment: {}, summary: { gpu_util_mean: null } })).toBe("device");
+    expect(deviceWord({ environment: { gpus: [{ name: "H100" }] }, summary: {} })).toBe("GPU");
     expect(verdictHeadline("stalled")).toMatch(/Stalled/);
     expect(evidenceText({ key: "k", value: 1, text: "" })).toBe("k: 1");
   });
@@ -49,7 +55,8 @@ describe("runVerdict", () => {
   it("prefers a pushed verdict, then takes the summary's verdict from the server", () => {
     // The level is the server's: a share of 0.3 with a summary verdict of "moderately" stays moderately.
     const run = makeRun({ summary: { ...makeRun().summary, input_wait_share: 0.3, verdict: "moderately_input_bound" } });
-    expect(runVerdict(run, "stalled")).toEqual({ verdict: "stalled", derived: false });
+    expect(runVerdict({ ...run, status: "running" }, "stalled")).toEqual({ verdict: "stalled", derived: false });
+    expect(runVerdict({ ...run, status: "finished" }, "stalled")).toEqual({ verdict: "moderately_input_bound", derived: true });
     expect(runVerdict(run, undefined)).toEqual({ verdict: "moderately_input_bound", derived: true });
     expect(runVerdict({ ...run, summary: { ...run.summary, verdict: null } }, undefined).verdict).toBeNull();
   });

@@ -30,33 +30,52 @@ export function verdictTone(v: Verdict | null | undefined): VerdictTone {
   }
 }
 
-/** Short badge text. */
-export function verdictShort(v: Verdict | null | undefined): string {
+/**
+ * The words for a verdict, the same on every surface (banner, runs list, compare, the
+ * CLI and the docs: the server's `levels.VERDICT_WORDS`).
+ */
+export function verdictWords(v: Verdict | null | undefined): string {
   switch (v) {
     case "highly_input_bound":
-      return "input-bound";
+      return "highly input-bound";
     case "moderately_input_bound":
-      return "partly input-bound";
+      return "moderately input-bound";
     case "not_input_bound":
-      return "fed";
+      return "not input-bound";
     case "stalled":
       return "stalled";
     case "insufficient_data":
-      return "too early";
+      return "not enough data";
     default:
       return "—";
   }
 }
 
+/** Badge text: the verdict's words. */
+export const verdictShort = verdictWords;
+
+/**
+ * Whether a run trains on a GPU (the environment lists one, or utilization was sampled):
+ * runs without one speak of the "device".
+ */
+export function deviceWord(
+  run: { environment?: unknown; summary?: { gpu_util_mean?: number | null } | null } | null | undefined,
+): "GPU" | "device" {
+  const env = (run?.environment ?? {}) as Record<string, unknown>;
+  const listed = ["gpus", "tf_gpus"].some((k) => Array.isArray(env[k]) && (env[k] as unknown[]).length > 0);
+  const sampled = typeof run?.summary?.gpu_util_mean === "number";
+  return listed || sampled ? "GPU" : "device";
+}
+
 /** Headline of the verdict banner. */
-export function verdictHeadline(v: Verdict): string {
+export function verdictHeadline(v: Verdict, device: "GPU" | "device" = "GPU"): string {
   switch (v) {
     case "highly_input_bound":
-      return "Highly input-bound: the GPU waits for data";
+      return `Highly input-bound: the ${device} waits for data`;
     case "moderately_input_bound":
       return "Moderately input-bound: the input pipeline sometimes lags";
     case "not_input_bound":
-      return "Not input-bound: the GPU is being fed";
+      return `Not input-bound: the ${device} is being fed`;
     case "stalled":
       return "Stalled: steps stopped while the process is alive";
     case "insufficient_data":
@@ -83,6 +102,7 @@ export function parseDiagnosis(raw: unknown): Diagnosis | null {
   };
   if (typeof r.run_id === "number") d.run_id = r.run_id;
   if (typeof r.window_s === "number") d.window_s = r.window_s;
+  if (typeof r.window_label === "string" && r.window_label) d.window_label = r.window_label;
   if (typeof r.steps_in_window === "number") d.steps_in_window = r.steps_in_window;
   return d;
 }
@@ -95,13 +115,14 @@ export function evidenceText(e: Evidence | string): string {
 }
 
 /**
- * The verdict to badge a run with in the list: a diagnosis the server sent
- * (live message or a diagnosis read) wins; otherwise the run summary's verdict,
- * the level of the whole run's input-wait share as the server judged it (marked
- * as derived; null when the wait is not measured).
+ * The verdict to badge a run with in the list and compare: the level of the whole run's
+ * input-wait share as the server judged it (the summary's verdict, beside the summary's
+ * figure: one window for both; null when the wait is not measured). A running run the
+ * server found stalled (live message or a diagnosis read) is badged stalled: that is a state
+ * of the run now, not an input-wait level.
  */
 export function runVerdict(run: Run, known: Verdict | undefined): { verdict: Verdict | null; derived: boolean } {
-  if (known) return { verdict: known, derived: false };
+  if (known === "stalled" && run.status === "running") return { verdict: known, derived: false };
   const v = run.summary?.verdict;
   return { verdict: isVerdict(v) ? v : null, derived: true };
 }
@@ -125,14 +146,19 @@ export function inputWaitLevel(v: Verdict | null | undefined): InputWaitLevel {
 export function inputWaitLabel(level: InputWaitLevel): string {
   switch (level) {
     case "high":
-      return "highly input-bound";
+      return verdictWords("highly_input_bound");
     case "moderate":
-      return "moderately input-bound";
+      return verdictWords("moderately_input_bound");
     case "low":
-      return "not input-bound";
+      return verdictWords("not_input_bound");
     case "unknown":
       return "input wait not measured";
   }
+}
+
+/** What a run's summary figures cover: "whole run", "whole run so far" while it runs. */
+export function summaryWindow(run: Pick<Run, "status">): string {
+  return run.status === "running" ? "whole run so far" : "whole run";
 }
 
 /**

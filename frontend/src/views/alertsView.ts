@@ -9,6 +9,7 @@ import {
   emptyRuleForm,
   metricInfo,
   ruleToForm,
+  splitCleared,
   validateRuleForm,
   type RuleErrors,
   type RuleForm,
@@ -24,6 +25,9 @@ export class AlertsView implements View {
   readonly el: HTMLElement;
   private readonly ctx: AppContext;
   private readonly alertsBox: HTMLElement;
+  /** Alerts that never fired (pending, cleared before the rule's `for`). */
+  private readonly clearedBox: HTMLElement;
+  private readonly clearedPanel: HTMLElement;
   private readonly rulesBox: HTMLElement;
   private readonly form: HTMLFormElement;
   private readonly formTitle: HTMLElement;
@@ -44,6 +48,18 @@ export class AlertsView implements View {
   constructor(ctx: AppContext) {
     this.ctx = ctx;
     this.alertsBox = h("div");
+    this.clearedBox = h("div");
+    this.clearedPanel = h(
+      "section",
+      { class: "panel alerts-cleared", attrs: { "aria-labelledby": "alerts-cleared-heading", "data-testid": "alerts-cleared", hidden: true } },
+      h(
+        "div",
+        { class: "panel-head" },
+        h("h2", { text: "Pending, cleared", attrs: { id: "alerts-cleared-heading" } }),
+        h("span", { class: "muted small", text: "never fired: the condition stopped holding before the rule's “for”" }),
+      ),
+      this.clearedBox,
+    );
     this.rulesBox = h("div", null, h("p", { class: "muted", text: "Loading rules…" }));
     this.formTitle = h("h2", { text: "New rule", attrs: { id: "rule-form-heading" } });
     this.formError = h("p", { class: "error", attrs: { role: "alert", "data-testid": "rule-form-error", hidden: true } });
@@ -80,6 +96,7 @@ export class AlertsView implements View {
         ),
         h("section", { class: "panel", attrs: { "aria-labelledby": "rule-form-heading" } }, h("div", { class: "panel-head" }, this.formTitle), this.form),
       ),
+      this.clearedPanel,
     );
     this.cleanups.push(ctx.alerts.subscribe(() => this.renderAlerts()));
     this.cleanups.push(ctx.runs.subscribe((changed) => changed === null && this.renderAlerts()));
@@ -100,12 +117,16 @@ export class AlertsView implements View {
 
   private renderAlerts(): void {
     const store = this.ctx.alerts;
-    const list = store.list().slice(0, 200);
+    const { recent, cleared } = splitCleared(store.list());
+    const list = recent.slice(0, 200);
+    const runName = (id: number) => this.ctx.runs.get(id)?.name ?? null;
+    this.clearedPanel.hidden = cleared.length === 0 || store.status !== "loaded";
+    replaceChildren(this.clearedBox, cleared.length ? alertList(cleared.slice(0, 200), this.ctx.now(), runName) : null);
     let body: Node;
     if (store.status === "error") body = h("p", { class: "error", text: `Cannot load alerts: ${store.error ?? ""}` });
     else if (store.status === "loading") body = h("p", { class: "muted", text: "Loading alerts…" });
     else if (list.length === 0) body = h("p", { class: "muted", text: "No alerts yet. Alerts appear here when a rule fires.", attrs: { "data-testid": "alerts-empty" } });
-    else body = alertList(list, this.ctx.now(), (id) => this.ctx.runs.get(id)?.name ?? null);
+    else body = alertList(list, this.ctx.now(), runName);
     replaceChildren(this.alertsBox, body);
   }
 

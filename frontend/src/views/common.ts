@@ -1,6 +1,6 @@
 // Pieces shared by the views (runs list, run page, alerts, compare).
 
-import type { AlertsStore } from "../alerts";
+import { neverFired, type AlertsStore } from "../alerts";
 import type { ApiClient } from "../api";
 import { h } from "../dom";
 import { formatRelativeTime, formatTimestamp, statusLabel } from "../format";
@@ -78,10 +78,12 @@ export function alertList(alerts: Alert[], nowMs: number, runName?: (id: number)
     ...alerts.map((a) => {
       const when = a.resolved_at ?? a.fired_at ?? a.started_at;
       const name = runName?.(a.run_id);
+      // Never fired (pending, cleared before the rule's `for`): its own look, not "resolved".
+      const state = neverFired(a) ? "cleared" : a.state;
       return h(
         "li",
-        { class: `alert-item state-${a.state}`, attrs: { "data-testid": "alert-row", "data-state": a.state, "data-alert-id": a.id } },
-        h("span", { class: `badge alert-state state-${a.state}`, text: a.state }),
+        { class: `alert-item state-${state}`, attrs: { "data-testid": "alert-row", "data-state": state, "data-alert-id": a.id } },
+        h("span", { class: `badge alert-state state-${state}`, text: state === "cleared" ? "pending, cleared" : a.state }),
         h(
           "div",
           { class: "alert-body" },

@@ -82,7 +82,7 @@ export class RunPageView implements View {
     this.fedLine = h("p", { class: "fed-estimate", attrs: { "data-testid": "fed-estimate", hidden: true } });
     this.settingsError = h("p", { class: "error", attrs: { role: "status", hidden: true, "data-testid": "settings-error" } });
     void this.loadSettings();
-    this.banner = new VerdictBanner(ctx, runId, signal, () => this.run?.summary);
+    this.banner = new VerdictBanner(ctx, runId, signal, () => this.run);
     this.stepCharts = new StepCharts({
       api: ctx.api,
       runId,
@@ -162,7 +162,11 @@ export class RunPageView implements View {
 
     this.cleanups.push(
       ctx.live.on("verdict", ({ runId: id, diagnosis }) => {
-        if (id === runId) this.banner.applyLive(diagnosis);
+        // An ended run's verdict is its whole run's (the final read): a last window's verdict
+        // pushed as it ended would put a second figure beside the summary's.
+        if (id === runId && this.run?.status !== "finished" && this.run?.status !== "failed" && this.run?.status !== "interrupted") {
+          this.banner.applyLive(diagnosis);
+        }
       }),
     );
     this.cleanups.push(ctx.alerts.subscribe(() => this.alerts.render()));

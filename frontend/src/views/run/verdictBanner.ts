@@ -3,9 +3,20 @@
 // advice; before one is known, what the run summary alone says.
 
 import { h, replaceChildren, setAttrs } from "../../dom";
-import { formatCount, formatPercent } from "../../format";
-import type { Diagnosis, RunSummary } from "../../types";
-import { evidenceText, inputWaitLabel, inputWaitLevel, parseDiagnosis, VerdictGeneration, verdictHeadline, verdictTone } from "../../verdict";
+import { formatCount, formatInputWait } from "../../format";
+import type { Diagnosis, Run } from "../../types";
+import {
+  deviceWord,
+  evidenceText,
+  inputWaitLabel,
+  inputWaitLevel,
+  parseDiagnosis,
+  summaryWindow,
+  VerdictGeneration,
+  verdictHeadline,
+  verdictTone,
+  verdictWords,
+} from "../../verdict";
 import type { AppContext } from "../common";
 
 export class VerdictBanner {
@@ -18,13 +29,13 @@ export class VerdictBanner {
   private readonly ctx: AppContext;
   private readonly runId: number;
   private readonly signal: AbortSignal;
-  private readonly summary: () => RunSummary | undefined;
+  private readonly run: () => Run | null;
 
-  constructor(ctx: AppContext, runId: number, signal: AbortSignal, summary: () => RunSummary | undefined) {
+  constructor(ctx: AppContext, runId: number, signal: AbortSignal, run: () => Run | null) {
     this.ctx = ctx;
     this.runId = runId;
     this.signal = signal;
-    this.summary = summary;
+    this.run = run;
     this.el = h("section", {
       class: "verdict-banner tone-info",
       attrs: { "data-testid": "verdict-banner", "data-verdict": "loading", "aria-live": "polite", "aria-label": "Diagnosis" },
@@ -70,30 +81,39 @@ export class VerdictBanner {
 
   render(): void {
     const d = this.diagnosis;
-    if (d) renderDiagnosis(this.el, d);
-    else renderWithoutDiagnosis(this.el, this.state, this.summary());
+    if (d) renderDiagnosis(this.el, d, this.run());
+    else renderWithoutDiagnosis(this.el, this.state, this.run());
   }
 }
 
-function renderDiagnosis(b: HTMLElement, d: Diagnosis): void {
+function renderDiagnosis(b: HTMLElement, d: Diagnosis, run: Run | null): void {
   const tone = verdictTone(d.verdict);
   b.className = `verdict-banner tone-${tone}`;
-  setAttrs(b, { "data-verdict": d.verdict, "data-source": d.source });
-  const share = d.input_wait_share !== null ? `Input wait: ${formatPercent(d.input_wait_share)} of step time` : null;
-  const window =
-    d.window_s !== undefined ? `over the last ${Math.round(d.window_s)} s${d.steps_in_window !== undefined ? ` (${formatCount(d.steps_in_window)} steps)` : ""}` : null;
+  // What the figure covers, as the server says: "last 30 s" live, "whole run" once ended.
+  const label = d.window_label ?? (d.window_s !== undefined ? `last ${Math.round(d.window_s)} s` : null);
+  setAttrs(b, { "data-verdict": d.verdict, "data-source": d.source, "data-window": label });
+  const steps = label !== "whole run" && d.steps_in_window !== undefined ? ` (${formatCount(d.steps_in_window)} steps)` : "";
   replaceChildren(
     b,
     h(
       "div",
       { class: "verdict-head" },
-      h("span", { class: `badge verdict tone-${tone}`, text: d.verdict.replace(/_/g, " ") }),
-      h("h2", { class: "verdict-title", text: verdictHeadline(d.verdict), attrs: { "data-testid": "verdict-title" } }),
+      h("span", { class: `badge verdict tone-${tone}`, text: verdictWords(d.verdict), attrs: { "data-testid": "verdict-words" } }),
+      h("h2", { class: "verdict-title", text: verdictHeadline(d.verdict, deviceWord(run)), attrs: { "data-testid": "verdict-title" } }),
     ),
     h(
       "p",
       { class: "verdict-meta" },
-      [share, window].filter(Boolean).join(" "),
+      d.input_wait_share !== null
+        ? h(
+            "span",
+            null,
+            "Input wait: ",
+            h("span", { class: "wait-figure", text: formatInputWait(d.input_wait_share), attrs: { "data-testid": "verdict-wait" } }),
+            " of step time",
+          )
+        : null,
+      label ? ` over the ${label}${steps}` : "",
       d.source === "fallback"
         ? h("span", {
             class: "fallback-note",
@@ -122,7 +142,8 @@ function renderDiagnosis(b: HTMLElement, d: Diagnosis): void {
 }
 
 /** No diagnosis: say why, and what the summary alone says. */
-function renderWithoutDiagnosis(b: HTMLElement, state: "loading" | "ok" | "error", s: RunSummary | undefined): void {
+function renderWithoutDiagnosis(b: HTMLElement, state: "loading" | "ok" | "error", run: Run | null): void {
+  const s = run?.summary;
   const level = inputWaitLevel(s?.verdict);
   b.className = `verdict-banner tone-info`;
   setAttrs(b, { "data-verdict": state === "loading" ? "loading" : "unavailable", "data-source": "summary" });
@@ -133,7 +154,7 @@ function renderWithoutDiagnosis(b: HTMLElement, state: "loading" | "ok" | "error
     level !== "unknown"
       ? h("p", {
           class: "verdict-meta",
-          text: `From the run summary: input wait ${formatPercent(s?.input_wait_share)} of step time — ${inputWaitLabel(level)}.`,
+          text: `From the run summary: input wait ${formatInputWait(s?.input_wait_share)} of step time over the ${run ? summaryWindow(run) : "whole run"} — ${inputWaitLabel(level)}.`,
         })
       : null,
   );
