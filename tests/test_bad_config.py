@@ -359,3 +359,17 @@ def test_serve_names_a_port_in_use_and_prints_its_url_only_once_listening(
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_an_agent_with_a_token_the_server_refuses_is_told_so(tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path / "server", env={"STOKER_AGENT_TOKEN": "right"})
+    server.start()
+    try:
+        result = _loop(server.url, env=_env(STOKER_AGENT_TOKEN="wrong"))
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stderr
+    assert not any(word in result.stderr for word in UNREACHABLE_WORDS), result.stderr
+    assert result.stderr.count(f"the Stoker server at {server.url} refuses the agent token") == 2
+    assert "set STOKER_AGENT_TOKEN (or token=) to the server's agent token" in result.stderr
+    _upload_command(result.stderr)
