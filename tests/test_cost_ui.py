@@ -76,8 +76,8 @@ def test_runs_list_shows_and_sorts_by_lost_gpu_time(
     page.get_by_placeholder("Filter by name, project, tag, status").fill(runs["project"])
     starved = page.locator(f'[data-testid="run-row"][data-run-id="{runs["starved"]}"]')
     fed = page.locator(f'[data-testid="run-row"][data-run-id="{runs["fed"]}"]')
-    expect(starved.get_by_test_id("lost-gpu")).to_have_text("0.66 GPU·h · $1.98", timeout=15_000)
-    expect(fed.get_by_test_id("lost-gpu")).to_have_text("0.01 GPU·h · $0.04")
+    expect(starved.get_by_test_id("lost-gpu")).to_have_text("40 min · $1.98", timeout=15_000)
+    expect(fed.get_by_test_id("lost-gpu")).to_have_text("50 s · $0.04")
     # The levels are the server's summary verdict: 6 s of 10 s waiting is highly input-bound;
     # 0.5 s of 10 s is 5 %, moderately (a share at a threshold is at that level).
     for row, verdict, level in ((starved, "highly", "high"), (fed, "moderately", "moderate")):
@@ -97,7 +97,7 @@ def test_compare_shows_cost_rows_lower_is_better(
 ) -> None:
     page.goto(f"{priced_server.url}/#/compare?runs={runs['starved']},{runs['fed']}")
     lost = page.locator('[data-testid="compare-table"] tr[data-metric="lost_gpu"]')
-    expect(lost).to_contain_text("0.66 GPU·h · $1.98", timeout=15_000)
+    expect(lost).to_contain_text("40 min · $1.98", timeout=15_000)
     cells = lost.locator("td")
     expect(cells.nth(1)).to_have_attribute("data-best", "true")  # the fed run lost less
     expect(cells.nth(0)).not_to_have_attribute("data-best", "true")
@@ -119,7 +119,7 @@ def test_run_page_says_how_much_sooner_a_fed_run_would_have_finished(
     expect(line).to_contain_text(sentence, timeout=15_000)
     expect(line).to_contain_text("(\u221259 %)")  # a minus sign
     figure = page.locator('[data-figure="lost_gpu"] dd')
-    expect(figure).to_have_text("0.66 GPU·h · $1.98")
+    expect(figure).to_have_text("40 min · $1.98")
     expect(page.locator('[data-figure="wait"]')).to_have_class(re.compile(r"\bwait-high\b"))
     # The starved stretches' key names the server's threshold.
     key = page.locator(".starved-key")
@@ -134,7 +134,7 @@ def test_cost_page_lists_projects_and_runs_by_lost_gpu_hours(
     page.get_by_test_id("cost-link").click()
     projects = page.get_by_test_id("cost-projects")
     project_row = projects.locator(f'tr[data-project="{runs["project"]}"]')
-    expect(project_row).to_contain_text("0.67 GPU·h", timeout=15_000)  # 0.66 + 0.01375
+    expect(project_row).to_contain_text("40 min", timeout=15_000)  # 0.66 + 0.01375
     expect(project_row).to_contain_text("$2.02")
     run_rows = page.locator('[data-testid="cost-runs"] tbody tr')
     expect(run_rows.first).to_have_attribute("data-run-id", str(runs["starved"]))
@@ -155,5 +155,5 @@ def test_run_page_says_when_the_settings_cannot_be_read(
     expect(page.get_by_test_id("settings-error")).to_have_text(
         "Cannot load the server's settings (500 boom).", timeout=15_000
     )
-    expect(page.locator('[data-figure="lost_gpu"] dd')).to_have_text("0.66 GPU·h")  # no price
+    expect(page.locator('[data-figure="lost_gpu"] dd')).to_have_text("40 min")  # no price
     page.screenshot(path=str(artifacts / "ui-cost-settings-error.png"))
