@@ -42,14 +42,24 @@ def autolog_off() -> Iterator[None]:
     trainer_agent.autolog(disable=True)
 
 
-def stoker_run(server: ServerProcess, *options: str, command: list[str]) -> int:
-    """`stoker run OPTIONS -- COMMAND` in a child process; returns its exit code."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    done = subprocess.run(
-        [sys.executable, "-m", "trainer_agent.cli", "run", "--server", server.url, *options,
-         "--", *command],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+def stoker_run(
+    server: ServerProcess,
+    *options: str,
+    command: list[str],
+    env: dict[str, str] | None = None,
+    timeout_s: float = 240,
+) -> int:
+    """`stoker run OPTIONS -- COMMAND` in a child process; returns its exit code. A command
+    still running after `timeout_s` fails the test as hung."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "trainer_agent.cli", "run", "--server", server.url, *options,
+             "--", *command],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"{command} hung under stoker run ({timeout_s:.0f} s): {hung.stderr!r}")
     print(done.stdout, done.stderr)
     return done.returncode
 
@@ -65,6 +75,17 @@ def _only_finished_run(server: ServerProcess, project: str) -> dict[str, Any]:
     )
     assert len(_runs(server, project)) == 1
     return runs[0]
+
+
+def _finished_runs(server: ServerProcess, project: str, count: int) -> list[dict[str, Any]]:
+    """The project's runs once there are `count`, all finished."""
+
+    def finished() -> list[dict[str, Any]]:
+        runs = _runs(server, project)
+        done = len(runs) == count and all(r["status"] == "finished" for r in runs)
+        return runs if done else []
+
+    return wait_for(finished, what=f"{count} finished runs in {project}")
 
 
 def _model() -> Any:
@@ -96,6 +117,55 @@ def test_stoker_run_starved_tf_data_fit_is_flagged_with_measured_wait(
     assert diagnosis["verdict"] == "highly_input_bound"
     evidence = {e["key"]: e["value"] for e in diagnosis["evidence"]}
     assert evidence["prefetch"] is False  # wrap described the script's pipeline
+
+
+def test_stoker_run_exits_while_tf_data_is_inside_a_python_map(
+    autolog_server: ServerProcess,
+) -> None:
+    # When fit returns, tf.data's reader is inside the script's numpy_function (the map is
+    # slower than the step) and each later call sleeps: an iterator Stoker kept past the fit
+    # was destroyed at interpreter shutdown and waited forever for the GIL.
+    x = np.random.default_rng(0).normal(size=(20 * 64, 8)).astype("float32")
+    source = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(64)
+    delay_s = starving_delay_s(measure_step_s(held_model(8, HOLD_S), source))
+    after_fit_s = 2.0
+    script = [sys.executable, str(EXAMPLES / "python_map_repeat_fit.py"),
+              "--delay-s", f"{delay_s:.4f}", "--after-fit-s", str(after_fit_s)]  # fmt: skip
+    # Without Stoker it exits within a few of its after-fit calls; the hang was forever.
+    assert stoker_run(autolog_server, "--project", "python-map", command=script,
+                      timeout_s=120) == 0  # fmt: skip
+    run = _only_finished_run(autolog_server, "python-map")
+    assert run["summary"]["steps"] == 40
+
+
+def test_stoker_run_keeps_a_legacy_keras_fit_compiled_beside_tensorboard(
+    autolog_server: ServerProcess, tmp_path: Any
+) -> None:
+    # tf_keras's train_function is a tf.function whose __wrapped__ is the Python step: Stoker
+    # unwrapped it, so every step ran eagerly and TensorBoard's graph writer raised.
+    pytest.importorskip("tf_keras")
+    script = [sys.executable, str(EXAMPLES / "tensorboard_fit.py"), "--logdir", str(tmp_path)]
+    code = stoker_run(
+        autolog_server, "--project", "legacy-tensorboard", command=script,
+        env={"TF_USE_LEGACY_KERAS": "1"},
+    )  # fmt: skip
+    assert code == 0  # 3: a train step ran eagerly; 1: TensorBoard raised
+    runs = _finished_runs(autolog_server, "legacy-tensorboard", 2)
+    assert sorted(r["summary"]["steps"] for r in runs) == [16, 32]
+
+
+def test_stoker_run_monitors_fits_inside_a_mirrored_strategy_scope(
+    autolog_server: ServerProcess,
+) -> None:
+    # Stoker's stamp variables were made inside the strategy's scope, became mirrored, and the
+    # stamping stage raised NotImplementedError: the agent disabled itself, 0 runs stored.
+    script = [sys.executable, str(EXAMPLES / "mirrored_guide_fit.py")]
+    assert stoker_run(autolog_server, "--project", "mirrored-guide", command=script) == 0
+    runs = _finished_runs(autolog_server, "mirrored-guide", 3)
+    for run in runs:
+        assert run["summary"]["steps"] == 10
+        waits = autolog_server.get(f"/api/v1/runs/{run['id']}/steps")["wait"]
+        assert all(w is not None for w in waits[1:])  # the wrapped dataset was stamped
 
 
 def test_stoker_run_numpy_fit_has_steps_and_inferred_wait(autolog_server: ServerProcess) -> None:
@@ -176,14 +246,24 @@ def test_fit_the_patch_cannot_understand_runs_unmonitored_and_logs_once(
     assert _runs(autolog_server, "patch-fault") == []
 
 
-def test_fit_whose_wrap_fails_still_trains(
+def test_fit_whose_wrap_fails_is_monitored_without_input_wait(
     autolog_server: ServerProcess, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("STOKER_TEST_FAULT", "wrap")
     trainer_agent.autolog(project="wrap-fault", server=autolog_server.url)
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         assert _trained(_model().fit(_dataset(), epochs=2, verbose=0), 2)
-    assert [r for r in caplog.records if "agent disabled" in r.getMessage()]
+        assert _trained(_model().fit(_dataset(), epochs=1, verbose=0), 1)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "agent disabled" in m]
+    assert len([m for m in messages if "input wait is not measured" in m]) == 1  # said once
+    trainer_agent.flush()
+    runs = _runs(autolog_server, "wrap-fault")
+    assert sorted((r["status"], r["summary"]["steps"]) for r in runs) == [
+        ("finished", 8), ("finished", 16)
+    ]  # fmt: skip
+    for run in runs:
+        assert all(w is None for w in autolog_server.get(f"/api/v1/runs/{run['id']}/steps")["wait"])
 
 
 def test_validation_data_is_not_wrapped(autolog_server: ServerProcess) -> None:

@@ -155,12 +155,27 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
                 self._guard.inject("wrap")
             if self._ring is None:
                 self._ring = StampRing()
+            wrapped = self._ring.wrap(dataset)
+        except Exception as error:
+            # The fit is still monitored (step times, samplers); only its input wait is not.
+            self._ring = self._input_pipeline = self._function_names = None
+            _log_once_per_process(
+                f"wrap:{type(error).__name__}",
+                "Stoker: input wait is not measured for this fit: its dataset cannot be "
+                "stamped (%s: %s). Step times and device metrics are still recorded.",
+                type(error).__name__, error,
+            )  # fmt: skip
+            return dataset
+        try:
             self._input_pipeline = describe_pipeline(dataset)
             self._function_names = function_names(dataset)
-            return self._ring.wrap(dataset)
         except Exception as error:
-            self._guard.trip("wrap", error)
-            return dataset
+            self._input_pipeline = self._function_names = None
+            _log_once_per_process(
+                f"describe:{type(error).__name__}",
+                "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
+            )  # fmt: skip
+        return wrapped
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         try:
@@ -298,24 +313,44 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             self._close(now)
             self._flush_pending(now)
             session, self._session = self._session, None
-            unwatch_train_function(self.model)
+            self._release_fit(session)
             if session is not None:
                 session.profiler.end()
                 session.close("finished", wait=False)  # delivered in the background (§ agent.md)
         except Exception as error:
             self._guard.trip("on_train_end", error)
 
+    def _release_fit(self, session: RunSession | None) -> None:
+        """Let go of everything of the fit that ended: its train function and its iterator.
+
+        A `tf.data` iterator still referenced when the interpreter shuts down is destroyed
+        during finalization, and one whose threads are inside a Python function
+        (`numpy_function`, `py_function`, a generator) then waits forever for the GIL.
+        """
+        try:
+            unwatch_train_function(self.model)
+        finally:
+            if session is not None:
+                session.pipeline.watch(None)
+
     def _end_disabled_run(self, reason: str) -> None:
         # The steps still held here are dropped: the state that raised is not trusted.
         session, self._session = self._session, None
         self._open, self._pending = None, []
+        try:
+            self._release_fit(session)
+        except Exception:
+            log.debug("Stoker could not restore the train function", exc_info=True)
         if session is not None:
             end_in_background(session, DISABLED_STATUS)
 
     def _hand_over_completed_steps(self) -> None:
         # The step that was open when training raised never completed: it is not recorded.
         self._open = None
-        self._flush_pending(time.perf_counter())
+        try:
+            self._flush_pending(time.perf_counter())
+        finally:
+            self._release_fit(self._session)
 
     def _close(self, now: float) -> None:
         execution, self._open = self._open, None
@@ -365,6 +400,15 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             return
         for row in rows:
             session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
+
+
+_logged: set[str] = set()
+
+
+def _log_once_per_process(key: str, message: str, *args: Any) -> None:
+    if key not in _logged:
+        _logged.add(key)
+        log.warning(message, *args)
 
 
 def _in_fit_validation(model: Any) -> bool:

@@ -21,9 +21,12 @@ precede the step; then the wait counts from the step's begin at the earliest.
 """
 
 import itertools
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 DEFAULT_RING_SIZE = 2048
 
@@ -81,11 +84,15 @@ class StampRing:
         import tensorflow as tf
 
         self.size = size
-        with tf.init_scope(), tf.device("/CPU:0"):
-            self._ring = tf.Variable(
-                tf.zeros([size, _COLUMNS], tf.float64), trainable=False, name="stoker_stamps"
-            )
-            self._generation = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+
+        def make() -> tuple[Any, Any]:
+            with tf.init_scope(), tf.device("/CPU:0"):
+                ring = tf.Variable(
+                    tf.zeros([size, _COLUMNS], tf.float64), trainable=False, name="stoker_stamps"
+                )
+                return ring, tf.Variable(tf.constant(0, tf.int64), trainable=False)
+
+        self._ring, self._generation = outside_any_strategy(make)
 
     def wrap(self, dataset: Any) -> Any:
         """Return `dataset` with the stamping stage appended; elements pass through unchanged."""
@@ -161,6 +168,31 @@ class StampRing:
         rows[:, _REQ] -= wall_to_perf_s
         rows[:, _TS] -= wall_to_perf_s
         return StampTable(rows)
+
+
+def outside_any_strategy(make: Callable[[], T]) -> T:
+    """`make()` run where no `tf.distribute` strategy's scope is entered.
+
+    Under `strategy.scope()` a `tf.Variable` becomes a distributed (mirrored) variable, whose
+    `scatter_nd_update` inside a dataset function raises NotImplementedError. A strategy's
+    scope, like TensorFlow's variable-creator scopes, is kept per thread, so a thread of its
+    own creates a plain variable whichever scope the training thread is in.
+    """
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            made.append(make())
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name="stoker-outside-strategy", daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
 
 
 def _static_batch_size(dataset: Any) -> int | None:
