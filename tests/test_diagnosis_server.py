@@ -73,7 +73,8 @@ def test_measured_wait_verdict_is_pushed_live_stored_and_follows_the_window(
         verdicts = [e["data"]["verdict"] for e in events]
         # A tick may catch the window mid-slide (moderately): first and last are what count.
         assert verdicts[0] == "highly_input_bound" and verdicts[-1] == "not_input_bound"
-        assert "input wait 40 %" in events[0]["message"]
+        assert "verdict highly input-bound" in events[0]["message"]
+        assert "(input wait 40.0 % of step time)" in events[0]["message"]
         wait_for(
             lambda: live.of_type(
                 "event", lambda m: m["run_id"] == agent.run_id and m["event"]["kind"] == "verdict"

@@ -25,6 +25,7 @@ from backend.diagnosis.alerting import (
     load_rules,
     seed_default_rules,
 )
+from backend.diagnosis.levels import VERDICT_WORDS, share_text
 from backend.diagnosis.store import add_event, apply_transition, record_delivery, run_brief
 from backend.diagnosis.stragglers import straggler_ratio, worker_hosts, worker_timings
 from backend.diagnosis.verdict import Diagnosis, Verdict, diagnose
@@ -36,6 +37,18 @@ from backend.live.hub import LiveHub
 from backend.live.messages import AlertMessage, EventMessage, VerdictMessage
 
 log = logging.getLogger(__name__)
+
+
+def verdict_event_message(diagnosis: Diagnosis, previous: Diagnosis | None) -> str:
+    """A verdict change as its event says it, in the words and the rounding every surface uses
+    (levels.VERDICT_WORDS, levels.share_text): "verdict not input-bound → moderately
+    input-bound (input wait 5.0 % of step time)"; a run's first verdict has no "from"."""
+    words = VERDICT_WORDS[diagnosis.verdict]
+    if previous is not None:
+        words = f"{VERDICT_WORDS[previous.verdict]} → {words}"
+    share = diagnosis.input_wait_share
+    detail = f" (input wait {share_text(share)} of step time)" if share is not None else ""
+    return f"verdict {words}{detail}"
 
 
 class Detectors:
@@ -269,10 +282,7 @@ class Detectors:
     async def _publish_verdict(self, diagnosis: Diagnosis, previous: Diagnosis | None) -> None:
         payload = diagnosis.model_dump(mode="json")
         self.hub.broadcast(VerdictMessage(run_id=diagnosis.run_id, diagnosis=diagnosis))
-        share = diagnosis.input_wait_share
-        detail = f" (input wait {share * 100:.0f} % of step time)" if share is not None else ""
-        before = previous.verdict if previous is not None else "none"
-        message = f"verdict {before} → {diagnosis.verdict}{detail}"
+        message = verdict_event_message(diagnosis, previous)
         try:
             event = await self.writer.run(
                 add_event, run_id=diagnosis.run_id, kind="verdict", message=message, data=payload
