@@ -3,11 +3,13 @@ its analysis, download its traces. Every connected agent (worker) of the run is 
 reports its status and uploads its trace here too, tagged with its rank."""
 
 import asyncio
+import time
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
+from sqlmodel import Session
 
 from backend.core.deps import AgentAuth, RunId, SessionDep, StateDep, ViewerAuth
 from backend.core.errors import BadRequest, RunNotFound
@@ -29,6 +31,11 @@ Rank = Annotated[int, Query(ge=0, le=100_000, description="the worker's rank (it
 # A capture the agent has not reported on for its max duration and this long (the agent went
 # away) no longer blocks a new one.
 STALE_GRACE_S = 300.0
+# A profile is ready once Stoker's own input share over its steps can be computed: the agent
+# sends a step a moment after it ran (every ~1 s), so its steps may arrive after its trace. The
+# analysis waits for them while the worker is connected, at most this long.
+STEPS_GRACE_S = 30.0
+STEPS_POLL_S = 0.1
 router = APIRouter(prefix="/api/v1/runs/{run_id}/profiles", tags=["profiles"])
 
 
@@ -179,7 +186,8 @@ def _start_analysis(state: AppState, pid: int) -> None:
 
 
 async def _analyse(state: AppState, pid: int) -> None:
-    """Analyse off the event loop; mark the profile ready (or failed with xprof's error).
+    """Analyse off the event loop; mark the profile ready (or failed with xprof's error) once
+    its analysis and Stoker's own shares over its steps are computed (`_await_steps`).
 
     The workers' traces are analysed together: xprof merges the hosts of one capture, but only
     its op and iterator tables sum them; its step table keeps the steps aligned across hosts,
@@ -194,6 +202,7 @@ async def _analyse(state: AppState, pid: int) -> None:
             for rank, path in paths.items():
                 per_worker[rank] = await asyncio.to_thread(analyse, [path])
         analysis, share, steps = merged
+        await _await_steps(state, pid, steps, {rank: got[2] for rank, got in per_worker.items()})
         profile = await state.writer.run(
             store.finish, pid=pid, analysis=analysis, profiler_share=share, steps=steps,
             data_dir=settings.data_dir, quota_bytes=settings.profile_quota_bytes,
@@ -206,3 +215,28 @@ async def _analyse(state: AppState, pid: int) -> None:
             return
         profile = fallback
     _announce(state, profile)
+
+
+async def _await_steps(
+    state: AppState,
+    pid: int,
+    steps: tuple[int, int] | None,
+    worker_steps: dict[int, tuple[int, int] | None],
+) -> None:
+    """Wait until the steps Stoker's shares are taken over are stored, so that the profile
+    is ready with everything shown with it: while a worker whose steps are missing is still
+    connected (one that left sends no more), for at most `STEPS_GRACE_S`. Reads on a session
+    of its own, off the event loop; the writer is not held."""
+
+    def awaited() -> tuple[int, set[int]]:
+        with Session(state.engine) as session:
+            return store.steps_awaited(
+                session=session, pid=pid, steps=steps, worker_steps=worker_steps
+            )
+
+    deadline = time.monotonic() + STEPS_GRACE_S
+    while True:
+        run_id, missing = await asyncio.to_thread(awaited)
+        if not missing & set(state.agents.ranks(run_id)) or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(STEPS_POLL_S)

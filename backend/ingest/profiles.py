@@ -318,13 +318,76 @@ def stoker_input_share(
     return waited / spent
 
 
+def _stored(*, session: Session, run_id: int, first: int, last: int, rank: int) -> bool:
+    """Whether every step of worker `rank` from `first` to `last` is stored."""
+    count = session.exec(
+        select(func.count()).where(
+            Step.run_id == run_id, Step.rank == rank, Step.step >= first, Step.step <= last
+        )
+    ).one()
+    return count >= last - first + 1
+
+
+StepRange = tuple[int, int]
+
+
+def _share_ranges(
+    profile: Profile,
+    workers: dict[int, dict[str, Any]],
+    steps: StepRange | None,
+    worker_steps: dict[int, StepRange | None],
+) -> tuple[tuple[int, int, int] | None, dict[int, StepRange]]:
+    """The steps Stoker's shares are taken over: the profile's (rank, first, last), the
+    lowest rank with a trace, over `steps` (the profiler's analysed range) or else the steps
+    the workers reported; and each analysed worker's (`worker_steps`: its own trace's range)."""
+    own: dict[int, StepRange] = {}
+    for rank, alone_steps in worker_steps.items():
+        worker = workers.get(rank)
+        if worker is None:
+            continue
+        begin, end = alone_steps or (worker.get("first_step"), worker.get("last_step"))
+        if begin is not None and end is not None:
+            own[rank] = (begin, end)
+    first, last = steps or (profile.first_step, profile.last_step)
+    lowest = next(
+        (w for _, w in sorted(workers.items()) if w["status"] == ProfileStatus.ready), None
+    )
+    whole = None
+    if first is not None and last is not None:
+        whole = (lowest["rank"] if lowest else 0, first, last)
+    return whole, own
+
+
+def steps_awaited(
+    *,
+    session: Session,
+    pid: int,
+    steps: StepRange | None,
+    worker_steps: dict[int, StepRange | None],
+) -> tuple[int, set[int]]:
+    """(the profile's run, the ranks some of whose captured steps are not stored yet): what
+    `finish` would take Stoker's shares over, with the same arguments. An agent sends a
+    step a moment after it ran, so the steps of a capture may arrive after its trace."""
+    profile = session.get(Profile, pid)
+    assert profile is not None
+    whole, own = _share_ranges(profile, workers_of(profile), steps, worker_steps)
+    ranges = [(rank, first, last) for rank, (first, last) in own.items()]
+    ranges += [whole] if whole is not None else []
+    missing = {
+        rank
+        for rank, first, last in ranges
+        if not _stored(session=session, run_id=profile.run_id, first=first, last=last, rank=rank)
+    }
+    return profile.run_id, missing
+
+
 def finish(
     *,
     session: Session,
     pid: int,
     analysis: dict[str, Any],
     profiler_share: float | None,
-    steps: tuple[int, int] | None,
+    steps: StepRange | None,
     data_dir: Path,
     quota_bytes: int,
     per_worker: dict[int, Analysed] | None = None,
@@ -332,6 +395,8 @@ def finish(
     """The analysis is in: the profile is ready, with Stoker's own share beside the profiler's
     (the lowest rank's), each worker's beside its own trace's (`per_worker`: each trace
     analysed alone), and in the same commit the oldest traces beyond the quota are evicted.
+    The caller waits for the captured steps first (`steps_awaited`): a share over steps not
+    yet stored is null.
 
     `steps` narrows Stoker's share to the steps the profiler analysed (it drops partial ones).
     """
@@ -342,9 +407,12 @@ def finish(
     executions = (profile.overhead or {}).get("steps_per_execution") or 1
     if analysis.get("available") and not analysis.get("steps") and executions > 1:
         analysis = {**analysis, "note": STEPS_PER_EXECUTION_NOTE}
-    first, last = steps or (profile.first_step, profile.last_step)
     workers = workers_of(profile)
-    for rank, (alone, share, alone_steps) in (per_worker or {}).items():
+    per_worker = per_worker or {}
+    whole, own = _share_ranges(
+        profile, workers, steps, {rank: alone[2] for rank, alone in per_worker.items()}
+    )
+    for rank, (alone, share, alone_steps) in per_worker.items():
         worker = workers.get(rank)
         if worker is None:
             continue
@@ -352,21 +420,18 @@ def finish(
         worker.update(analysis=summary, input_share_profiler=share)
         if alone_steps is not None:
             worker["analysis"]["step_range"] = list(alone_steps)
-        begin, end = alone_steps or (worker.get("first_step"), worker.get("last_step"))
-        if begin is not None and end is not None:
+        if rank in own:
+            begin, end = own[rank]
             worker["input_share_stoker"] = stoker_input_share(
                 session=session, run_id=profile.run_id, first=begin, last=end, rank=rank
             )
     if profile.workers:
         _set_workers(profile, workers)
-    lowest = next(
-        (w for _, w in sorted(workers.items()) if w["status"] == ProfileStatus.ready), None
-    )
-    if first is not None and last is not None:
+    if whole is not None:
+        rank, first, last = whole
         profile.input_share_stoker = stoker_input_share(
-            session=session, run_id=profile.run_id, first=first, last=last,
-            rank=lowest["rank"] if lowest else 0,
-        )  # fmt: skip
+            session=session, run_id=profile.run_id, first=first, last=last, rank=rank
+        )
     profile.analysis = analysis
     profile.input_share_profiler = profiler_share
     profile.status = ProfileStatus.ready
