@@ -16,13 +16,14 @@ tf = pytest.importorskip("tensorflow")
 
 from tests.test_agent_fit import _dataset  # noqa: E402  (the tiny model and data, reused)
 from tests.test_agent_fit import _model as tiny_model  # noqa: E402
+from trainer_agent import log_once  # noqa: E402
 from trainer_agent.callback import GUARDED_HOOKS, StokerCallback  # noqa: E402  (needs Keras)
 from trainer_agent.environment import plain_int  # noqa: E402
 from trainer_agent.monitor import Monitor  # noqa: E402
 
 BATCHES = 6
 EPOCHS = 2
-CALLBACK_HOOKS = ("wrap", *GUARDED_HOOKS)
+CALLBACK_HOOKS = GUARDED_HOOKS
 MONITOR_HOOKS = ("start", "iterate", "log", "close")
 
 
@@ -148,10 +149,33 @@ def test_fit_with_a_fault_in_a_hook_trains_as_without_stoker_and_disables_the_ag
     assert len(disabled) == 1, [r.getMessage() for r in disabled]
     assert f"InjectedFault in {hook}" in disabled[0].getMessage()
     assert disabled[0].exc_info is not None  # the traceback is in the log
-    if hook in ("wrap", "on_train_begin"):  # disabled before a run was opened
+    if hook == "on_train_begin":  # disabled before a run was opened
         assert _runs_named(shared_server, name) == []
     else:
         _ended_run(shared_server, name, "interrupted")
+
+
+def test_fit_whose_dataset_cannot_be_wrapped_trains_as_without_and_is_monitored(
+    shared_server: ServerProcess,
+    fit_without_stoker: tuple[int, int, list[float]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The agent stays on: the fit's steps and samplers are recorded, only its wait is not.
+    monkeypatch.setenv(FAULT_ENV, "wrap")
+    log_once.forget()
+    callback = StokerCallback(run_name="fault-wrap", project="guard", server=shared_server.url)
+    batches, epochs, losses = _fit(callback)
+    assert (batches, epochs) == fit_without_stoker[:2]
+    np.testing.assert_allclose(losses, fit_without_stoker[2], rtol=1e-6)
+    assert _disabled_logs(caplog) == []
+    said = [
+        r.getMessage() for r in caplog.records if "input wait is not measured" in r.getMessage()
+    ]
+    assert len(said) == 1 and "InjectedFault" in said[0]
+    run = _ended_run(shared_server, "fault-wrap", "finished")
+    assert run["summary"]["steps"] == BATCHES * EPOCHS
+    assert all(w is None for w in shared_server.get(f"/api/v1/runs/{run['id']}/steps")["wait"])
 
 
 @pytest.mark.parametrize("hook", MONITOR_HOOKS)

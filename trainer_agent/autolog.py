@@ -25,6 +25,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from trainer_agent import log_once
 from trainer_agent.guard import FAULT_ENV, InjectedFault
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ _options: dict[str, Any] | None = None
 # Keras module name -> (its Model class, the `fit` in that class's own __dict__ before).
 _patched: dict[str, tuple[type, Any]] = {}
 _hook: "_PatchOnImport | None" = None
-_logged: set[str] = set()
 _inside_fit = threading.local()
 
 
@@ -75,7 +75,7 @@ def autolog(
     with _lock:
         if disable:
             _options = None
-            _logged.clear()  # a later autolog() says again what it cannot monitor
+            log_once.forget()  # a later autolog() says again what it cannot monitor
             _remove_hook()
             for name in list(_patched):
                 _restore(name)
@@ -106,7 +106,9 @@ def _patch(name: str, module: ModuleType) -> None:
             model_class.fit = _patched_fit(model_class.fit, name)
             _patched[name] = (model_class, own)
         except Exception as error:
-            _log_once(f"patch:{name}", "Stoker autolog cannot patch %s.Model.fit (%r)", name, error)
+            log_once.warn_once(
+                f"patch:{name}", "Stoker autolog cannot patch %s.Model.fit (%r)", name, error
+            )
         if _hook is not None and all(name in _patched for name in KERAS_MODULES):
             _remove_hook()
 
@@ -139,7 +141,7 @@ def _patched_fit(original: Callable[..., Any], keras_name: str) -> Callable[...,
         try:
             call = _monitored_call(original, keras_name, self, args, kwargs, options)
         except Exception as error:
-            _log_once(
+            log_once.warn_once(
                 "fit", "Stoker autolog steps aside: this fit runs unmonitored (%s: %s)",
                 type(error).__name__, error,
             )  # fmt: skip
@@ -183,7 +185,7 @@ def _monitored_call(
 
     callback_keras = StokerCallback.__mro__[1].__module__.split(".")[0]
     if callback_keras != keras_name:
-        _log_once(
+        log_once.warn_once(
             f"family:{keras_name}",
             "Stoker autolog: %s fits are not monitored: the agent's callback is a %s callback "
             "(TF_USE_LEGACY_KERAS=1 makes it tf_keras's)", keras_name, callback_keras,
@@ -205,12 +207,6 @@ def _monitored_call(
     if tf is not None and isinstance(x, tf.data.Dataset):
         bound.arguments["x"] = callback.wrap(x)
     return bound
-
-
-def _log_once(key: str, message: str, *args: Any) -> None:
-    if key not in _logged:
-        _logged.add(key)
-        log.warning(message, *args)
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

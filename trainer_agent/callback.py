@@ -17,6 +17,7 @@ from trainer_agent.input_wait import (
     split_execution,
 )
 from trainer_agent.job import job_rank, job_run_key
+from trainer_agent.log_once import warn_once
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline import describe_pipeline
 from trainer_agent.pipeline_model import function_names
@@ -159,7 +160,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
         except Exception as error:
             # The fit is still monitored (step times, samplers); only its input wait is not.
             self._ring = self._input_pipeline = self._function_names = None
-            _log_once_per_process(
+            warn_once(
                 f"wrap:{type(error).__name__}",
                 "Stoker: input wait is not measured for this fit: its dataset cannot be "
                 "stamped (%s: %s). Step times and device metrics are still recorded.",
@@ -171,7 +172,7 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             self._function_names = function_names(dataset)
         except Exception as error:
             self._input_pipeline = self._function_names = None
-            _log_once_per_process(
+            warn_once(
                 f"describe:{type(error).__name__}",
                 "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
             )  # fmt: skip
@@ -400,15 +401,6 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             return
         for row in rows:
             session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
-
-
-_logged: set[str] = set()
-
-
-def _log_once_per_process(key: str, message: str, *args: Any) -> None:
-    if key not in _logged:
-        _logged.add(key)
-        log.warning(message, *args)
 
 
 def _in_fit_validation(model: Any) -> bool:
