@@ -17,7 +17,7 @@ tf = pytest.importorskip("tensorflow")
 from tests.test_agent_fit import _dataset  # noqa: E402  (the tiny model and data, reused)
 from tests.test_agent_fit import _model as tiny_model  # noqa: E402
 from trainer_agent import log_once  # noqa: E402
-from trainer_agent.callback import GUARDED_HOOKS, StokerCallback  # noqa: E402  (needs Keras)
+from trainer_agent.callback import GUARDED_HOOKS, StokerCallback, StokerHooks  # noqa: E402
 from trainer_agent.environment import plain_int  # noqa: E402
 from trainer_agent.monitor import Monitor  # noqa: E402
 
@@ -113,7 +113,7 @@ def loop_without_stoker() -> list[float]:
 
 
 def test_every_hook_the_callback_defines_is_guarded() -> None:
-    defined = {name for name in vars(StokerCallback) if name.startswith("on_")}
+    defined = {name for name in vars(StokerHooks) if name.startswith("on_")}
     assert defined == set(GUARDED_HOOKS)
 
 

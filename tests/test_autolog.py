@@ -155,6 +155,19 @@ def test_stoker_run_keeps_a_legacy_keras_fit_compiled_beside_tensorboard(
     assert sorted(r["summary"]["steps"] for r in runs) == [16, 32]
 
 
+def test_stoker_run_monitors_a_keras_3_fit_and_a_tf_keras_fit_in_one_process(
+    autolog_server: ServerProcess,
+) -> None:
+    # Each Keras takes only its own callbacks: the tf_keras fit was left unmonitored.
+    if tuple(int(part) for part in tf.__version__.split(".")[:2]) < (2, 16):
+        pytest.skip("up to TF 2.15 there is one Keras")
+    pytest.importorskip("tf_keras")
+    script = [sys.executable, str(EXAMPLES / "two_kerases_fit.py")]
+    assert stoker_run(autolog_server, "--project", "two-kerases", command=script) == 0
+    runs = _finished_runs(autolog_server, "two-kerases", 2)
+    assert [r["summary"]["steps"] for r in runs] == [16, 16]
+
+
 def test_stoker_run_monitors_fits_inside_a_mirrored_strategy_scope(
     autolog_server: ServerProcess,
 ) -> None:

@@ -181,14 +181,14 @@ def _monitored_call(
         bound = _signature(original).bind(model, *args, **kwargs)
     except TypeError:
         return None  # Keras raises its own error for these arguments
-    from trainer_agent.callback import StokerCallback
+    from trainer_agent.callback import StokerHooks, callback_class
 
-    callback_keras = StokerCallback.__mro__[1].__module__.split(".")[0]
-    if callback_keras != keras_name:
+    try:
+        make_callback = callback_class(keras_name)
+    except Exception as error:
         log_once.warn_once(
-            f"family:{keras_name}",
-            "Stoker autolog: %s fits are not monitored: the agent's callback is a %s callback "
-            "(TF_USE_LEGACY_KERAS=1 makes it tf_keras's)", keras_name, callback_keras,
+            f"family:{keras_name}", "Stoker autolog: %s fits are not monitored (%s: %s)",
+            keras_name, type(error).__name__, error,
         )  # fmt: skip
         return None
     given = bound.arguments.get("callbacks")
@@ -198,9 +198,9 @@ def _monitored_call(
         callbacks = list(given)
     else:
         raise TypeError(f"callbacks is a {type(given).__name__}, not a list")
-    if any(isinstance(callback, StokerCallback) for callback in callbacks):
+    if any(isinstance(callback, StokerHooks) for callback in callbacks):
         return None  # the script monitors this fit itself
-    callback = StokerCallback(**options)
+    callback = make_callback(**options)
     bound.arguments["callbacks"] = [*callbacks, callback]
     x = bound.arguments.get("x")
     tf = sys.modules.get("tensorflow")

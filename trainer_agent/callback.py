@@ -1,5 +1,7 @@
 """`StokerCallback`: step timing, input wait and scalar logs for `model.fit`."""
 
+import functools
+import importlib
 import logging
 import os
 import time
@@ -55,7 +57,7 @@ def _keras_callback_base() -> type:
     return keras.callbacks.Callback
 
 
-class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
+class StokerHooks:
     """Streams every training step of `model.fit` to a Stoker server.
 
     A step's time is measured from one `on_train_batch_begin` to the next, so it includes
@@ -401,6 +403,31 @@ class StokerCallback(_keras_callback_base()):  # type: ignore[misc]
             return
         for row in rows:
             session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
+
+
+class StokerCallback(StokerHooks, _keras_callback_base()):  # type: ignore[misc]
+    __doc__ = StokerHooks.__doc__
+
+
+@functools.cache
+def callback_class(keras_name: str) -> type[StokerHooks]:
+    """`StokerCallback` for the fits of one Keras: "keras" (Keras 3, or Keras 2 up to TF 2.15)
+    or "tf_keras". The importable `StokerCallback` is the one for the Keras that `tf.keras`
+    names; a process can fit with both (a tf_keras model in a Keras 3 script), and each
+    Keras takes only its own callbacks."""
+    if keras_family(StokerCallback) == keras_name:
+        return StokerCallback
+    base = importlib.import_module(keras_name).callbacks.Callback
+    attributes = {"__doc__": StokerHooks.__doc__, "__module__": __name__}
+    return type("StokerCallback", (StokerHooks, base), attributes)
+
+
+def keras_family(callback_class: type) -> str:
+    """ "keras" or "tf_keras": the Keras whose `Callback` the class derives from."""
+    for base in callback_class.__mro__:
+        if base.__name__ == "Callback" and base is not StokerHooks:
+            return base.__module__.split(".")[0]
+    return ""
 
 
 def _in_fit_validation(model: Any) -> bool:
