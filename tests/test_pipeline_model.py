@@ -10,7 +10,10 @@ import tensorflow as tf
 from trainer_agent.input_wait import StampRing
 from trainer_agent.pipeline_model import (
     PipelineSource,
+    _align,
     function_names,
+    is_inner,
+    is_users,
     kind_of,
     stages_from_proto,
 )
@@ -124,6 +127,105 @@ def test_tfrecord_files_read_through_an_interleave(tmp_path) -> None:
     interleave = stages[kinds.index("parallel_interleave")]
     assert interleave["function"] == "read_file"
     assert kinds.index("file_reader") < kinds.index("parallel_interleave")
+    # Made inside read_file: marked so, with no function of its own.
+    assert is_inner(readers[0]) and readers[0]["function"] is None
+    assert readers[0]["name"].startswith("ParallelInterleave")
+
+
+def _fast(name):
+    def stage(a):
+        return a * 1.0001
+
+    stage.__name__ = name
+    return stage
+
+
+def _slow(name, delay_s=0.001):
+    def stage(a):
+        out = tf.numpy_function(lambda v: (time.sleep(delay_s), v)[1], [a], a.dtype,
+                                stateful=True)  # fmt: skip
+        return tf.ensure_shape(out, a.shape)
+
+    stage.__name__ = name
+    return stage
+
+
+def test_functions_are_named_by_the_node_that_runs_them_not_by_count() -> None:
+    """batch -> map(fast) -> map(slow) -> map(fast), wrapped by Stoker: tf.data makes the
+    stateless maps parallel, Stoker appends a stamping stage and a prefetch."""
+    rows = np.zeros((2000, 4), np.float32)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(rows)
+        .batch(8)
+        .map(_fast("fast_normalize"))
+        .map(_slow("slow_decode"))
+        .map(_fast("fast_clip"))
+    )
+    names = function_names(dataset)
+    stages = _read(StampRing().wrap(dataset), 20, names, stamped=True)
+    functions = [(s["kind"], s["function"]) for s in stages if s["function"]]
+    assert [f for _, f in functions] == ["fast_normalize", "slow_decode", "fast_clip"]
+    slowest = max(stages, key=lambda s: s["ms_per_element"] or 0)
+    assert slowest["function"] == "slow_decode" and slowest["kind"] == "map"
+    # Stoker's prefetch is marked as Stoker's; the stamping stage is gone.
+    assert stages[-1]["kind"] == "prefetch" and not is_users(stages[-1])
+    assert all(is_users(s) for s in stages[:-1])
+    assert "zip" not in [s["kind"] for s in stages]
+
+
+def test_a_map_fused_with_its_batch_keeps_its_name_and_autotune_shows() -> None:
+    rows = np.zeros((2000, 4), np.float32)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(rows)
+        .map(_slow("slow", 0.0002), num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(16)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    stages = _read(dataset, 10, function_names(dataset))
+    fused = [s for s in stages if s["kind"] == "map_and_batch"]
+    assert len(fused) == 1 and fused[0]["function"] == "slow"
+    assert fused[0]["name"] == "MapAndBatch (autotune)"
+    assert is_users(stages[-1])  # the user's own prefetch
+
+
+def test_from_generator_is_a_generator_stage_not_tf_datas_flat_map() -> None:
+    def numbers():
+        yield from range(1000)
+
+    dataset = tf.data.Dataset.from_generator(
+        numbers, output_signature=tf.TensorSpec((), tf.int64)
+    ).batch(4)
+    assert function_names(dataset)[:2] == [("source", ""), ("generator", "")]
+    stages = _read(dataset, 5, function_names(dataset))
+    assert "flat_map_fn" not in [s["function"] for s in stages]
+    assert "generator" in [s["kind"] for s in stages]
+
+
+def _spine(*kinds):
+    return [{"kind": k, "leaf": i == 0} for i, k in enumerate(kinds)]
+
+
+@pytest.mark.parametrize(
+    ("chain", "spine", "expected"),
+    [
+        # map + batch fused; an unmatched (injected) prefetch
+        (["source", "map", "batch"], ["tensor_slices", "map_and_batch", "prefetch"],
+         [[0], [1, 2], None]),
+        # consecutive maps fused (map_fusion), then with the batch
+        (["source", "map", "map", "batch", "prefetch"],
+         ["tensor_slices", "map_and_batch", "prefetch"], [[0], [1, 2, 3], [4]]),
+        # a serial map made parallel; cache as two nodes
+        (["source", "map", "cache", "batch"],
+         ["range", "parallel_map", "cache", "cache", "batch"], [[0], [1], [2], [2], [3]]),
+        # shuffle and repeat fused
+        (["source", "shuffle", "repeat", "batch"], ["range", "shuffle", "batch"],
+         [[0], [1, 2], [3]]),
+    ],
+)  # fmt: skip
+def test_the_users_chain_aligns_with_the_nodes_after_tf_datas_rewrites(
+    chain, spine, expected
+) -> None:
+    assert _align([(k, "") for k in chain], _spine(*spine)) == expected
 
 
 def test_keras_fit_hands_the_iterator_to_the_sampler_source_and_drops_the_stamp() -> None:

@@ -54,25 +54,48 @@ _KINDS: dict[str, str] = {
     "Scan": "scan",
     "Rebatch": "batch",
 }
-# Which stages carry a user function, by family (the Python dataset chain is matched by it).
-_FAMILIES: dict[str, str] = {
-    "map": "map",
-    "parallel_map": "map",
-    "map_and_batch": "map",
-    "flat_map": "interleave",
-    "interleave": "interleave",
-    "parallel_interleave": "interleave",
-    "filter": "filter",
+# The Python dataset classes (without "_", "Dataset", "V2") -> the kind of their model node;
+# "" for wrappers that make no node of their own. Sources (no input) are "source".
+_PY_KINDS: dict[str, str] = {
+    "Map": "map",
+    "ParallelMap": "parallel_map",
+    "MapAndBatch": "map_and_batch",
+    "Batch": "batch",
+    "ParallelBatch": "batch",
+    "PaddedBatch": "batch",
+    "Prefetch": "prefetch",
+    "Cache": "cache",
+    "Filter": "filter",
+    "FlatMap": "flat_map",
+    "Interleave": "interleave",
+    "ParallelInterleave": "parallel_interleave",
+    "TFRecord": "file_reader",
+    "TextLine": "file_reader",
+    "FixedLengthRecord": "file_reader",
+    "Shuffle": "shuffle",
+    "Repeat": "repeat",
+    "Take": "take",
+    "Skip": "skip",
+    "Unbatch": "unbatch",
+    "Options": "",
+    "AssertCardinality": "",
+    "Restructured": "",
 }
-_PY_FAMILIES: dict[str, tuple[str, str]] = {
-    "MapDataset": ("map", "_map_func"),
-    "ParallelMapDataset": ("map", "_map_func"),
-    "MapAndBatchDataset": ("map", "_map_func"),
-    "FlatMapDataset": ("interleave", "_map_func"),
-    "InterleaveDataset": ("interleave", "_map_func"),
-    "ParallelInterleaveDataset": ("interleave", "_map_func"),
-    "FilterDataset": ("filter", "_predicate"),
-}
+# The attribute that holds a dataset's traced user function.
+_PY_FUNCTION_ATTRS = ("_map_func", "_predicate")
+
+# How Stoker marks the stages that are not the user's, in a stage's `name` (the stage
+# schema has no field for it): the prefetch `StampRing.wrap` appends, the one tf.data's
+# `inject_prefetch` appends, a stage made inside an interleave's (flat_map's) function, and
+# a parallelism the autotuner sets.
+STOKER_PREFIX = "stoker:"
+TF_DATA_PREFIX = "tf.data:"
+INNER_SEPARATOR = "/"
+AUTOTUNE_MARK = " (autotune)"
+
+_MAPS = ("map", "parallel_map")
+_INTERLEAVES = ("interleave", "parallel_interleave", "flat_map")
+_SUMMED = ("elements", "processing_ns", "bytes", "buffered")
 
 
 def kind_of(op_name: str) -> str:
@@ -86,21 +109,80 @@ def kind_of(op_name: str) -> str:
     return _KINDS.get(base, base.lower() or "unknown")
 
 
+def _py_inputs(node: Any) -> list[Any]:
+    try:
+        inputs = node._inputs()
+    except Exception:
+        inputs = None
+    if inputs is None:
+        single = getattr(node, "_input_dataset", None)
+        return [] if single is None else [single]
+    return list(inputs)
+
+
+def _py_kind(node: Any) -> str:
+    return type(node).__name__.lstrip("_").removesuffix("V2").removesuffix("Dataset")
+
+
+def _is_stamping(node: Any, inputs: list[Any]) -> bool:
+    """Stoker's stamping stage: a map over `Zip(map over Range, the user's pipeline)`."""
+    if _py_kind(node) != "Map" or len(inputs) != 1 or _py_kind(inputs[0]) != "Zip":
+        return False
+    zipped = _py_inputs(inputs[0])
+    if len(zipped) != 2:
+        return False
+    requests = zipped[0]
+    while _py_kind(requests) == "Map":
+        below = _py_inputs(requests)
+        requests = below[0] if below else None
+    return requests is not None and _py_kind(requests) == "Range"
+
+
+def _py_function(node: Any) -> str:
+    for attribute in _PY_FUNCTION_ATTRS:
+        wrapper = getattr(node, attribute, None)
+        name = getattr(getattr(wrapper, "_func", None), "__name__", None)
+        if name:
+            return str(name)[:100]
+    return ""
+
+
+def _tf_data_own(node: Any) -> bool:
+    func = getattr(getattr(node, "_map_func", None), "_func", None)
+    return str(getattr(func, "__module__", "")).startswith("tensorflow.")
+
+
 def function_names(dataset: Any, max_nodes: int = 200) -> list[tuple[str, str]]:
-    """(family, user function name) of the map/interleave/filter stages, source first."""
-    names: list[tuple[str, str]] = []
+    """The user's chain of datasets as (kind, function name or ""), source first.
+
+    Every dataset on the input spine, not only those with a function: `stages_from_proto`
+    aligns this chain with tf.data's model nodes after its rewrites (map+batch fused into
+    MapAndBatch, serial maps made parallel, consecutive maps fused, the prefetch tf.data or
+    Stoker appends), so a function is named by the node that runs it, not by counting.
+    Stoker's own stamping stage (a map over `Zip(Range, pipeline)`) is left out.
+    """
+    chain: list[tuple[str, str]] = []
     node, seen = dataset, 0
     while node is not None and seen < max_nodes:
         seen += 1
-        family_attr = _PY_FAMILIES.get(type(node).__name__.lstrip("_"))
-        if family_attr is not None:
-            wrapper = getattr(node, family_attr[1], None)
-            func = getattr(wrapper, "_func", None)
-            name = getattr(func, "__name__", None) or ""
-            names.append((family_attr[0], str(name)[:100]))
-        node = getattr(node, "_input_dataset", None)
-    names.reverse()
-    return names
+        inputs = _py_inputs(node)
+        if _is_stamping(node, inputs):
+            node = _py_inputs(inputs[0])[-1]
+            continue
+        base = _py_kind(node)
+        kind = _PY_KINDS.get(base)
+        if kind is None:
+            kind = "source" if not inputs else kind_of(base)
+        function = _py_function(node)
+        if kind == "flat_map" and _tf_data_own(node):
+            kind, function = "generator", ""  # from_generator: a flat_map of tf.data's own
+        if kind:
+            chain.append((kind, function))
+        if kind == "file_reader" or len(inputs) != 1:
+            break  # a reader's input is its file names; a zip has several inputs
+        node = inputs[0]
+    chain.reverse()
+    return chain
 
 
 def _parameter(node: Any, name: str) -> float | None:
@@ -110,22 +192,26 @@ def _parameter(node: Any, name: str) -> float | None:
     return None
 
 
-def _user_root(nodes: dict[int, Any], output: int, stamped: bool) -> int | None:
-    """The node the model consumes: below `Root`, and below Stoker's stamping stage
-    (a map over `Zip(requests, pipeline)`) when the dataset was wrapped."""
+def _tunable(node: Any, name: str) -> bool:
+    return any(p.name == name and p.tunable for p in node.parameters)
+
+
+def _user_root(nodes: dict[int, Any], output: int) -> tuple[int | None, bool]:
+    """The node the model consumes, below `Root` and below Stoker's stamping stage (a map
+    over `Zip(map over Range, pipeline)`), and whether that stage was there."""
     node = nodes.get(output)
-    if node is None:
-        return None
-    if node.name == "Root":
-        if not node.inputs:
-            return None
+    if node is not None and node.name == "Root":
+        node = nodes.get(node.inputs[0]) if node.inputs else None
+    top = node
+    while node is not None and kind_of(node.name) in _MAPS and node.inputs:
         node = nodes.get(node.inputs[0])
-    if stamped:
-        while node is not None and kind_of(node.name) in ("map", "parallel_map"):
-            node = nodes.get(node.inputs[0]) if node.inputs else None
-        if node is not None and node.name.startswith("Zip") and node.inputs:
-            node = nodes.get(node.inputs[-1])
-    return None if node is None else node.id
+    if node is not None and node.name.startswith("Zip") and len(node.inputs) == 2:
+        requests = nodes.get(node.inputs[0])
+        while requests is not None and kind_of(requests.name) in _MAPS and requests.inputs:
+            requests = nodes.get(requests.inputs[0])
+        if requests is not None and requests.name.startswith("Range"):
+            return node.inputs[1], True
+    return (None, False) if top is None else (top.id, False)
 
 
 def stages_from_proto(
@@ -135,17 +221,22 @@ def stages_from_proto(
 
     Nodes are ordered inputs before consumers. An interleave's inner datasets (one subtree
     per open cycle element, e.g. a `TFRecordDataset` per file) come right before it, summed
-    stage by stage into one chain whose parallelism is the interleave's.
+    stage by stage into one chain whose parallelism is the interleave's; their `name` is
+    the interleave's node name, "/", their own. `names` (`function_names` of the user's
+    dataset) is aligned with the chain of nodes from the source to the root; a prefetch it
+    does not account for is Stoker's (when the pipeline was wrapped) or tf.data's.
     """
     nodes = dict(proto.nodes)
-    root = _user_root(nodes, proto.output, stamped)
+    root, found_stamping = _user_root(nodes, proto.output)
     if root is None:
         return []
-    stages = _chain(nodes, root, None, 0)[-MAX_STAGES:]
+    stages = _chain(nodes, root, None, 0, spine=True)[-MAX_STAGES:]
     for position, stage in enumerate(stages):
         stage["position"] = position
-    _attach_names(stages, names or [])
+    _attach_names(stages, names or [], stamped=stamped or found_stamping)
     for stage in stages:
+        stage.pop("spine", None)
+        stage.pop("leaf", None)
         elements = stage["elements"]
         processing_ns, produced = stage.pop("processing_ns"), stage.pop("bytes")
         stage["ms_per_element"] = processing_ns / elements / 1e6 if elements else None
@@ -161,10 +252,11 @@ def _stage(node: Any, inherited: float | None) -> dict[str, Any]:
     buffer_size = _parameter(node, "buffer_size")
     if buffer_size is None and kind in ("parallel_map", "map_and_batch"):
         buffer_size = parallelism
+    name = node.name + (AUTOTUNE_MARK if _tunable(node, "parallelism") else "")
     return {
         "position": 0,
         "kind": kind,
-        "name": node.name,
+        "name": name,
         "function": None,
         "parallelism": parallelism,
         "elements": int(node.num_elements),
@@ -172,17 +264,15 @@ def _stage(node: Any, inherited: float | None) -> dict[str, Any]:
         "bytes": int(node.bytes_produced),
         "buffered": int(node.buffered_elements),
         "buffer_size": buffer_size,
+        "leaf": not node.inputs,
     }
 
 
-_INTERLEAVES = ("interleave", "parallel_interleave", "flat_map")
-_SUMMED = ("elements", "processing_ns", "bytes", "buffered")
-
-
 def _chain(
-    nodes: dict[int, Any], node_id: int, inherited: float | None, depth: int
+    nodes: dict[int, Any], node_id: int, inherited: float | None, depth: int, *, spine: bool
 ) -> list[dict[str, Any]]:
-    """The stages of the subtree under `node_id`, inputs first."""
+    """The stages of the subtree under `node_id`, inputs first; `spine`: on the path from
+    the root to the source through every node's first input (where the user's chain is)."""
     node = nodes.get(node_id)
     if node is None or depth > MAX_STAGES:
         return []
@@ -190,18 +280,20 @@ def _chain(
     kind = kind_of(node.name)
     chain: list[dict[str, Any]] = []
     if kind in _INTERLEAVES and inputs:
-        chain += _chain(nodes, inputs[0], inherited, depth + 1)
+        chain += _chain(nodes, inputs[0], inherited, depth + 1, spine=spine)
         inner = 1.0
         if kind != "flat_map":
             inner = _parameter(node, "parallelism") or _parameter(node, "cycle_length") or 1.0
-        inner_chain = _merged([_chain(nodes, child, inner, depth + 1) for child in inputs[1:]])
-        for stage in inner_chain:
-            stage["inner"] = True  # made inside the interleave's function: no user name
-        chain += inner_chain
+        cycle = [_chain(nodes, child, inner, depth + 1, spine=False) for child in inputs[1:]]
+        for stage in _merged(cycle):
+            stage["name"] = f"{node.name}{INNER_SEPARATOR}{stage['name']}"[:200]
+            chain.append(stage)
     else:
-        for child in inputs:
-            chain += _chain(nodes, child, inherited, depth + 1)
-    chain.append(_stage(node, inherited))
+        for index, child in enumerate(inputs):
+            chain += _chain(nodes, child, inherited, depth + 1, spine=spine and index == 0)
+    stage = _stage(node, inherited)
+    stage["spine"] = spine
+    chain.append(stage)
     return chain
 
 
@@ -221,18 +313,105 @@ def _merged(chains: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return first
 
 
-def _attach_names(stages: list[dict[str, Any]], names: list[tuple[str, str]]) -> None:
-    """Give the k-th map (interleave, filter) stage the k-th such Python function's name."""
-    by_family: dict[str, list[str]] = {}
-    for family, name in names:
-        by_family.setdefault(family, []).append(name)
-    for stage in stages:
-        if stage.pop("inner", False):
+def _matches(kind: str, stage: dict[str, Any]) -> bool:
+    """Whether the user's dataset of `kind` can be the model node `stage` on its own."""
+    other = stage["kind"]
+    return (
+        kind == other
+        or (kind in _MAPS and other in _MAPS)
+        or (kind in _INTERLEAVES and other in _INTERLEAVES)
+        or (kind == "source" and stage["leaf"])
+        or (kind == "generator" and other == "flat_map")
+    )
+
+
+# tf.data's static rewrites of two consecutive datasets (source first) into one node.
+_FUSED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("map", "batch"): ("map_and_batch",),
+    ("parallel_map", "batch"): ("map_and_batch",),
+    ("map", "map"): _MAPS,
+    ("map", "parallel_map"): _MAPS,
+    ("parallel_map", "map"): _MAPS,
+    ("parallel_map", "parallel_map"): _MAPS,
+    ("map", "filter"): ("filter", "mapandfilter"),
+    ("parallel_map", "filter"): ("filter", "mapandfilter"),
+    ("filter", "filter"): ("filter",),
+    ("shuffle", "repeat"): ("shuffle",),
+}
+
+
+def _align(chain: list[tuple[str, str]], spine: list[dict[str, Any]]) -> list[list[int] | None]:
+    """For each spine stage (source first), the indices of the user's datasets it runs, or
+    None when it is none of them: the cheapest alignment (an unmatched dataset or node costs
+    1, a fusion a little, so a one-to-one match wins)."""
+    n, m = len(chain), len(spine)
+    inf = float("inf")
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    move: list[list[tuple[int, int, list[int] | None] | None]] = [
+        [None] * (m + 1) for _ in range(n + 1)
+    ]
+    cost[n][m] = 0.0
+    for i in range(n, -1, -1):
+        for j in range(m, -1, -1):
+            if i == n and j == m:
+                continue
+            options: list[tuple[float, tuple[int, int, list[int] | None]]] = []
+            if i < n and j < m and _matches(chain[i][0], spine[j]):
+                options.append((cost[i + 1][j + 1], (1, 1, [i])))
+            if i + 1 < n and j < m:
+                fused = _FUSED.get((chain[i][0], chain[i + 1][0]), ())
+                if spine[j]["kind"] in fused:
+                    options.append((0.1 + cost[i + 2][j + 1], (2, 1, [i, i + 1])))
+            if i + 2 < n and j < m and spine[j]["kind"] == "map_and_batch":
+                # fused maps, then fused with the batch after them
+                three = (chain[i][0], chain[i + 1][0], chain[i + 2][0])
+                if three[0] in _MAPS and three[1] in _MAPS and three[2] == "batch":
+                    options.append((0.2 + cost[i + 3][j + 1], (3, 1, [i, i + 1, i + 2])))
+            cache = i < n and j + 1 < m and chain[i][0] == "cache"
+            if cache and spine[j]["kind"] == spine[j + 1]["kind"] == "cache":
+                options.append((cost[i + 1][j + 2], (1, 2, [i])))
+            if j < m:
+                options.append((1.0 + cost[i][j + 1], (0, 1, None)))
+            if i < n:
+                options.append((1.0 + cost[i + 1][j], (1, 0, None)))
+            best = min(options, key=lambda option: option[0])
+            cost[i][j], move[i][j] = best
+    result: list[list[int] | None] = [None] * m
+    i = j = 0
+    while (i < n or j < m) and move[i][j] is not None:
+        di, dj, matched = move[i][j]  # type: ignore[misc]
+        for k in range(j, j + dj):
+            result[k] = matched
+        i, j = i + di, j + dj
+    return result
+
+
+def _attach_names(
+    stages: list[dict[str, Any]], chain: list[tuple[str, str]], *, stamped: bool
+) -> None:
+    """Name each model node on the spine by the user's dataset(s) it runs; mark a prefetch
+    that is none of them as Stoker's (wrapped) or tf.data's."""
+    spine = [stage for stage in stages if stage["spine"]]
+    if not chain or not spine:
+        return
+    for stage, matched in zip(spine, _align(chain, spine), strict=True):
+        if matched is None:
+            if stage["kind"] == "prefetch":
+                stage["name"] = (STOKER_PREFIX if stamped else TF_DATA_PREFIX) + stage["name"]
             continue
-        family = _FAMILIES.get(stage["kind"])
-        queue = by_family.get(family or "")
-        if queue:
-            stage["function"] = queue.pop(0) or None
+        functions = [chain[k][1] for k in matched if chain[k][1]]
+        stage["function"] = "+".join(functions)[:200] or None
+
+
+def is_users(stage: dict[str, Any]) -> bool:
+    """Whether the stage is one the user wrote (or tf.data made of what they wrote)."""
+    name = str(stage.get("name") or "")
+    return not (name.startswith(STOKER_PREFIX) or name.startswith(TF_DATA_PREFIX))
+
+
+def is_inner(stage: dict[str, Any]) -> bool:
+    """Whether the stage runs inside an interleave's (flat_map's) function."""
+    return INNER_SEPARATOR in str(stage.get("name") or "")
 
 
 def owned_iterator(iterator: Any, depth: int = 0) -> Any:
