@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { bufferFill, capacityBarPct, capacityRatio, formatRate, parsePipeline, stageLabel } from "./pipeline";
+import { addedBy, bufferFill, capacityBarPct, capacityRatio, formatRate, parsePipeline, stageLabel } from "./pipeline";
 
 const stage = {
   position: 1, kind: "parallel_map", name: "ParallelMapV2", function: "decode", parallelism: 2,
@@ -17,6 +17,17 @@ describe("pipeline view figures", () => {
   it("labels stages by kind and function", () => {
     expect(stageLabel(stage)).toBe("parallel map 'decode'");
     expect(stageLabel({ kind: "prefetch", function: null })).toBe("prefetch");
+  });
+
+  it("shows the stages Stoker or tf.data added as theirs, not the user's", () => {
+    const stokers = { ...stage, kind: "prefetch", name: "stoker:Prefetch", function: null };
+    expect(addedBy(stokers)).toBe("Stoker");
+    expect(stageLabel(stokers)).toBe("prefetch (added by Stoker, not in your pipeline)");
+    expect(stageLabel({ ...stokers, name: "tf.data:Prefetch" })).toBe(
+      "prefetch (added by tf.data, not in your pipeline)",
+    );
+    expect(addedBy(stage)).toBeNull();
+    expect(stageLabel({ ...stage, name: "ParallelMapV2 (autotune)" })).toBe("parallel map 'decode'");
   });
 
   it("fills buffers between 0 and 1, none without a buffer", () => {

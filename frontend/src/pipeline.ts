@@ -42,9 +42,21 @@ export function parsePipeline(raw: unknown): PipelineAnswer | null {
   return answer as PipelineAnswer;
 }
 
-/** "map 'decode'" or "prefetch": what users call the stage. */
-export function stageLabel(stage: { kind: string; function: string | null }): string {
-  return stage.function ? `${stage.kind.replace(/_/g, " ")} '${stage.function}'` : stage.kind.replace(/_/g, " ");
+/** Who added a stage the user did not write: the agent marks its name "stoker:" (the
+ *  prefetch Stoker's wrap appends) or "tf.data:" (the prefetch tf.data injects). */
+export function addedBy(stage: { name?: string | null }): "Stoker" | "tf.data" | null {
+  const name = stage.name ?? "";
+  if (name.startsWith("stoker:")) return "Stoker";
+  if (name.startsWith("tf.data:")) return "tf.data";
+  return null;
+}
+
+/** "map 'decode'", "prefetch", or "prefetch (added by Stoker)": what users call the stage. */
+export function stageLabel(stage: { kind: string; function: string | null; name?: string | null }): string {
+  const kind = stage.kind.replace(/_/g, " ");
+  const label = stage.function ? `${kind} '${stage.function}'` : kind;
+  const by = addedBy(stage);
+  return by ? `${label} (added by ${by}, not in your pipeline)` : label;
 }
 
 /** Buffer fill 0..1, or null for a stage without a buffer. */
