@@ -5,6 +5,13 @@ keeps: per node its own processing time (ns, summed over its threads), elements 
 parallelism, buffered elements and buffer size, bytes. `stages_from_proto` turns it into
 stages from the source (position 0) to the stage the model consumes; `PipelineSource` reads
 it on the sampler thread. The training thread only hands over the iterator (`watch`).
+
+The user's functions are matched to the nodes by aligning the user's dataset chain
+(`function_names`) with the nodes after tf.data's rewrites (fusions, parallelized maps, an
+injected prefetch), not by counting. A stage's `name` is the node's op name, marked:
+"stoker:" / "tf.data:" before it for the prefetch Stoker's wrap or tf.data appends (not the
+user's), "<interleave op>/" before it for a stage made inside an interleave's (flat_map's)
+function, " (autotune)" after it when the autotuner sets its parallelism.
 """
 
 import logging

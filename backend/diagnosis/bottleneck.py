@@ -6,6 +6,12 @@ per step). The demand is the rate the steps would consume when fed: one step per
 less its input wait. The bottleneck is the stage of lowest capacity, below the demand (with
 some slack), with a mostly empty buffer after it (a stage that keeps every buffer after it
 full starves no one); only when the run is input-bound.
+
+The rate the run reached (the demand less the wait) checks the model's figures: every stage
+fed that rate, so a capacity below it is wrong (tf.data's model reads one thread for a fused
+MapAndBatch under AUTOTUNE that runs several) and is raised to it. The stage named is the
+user's: never the prefetch Stoker or tf.data appends; for a stage made inside an interleave's
+(flat_map's) function, the interleave. Its fix never asks for what the pipeline has.
 """
 
 import math
