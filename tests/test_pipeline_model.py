@@ -16,6 +16,7 @@ from trainer_agent.pipeline_model import (
     is_users,
     kind_of,
     stages_from_proto,
+    with_parallelism_shown,
 )
 from trainer_agent.recorder import Recorder
 from trainer_agent.train_function import is_watched, unwatch_train_function, watch_train_function
@@ -303,3 +304,20 @@ def test_monitor_iterate_hands_its_tf_data_iterator_to_the_source(monkeypatch) -
     assert stages[0]["kind"] == "range"
     assert stages[-1]["kind"] in ("batch", "map_and_batch")  # tf.data may fuse the map in
     assert [s["function"] for s in stages if s["function"]] == ["double"]
+
+
+def test_a_parallelism_below_what_the_stage_shows_between_two_reads_is_raised() -> None:
+    """MapAndBatch under AUTOTUNE: the model reads 1 thread at 100 ms a batch, while 20
+    batches came in the 0.5 s between two reads: 4 threads at work."""
+    stages = [
+        {"name": "TensorSlice", "elements": 960, "ms_per_element": 0.01, "parallelism": 1.0},
+        {"name": "MapAndBatch (autotune)", "elements": 60, "ms_per_element": 100.0,
+         "parallelism": 1.0},
+    ]  # fmt: skip
+    previous = [("TensorSlice", 640), ("MapAndBatch (autotune)", 40)]
+    with_parallelism_shown(stages, previous, 0.5)
+    assert stages[1]["parallelism"] == pytest.approx(4.0)
+    assert stages[0]["parallelism"] == 1.0  # 640 elements/s at 0.01 ms: well under 1 thread
+    other = [dict(s, parallelism=1.0) for s in stages]
+    with_parallelism_shown(other, [("Other", 0), ("MapAndBatch", 0)], 0.5)  # not the same
+    assert other[1]["parallelism"] == 1.0

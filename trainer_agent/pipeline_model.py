@@ -440,6 +440,29 @@ def owned_iterator(iterator: Any, depth: int = 0) -> Any:
     return None
 
 
+# A parallelism below this share of the threads a stage's own rate shows is read wrong.
+_SHOWN = 0.8
+
+
+def with_parallelism_shown(
+    stages: list[dict[str, Any]], previous: list[tuple[str, int]] | None, elapsed_s: float
+) -> list[dict[str, Any]]:
+    """`stages` with each parallelism at least the threads its work shows between two reads
+    of the same iterator: elements made since `previous` (name, elements) over `elapsed_s`,
+    at its time per element. tf.data's model reads one thread for a fused MapAndBatch under
+    AUTOTUNE that runs several, so its capacity read below the rate the run reached."""
+    if not previous or elapsed_s <= 0 or [s["name"] for s in stages] != [n for n, _ in previous]:
+        return stages
+    for stage, (_, before) in zip(stages, previous, strict=True):
+        made, ms = stage["elements"] - before, stage.get("ms_per_element")
+        if made <= 0 or not ms:
+            continue
+        shown = made / elapsed_s * ms / 1000.0
+        if (stage.get("parallelism") or 1.0) < _SHOWN * shown:
+            stage["parallelism"] = round(shown, 2)
+    return stages
+
+
 class PipelineSource:
     """Reads the model of the watched iterator every `interval_s`, on the sampler thread."""
 
@@ -450,6 +473,7 @@ class PipelineSource:
         self._stamped = False
         self._next_read = 0.0
         self._unavailable_logged = False
+        self._previous: tuple[Any, float, list[tuple[str, int]]] | None = None
         self.last_read_us: float | None = None
 
     def describe(self, names: list[tuple[str, str]], *, stamped: bool) -> None:
@@ -479,6 +503,10 @@ class PipelineSource:
             if not self._names and not self._stamped:
                 self._names = function_names(getattr(owned, "_dataset", None))
             stages = stages_from_proto(proto, self._names, stamped=self._stamped)
+            previous = self._previous
+            if previous is not None and previous[0] is owned:
+                with_parallelism_shown(stages, previous[2], now - previous[1])
+            self._previous = (owned, now, [(s["name"], s["elements"]) for s in stages])
         except Exception as error:
             if not self._unavailable_logged:
                 self._unavailable_logged = True
