@@ -55,6 +55,7 @@ class UiSettings(BaseModel):
     stretches' thresholds)."""
 
     gpu_hour_price: float | None
+    energy_price_kwh: float | None = None
     currency: str
     input_bound: InputBoundThresholds
 
@@ -139,6 +140,7 @@ def read_starvation(
 def read_ui_settings(settings: SettingsDep) -> UiSettings:
     return UiSettings(
         gpu_hour_price=settings.gpu_hour_price,
+        energy_price_kwh=settings.energy_price_kwh,
         currency=settings.currency,
         input_bound=INPUT_BOUND,
     )

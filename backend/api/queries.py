@@ -30,7 +30,8 @@ from backend.ingest.summary import run_public
 DEVICE_FIELDS = (
     "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
     "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_tx_bps",
-    "pcie_rx_bps",
+    "pcie_rx_bps", "sm_util", "sm_occupancy", "tensor_util", "dram_bw_util", "fp32_util",
+    "fp16_util", "energy_j",
 )  # fmt: skip
 HOST_FIELDS = ("proc_cpu", "sys_cpu", "rss", "mem_used", "mem_total")
 

@@ -109,6 +109,15 @@ class RunSummary(SQLModel):
     samples_per_s: float | None = None
     peak_memory_bytes: float | None = None
     peak_tf_memory_bytes: float | None = None
+    # NVML GPM means over the run (issue 27): null where the GPUs have no GPM, never 0.
+    sm_util_mean: float | None = None
+    sm_occupancy_mean: float | None = None
+    tensor_util_mean: float | None = None
+    dram_bw_util_mean: float | None = None
+    # Joules the run's GPUs drew (all GPUs, all workers); integrated from power where the
+    # driver has no energy counter (`energy_integrated`).
+    energy_j: float | None = None
+    energy_integrated: bool = False
     duration_s: float | None = None
     dropped_rows: int = 0
     nonfinite_metrics: int = 0
@@ -250,6 +259,16 @@ class DeviceSample(SQLModel, table=True):
     throttle: int | None = _big(default=None)
     pcie_tx_bps: float | None = None
     pcie_rx_bps: float | None = None
+    # NVML GPM, percent (issue 27): null where unsupported, never 0.
+    sm_util: float | None = None
+    sm_occupancy: float | None = None
+    tensor_util: float | None = None
+    dram_bw_util: float | None = None
+    fp32_util: float | None = None
+    fp16_util: float | None = None
+    # Joules since the run's first reading of this GPU; integrated from power where true.
+    energy_j: float | None = None
+    energy_integrated: bool | None = None
 
 
 class HostSample(SQLModel, table=True):
@@ -420,6 +439,10 @@ class AlertMetric(StrEnum):
     stalled = "stalled"  # 1 while the run's verdict is `stalled`, else 0
     # Slowest worker's own step time over the median worker's (see diagnosis.own_step_times)
     straggler_ratio = "straggler_ratio"
+    # NVML GPM (issue 27), percent, mean over the devices' recent samples; no value (never 0)
+    # on GPUs without GPM
+    sm_util = "sm_util"
+    tensor_util = "tensor_util"
 
 
 class Comparison(StrEnum):

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     # §3); unset shows hours only. `currency` is the symbol written before the amount.
     gpu_hour_price: float | None = Field(default=None, ge=0)
     currency: str = Field(default="$", max_length=8)
+    # What one kWh costs (issue 27): the run page shows GPU energy, and the energy burned while
+    # starved, as money; unset shows joules and kWh only.
+    energy_price_kwh: float | None = Field(default=None, ge=0)
 
     # Diagnosis and alerts (issue 5): tests shorten these.
     diagnosis_window_s: float = Field(default=30.0, gt=0)

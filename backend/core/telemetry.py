@@ -15,6 +15,21 @@ from prometheus_client.registry import Collector
 
 from backend.ingest.protocol import Batch
 
+# Device field → (Prometheus name, help) of the latest-value gauges per GPU. GPM fields and
+# energy are absent (not 0) for GPUs that do not report them.
+GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("util", "stoker_gpu_utilization_percent", "Latest GPU utilization"),
+    ("mem_used", "stoker_gpu_memory_used_bytes", "Latest GPU memory used"),
+    ("mem_total", "stoker_gpu_memory_total_bytes", "GPU memory size"),
+    ("sm_util", "stoker_gpu_sm_active_percent", "Latest GPM SM utilization (share of SMs busy)"),
+    ("sm_occupancy", "stoker_gpu_sm_occupancy_percent", "Latest GPM SM occupancy"),
+    ("tensor_util", "stoker_gpu_tensor_active_percent", "Latest GPM any-tensor-pipe utilization"),
+    ("dram_bw_util", "stoker_gpu_dram_bandwidth_percent", "Latest GPM DRAM bandwidth utilization"),
+    ("fp16_util", "stoker_gpu_fp16_active_percent", "Latest GPM FP16 pipe utilization"),
+    ("fp32_util", "stoker_gpu_fp32_active_percent", "Latest GPM FP32 pipe utilization"),
+    ("energy_j", "stoker_gpu_energy_joules", "Energy the GPU drew since the run's first reading"),
+)
+
 
 def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
@@ -66,11 +81,7 @@ class LiveGauges(Collector):
         if batch.device is not None:
             device = batch.device
             for i, gpu in enumerate(device.gpu):
-                gauges.gpus[(rank, gpu)] = {
-                    "util": device.column("util")[i],
-                    "mem_used": device.column("mem_used")[i],
-                    "mem_total": device.column("mem_total")[i],
-                }
+                gauges.gpus[(rank, gpu)] = {key: device.column(key)[i] for key, _, _ in GPU_GAUGES}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         run_labels = ["run_id", "run", "project"]
@@ -84,15 +95,10 @@ class LiveGauges(Collector):
             labels=run_labels,
         )
         steps = GaugeMetricFamily("stoker_run_steps", "Steps stored for the run", labels=run_labels)
-        util = GaugeMetricFamily(
-            "stoker_gpu_utilization_percent", "Latest GPU utilization", labels=gpu_labels
-        )
-        used = GaugeMetricFamily(
-            "stoker_gpu_memory_used_bytes", "Latest GPU memory used", labels=gpu_labels
-        )
-        total = GaugeMetricFamily(
-            "stoker_gpu_memory_total_bytes", "GPU memory size", labels=gpu_labels
-        )
+        families = [
+            (key, GaugeMetricFamily(name, text, labels=gpu_labels))
+            for key, name, text in GPU_GAUGES
+        ]
         for run_id, g in list(self.runs.items()):
             labels = [str(run_id), g.name, g.project]
             steps.add_metric(labels, g.steps)
@@ -102,10 +108,11 @@ class LiveGauges(Collector):
                 wait.add_metric(labels, g.input_wait_share)
             for (rank, gpu), values in list(g.gpus.items()):
                 gl = [*labels, str(rank), str(gpu)]
-                for family, key in ((util, "util"), (used, "mem_used"), (total, "mem_total")):
-                    if values[key] is not None:
+                for key, family in families:
+                    if values.get(key) is not None:
                         family.add_metric(gl, values[key])
-        yield from (step, wait, steps, util, used, total)
+        yield from (step, wait, steps)
+        yield from (family for _, family in families)
 
 
 class Telemetry:

@@ -47,6 +47,8 @@ UNITS = {
     AlertMetric.no_data: "s",
     AlertMetric.stalled: "",
     AlertMetric.straggler_ratio: "x",
+    AlertMetric.sm_util: "%",
+    AlertMetric.tensor_util: "%",
 }
 
 

@@ -124,6 +124,8 @@ class Detectors:
                 mem_used=device.column("mem_used"),
                 mem_total=device.column("mem_total"),
                 temp_c=device.column("temp_c"),
+                sm_util=device.column("sm_util"),
+                tensor_util=device.column("tensor_util"),
             )
         host = batch.host
         if host is not None and len(host):
@@ -244,6 +246,8 @@ class Detectors:
         utils = [r.util for r in recent if r.util is not None]
         shares = [r.mem_share for r in recent if r.mem_share is not None]
         temps = [r.temp_c for r in recent if r.temp_c is not None]
+        sms = [r.sm_util for r in recent if r.sm_util is not None]
+        tensors = [r.tensor_util for r in recent if r.tensor_util is not None]
         share = window.input_wait_share() if window.waited_count >= s.diagnosis_min_steps else None
         idle = window.seconds_without_steps(now)
         median = window.median_step_s() or 0.0
@@ -256,6 +260,8 @@ class Detectors:
             AlertMetric.samples_per_s: window.samples_per_s() if stepping else None,
             AlertMetric.memory_share: max(shares) if shares else None,
             AlertMetric.temperature: max(temps) if temps else None,
+            AlertMetric.sm_util: sum(sms) / len(sms) if sms else None,
+            AlertMetric.tensor_util: sum(tensors) / len(tensors) if tensors else None,
             AlertMetric.no_data: no_data,
             AlertMetric.stalled: 1.0 if diagnosis.verdict == Verdict.stalled else 0.0,
             AlertMetric.straggler_ratio: straggler_ratio(

@@ -120,6 +120,8 @@ def window_from_db(
             mem_used=[r.mem_used for r in device],
             mem_total=[r.mem_total for r in device],
             temp_c=[r.temp_c for r in device],
+            sm_util=[r.sm_util for r in device],
+            tensor_util=[r.tensor_util for r in device],
         )
     host = _last_window(session, HostSample, run_id=run.id, window_s=window_s)
     if host:

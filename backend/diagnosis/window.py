@@ -43,6 +43,8 @@ class DeviceRow(NamedTuple):
     util: float | None
     mem_share: float | None  # memory used / total
     temp_c: float | None
+    sm_util: float | None = None  # NVML GPM, percent (null without GPM)
+    tensor_util: float | None = None
 
 
 class HostRow(NamedTuple):
@@ -261,6 +263,8 @@ class RunWindow:
         mem_used: Sequence[float | None],
         mem_total: Sequence[float | None],
         temp_c: Sequence[float | None],
+        sm_util: Sequence[float | None] | None = None,
+        tensor_util: Sequence[float | None] | None = None,
     ) -> None:
         if not t:
             return
@@ -269,7 +273,9 @@ class RunWindow:
             used, total = mem_used[i], mem_total[i]
             share = used / total if used is not None and total else None
             u = util[i]
-            self.device.append(DeviceRow(ti, gpu[i], u, share, temp_c[i]))
+            sm = sm_util[i] if sm_util is not None else None
+            tensor = tensor_util[i] if tensor_util is not None else None
+            self.device.append(DeviceRow(ti, gpu[i], u, share, temp_c[i], sm, tensor))
             if u is not None:
                 s.util_n += 1
                 s.util += u

@@ -181,6 +181,18 @@ class DeviceColumns(Columns):
     throttle: list[Int64 | None] | None = None
     pcie_tx_bps: OptionalCounts = None
     pcie_rx_bps: OptionalCounts = None
+    # NVML GPM (Hopper and newer; issue 27), percent over the window since the previous row;
+    # null where the GPU or the metric is unsupported, never 0.
+    sm_util: OptionalCounts = None
+    sm_occupancy: OptionalCounts = None
+    tensor_util: OptionalCounts = None
+    dram_bw_util: OptionalCounts = None
+    fp32_util: OptionalCounts = None
+    fp16_util: OptionalCounts = None
+    # Joules this GPU drew since the run's first reading of it (cumulative), and whether they
+    # were integrated from power because the driver has no energy counter.
+    energy_j: OptionalCounts = None
+    energy_integrated: list[bool | None] | None = None
 
     @field_validator("*", mode="before")
     @classmethod

@@ -22,6 +22,7 @@ from backend.core.models import IngestCursor, Run, RunStatus, utc_now
 from backend.ingest.pipeline_store import store_pipeline_reads
 from backend.ingest.protocol import Batch, Columns, EpochColumns, Hello
 from backend.ingest.summary import (
+    GPM_SUMMARY_FIELDS,
     add_agent_counters,
     add_device_samples,
     add_metrics,
@@ -194,6 +195,11 @@ def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) ->
             util=batch.device.column("util"),
             mem_used=batch.device.column("mem_used"),
             tf_mem_peak=batch.device.column("tf_mem_peak"),
+            rank=rank,
+            gpu=batch.device.gpu,
+            gpm={name: batch.device.column(name) for name in GPM_SUMMARY_FIELDS},
+            energy_j=batch.device.column("energy_j"),
+            energy_integrated=batch.device.column("energy_integrated"),
         )
     if batch.host is not None and len(batch.host):
         _insert(connection, "hostsample", batch.host, run_id=run_id, rank=rank)

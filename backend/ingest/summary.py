@@ -189,18 +189,46 @@ def epoch_metric_summary(
     }  # fmt: skip
 
 
+# GPM fields whose run means the summary keeps (`<field>_mean`).
+GPM_SUMMARY_FIELDS = ("sm_util", "sm_occupancy", "tensor_util", "dram_bw_util")
+
+
 def add_device_samples(
     stats: dict[str, Any],
     *,
     util: Sequence[float | None],
     mem_used: Sequence[float | None],
     tf_mem_peak: Sequence[float | None],
+    rank: int = 0,
+    gpu: Sequence[int] = (),
+    gpm: dict[str, Sequence[float | None]] | None = None,
+    energy_j: Sequence[float | None] = (),
+    energy_integrated: Sequence[bool | None] = (),
 ) -> dict[str, Any]:
-    """Running GPU utilization mean and peak memory (NVML used, TF allocator peak)."""
+    """Running GPU utilization mean, peak memory (NVML used, TF allocator peak), GPM means
+    (only over rows that have them) and each GPU's latest cumulative energy."""
     new = dict(stats)
     known = [u for u in util if u is not None]
     new["util_sum"] = new.get("util_sum", 0.0) + sum(known)
     new["util_count"] = new.get("util_count", 0) + len(known)
+    for name, column in (gpm or {}).items():
+        present = [v for v in column if v is not None]
+        if present:
+            new[f"{name}_sum"] = new.get(f"{name}_sum", 0.0) + sum(present)
+            new[f"{name}_count"] = new.get(f"{name}_count", 0) + len(present)
+    if any(e is not None for e in energy_j):
+        energy = dict(new.get("energy", {}))
+        for i, joules in enumerate(energy_j):
+            if joules is None:
+                continue
+            key = f"{rank}:{gpu[i]}"
+            integrated = bool(energy_integrated[i]) if i < len(energy_integrated) else False
+            old = energy.get(key, {})
+            energy[key] = {
+                "j": max(float(joules), old.get("j", 0.0)),
+                "integrated": integrated or old.get("integrated", False),
+            }
+        new["energy"] = energy
     for key, column in (("peak_mem_used", mem_used), ("peak_tf_mem", tf_mem_peak)):
         present = [v for v in column if v is not None]
         if present:
@@ -250,6 +278,28 @@ def _timing(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _gpm_means(stats: dict[str, Any]) -> dict[str, float | None]:
+    """`<field>_mean` of each GPM field over the rows that had it; null for a run without."""
+    return {
+        f"{name}_mean": stats[f"{name}_sum"] / stats[f"{name}_count"]
+        if stats.get(f"{name}_count")
+        else None
+        for name in GPM_SUMMARY_FIELDS
+    }
+
+
+def _energy(stats: dict[str, Any]) -> dict[str, Any]:
+    """The run's energy over all its GPUs (null when none reported any) and whether any of it
+    was integrated from power."""
+    energy = stats.get("energy") or {}
+    if not energy:
+        return {"energy_j": None, "energy_integrated": False}
+    return {
+        "energy_j": sum(e["j"] for e in energy.values()),
+        "energy_integrated": any(e.get("integrated") for e in energy.values()),
+    }
+
+
 def worker_summaries(stats: dict[str, Any]) -> list[WorkerSummary]:
     """Every worker of the run by rank, with its own steps' statistics."""
     workers = []
@@ -282,6 +332,8 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
         lost_gpu_s=lost_gpu_s,
         peak_memory_bytes=stats.get("peak_mem_used"),
         peak_tf_memory_bytes=stats.get("peak_tf_mem"),
+        **_gpm_means(stats),
+        **_energy(stats),
         steps_to_upload=sum(stats.get("unsent_steps", {}).values()),
         duration_s=stats["last_t"] - stats["first_t"] if "first_t" in stats else None,
         dropped_rows=sum(a.get("dropped_rows", 0) for a in stats.get("agents", {}).values()),

@@ -165,6 +165,13 @@ export interface paths {
     /** Read Ui Settings */
     get: operations["read_ui_settings_api_v1_settings_ui_get"];
   };
+  "/api/v1/runs/{run_id}/energy": {
+    /**
+     * Read Energy
+     * @description The run's GPU energy, and how much of it was burned while steps waited for input.
+     */
+    get: operations["read_energy_api_v1_runs__run_id__energy_get"];
+  };
   "/healthz": {
     /**
      * Healthz
@@ -189,7 +196,7 @@ export interface components {
      * AlertMetric
      * @enum {string}
      */
-    AlertMetric: "gpu_util" | "input_wait_share" | "step_time" | "samples_per_s" | "memory_share" | "temperature" | "no_data" | "stalled" | "straggler_ratio";
+    AlertMetric: "gpu_util" | "input_wait_share" | "step_time" | "samples_per_s" | "memory_share" | "temperature" | "no_data" | "stalled" | "straggler_ratio" | "sm_util" | "tensor_util";
     /** AlertPublic */
     AlertPublic: {
       /** Id */
@@ -509,6 +516,26 @@ export interface components {
       /** Text */
       text: string;
     };
+    /** GpuEnergy */
+    GpuEnergy: {
+      /** Rank */
+      rank: number;
+      /** Gpu */
+      gpu: number;
+      /** Total J */
+      total_j: number;
+      /** Starved J */
+      starved_j: number;
+      /** Computing J */
+      computing_j: number;
+      /** Other J */
+      other_j: number;
+      /**
+       * Integrated
+       * @description integrated from power: the driver has no counter
+       */
+      integrated: boolean;
+    };
     /** HTTPValidationError */
     HTTPValidationError: {
       /** Detail */
@@ -790,6 +817,41 @@ export interface components {
       /** Input Wait Hours */
       input_wait_hours: number;
     };
+    /**
+     * RunEnergy
+     * @description Joules the run's GPUs drew (null when none reported energy), split into the time steps
+     * waited for input (`starved_j`), computed (`computing_j`), and the rest (no step running,
+     * or a step whose wait is unknown: `other_j`). Money where the server sets
+     * `STOKER_ENERGY_PRICE_KWH` (in `currency`).
+     */
+    RunEnergy: {
+      /** Run Id */
+      run_id: number;
+      /** Total J */
+      total_j: number | null;
+      /** Starved J */
+      starved_j: number | null;
+      /** Computing J */
+      computing_j: number | null;
+      /** Other J */
+      other_j: number | null;
+      /** Total Kwh */
+      total_kwh: number | null;
+      /** Starved Kwh */
+      starved_kwh: number | null;
+      /** Integrated */
+      integrated: boolean;
+      /** Price Per Kwh */
+      price_per_kwh: number | null;
+      /** Currency */
+      currency: string;
+      /** Total Cost */
+      total_cost: number | null;
+      /** Starved Cost */
+      starved_cost: number | null;
+      /** Gpus */
+      gpus: components["schemas"]["GpuEnergy"][];
+    };
     /** RunEventPublic */
     RunEventPublic: {
       /** Id */
@@ -891,6 +953,21 @@ export interface components {
       peak_memory_bytes?: number | null;
       /** Peak Tf Memory Bytes */
       peak_tf_memory_bytes?: number | null;
+      /** Sm Util Mean */
+      sm_util_mean?: number | null;
+      /** Sm Occupancy Mean */
+      sm_occupancy_mean?: number | null;
+      /** Tensor Util Mean */
+      tensor_util_mean?: number | null;
+      /** Dram Bw Util Mean */
+      dram_bw_util_mean?: number | null;
+      /** Energy J */
+      energy_j?: number | null;
+      /**
+       * Energy Integrated
+       * @default false
+       */
+      energy_integrated?: boolean;
       /** Duration S */
       duration_s?: number | null;
       /**
@@ -1036,6 +1113,8 @@ export interface components {
     UiSettings: {
       /** Gpu Hour Price */
       gpu_hour_price: number | null;
+      /** Energy Price Kwh */
+      energy_price_kwh?: number | null;
       /** Currency */
       currency: string;
       input_bound: components["schemas"]["InputBoundThresholds"];
@@ -1562,6 +1641,22 @@ export interface operations {
                 pcie_tx_bps?: ((number | null)[]) | null;
                 /** Pcie Rx Bps */
                 pcie_rx_bps?: ((number | null)[]) | null;
+                /** Sm Util */
+                sm_util?: ((number | null)[]) | null;
+                /** Sm Occupancy */
+                sm_occupancy?: ((number | null)[]) | null;
+                /** Tensor Util */
+                tensor_util?: ((number | null)[]) | null;
+                /** Dram Bw Util */
+                dram_bw_util?: ((number | null)[]) | null;
+                /** Fp32 Util */
+                fp32_util?: ((number | null)[]) | null;
+                /** Fp16 Util */
+                fp16_util?: ((number | null)[]) | null;
+                /** Energy J */
+                energy_j?: ((number | null)[]) | null;
+                /** Energy Integrated */
+                energy_integrated?: ((boolean | null)[]) | null;
               }) | null;
               host?: ({
                 /** T */
@@ -2104,6 +2199,32 @@ export interface operations {
       200: {
         content: {
           "application/json": components["schemas"]["UiSettings"];
+        };
+      };
+    };
+  };
+  /**
+   * Read Energy
+   * @description The run's GPU energy, and how much of it was burned while steps waited for input.
+   */
+  read_energy_api_v1_runs__run_id__energy_get: {
+    parameters: {
+      path: {
+        /** @description the run's id */
+        run_id: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["RunEnergy"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
         };
       };
     };

@@ -14,6 +14,22 @@
  *                                         throttle pcie_tx_kbs pcie_rx_kbs cc_major cc_minor
  *                                         proc_pid proc_mem)
  *   error nvmlDeviceGetSamples 3          (that function returns NVML error code 3)
+ *
+ * GPM and energy, with the ABI of nvml.h:
+ *   gpu0.gpm 1                            (nvmlGpmQueryDeviceSupport says yes; default no)
+ *   gpu0.gpm2 42.5                        (GPM metric 2, SM utilization, is 42.5 % while set;
+ *                                          a metric never scripted answers NOT_SUPPORTED in
+ *                                          its own nvmlReturn, the call itself succeeds)
+ *   gpu0.gpm_ret13 3                      (metric 13's own nvmlReturn is 3)
+ *   gpu0.energy 0                         (no nvmlDeviceGetTotalEnergyConsumption: NOT_SUPPORTED)
+ *   gpu0.energy_offset_mj 5000            (the energy counter's value when the library loaded)
+ *
+ * Counters are integrated over time as a GPU's are: the energy counter grows by power_mw x
+ * seconds (mJ) and each GPM metric's counter by value x seconds, with the values in force
+ * at each moment (a control-file change takes effect when the fake next looks at it).
+ * nvmlGpmMetricsGet gives (counter2 - counter1) / (t2 - t1) per metric. Two samples less
+ * than 100 ms apart hold the same counters (the GPU refreshes them every 100 ms): every
+ * metric then reads 0 with NVML_SUCCESS, the fake zero a careless reader would report.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,19 +37,35 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "nvml.h"
 
 #define MAX_GPUS 8
 #define MAX_ERRORS 32
 #define TEXT 96
+#define GPM_IDS 64 /* metric ids the fake can script (all the agent reads are below 64) */
+#define GPM_REFRESH_S 0.1
 
 typedef struct {
     char name[TEXT], uuid[TEXT];
     unsigned long long util, mem_util, mem_used, mem_total, temp_c, power_mw, power_limit_mw;
     unsigned long long sm_clock, throttle, pcie_tx_kbs, pcie_rx_kbs, proc_pid, proc_mem;
     int cc_major, cc_minor;
+    int gpm, energy;
+    unsigned long long energy_offset_mj;
+    int gpm_set[GPM_IDS], gpm_ret[GPM_IDS];
+    double gpm_value[GPM_IDS];
 } FakeGpu;
+
+/* Time-integrated counters, kept across control-file changes (the GPU's, not the script's). */
+typedef struct {
+    double energy_mj;
+    double gpm[GPM_IDS];
+} Counters;
+
+static Counters counters[MAX_GPUS];
+static double counters_at = -1.0;
 
 typedef struct {
     int device_count, cuda_driver_version, error_count;
@@ -62,12 +94,47 @@ static void defaults(void) {
         g->util = 50; g->mem_util = 20; g->mem_total = 16ULL << 30; g->mem_used = 1ULL << 30;
         g->temp_c = 60; g->power_mw = 150000; g->power_limit_mw = 300000; g->sm_clock = 1500;
         g->pcie_tx_kbs = 1000; g->pcie_rx_kbs = 2000; g->cc_major = 8; g->cc_minor = 0;
+        g->energy = 1; g->energy_offset_mj = 987654321ULL;
         handles[i].index = i;
     }
 }
 
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Integrate every GPU's counters up to now with the values in force; under the lock. */
+static void advance(void) {
+    double now = monotonic_s();
+    if (counters_at >= 0) {
+        double dt = now - counters_at;
+        for (int i = 0; i < MAX_GPUS; i++) {
+            FakeGpu *g = &state.gpus[i];
+            counters[i].energy_mj += (double)g->power_mw * dt;
+            for (int id = 0; id < GPM_IDS; id++)
+                if (g->gpm_set[id]) counters[i].gpm[id] += g->gpm_value[id] * dt;
+        }
+    }
+    counters_at = now;
+}
+
 static void set_gpu(FakeGpu *g, const char *key, const char *value) {
     unsigned long long v = strtoull(value, NULL, 10);
+    if (!strncmp(key, "gpm_ret", 7)) {
+        int id = atoi(key + 7);
+        if (id > 0 && id < GPM_IDS) g->gpm_ret[id] = (int)v;
+        return;
+    }
+    if (!strncmp(key, "gpm", 3) && key[3] >= '0' && key[3] <= '9') {
+        int id = atoi(key + 3);
+        if (id > 0 && id < GPM_IDS) {
+            g->gpm_set[id] = 1;
+            g->gpm_value[id] = strtod(value, NULL);
+        }
+        return;
+    }
     if (!strcmp(key, "name")) snprintf(g->name, TEXT, "%.95s", value);
     else if (!strcmp(key, "uuid")) snprintf(g->uuid, TEXT, "%.95s", value);
     else if (!strcmp(key, "util")) g->util = v;
@@ -85,6 +152,9 @@ static void set_gpu(FakeGpu *g, const char *key, const char *value) {
     else if (!strcmp(key, "proc_mem")) g->proc_mem = v;
     else if (!strcmp(key, "cc_major")) g->cc_major = (int)v;
     else if (!strcmp(key, "cc_minor")) g->cc_minor = (int)v;
+    else if (!strcmp(key, "gpm")) g->gpm = (int)v;
+    else if (!strcmp(key, "energy")) g->energy = (int)v;
+    else if (!strcmp(key, "energy_offset_mj")) g->energy_offset_mj = v;
 }
 
 /* The control file last parsed: parsing it on every call would make the fake cost several
@@ -110,6 +180,7 @@ static void load(void) {
     } else {
         loaded.path[0] = 0;
     }
+    advance(); /* the old values were in force until now */
     defaults();
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) return;
@@ -381,5 +452,123 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
     ENTER(device);
     *major = gpu->cc_major;
     *minor = gpu->cc_minor;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- energy ---------------------------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    ENTER(device);
+    if (!energy) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (!gpu->energy) LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    advance();
+    *energy = gpu->energy_offset_mj + (unsigned long long)counters[device->index].energy_mj;
+    LEAVE(NVML_SUCCESS);
+}
+
+/* ---- GPM ------------------------------------------------------------------------------- */
+
+#define SAMPLE_MAGIC 0x47504d53 /* "GPMS" */
+
+struct nvmlGpmSample_st {
+    int magic, device, filled;
+    double t;
+    double gpm[GPM_IDS];
+};
+
+static const char *metric_name(unsigned int id) {
+    switch (id) {
+    case NVML_GPM_METRIC_SM_UTIL: return "sm_util";
+    case NVML_GPM_METRIC_SM_OCCUPANCY: return "sm_occupancy";
+    case NVML_GPM_METRIC_ANY_TENSOR_UTIL: return "any_tensor_util";
+    case NVML_GPM_METRIC_DRAM_BW_UTIL: return "dram_bw_util";
+    case NVML_GPM_METRIC_FP32_UTIL: return "fp32_util";
+    case NVML_GPM_METRIC_FP16_UTIL: return "fp16_util";
+    default: return NULL;
+    }
+}
+
+static char percent_unit[] = "%";
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) {
+    ENTER(device);
+    if (!gpmSupport) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION) LEAVE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    gpmSupport->isSupportedDevice = gpu->gpm ? 1 : 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample) {
+    ENTER(NULL);
+    if (!gpmSample) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    struct nvmlGpmSample_st *sample = calloc(1, sizeof *sample);
+    if (!sample) LEAVE(NVML_ERROR_MEMORY);
+    sample->magic = SAMPLE_MAGIC;
+    sample->device = -1;
+    *gpmSample = sample;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
+    ENTER(NULL);
+    if (!gpmSample || gpmSample->magic != SAMPLE_MAGIC) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    gpmSample->magic = 0;
+    free(gpmSample);
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
+    ENTER(device);
+    if (!gpmSample || gpmSample->magic != SAMPLE_MAGIC) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (!gpu->gpm) LEAVE(NVML_ERROR_NOT_SUPPORTED);
+    advance();
+    gpmSample->device = device->index;
+    gpmSample->filled = 1;
+    gpmSample->t = counters_at;
+    memcpy(gpmSample->gpm, counters[device->index].gpm, sizeof gpmSample->gpm);
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
+                                 nvmlGpmSample_t gpmSample) {
+    (void)gpuInstanceId;
+    return nvmlGpmSampleGet(device, gpmSample);
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
+    ENTER(NULL);
+    if (!metricsGet) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION)
+        LEAVE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    /* The caller's array may be longer than this header's (bindings grew it): only the first
+     * numMetrics entries are read or written. */
+    if (metricsGet->numMetrics == 0 || metricsGet->numMetrics > NVML_GPM_METRIC_MAX)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    struct nvmlGpmSample_st *s1 = metricsGet->sample1, *s2 = metricsGet->sample2;
+    if (!s1 || !s2 || s1->magic != SAMPLE_MAGIC || s2->magic != SAMPLE_MAGIC || !s1->filled ||
+        !s2->filled || s1->device != s2->device)
+        LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    double dt = s2->t - s1->t;
+    if (dt < 0) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    FakeGpu *g = &state.gpus[s1->device];
+    for (unsigned int i = 0; i < metricsGet->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &metricsGet->metrics[i];
+        unsigned int id = m->metricId;
+        m->value = 0.0;
+        m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
+        if (id == 0 || id >= GPM_IDS || !g->gpm_set[id]) {
+            m->nvmlReturn = id < NVML_GPM_METRIC_MAX ? NVML_ERROR_NOT_SUPPORTED
+                                                     : NVML_ERROR_INVALID_ARGUMENT;
+            continue;
+        }
+        if (g->gpm_ret[id]) {
+            m->nvmlReturn = (nvmlReturn_t)g->gpm_ret[id];
+            continue;
+        }
+        m->nvmlReturn = NVML_SUCCESS;
+        m->metricInfo.shortName = m->metricInfo.longName = (char *)metric_name(id);
+        m->metricInfo.unit = percent_unit;
+        if (dt >= GPM_REFRESH_S) m->value = (s2->gpm[id] - s1->gpm[id]) / dt;
+    }
     LEAVE(NVML_SUCCESS);
 }
