@@ -7,6 +7,7 @@
 
 import type { StepQuery } from "./stepSync";
 import { normalizeEpochMetrics, type EpochTrack } from "./epochs";
+import type { RunEnergy } from "./energy";
 import { normalizeMetrics, normalizeSamples } from "./samples";
 import type {
   Alert,
@@ -143,6 +144,11 @@ export class ApiClient {
 
   listRuns(signal?: AbortSignal, query: RunsQuery = {}): Promise<RunsPage> {
     return this.getJson<RunsPage>(`/runs${queryString(query as Record<string, string | number | undefined>)}`, signal);
+  }
+
+  /** The run's GPU energy split by what its steps were doing (`/runs/{id}/energy`). */
+  getEnergy(id: number, signal?: AbortSignal): Promise<RunEnergy> {
+    return this.getJson<RunEnergy>(`/runs/${encodeURIComponent(String(id))}/energy`, signal);
   }
 
   getDiagnosis(id: number, signal?: AbortSignal): Promise<Diagnosis> {

@@ -170,6 +170,11 @@ export const TELEMETRY_FIELDS: Record<TelemetryKind, FieldStyle[]> = {
   gpu: [
     { field: "util", name: "util", unit: "%", scale: "pct", band: true },
     { field: "mem_util", name: "mem ctrl", unit: "%", scale: "pct", dash: [4, 3], width: 1 },
+    // NVML GPM (Hopper and newer): what the SMs really did; absent on GPUs without GPM.
+    { field: "sm_util", name: "SM active", unit: "%", scale: "pct", width: 2 },
+    { field: "sm_occupancy", name: "SM occupancy", unit: "%", scale: "pct", dash: [2, 2], width: 1 },
+    { field: "tensor_util", name: "tensor active", unit: "%", scale: "pct", dash: [6, 2], width: 1.5 },
+    { field: "dram_bw_util", name: "DRAM bw", unit: "%", scale: "pct", dash: [1, 3], width: 1.5 },
   ],
   memory: [
     { field: "mem_used", name: "used (NVML)", unit: "B", scale: "bytes" },

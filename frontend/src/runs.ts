@@ -1,6 +1,7 @@
 // The browser's set of runs: loaded from `GET /runs`, kept current by `run`
 // messages from the live socket. Pure (no DOM), so it is unit-tested.
 
+import { gpmFigures } from "./energy";
 import {
   MISSING,
   formatCount,
@@ -411,6 +412,7 @@ export function runSummaryFigures(run: Run, nowMs: number): SummaryFigure[] {
           : `Device time lost to input wait: ${formatDuration(s.input_wait_s)} of waiting (all workers); no GPU was seen, so the device is the host.`,
     },
     { key: "gpu", label: "GPU util (mean)", value: formatPercentValue(s.gpu_util_mean) },
+    ...gpmFigures(s),
     { key: "throughput", label: "Samples/s", value: formatRate(s.samples_per_s) },
     { key: "duration", label: "Duration", value: formatDuration(runDurationSeconds(run, nowMs)) },
     {

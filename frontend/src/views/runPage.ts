@@ -26,6 +26,7 @@ import { EpochPanel } from "./run/epochPanel";
 import { PipelinePanel } from "./run/pipelinePanel";
 import { ProfilePanel } from "./run/profilePanel";
 import { renderFedLine, renderRunFigures, renderRunHeader } from "./run/header";
+import type { RunEnergy } from "../energy";
 import { StepCharts } from "./run/stepCharts";
 import { TimeCharts } from "./run/timeCharts";
 import { VerdictBanner } from "./run/verdictBanner";
@@ -63,6 +64,10 @@ export class RunPageView implements View {
   private readonly environment = new EnvironmentPanel();
   private readonly config = new ConfigPanel();
   private run: Run | null = null;
+  /** The run's energy split (`/runs/{id}/energy`), read at most every 5 s while it runs. */
+  private energy: RunEnergy | null = null;
+  private energyReadAt = 0;
+  private energyTask: Promise<void> | null = null;
   private destroyed = false;
   private polling = false;
   private starvationTimer: number | null = null;
@@ -249,7 +254,7 @@ export class RunPageView implements View {
       if (this.destroyed) return;
       this.settingsLoaded = true;
       this.settingsFailure = null;
-      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now()); // priced lost GPU time
+      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now(), this.energy); // priced lost GPU time
     } catch (err) {
       if (this.destroyed) return; // left the page
       this.settingsFailure = errorMessage(err);
@@ -345,6 +350,25 @@ export class RunPageView implements View {
 
   // ---- showing the run ----
 
+  /** Reads the energy split when the run has energy, at most every 5 s (and once it ended). */
+  private loadEnergy(run: Run, ended: boolean): void {
+    if (typeof run.summary?.energy_j !== "number" || this.energyTask) return;
+    const now = Date.now();
+    if (!ended && this.energy && (run.status !== "running" || now - this.energyReadAt < 5000)) return;
+    this.energyReadAt = now;
+    this.energyTask = this.ctx.api
+      .getEnergy(this.runId, this.signal)
+      .then((energy) => {
+        if (this.destroyed) return;
+        this.energy = energy;
+        if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now(), energy);
+      })
+      .catch(() => {})
+      .finally(() => {
+        this.energyTask = null;
+      });
+  }
+
   private showRun(run: Run): void {
     const ended = runEnded(this.run?.status, run.status);
     this.run = run;
@@ -358,8 +382,9 @@ export class RunPageView implements View {
       exportCsv: () => void this.exportCsv(),
       remove: () => void this.deleteRun(),
     });
-    renderRunFigures(this.figuresBox, run, this.ctx.now());
+    renderRunFigures(this.figuresBox, run, this.ctx.now(), this.energy);
     renderFedLine(this.fedLine, run, this.ctx.now());
+    this.loadEnergy(run, ended);
     this.showSettingsFailure();
     this.config.update(run);
     this.environment.update(run);

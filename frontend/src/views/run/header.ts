@@ -3,6 +3,7 @@
 
 import { fedEstimate, fedSentence } from "../../cost";
 import { h, replaceChildren, setText } from "../../dom";
+import { energyFigures, type RunEnergy } from "../../energy";
 import { formatTimestamp } from "../../format";
 import { runDurationSeconds, runSummaryFigures } from "../../runs";
 import type { Run } from "../../types";
@@ -46,10 +47,10 @@ export function renderRunHeader(box: HTMLElement, run: Run, actions: RunActions)
   );
 }
 
-export function renderRunFigures(box: HTMLElement, run: Run, nowMs: number): void {
+export function renderRunFigures(box: HTMLElement, run: Run, nowMs: number, energy: RunEnergy | null = null): void {
   replaceChildren(
     box,
-    ...runSummaryFigures(run, nowMs).map((f) =>
+    ...[...runSummaryFigures(run, nowMs), ...energyFigures(energy)].map((f) =>
       h(
         "div",
         { class: `figure ${f.tone ?? ""}`.trim(), attrs: { "data-figure": f.key, title: f.title ?? null } },

@@ -1,0 +1,60 @@
+import { describe, expect, it } from "vitest";
+import { energyFigures, formatEnergy, formatEnergyCost, gpmFigures, type RunEnergy } from "./energy";
+
+const ENERGY: RunEnergy = {
+  run_id: 1,
+  total_j: 7.2e6,
+  starved_j: 3.6e6,
+  computing_j: 3.0e6,
+  other_j: 0.6e6,
+  total_kwh: 2,
+  starved_kwh: 1,
+  integrated: false,
+  price_per_kwh: 0.3,
+  currency: "€",
+  total_cost: 0.6,
+  starved_cost: 0.3,
+  gpus: [],
+};
+
+describe("formatEnergy", () => {
+  it("writes joules, kilo- and megajoules, then kWh", () => {
+    expect(formatEnergy(850)).toBe("850 J");
+    expect(formatEnergy(12_400)).toBe("12.4 kJ");
+    expect(formatEnergy(300_000)).toBe("300.0 kJ");
+    expect(formatEnergy(7.2e6)).toBe("2.00 kWh");
+    expect(formatEnergy(3.6e8)).toBe("100.0 kWh");
+    expect(formatEnergy(null)).toBe("—");
+  });
+  it("prices small amounts without rounding them to zero", () => {
+    expect(formatEnergyCost(0.3, "€")).toBe("€0.30");
+    expect(formatEnergyCost(0.0042, "$")).toBe("$0.0042");
+    expect(formatEnergyCost(null, "$")).toBeNull();
+  });
+});
+
+describe("energyFigures", () => {
+  it("shows the total and the starved share with money", () => {
+    const [total, starved] = energyFigures(ENERGY);
+    expect(total!.value).toBe("2.00 kWh · €0.60");
+    expect(starved!.label).toBe("Burned while starved");
+    expect(starved!.value).toBe("1.00 kWh (50%) · €0.30");
+    expect(starved!.tone).toBe("wait-high");
+  });
+  it("says when energy was integrated from power, and nothing without energy", () => {
+    expect(energyFigures({ ...ENERGY, integrated: true, total_cost: null, starved_cost: null })[0]!.title).toContain("Integrated from power");
+    expect(energyFigures({ ...ENERGY, total_j: null })).toEqual([]);
+    expect(energyFigures(null)).toEqual([]);
+  });
+});
+
+describe("gpmFigures", () => {
+  it("shows GPM means only where the GPU reported them (null is absent, not 0 %)", () => {
+    expect(gpmFigures({ gpu_util_mean: 98, sm_util_mean: null, tensor_util_mean: null })).toEqual([]);
+    const figures = gpmFigures({ sm_util_mean: 23.4, sm_occupancy_mean: 11, tensor_util_mean: 0 });
+    expect(figures.map((f) => [f.key, f.value])).toEqual([
+      ["sm_util", "23%"],
+      ["tensor_util", "0%"],
+    ]);
+  });
+});
