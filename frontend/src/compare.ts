@@ -3,6 +3,7 @@
 
 import { formatDuration, formatInputWait, formatMs, formatPercentValue, formatRate, formatValue } from "./format";
 import { formatLostGpu, uiSettings } from "./cost";
+import { formatEnergy } from "./energy";
 import { formatBytes, joinTracks } from "./samples";
 import type { StepSeries } from "./series";
 import type { CompareRun, Verdict } from "./types";
@@ -76,6 +77,9 @@ export const COMPARE_METRICS: CompareMetric[] = [
     format: (v, r) => formatLostGpu(v, uiSettings(), deviceWord(r)),
   },
   { key: "gpu", label: "GPU util (mean)", better: "higher", value: (r) => n(r.summary?.gpu_util_mean), format: formatPercentValue },
+  { key: "sm_util", label: "SM active (mean, GPM)", better: "higher", value: (r) => n(r.summary?.sm_util_mean), format: formatPercentValue },
+  { key: "tensor_util", label: "Tensor active (mean, GPM)", better: "higher", value: (r) => n(r.summary?.tensor_util_mean), format: formatPercentValue },
+  { key: "energy", label: "GPU energy", better: "lower", value: (r) => n(r.summary?.energy_j), format: formatEnergy },
   { key: "memory", label: "Peak GPU memory", better: "lower", value: (r) => n(r.summary?.peak_memory_bytes), format: formatBytes },
   { key: "throughput", label: "Samples/s", better: "higher", value: (r) => n(r.summary?.samples_per_s), format: formatRate },
   { key: "duration", label: "Duration", better: "lower", value: compareDuration, format: formatDuration },
