@@ -13,6 +13,16 @@ import pytest
 
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.backoff import Backoff, Reconnect
+from trainer_agent.delivery.classify import (
+    INGEST,
+    PROFILE_STATUS,
+    PROFILE_TRACE,
+    Answer,
+    Route,
+    Verdict,
+    classify,
+    post,
+)
 from trainer_agent.delivery.http import (
     HTTP_CHUNK_BYTES,
     HTTP_CHUNK_ITEMS,
@@ -21,7 +31,14 @@ from trainer_agent.delivery.http import (
 )
 from trainer_agent.delivery.outbox import Outbox, batch_rows, split_sections
 from trainer_agent.delivery.sender import Drain, Sender
-from trainer_agent.delivery.transport import DrainCapReached, HandshakeRefused, Welcome, is_slow
+from trainer_agent.delivery.transport import (
+    DrainCapReached,
+    HandshakeRefused,
+    NotStokerServer,
+    TokenRefused,
+    Welcome,
+    is_slow,
+)
 from trainer_agent.delivery.websocket import WebSocketTransport
 from trainer_agent.recorder import Recorder
 from trainer_agent.spool import Spool
@@ -296,6 +313,7 @@ class FakeResponse:
         self.status_code = status_code
         self._body = body
         self.text = json.dumps(body)
+        self.headers = {"content-type": "application/json"}
 
     def json(self) -> dict[str, Any]:
         return self._body
@@ -310,8 +328,8 @@ def test_http_transport_posts_hello_with_batches_and_takes_refusals() -> None:
     answers = iter([FakeResponse(200, {"run_id": 5}), FakeResponse(422, {"detail": "no"}),
                     FakeResponse(503, {}), FakeResponse(200, {"run_id": 5})])  # fmt: skip
 
-    def post(url: str, *, payload: dict[str, Any], **kwargs: Any) -> FakeResponse:
-        posted.append(payload)
+    def post(url: str, *, content: bytes, **kwargs: Any) -> FakeResponse:
+        posted.append(json.loads(content))
         return next(answers)
 
     transport = HttpTransport(AgentConfig(server="http://127.0.0.1:1"), HELLO, post=post)
@@ -323,6 +341,139 @@ def test_http_transport_posts_hello_with_batches_and_takes_refusals() -> None:
         transport.send([steps_batch(3, [2])], float("inf"))
     transport.end({"type": "end", "status": "finished"}, float("inf"))
     assert posted[0]["hello"] == HELLO and posted[-1]["end"]["status"] == "finished"
+
+
+# --- classify: what every HTTP answer means -----------------------------------------------
+class Answered:
+    """An HTTP answer as httpx gives it: status, headers, text and a JSON body (or none)."""
+
+    def __init__(
+        self, status_code: int, body: Any = None, *, content_type: str = "application/json",
+        location: str | None = None, reason_phrase: str = "",
+    ) -> None:  # fmt: skip
+        self.status_code = status_code
+        self._body = body
+        self.text = json.dumps(body) if body is not None else "<html>nope</html>"
+        self.headers = {"content-type": content_type}
+        if location:
+            self.headers["location"] = location
+        self.reason_phrase = reason_phrase
+
+    def json(self) -> Any:
+        if self._body is None:
+            raise ValueError("not JSON")
+        return self._body
+
+
+def _verdict(route: Route, answer: Any) -> Answer:
+    return classify("http://s:1", route, "POST /api/v1/ingest", answer)
+
+
+@pytest.mark.parametrize("route", [INGEST, PROFILE_STATUS, PROFILE_TRACE])
+@pytest.mark.parametrize(
+    ("answer", "verdict"),
+    [
+        (Answered(422, {"detail": "steps.t: missing"}), Verdict.REFUSED),
+        (Answered(409, {"detail": "trace over the cap"}), Verdict.REFUSED),
+        (Answered(413, {"detail": "too large"}), Verdict.REFUSED),
+        (Answered(429, {"detail": "slow down"}), Verdict.RETRY),
+        (Answered(429, None, content_type="text/html"), Verdict.RETRY),  # a proxy's
+        (Answered(408, None, content_type="text/html"), Verdict.RETRY),
+        (Answered(503, None, content_type="text/html"), Verdict.RETRY),
+        (Answered(500, {"detail": "Internal Server Error"}), Verdict.RETRY),
+        (ConnectionRefusedError(111, "Connection refused"), Verdict.RETRY),
+        (TimeoutError("timed out"), Verdict.RETRY),
+    ],
+)  # fmt: skip
+def test_classify_gives_every_route_the_same_verdict(
+    route: Route, answer: Any, verdict: Verdict
+) -> None:
+    classified = _verdict(route, answer)
+    assert classified.verdict is verdict and classified.problem is None
+    if verdict is Verdict.REFUSED:
+        assert classified.reason == answer.text  # the server's words, for the log
+    if isinstance(answer, BaseException):
+        assert classified.failure() is answer  # the sender tells a timeout by it
+
+
+def test_classify_delivered_only_with_the_json_stoker_answers_on_the_route() -> None:
+    assert _verdict(INGEST, Answered(200, {"run_id": 3, "acked": [1]})).body["run_id"] == 3
+    assert _verdict(PROFILE_STATUS, Answered(200, {"status": "uploading"})).verdict is (
+        Verdict.DELIVERED
+    )
+    assert _verdict(PROFILE_TRACE, Answered(200, {"received": 9})).verdict is Verdict.DELIVERED
+    # A 200 without it is some other program's answer, and so is a redirect.
+    for answer in (
+        Answered(200, None, content_type="text/html"),
+        Answered(200, {"ok": True}),
+        Answered(307, None, content_type="text/html", location="https://s/api/v1/ingest"),
+    ):
+        classified = _verdict(INGEST, answer)
+        assert classified.verdict is Verdict.RETRY
+        assert isinstance(classified.problem, NotStokerServer), answer.status_code
+    redirect = _verdict(
+        INGEST, Answered(307, None, content_type="text/html", location="https://s/x")
+    )
+    assert str(redirect.problem) == (
+        "http://s:1 answers but is not a Stoker server (POST /api/v1/ingest: HTTP 307 to "
+        "https://s/x)"
+    )
+
+
+def test_classify_a_refused_token_is_a_setting_to_fix_named_with_its_fix() -> None:
+    for status in (401, 403):
+        classified = _verdict(PROFILE_TRACE, Answered(status, {"detail": "invalid token"}))
+        assert classified.verdict is Verdict.RETRY and classified.failure() is classified.problem
+        assert isinstance(classified.problem, TokenRefused)
+        assert str(classified.problem) == (
+            f"the Stoker server at http://s:1 refuses the agent token (HTTP {status}: invalid "
+            "token): set STOKER_AGENT_TOKEN (or token=) to the server's agent token"
+        )
+    # A 401 without Stoker's JSON is not Stoker refusing the token.
+    html = _verdict(INGEST, Answered(401, None, content_type="text/html"))
+    assert isinstance(html.problem, NotStokerServer)
+
+
+def test_classify_statuses_stoker_never_gives_on_a_route_mean_another_program() -> None:
+    # Stoker has no 404 on ingest; on a profile a 404 with its own words is an unknown profile,
+    # Starlette's bare "Not Found" a path no route serves.
+    assert isinstance(_verdict(INGEST, Answered(404, {"detail": "run 3 not found"})).problem,
+                      NotStokerServer)  # fmt: skip
+    unknown = _verdict(PROFILE_STATUS, Answered(404, {"detail": "profile 7 of run 3 not found"}))
+    assert unknown.verdict is Verdict.REFUSED
+    no_route = _verdict(PROFILE_STATUS, Answered(404, {"detail": "Not Found"}))
+    assert isinstance(no_route.problem, NotStokerServer)
+    for route in (INGEST, PROFILE_STATUS, PROFILE_TRACE):
+        for status in (405, 501):
+            answer = Answered(status, None, content_type="text/html", reason_phrase="Nope")
+            classified = _verdict(route, answer)
+            assert isinstance(classified.problem, NotStokerServer)
+            assert f"HTTP {status} Nope, text/html" in str(classified.problem)
+
+
+def test_post_sends_json_or_bytes_with_the_token_and_never_raises() -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    def send(url: str, **kwargs: Any) -> Answered:
+        sent.append((url, kwargs))
+        return Answered(200, {"received": 3})
+
+    answer = post(send, "http://s:1/", PROFILE_TRACE, "/api/v1/runs/1/profiles/2/trace",
+                  body=b"abc", token="t", timeout=5.0, params={"rank": 1})  # fmt: skip
+    assert answer.verdict is Verdict.DELIVERED
+    ((url, kwargs),) = sent
+    assert url == "http://s:1/api/v1/runs/1/profiles/2/trace" and kwargs["content"] == b"abc"
+    assert kwargs["headers"] == {
+        "Authorization": "Bearer t", "Content-Type": "application/octet-stream"
+    }  # fmt: skip
+    assert kwargs["params"] == {"rank": 1} and kwargs["timeout"] == 5.0
+
+    def fail(url: str, **kwargs: Any) -> Answered:
+        raise OSError("no route to host")
+
+    failed = post(fail, "http://s:1", INGEST, "/api/v1/ingest", body={"hello": {}},
+                  token=None, timeout=5.0)  # fmt: skip
+    assert failed.verdict is Verdict.RETRY and isinstance(failed.failure(), OSError)
 
 
 # --- the drain's stop rule ---------------------------------------------------------------
@@ -379,8 +530,8 @@ def test_sender_switches_to_http_at_once_when_the_upgrade_is_refused(tmp_path: P
 
     posted: list[dict[str, Any]] = []
 
-    def post(url: str, *, payload: dict[str, Any], **kwargs: Any) -> FakeResponse:
-        posted.append(payload)
+    def post(url: str, *, content: bytes, **kwargs: Any) -> FakeResponse:
+        posted.append(json.loads(content))
         return FakeResponse(200, {"run_id": 4})
 
     recorder = Recorder(max_rows=100)

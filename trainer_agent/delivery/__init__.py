@@ -9,4 +9,9 @@
 `Sender` (sender.py) is the thread: it paces the flushes, decides when to try the server
 again (`Reconnect`, backoff.py) and drains at the run's end. Every part takes its time from a
 `Clock` (clock.py), so tests drive them without waiting.
+
+Every HTTP request the agent makes, here and for spooled runs and profiler traces (upload.py,
+profile_spool.py, profile.py), is posted by `classify.post` and its answer read by
+`classify.classify`: delivered, refused (drop it, say why) or retry (keep it; a setting to fix
+is said).
 """

@@ -5,20 +5,30 @@ there is nothing to open, and it sends no commands."""
 from collections.abc import Callable
 from typing import Any
 
-from trainer_agent import wire
 from trainer_agent.config import AgentConfig
-from trainer_agent.delivery.transport import Batch, Item, Welcome, bearer, misconfiguration
+from trainer_agent.delivery.classify import INGEST, Answer, Post, Verdict, http_post, post
+from trainer_agent.delivery.transport import Batch, Item, Welcome
 
-Post = Callable[..., Any]
 HTTP_CHUNK_BYTES = 4 * 2**20
 HTTP_CHUNK_ITEMS = 1000
 
 
-def default_post(url: str, *, payload: dict[str, Any], headers: dict[str, str], timeout: float):
-    import httpx
-
-    headers = {**headers, "Content-Type": "application/json"}
-    return httpx.post(url, content=wire.dumps(payload), headers=headers, timeout=timeout)
+def post_ingest(
+    send: Post,
+    *,
+    server: str,
+    token: str | None,
+    timeout: float,
+    hello: dict[str, Any],
+    batches: list[Batch],
+    end: dict[str, Any] | None = None,
+) -> Answer:
+    """One `POST /api/v1/ingest`: the hello, `batches` and the run's `end`, stored all or
+    none. The live transport and the uploaders of spooled runs both send this way."""
+    payload: dict[str, Any] = {"hello": hello, "batches": batches}
+    if end is not None:
+        payload["end"] = end
+    return post(send, server, INGEST, "/api/v1/ingest", body=payload, token=token, timeout=timeout)
 
 
 def http_chunks(items: list[Item], size_of: Callable[[Item], int]) -> list[list[Item]]:
@@ -49,7 +59,7 @@ class HttpTransport:
         config: AgentConfig,
         hello: dict[str, Any],
         *,
-        post: Post = default_post,
+        post: Post = http_post,
         run_id: int | None = None,
     ) -> None:
         self._config = config
@@ -84,20 +94,18 @@ class HttpTransport:
     def _post_batches(
         self, batches: list[Batch], end: dict[str, Any] | None = None
     ) -> list[str | None]:
-        payload: dict[str, Any] = {"hello": self._hello, "batches": batches}
-        if end is not None:
-            payload["end"] = end
-        response = self._post(
-            self._config.server + "/api/v1/ingest",
-            payload=payload,
-            headers=bearer(self._config.token),
+        answer = post_ingest(
+            self._post,
+            server=self._config.server,
+            token=self._config.token,
             timeout=self._config.ack_timeout_s,
+            hello=self._hello,
+            batches=batches,
+            end=end,
         )
-        wrong = misconfiguration(self._config.server, "POST /api/v1/ingest", response)
-        if wrong is not None:
-            raise wrong
-        if response.status_code == 422:  # refused as invalid: retrying cannot help
-            return [response.text[:500]] * len(batches)
-        response.raise_for_status()
-        self.run_id = response.json().get("run_id", self.run_id)
+        if answer.verdict is Verdict.RETRY:
+            raise answer.failure()
+        if answer.verdict is Verdict.REFUSED:  # stored none of them: retrying cannot help
+            return [answer.reason] * len(batches)
+        self.run_id = answer.body.get("run_id", self.run_id)
         return [None] * len(batches)

@@ -22,8 +22,9 @@ from typing import Any
 
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.backoff import Reconnect
+from trainer_agent.delivery.classify import Post, http_post
 from trainer_agent.delivery.clock import SYSTEM_CLOCK, Clock
-from trainer_agent.delivery.http import HttpTransport, Post, default_post
+from trainer_agent.delivery.http import HttpTransport
 from trainer_agent.delivery.outbox import Outbox, batch_rows
 from trainer_agent.delivery.transport import (
     Batch,
@@ -78,7 +79,7 @@ class Sender:
         hello: dict[str, Any],
         buffer: Recorder,
         connect: Connect = default_connect,
-        post: Post = default_post,
+        post: Post = http_post,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._config = config

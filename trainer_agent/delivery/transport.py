@@ -63,7 +63,7 @@ class HandshakeRefused(ConnectionError):
 
 class Misconfigured(ConnectionError):
     """The URL answers, but retrying cannot help until the configuration changes. Its text is
-    the whole explanation, naming the URL and the fix."""
+    the whole explanation, naming the URL and the fix. (What tells it: classify.py.)"""
 
 
 class NotStokerServer(Misconfigured):
@@ -72,41 +72,6 @@ class NotStokerServer(Misconfigured):
 
 class TokenRefused(Misconfigured):
     """A Stoker server refuses the agent's token."""
-
-
-# Statuses a Stoker server never answers `POST /api/v1/ingest` with.
-_NOT_STOKER_STATUSES = (404, 405, 501)
-
-
-def misconfiguration(server: str, request: str, response: Any) -> Misconfigured | None:
-    """What an HTTP answer to `request` (e.g. `POST /api/v1/ingest`) says about the URL, when it
-    is not Stoker's answer (no Stoker JSON, a status Stoker never gives, a redirect) or refuses
-    the token; None when it is Stoker's (or a server error, which may pass: retry)."""
-    status = int(response.status_code)
-    if status >= 500 and status not in _NOT_STOKER_STATUSES:
-        return None  # Stoker failing, or a proxy in front of a Stoker that is down: retry
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    stoker_shaped = isinstance(body, dict) and (
-        "run_id" in body if 200 <= status < 300 else "detail" in body
-    )
-    if status in (401, 403) and stoker_shaped:
-        return TokenRefused(
-            f"the Stoker server at {server} refuses the agent token (HTTP {status}: "
-            f"{body['detail']}): set STOKER_AGENT_TOKEN (or token=) to the server's agent token"
-        )
-    if stoker_shaped and status not in _NOT_STOKER_STATUSES:
-        return None
-    content_type = response.headers.get("content-type", "no content type").split(";")[0]
-    answer = f"HTTP {status}"
-    reason = getattr(response, "reason_phrase", "")
-    if reason:
-        answer += f" {reason}"
-    location = response.headers.get("location")
-    answer += f" to {location}" if location else f", {content_type}"
-    return NotStokerServer(f"{server} answers but is not a Stoker server ({request}: {answer})")
 
 
 class DrainCapReached(TimeoutError):
