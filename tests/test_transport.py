@@ -1,13 +1,20 @@
-"""Transport robustness: disk spool and replay, `stoker upload`, HTTP fallback, exit status."""
+"""Transport robustness: disk spool and replay, `stoker upload` and the background upload
+(a refused batch included), HTTP fallback, exit status."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.support import REPO, ServerProcess, free_port, upload_spool, wait_for
 from trainer_agent.spool import Spool
+from trainer_agent.upload import start_background_upload
 
 
 def _loop(server_url: str, *args: str, env: dict[str, str] | None = None) -> list[str]:
@@ -132,3 +139,38 @@ def test_fit_that_raises_ends_the_run_as_failed(server: ServerProcess) -> None:
     run = server.get("/api/v1/runs")["data"][0]
     assert run["status"] == "failed"
     assert run["summary"]["steps"] >= 11
+
+
+def _spool_run(spool_dir: Path, server_url: str, name: str, batches: list[dict[str, Any]]) -> Path:
+    """A run an earlier process spooled for `server_url` and ended cleanly."""
+    hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": name}
+    spool = Spool(spool_dir / hello["run_key"], server=server_url)
+    for batch in batches:
+        assert spool.add(hello, batch)
+    spool.write_end(hello, "finished", {"dropped_rows": 0, "spooled_rows": 1}, len(batches) + 1)
+    spool.release()
+    return spool.directory
+
+
+def test_background_upload_drops_a_spooled_batch_the_server_refuses_and_ends(
+    server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch the server refuses (422: invalid, retrying cannot help) is dropped and said, as
+    the live sender does; the uploader does not retry it every 5-300 s for as long as the
+    process lives (it did: the next agent's `stoker-upload` thread never ended)."""
+    spool_dir = tmp_path / "left-behind"
+    steps = {"step": [0, 1], "t": [1.0, 2.0], "dur": [0.1, 0.1]}
+    good = _spool_run(spool_dir, server.url, "good", [{"type": "batch", "seq": 1, "steps": steps}])
+    bad = _spool_run(spool_dir, server.url, "bad", [{"type": "batch", "seq": 1, "bogus": 1}])
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        thread = start_background_upload(spool_dir, server=server.url, token=None)
+        assert thread is not None
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the uploader is still retrying a refused batch"
+    assert not good.exists() and not bad.exists()
+    refused = [r.getMessage() for r in caplog.records if "the server refused" in r.getMessage()]
+    assert len(refused) == 1 and f"batches 1-1 of the run spooled in {bad}" in refused[0]
+    assert "bogus" in refused[0]  # the server's reason
+    runs = {run["name"]: run for run in server.get("/api/v1/runs")["data"]}
+    assert runs["good"]["summary"]["steps"] == 2 and runs["good"]["status"] == "finished"
+    assert runs["bad"]["summary"]["steps"] == 0 and runs["bad"]["status"] == "finished"

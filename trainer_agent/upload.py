@@ -3,9 +3,12 @@ background of the next agent that starts with that spool directory.
 
 Each spooled run directory holds the run's hello, its batches and, when the process ended
 cleanly, its end status and final counters. Batches go to `POST /api/v1/ingest` in order and
-in chunks; the server ignores seqs it already stored, so uploading twice is harmless. A run
-directory is deleted once everything in it is stored. A run whose process still holds its
-spool lock (still writing or replaying it) is left alone.
+in chunks, posted and answered as the live HTTP transport's (delivery/classify.py); the
+server ignores seqs it already stored, so uploading twice is harmless. A chunk the server
+refuses (422: retrying cannot help) is dropped and said, as the live sender does; an answer
+to retry (the server away, busy, or a setting to fix) stops the upload with the rest kept.
+A run directory is deleted once everything in it is stored or refused. A run whose process
+still holds its spool lock (still writing or replaying it) is left alone.
 
 Profiler traces spooled beside a run's batches (trainer_agent/profile_spool.py) go the same
 ways, each to the server and profile it was captured for, after the batches.
@@ -21,11 +24,12 @@ from typing import Any
 
 import httpx
 
-from trainer_agent import profile_spool, wire
+from trainer_agent import profile_spool
 from trainer_agent.config import resolve_server, resolve_token
 from trainer_agent.delivery.backoff import Backoff
-from trainer_agent.delivery.http import http_chunks
-from trainer_agent.delivery.transport import bearer
+from trainer_agent.delivery.classify import Verdict, say_once
+from trainer_agent.delivery.http import http_chunks, post_ingest
+from trainer_agent.delivery.transport import Batch, Misconfigured
 from trainer_agent.spool import Spool, run_directories
 
 log = logging.getLogger("trainer_agent")
@@ -51,22 +55,39 @@ def upload_run(directory: Path, *, server: str, token: str | None = None) -> dic
 
 def _upload_claimed(spool: Spool, *, server: str, token: str | None) -> dict[str, Any]:
     hello = Spool.load(spool.hello_path)
-    headers = {"Content-Type": "application/json", **bearer(token)}
-    url = server.rstrip("/") + "/api/v1/ingest"
-    sent = 0
+    sent = refused = 0
+    refusal = ""
     run_id = None
     last_seq = 0
 
-    def post(payload: dict[str, Any]) -> Any:
-        response = client.post(url, content=wire.dumps(payload), headers=headers)
-        response.raise_for_status()
-        return response.json()["run_id"]
+    def send(client: httpx.Client, batches: list[Batch], end: dict[str, Any] | None) -> bool:
+        """Post; True when stored, False when refused for good (said). Raises to retry."""
+        nonlocal run_id, refusal
+        answer = post_ingest(
+            client.post, server=server, token=token, timeout=60.0, hello=hello,
+            batches=batches, end=end,
+        )  # fmt: skip
+        if answer.verdict is Verdict.RETRY:
+            raise answer.failure()
+        if answer.verdict is Verdict.REFUSED:
+            seqs = [batch["seq"] for batch in batches]
+            what = f"batches {min(seqs)}-{max(seqs)}" if end is None else "the end"
+            refusal = answer.reason
+            log.warning(
+                "Stoker: the server refused %s of the run spooled in %s, so they are dropped "
+                "(retrying cannot help): %s", what, spool.directory, answer.reason,
+            )  # fmt: skip
+            return False
+        run_id = answer.body.get("run_id", run_id)
+        return True
 
-    with httpx.Client(timeout=60) as client:
+    with httpx.Client() as client:
         for chunk in http_chunks(spool.batch_paths(), lambda path: path.stat().st_size):
             batches = [spool.load(path) for path in chunk]
-            run_id = post({"hello": hello, "batches": batches})
-            sent += len(batches)
+            if send(client, batches, None):
+                sent += len(batches)
+            else:
+                refused += len(batches)
             last_seq = max(last_seq, *(b["seq"] for b in batches))
             for path in chunk:
                 spool.remove(path)
@@ -76,11 +97,12 @@ def _upload_claimed(spool: Spool, *, server: str, token: str | None) -> dict[str
             # The final counters (rows dropped at the spool cap) as one last batch.
             seq = max(int(end.get("next_seq") or 0), last_seq + 1)
             final = [{"type": "batch", "seq": seq, "agent": end["agent"]}]
-        run_id = post(
-            {"hello": hello, "batches": final, "end": {"type": "end", "status": end["status"]}}
-        )
+        send(client, final, {"type": "end", "status": end["status"]})
     spool.discard()
-    return {"run_id": run_id, "batches": sent, "status": end["status"]}
+    return {
+        "run_id": run_id, "batches": sent, "status": end["status"], "refused": refused,
+        "refusal": refusal,
+    }  # fmt: skip
 
 
 def main(path: Path, *, server: str | None = None, token: str | None = None) -> int:
@@ -105,6 +127,13 @@ def main(path: Path, *, server: str | None = None, token: str | None = None) -> 
             f"run {result['run_id']} ({result['status']}) on {target}: {result['batches']} "
             f"batches sent from {directory}"
         )
+        if result["refused"]:
+            failed += 1
+            print(
+                f"{result['refused']} batches of {directory} were refused by the server and "
+                f"dropped: {result['refusal']}",
+                file=sys.stderr,
+            )
     if traces:
         # A trace belongs to a profile of the server it was captured for: only that one.
         sent, left = profile_spool.upload_spooled(path, server=target, token=resolve_token(token))
@@ -128,6 +157,13 @@ def upload_left_behind(spool_dir: Path, *, server: str, token: str | None) -> tu
         try:
             result = upload_run(directory, server=server, token=token)
         except RunInUse:
+            continue
+        except Misconfigured as problem:  # said once; tried again, the setting may be fixed
+            failed += 1
+            say_once(
+                f"Stoker: {problem}. The runs that earlier processes left in {spool_dir} are "
+                "kept and sent again until this is fixed"
+            )
             continue
         except (httpx.HTTPError, OSError, ValueError, KeyError) as error:
             failed += 1
