@@ -1,5 +1,7 @@
 """Matching steps to the stamps of the elements they consumed (pure Python, no TensorFlow)."""
 
+import itertools
+
 import pytest
 
 from trainer_agent.input_wait import Execution, Stamp, StampTable, WaitResolver, split_execution
@@ -100,8 +102,9 @@ def test_split_execution_element_waiting_in_the_buffer_has_no_wait_after_the_beg
 
 def test_split_execution_steps_asking_in_turn_wait_their_blocked_time() -> None:
     # Each step asks for its element after the previous one computed: no overlap, so the
-    # idle time of the chain is the time each fetch blocked.
-    execution = Execution(first_step=8, n=3, begin=10.0, end=10.9, epoch_start=False)
+    # idle time of the chain is the time each fetch blocked. The call took 1 ms to the first
+    # request, its return 1 ms after the last step.
+    execution = Execution(first_step=8, n=3, begin=10.0, end=10.901, epoch_start=False)
     stamps_ = [
         Stamp(10.1, 16, requested=10.001),
         Stamp(10.3001, 16, requested=10.3),
@@ -109,9 +112,26 @@ def test_split_execution_steps_asking_in_turn_wait_their_blocked_time() -> None:
     ]
     rows = split_execution(execution, stamps_)
     assert [r.start for r in rows] == pytest.approx([10.0, 10.3, 10.5], abs=2e-4)
-    assert [r.dur for r in rows] == pytest.approx([0.3, 0.2, 0.4], abs=2e-4)
+    assert [r.dur for r in rows] == pytest.approx([0.3, 0.2, 0.401], abs=2e-4)
     assert [r.wait for r in rows] == pytest.approx([0.099, 0.0001, 0.2], abs=2e-4)
-    assert sum(r.dur for r in rows) == pytest.approx(0.9)
+    assert sum(r.dur for r in rows) == pytest.approx(0.901)
+
+
+def test_split_execution_return_path_is_no_steps_compute() -> None:
+    # A starved execution of 4 steps: each element is handed over 50 ms after the last, each
+    # step computes 20 ms, and the train function's call takes 2 ms to the first request and
+    # its return 2 ms after the last step's compute. The return path is once per call: taken
+    # for compute, each step would compute 22 ms and the first three lose 2 ms of wait each.
+    begin, compute, path = 100.0, 0.020, 0.002
+    handed = [begin + 0.012 + 0.05 * j for j in range(4)]
+    stamps_ = [Stamp(handed[0], 64, requested=begin + path)]
+    stamps_ += [Stamp(h, 64, requested=prev + 0.0005) for prev, h in itertools.pairwise(handed)]
+    end = handed[-1] + compute + path
+    execution = Execution(first_step=5, n=4, begin=begin, end=end, epoch_start=False)
+    execution.returned = end
+    rows = split_execution(execution, stamps_)
+    assert [r.wait for r in rows] == pytest.approx([0.010, 0.030, 0.030, 0.030], abs=1e-6)
+    assert sum(r.dur for r in rows) == pytest.approx(end - begin)
 
 
 def test_split_execution_fetches_overlapping_compute_count_only_the_idle_time() -> None:
@@ -167,3 +187,25 @@ def test_split_execution_epoch_end_work_after_the_return_is_not_compute() -> Non
     rows = split_execution(execution, stamps_)
     assert [r.wait for r in rows] == pytest.approx([0.3, 0.1, 0.1], abs=1e-6)
     assert sum(r.dur for r in rows) == pytest.approx(1.25)
+
+
+def test_resolver_estimates_the_return_path_from_recent_calls_not_one_that_traced() -> None:
+    # Starved executions of 4 steps as in the test above (20 ms compute, call and return
+    # paths 2 ms, an element every 50 ms); the third call traces again first (1 s to its
+    # first request). Its return path is as short as ever: its waits are those of the others.
+    compute, path, ring, executions = 0.020, 0.002, {}, []
+    for call in range(4):
+        begin = 100.0 + 10.0 * call
+        entry = 1.0 if call == 2 else path
+        handed = [begin + entry + 0.010 + 0.05 * j for j in range(4)]
+        requests = [begin + entry] + [h + 0.0005 for h in handed[:-1]]
+        for j in range(4):
+            ring[(1, 4 * call + j)] = Stamp(handed[j], 64, requested=requests[j])
+        end = handed[-1] + compute + path
+        execution = Execution(4 * call, 4, begin=begin, end=end, epoch_start=call == 0)
+        execution.returned = end
+        executions.append(execution)
+    rows = WaitResolver().resolve(executions, StampTable.of(ring))
+    waits = [[r.wait for r in rows[4 * call : 4 * call + 4]] for call in range(4)]
+    for call in range(4):
+        assert waits[call] == pytest.approx([0.010, 0.030, 0.030, 0.030], abs=1e-6), call

@@ -15,13 +15,16 @@ into per-step rows. A step's wait is hand-over - request: the time `IteratorGetN
 measured in the graph, so the ~1 ms between `on_train_batch_begin` and the fetch inside the
 train function is not counted. With `steps_per_execution = N` the callback sees one begin and
 end per N steps, and the steps' fetches overlap their compute: the wait of each step is then
-the time the chain of steps sat idle for its element (`split_execution`). When a later stage
+the time the chain of steps sat idle for its element (`split_execution`; the train
+function's return path, once per call, is no step's compute). When a later stage
 (e.g. a `tf.distribute` device prefetch) pulls elements ahead of the step, a request can
 precede the step; then the wait counts from the step's begin at the earliest.
 """
 
 import itertools
+import statistics
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,6 +36,8 @@ DEFAULT_RING_SIZE = 2048
 # Row layout in the ring.
 _REQ, _TS, _GEN, _INDEX, _BATCH = range(5)
 _COLUMNS = 5
+# Executions whose call path (begin to first request) estimates the return path, for N > 1.
+CALL_PATHS_KEPT = 15
 # Ring offset between consecutive iterators (odd, so generations spread over the ring).
 _GENERATION_STRIDE = 1021
 
@@ -314,7 +319,18 @@ def _solve_compute_s(begin: float, end: float, ready: Sequence[float]) -> float:
     return low
 
 
-def split_execution(execution: Execution, stamps: Sequence[Stamp] | None) -> list[StepRow]:
+def call_path_s(execution: Execution, stamps: Sequence[Stamp]) -> float | None:
+    """The time from the execution's begin (the batch-begin hook) to its first request: the
+    train function's call path, when the step asked for its own element."""
+    first = stamps[0].requested if stamps else None
+    if first is None or first < execution.begin:  # pulled ahead (a device prefetch)
+        return None
+    return first - execution.begin
+
+
+def split_execution(
+    execution: Execution, stamps: Sequence[Stamp] | None, return_path_s: float | None = None
+) -> list[StepRow]:
     """The execution's steps as rows, with waits when every element's stamp is known.
 
     One step (N = 1) waited from its request, or the begin if later, to the hand-over.
@@ -326,7 +342,10 @@ def split_execution(execution: Execution, stamps: Sequence[Stamp] | None) -> lis
     input: with one compute time c per step (solved so that the chain ends when the train
     function returned), step j computes from max(its hand-over, the end of step j - 1) for c,
     and it waited from the end of step j - 1 (or its request, if later) to its hand-over.
-    Where the steps themselves ask in turn, this equals the blocked time.
+    Where the steps themselves ask in turn, this equals the blocked time. The chain ends
+    `return_path_s` before the train function returned: its return path is no step's compute.
+    Not stamped, it is taken to cost what its call path does (`call_path_s`; the resolver
+    passes the median of recent executions', so one that traced again does not count).
     """
     n, begin, end = execution.n, execution.begin, execution.end
     if stamps is None or not execution.count_wait:
@@ -336,8 +355,16 @@ def split_execution(execution: Execution, stamps: Sequence[Stamp] | None) -> lis
             StepRow(execution.first_step + j, begin + j * each, each, None, sizes[j])
             for j in range(n)
         ]
-    compute_end = end if execution.returned is None else min(end, execution.returned)
-    compute = _solve_compute_s(begin, compute_end, [s.ts for s in stamps]) if n > 1 else 0.0
+    compute = 0.0
+    if n > 1:
+        compute_end = end if execution.returned is None else min(end, execution.returned)
+        # The train function's return path (its loop's exit, its outputs, Keras's Python up
+        # to the batch-end hook) follows the last step's compute once per call: no step's
+        # compute. Solved into c, it counted N - 1 times too often, each time as wait missed.
+        path = call_path_s(execution, stamps) if return_path_s is None else return_path_s
+        last = max(begin, stamps[-1].ts)
+        compute_end -= min(path or 0.0, max(0.0, compute_end - last))
+        compute = _solve_compute_s(begin, compute_end, [s.ts for s in stamps])
     rows = []
     t = begin  # when the previous step's compute ended: this step's start
     for j, stamp in enumerate(stamps):
@@ -355,6 +382,8 @@ class WaitResolver:
     def __init__(self) -> None:
         self._generation: int | None = None
         self._next_index = 0
+        # The call paths of recent executions with stamps (see `split_execution`).
+        self._call_paths: deque[float] = deque(maxlen=CALL_PATHS_KEPT)
 
     @property
     def cursor(self) -> tuple[int, int] | None:
@@ -368,7 +397,14 @@ class WaitResolver:
             if execution.epoch_start:
                 self._maybe_switch_iterator(execution, firsts)
             consumed = self._take(execution, stamps)
-            rows.extend(split_execution(execution, consumed))
+            path = None
+            if consumed is not None and execution.n > 1:
+                own = call_path_s(execution, consumed)
+                if own is not None and execution.count_wait:  # not the one that traced
+                    self._call_paths.append(own)
+                if self._call_paths:
+                    path = statistics.median(self._call_paths)
+            rows.extend(split_execution(execution, consumed, path))
         return rows
 
     def _maybe_switch_iterator(self, execution: Execution, firsts: dict[int, float]) -> None:
