@@ -8,7 +8,8 @@ from starlette.concurrency import run_in_threadpool
 from backend.api.pipeline import with_bottleneck
 from backend.api.queries import get_run
 from backend.core.deps import DetectorsDep, RunId, SessionDep, SettingsDep, ViewerAuth
-from backend.core.models import RunEventsPublic, RunStatus
+from backend.core.models import Run, RunEventsPublic, RunStatus
+from backend.diagnosis.gpu_use import gpu_findings
 from backend.diagnosis.history import StarvedRanges, starved_ranges, window_from_db
 from backend.diagnosis.levels import HIGHLY_INPUT_BOUND
 from backend.diagnosis.store import list_events
@@ -40,7 +41,8 @@ async def read_diagnosis(
         # Judged here, on the event loop that feeds the window, not in a worker thread.
         live = detectors.diagnose_now(run_id)
         if live is not None and live.verdict != Verdict.insufficient_data:
-            return _said_once(await run_in_threadpool(with_bottleneck, live, session=session))
+            diagnosis = await run_in_threadpool(with_bottleneck, live, session=session)
+            return _with_gpu_findings(_said_once(diagnosis), run)
     window = await run_in_threadpool(
         window_from_db,
         session=session,
@@ -49,7 +51,14 @@ async def read_diagnosis(
         whole_run=window_s is None and not running,  # an explicit window is that window
     )
     diagnosis = detectors.diagnose_stored(window)
-    return _said_once(await run_in_threadpool(with_bottleneck, diagnosis, session=session))
+    diagnosis = await run_in_threadpool(with_bottleneck, diagnosis, session=session)
+    return _with_gpu_findings(_said_once(diagnosis), run)
+
+
+def _with_gpu_findings(diagnosis: Diagnosis, run: Run) -> Diagnosis:
+    """The busy-but-under-used findings of the run so far (issue 27 §3)."""
+    findings = gpu_findings(run.summary or {}, run.environment or {})
+    return diagnosis.model_copy(update={"gpu_findings": findings})
 
 
 def _said_once(diagnosis: Diagnosis) -> Diagnosis:

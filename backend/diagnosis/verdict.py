@@ -41,6 +41,15 @@ class Evidence(BaseModel):
     text: str
 
 
+class GpuFinding(BaseModel):
+    """A GPU busy but under-used (backend.diagnosis.gpu_use), with its evidence and advice."""
+
+    key: str  # launch_bound | tensor_cores_idle | oom_ahead | memory_growth_off
+    title: str
+    evidence: list[Evidence]
+    advice: list[str]
+
+
 class Diagnosis(BaseModel):
     run_id: int
     verdict: Verdict
@@ -56,6 +65,9 @@ class Diagnosis(BaseModel):
     steps_in_window: int
     evidence: list[Evidence]
     advice: list[str]
+    # A GPU busy but under-used (issue 27 §3): launch-bound, Tensor Cores idle, out of memory
+    # ahead, memory growth off; each with its evidence and what to try. GET /diagnosis only.
+    gpu_findings: list[GpuFinding] = []
 
 
 def _pipeline(environment: dict[str, Any]) -> dict[str, Any]:

@@ -467,6 +467,11 @@ export interface components {
       evidence: components["schemas"]["Evidence"][];
       /** Advice */
       advice: string[];
+      /**
+       * Gpu Findings
+       * @default []
+       */
+      gpu_findings?: components["schemas"]["GpuFinding"][];
     };
     /**
      * Differences
@@ -535,6 +540,20 @@ export interface components {
        * @description integrated from power: the driver has no counter
        */
       integrated: boolean;
+    };
+    /**
+     * GpuFinding
+     * @description A GPU busy but under-used (backend.diagnosis.gpu_use), with its evidence and advice.
+     */
+    GpuFinding: {
+      /** Key */
+      key: string;
+      /** Title */
+      title: string;
+      /** Evidence */
+      evidence: components["schemas"]["Evidence"][];
+      /** Advice */
+      advice: string[];
     };
     /** HTTPValidationError */
     HTTPValidationError: {

@@ -20,6 +20,7 @@ export type CompareRun = Schemas["ComparedRun"];
 
 export type Verdict = Schemas["Verdict"];
 export type Evidence = Schemas["Evidence"];
+export type GpuFinding = Schemas["GpuFinding"];
 /**
  * A diagnosis as the UI holds it (`GET /runs/{id}/diagnosis`, live `verdict`),
  * after parseDiagnosis: the fields the banner needs, the rest optional.

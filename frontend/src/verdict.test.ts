@@ -5,6 +5,7 @@ import {
   inputWaitLabel,
   inputWaitLevel,
   parseDiagnosis,
+  parseGpuFindings,
   runVerdict,
   VerdictGeneration,
   verdictHeadline,
@@ -93,5 +94,14 @@ describe("VerdictGeneration", () => {
     g.live();
     expect(g.accepts(later)).toBe(false);
     expect(g.accepts(g.begin())).toBe(true);
+  });
+});
+
+describe("parseGpuFindings", () => {
+  it("keeps well-formed findings and drops the rest", () => {
+    const finding = { key: "launch_bound", title: "Busy but under-used", evidence: [{ key: "sm_util_mean", value: 18, text: "18 % of SMs busy" }], advice: ["Use larger batches"] };
+    expect(parseGpuFindings({ gpu_findings: [finding, { key: 1 }, null] })).toEqual([finding]);
+    expect(parseGpuFindings({ verdict: "not_input_bound" })).toEqual([]);
+    expect(parseGpuFindings(null)).toEqual([]);
   });
 });

@@ -1,6 +1,6 @@
 // The diagnosis verdict: labels, tones and defensive parsing. Pure, unit-tested.
 
-import type { Diagnosis, Evidence, Run, Verdict } from "./types";
+import type { Diagnosis, Evidence, GpuFinding, Run, Verdict } from "./types";
 
 export const VERDICTS: readonly Verdict[] = [
   "highly_input_bound",
@@ -81,6 +81,17 @@ export function verdictHeadline(v: Verdict, device: "GPU" | "device" = "GPU"): s
     case "insufficient_data":
       return "Not enough data for a verdict yet";
   }
+}
+
+/** The `gpu_findings` of a diagnosis from the wire (issue 27): well-formed ones only. */
+export function parseGpuFindings(raw: unknown): GpuFinding[] {
+  if (typeof raw !== "object" || raw === null) return [];
+  const list = (raw as Record<string, unknown>).gpu_findings;
+  if (!Array.isArray(list)) return [];
+  return list.filter(
+    (f): f is GpuFinding =>
+      typeof f === "object" && f !== null && typeof f.key === "string" && typeof f.title === "string" && Array.isArray(f.evidence) && Array.isArray(f.advice),
+  );
 }
 
 /** A diagnosis from the wire, or null when it is not one. */

@@ -4,13 +4,14 @@
 
 import { h, replaceChildren, setAttrs } from "../../dom";
 import { formatCount, formatInputWait } from "../../format";
-import type { Diagnosis, Run } from "../../types";
+import type { Diagnosis, GpuFinding, Run } from "../../types";
 import {
   deviceWord,
   evidenceText,
   inputWaitLabel,
   inputWaitLevel,
   parseDiagnosis,
+  parseGpuFindings,
   summaryWindow,
   VerdictGeneration,
   verdictHeadline,
@@ -22,6 +23,8 @@ import type { AppContext } from "../common";
 export class VerdictBanner {
   readonly el: HTMLElement;
   private diagnosis: Diagnosis | null = null;
+  /** The busy-but-under-used findings of the last REST read (live verdicts carry none). */
+  private findings: GpuFinding[] = [];
   private state: "loading" | "ok" | "error" = "loading";
   private lastLive = 0;
   /** Bumped by every live verdict: a REST answer to an older request is dropped. */
@@ -64,8 +67,12 @@ export class VerdictBanner {
     try {
       const raw = await this.ctx.api.getDiagnosis(this.runId, this.signal);
       if (this.signal.aborted) return;
+      this.findings = parseGpuFindings(raw);
       // A live verdict applied while this request was in flight is newer: keep it.
-      if (!this.gen.accepts(token)) return;
+      if (!this.gen.accepts(token)) {
+        this.render();
+        return;
+      }
       const d = parseDiagnosis(raw);
       this.diagnosis = d;
       this.state = d ? "ok" : "error";
@@ -83,7 +90,25 @@ export class VerdictBanner {
     const d = this.diagnosis;
     if (d) renderDiagnosis(this.el, d, this.run());
     else renderWithoutDiagnosis(this.el, this.state, this.run());
+    if (this.findings.length > 0) this.el.append(renderGpuFindings(this.findings));
   }
+}
+
+/** "Busy but under-used" findings: each with its evidence and what to try. */
+function renderGpuFindings(findings: GpuFinding[]): HTMLElement {
+  return h(
+    "div",
+    { class: "gpu-findings", attrs: { "data-testid": "gpu-findings" } },
+    ...findings.map((f) =>
+      h(
+        "div",
+        { class: "gpu-finding", attrs: { "data-finding": f.key } },
+        h("h3", { text: f.title }),
+        h("ul", { class: "finding-evidence" }, ...f.evidence.map((e) => h("li", { text: evidenceText(e) }))),
+        h("ul", { class: "finding-advice" }, ...f.advice.map((a) => h("li", { text: `Try: ${a}` }))),
+      ),
+    ),
+  );
 }
 
 function renderDiagnosis(b: HTMLElement, d: Diagnosis, run: Run | null): void {
