@@ -1,9 +1,12 @@
 """The sampler thread: GPU readings through NVML and host readings through psutil, on a timer.
 
-One named thread wakes every `interval_s` on a drift-free `time.monotonic` schedule (a late
-wake-up skips the missed ticks instead of bursting), appends one row per GPU and one host
-row to the recorder, and sleeps in `Event.wait` the rest of the time. No driver: one
-warning, and host rows still flow.
+Each run's `Sampler` wakes every `interval_s` on a drift-free `time.monotonic` schedule (a
+late wake-up skips the missed ticks instead of bursting) and appends one row per GPU and one
+host row to its run's recorder. One named thread per process (`stoker-sampler`) runs every
+open run's sampler and sleeps in `Condition.wait` the rest of the time: a run that starts
+adds its sampler to that thread instead of starting a thread of its own (a thread start
+costs the training thread 1-3 ms while the new thread takes the GIL, at every `fit()`).
+No driver: one warning, and host rows still flow.
 """
 
 import logging
@@ -12,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from trainer_agent.nvml import Nvml
 from trainer_agent.pipeline_model import PipelineSource
@@ -90,7 +94,7 @@ class HostSource:
         import psutil
 
         self._psutil = psutil
-        self._process = psutil.Process()
+        self._process = _this_process(psutil)
         self._cpus = psutil.cpu_count() or 1
         # The process's CPU time from the C library costs a microsecond, where psutil's
         # `Process.cpu_percent` parses /proc (about 70 µs a tick).
@@ -117,7 +121,7 @@ class HostSource:
 
 
 class Sampler:
-    """Runs the sources every `interval_s` in one thread named `stoker-sampler`."""
+    """Runs the sources every `interval_s` on the process's `stoker-sampler` thread."""
 
     def __init__(
         self,
@@ -132,37 +136,34 @@ class Sampler:
         self._recorder = recorder
         self.interval_s = max(MIN_INTERVAL_S, float(interval_s))
         self._device = device
+        self._device_started = device is None
         self._host = host
         self.pipeline = pipeline  # reads on its own, slower interval
         self._clock = clock
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stoker-sampler", daemon=True)
+        self._closed = False
 
     def start(self) -> None:
-        self._thread.start()
+        _shared_thread().add(self)
 
     def set_interval(self, interval_s: float) -> None:
         self.interval_s = max(MIN_INTERVAL_S, float(interval_s))
 
     def close(self, timeout_s: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+        """Stop sampling after one last reading (taken on the sampler thread; given up after
+        `timeout_s` when that thread is stuck, e.g. in a driver call)."""
+        if self._closed:
+            return
+        self._closed = True
+        _shared_thread().finish(self, timeout_s)
 
-    def _run(self) -> None:
+    def tick(self) -> None:
+        """One reading; on the sampler thread (the first one finds the GPUs)."""
         try:
-            if self._device is not None and not self._device.start():
-                self._device = None
-            next_tick = time.monotonic()
-            while True:
-                self.sample_once()
-                next_tick += self.interval_s
-                now = time.monotonic()
-                if next_tick < now:  # late (suspended, overloaded): skip, do not burst
-                    next_tick = now + self.interval_s
-                if self._stop.wait(next_tick - now):
-                    break
-            self.sample_once()  # a last reading at the end of the run
+            if not self._device_started:
+                self._device_started = True
+                if self._device is not None and not self._device.start():
+                    self._device = None
+            self.sample_once()
         except Exception:
             log.exception("Stoker sampler failed; training continues without device metrics")
 
@@ -175,3 +176,93 @@ class Sampler:
                 source.sample(t, self._recorder)
             except Exception:
                 log.debug("sampling failed", exc_info=True)
+
+
+class _SamplerThread:
+    """The one thread that runs every open run's `Sampler`, each on its own schedule."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._next_tick: dict[Sampler, float] = {}
+        # Samplers to take a last reading of and drop, with the event their `close` waits on.
+        self._finishing: list[tuple[Sampler, threading.Event]] = []
+        self._thread = threading.Thread(target=self._run, name="stoker-sampler", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def add(self, sampler: Sampler) -> None:
+        with self._changed:
+            self._next_tick[sampler] = time.monotonic()  # the first reading right away
+            self._changed.notify()
+
+    def finish(self, sampler: Sampler, timeout_s: float) -> None:
+        done = threading.Event()
+        with self._changed:
+            if self._next_tick.pop(sampler, None) is None:
+                return  # never started
+            self._finishing.append((sampler, done))
+            self._changed.notify()
+        done.wait(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                finishing, self._finishing = self._finishing, []
+                due = [s for s, at in self._next_tick.items() if at <= now]
+                if not finishing and not due:
+                    wake = min(self._next_tick.values(), default=None)
+                    self._changed.wait(None if wake is None else wake - now)
+                    continue
+            for sampler, done in finishing:
+                sampler.tick()  # a last reading at the end of the run
+                done.set()
+            for sampler in due:
+                sampler.tick()
+            now = time.monotonic()
+            with self._changed:
+                for sampler in due:
+                    at = self._next_tick.get(sampler)
+                    if at is None:
+                        continue  # closed meanwhile
+                    at += sampler.interval_s
+                    if at < now:  # late (suspended, overloaded): skip, do not burst
+                        at = now + sampler.interval_s
+                    self._next_tick[sampler] = at
+
+
+_shared_lock = threading.Lock()
+_shared: tuple[int, _SamplerThread] | None = None
+
+
+def _shared_thread() -> _SamplerThread:
+    """The process's sampler thread, started at its first use (again in a forked child)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid() or not _shared[1].alive:
+            _shared = (os.getpid(), _SamplerThread())
+        return _shared[1]
+
+
+def _forget_shared_thread() -> None:
+    """In a forked child: the parent's thread is not there, and its lock may be held."""
+    global _shared, _shared_lock
+    _shared, _shared_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_shared_thread)
+
+_processes: dict[int, object] = {}
+
+
+def _this_process(psutil: Any) -> Any:
+    """psutil's handle of this process, made once per process (it reads /proc to make it)."""
+    pid = os.getpid()
+    process = _processes.get(pid)
+    if process is None:
+        process = _processes[pid] = psutil.Process(pid)
+    return process
