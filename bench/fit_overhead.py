@@ -14,7 +14,21 @@ per fit is its intercept minus plain's, its per-step cost its slope minus plain'
 median paired difference at each step count is printed beside them, and the time the hooks
 that open and end a run take on the training thread (on_train_begin, on_train_end).
 
+With `--pairs N` it prints instead the issue-24 measurement, a fit as users who call fit()
+many times make it: N back-to-back pairs of 5-step fits of a `tf.data` pipeline, each a
+plain fit and a monitored one next to each other (in a random order), in three
+configurations shuffled within each round:
+  stoker        a new `StokerCallback` and `cb.wrap(dataset)` for every fit (what `autolog`
+                and `stoker run` do), streaming to a real `stoker serve` on loopback
+  stoker-reused one callback and one wrapped dataset for every fit
+  tensorboard   a new `TensorBoard(update_freq="batch")` for every fit, to a temporary logdir
+The figure is the median paired difference to the plain fit, in ms, and Stoker's ratio to
+TensorBoard's; beside it, where Stoker's time goes on the training thread (`wrap`,
+`on_train_begin`, `on_train_end`; the rest is Keras's own per-fit work made slower, e.g.
+the iterators of the wrapped pipeline, and the agent's threads competing for the GIL).
+
 Usage: .venv/bin/python bench/fit_overhead.py [--rounds 30] [--steps 2,8,32,128]
+       .venv/bin/python bench/fit_overhead.py --pairs 25
 """
 
 import argparse
@@ -38,13 +52,23 @@ from trainer_agent import StokerCallback
 
 BATCH = 8
 TARGET_FIXED_MS = 30.0
+# --pairs: the fit of issue 24 and its target.
+PAIR_STEPS = 5
+TARGET_PAIR_MS = 10.0
 
 
 class TimedStokerCallback(StokerCallback):
-    """StokerCallback, timing the two hooks that open and end a run."""
+    """StokerCallback, timing `wrap` and the two hooks that open and end a run."""
 
     begin_s: list[float] = []
     end_s: list[float] = []
+    wrap_s: list[float] = []
+
+    def wrap(self, dataset):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        wrapped = super().wrap(dataset)
+        TimedStokerCallback.wrap_s.append(time.perf_counter() - started)
+        return wrapped
 
     def on_train_begin(self, logs=None):  # type: ignore[no-untyped-def]
         started = time.perf_counter()
@@ -65,11 +89,136 @@ def least_squares(points: list[tuple[int, float]]) -> tuple[float, float]:
     return float(intercept), float(slope)
 
 
+def tiny_model() -> tf.keras.Model:
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((8,)),
+            tf.keras.layers.Dense(16, activation="relu"),
+            tf.keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def server_cpu_s(server: ServerProcess) -> float:
+    """CPU seconds the server process has used so far."""
+    import psutil
+
+    assert server.process is not None
+    times = psutil.Process(server.process.pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def quartiles_ms(values: list[float]) -> str:
+    q1, median, q3 = statistics.quantiles(values, n=4)
+    return f"{median * 1e3:+6.1f} ms (IQR {q1 * 1e3:+.1f}..{q3 * 1e3:+.1f})"
+
+
+def pairs_main(pairs: int) -> None:
+    """Issue 24's measurement: back-to-back pairs of 5-step fits, plain against monitored."""
+    work = Path(tempfile.mkdtemp(prefix="stoker-fit-pairs-"))
+    os.environ["STOKER_SPOOL_DIR"] = str(work / "spool")
+    server = ServerProcess(data_dir=work / "server").start()
+    x = np.random.default_rng(0).normal(size=(PAIR_STEPS * BATCH, 8)).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).batch(BATCH)
+    model = tiny_model()
+    reused = TimedStokerCallback(server=server.url)
+    reused_data = reused.wrap(dataset)
+
+    def fit(config: str) -> float:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        data, callbacks = dataset, []
+        if config == "stoker":
+            callback = TimedStokerCallback(server=server.url)
+            data, callbacks = callback.wrap(dataset), [callback]
+        elif config == "stoker-reused":
+            data, callbacks = reused_data, [reused]
+        elif config == "tensorboard":
+            logdir = str(work / "tensorboard")
+            callbacks = [tf.keras.callbacks.TensorBoard(log_dir=logdir, update_freq="batch")]
+        model.fit(data, epochs=1, verbose=0, callbacks=callbacks)
+        cpu[config].append(time.process_time() - cpu_started)
+        return time.perf_counter() - started
+
+    configs = ("stoker", "stoker-reused", "tensorboard")
+    differences: dict[str, list[float]] = {c: [] for c in configs}
+    plain: list[float] = []
+    # This process's CPU time (all its threads) during each fit, by configuration.
+    cpu: dict[str, list[float]] = {c: [] for c in ("plain", *configs)}
+    try:
+        for config in ("plain", *configs) * 3:  # tracing, the first connection, imports
+            fit(config)
+        trainer_agent.flush()
+        for spans in (TimedStokerCallback.begin_s, TimedStokerCallback.end_s):
+            spans.clear()
+        TimedStokerCallback.wrap_s.clear()
+        for values in cpu.values():
+            values.clear()
+        server_cpu_started = server_cpu_s(server)
+        load_before = os.getloadavg()
+        for _ in range(pairs):
+            for config in random.sample(configs, len(configs)):
+                order = random.sample(["plain", config], 2)
+                took = {name: fit(name) for name in order}
+                differences[config].append(took[config] - took["plain"])
+                plain.append(took["plain"])
+        load_after = os.getloadavg()
+        trainer_agent.flush()
+        server_cpu = server_cpu_s(server) - server_cpu_started
+    finally:
+        server.stop()
+
+    print(
+        f"{pairs} back-to-back pairs of {PAIR_STEPS}-step fits per configuration "
+        f"(batch {BATCH}, a 2-layer MLP, tf.data), {os.cpu_count()} CPUs, "
+        f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
+    )
+    print(f"plain fit: median {statistics.median(plain) * 1e3:.1f} ms")
+    medians = {c: statistics.median(differences[c]) for c in configs}
+    plain_cpu = statistics.median(cpu["plain"])
+    for config in configs:
+        print(
+            f"{config:14s} adds {quartiles_ms(differences[config])} per fit; "
+            f"this process's CPU {(statistics.median(cpu[config]) - plain_cpu) * 1e3:+.1f} ms"
+        )
+    print(
+        f"the server's CPU: {server_cpu / (2 * pairs) * 1e3:.1f} ms per monitored fit "
+        "(it shares this machine's cores)"
+    )
+    tensorboard = medians["tensorboard"]
+    for config in ("stoker", "stoker-reused"):
+        verdict = "ok" if medians[config] <= TARGET_PAIR_MS / 1e3 else "MISSED"
+        ratio = medians[config] / tensorboard if tensorboard > 0 else float("nan")
+        print(
+            f"{config}: {medians[config] * 1e3:.1f} ms per fit (target <= "
+            f"{TARGET_PAIR_MS:.0f} ms: {verdict}), {ratio:.1f}x TensorBoard's "
+            f"{tensorboard * 1e3:.1f} ms"
+        )
+    print("on the training thread, both stoker configurations together:")
+    for name, values in (
+        ("wrap (stoker only)", TimedStokerCallback.wrap_s),
+        ("on_train_begin", TimedStokerCallback.begin_s),
+        ("on_train_end", TimedStokerCallback.end_s),
+    ):
+        if values:
+            print(
+                f"  {name:19s} median {statistics.median(values) * 1e3:6.2f} ms, "
+                f"p90 {sorted(values)[int(0.9 * (len(values) - 1))] * 1e3:6.2f} ms"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", default="2,8,32,128")
+    parser.add_argument(
+        "--pairs", type=int, default=0, help="issue 24's pairs of 5-step fits instead"
+    )
     args = parser.parse_args()
+    if args.pairs:
+        pairs_main(args.pairs)
+        return
     step_counts = [int(s) for s in args.steps.split(",")]
 
     work = Path(tempfile.mkdtemp(prefix="stoker-fit-overhead-"))
@@ -80,14 +229,7 @@ def main() -> None:
         n: (x := rng.normal(size=(n * BATCH, 8)).astype("float32"), x.sum(axis=1, keepdims=True))
         for n in step_counts
     }
-    model = tf.keras.Sequential(
-        [
-            tf.keras.Input((8,)),
-            tf.keras.layers.Dense(16, activation="relu"),
-            tf.keras.layers.Dense(1),
-        ]
-    )
-    model.compile(optimizer="sgd", loss="mse")
+    model = tiny_model()
 
     def fit(config: str, steps: int) -> float:
         x, y = data[steps]
