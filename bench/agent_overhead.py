@@ -21,7 +21,13 @@ costs being measured, so Stoker's cost is also measured part by part, each part 
   threads      CPU time of the agent's own threads (sender, samplers) during the fits
 Their sum is Stoker's cost per step: the figure the targets are checked against.
 
+With `--tiny` it measures instead what sub-millisecond steps pay: one-sample steps (batch 1)
+of a small MLP, `--tiny-steps` per fit, the same interleaved configurations but TensorBoard,
+and the stage's cost on a one-sample element through the train function; per step in µs
+and as a share of the plain step.
+
 Usage: .venv/bin/python bench/agent_overhead.py [--trials 25] [--paired-steps 3000]
+       .venv/bin/python bench/agent_overhead.py --tiny [--trials 10] [--tiny-steps 3000]
 """
 
 import argparse
@@ -90,6 +96,8 @@ MODELS = {
     "small MLP": (32, [256, 256], 64, 600),
     "wide": (512, [1024, 1024], 128, 150),
 }
+# --tiny: one-sample steps (as in keras.io's attention-MIL example, batch_size=1).
+TINY = (32, [64], 1)
 
 
 def make_model(features: int, widths: list[int]) -> tf.keras.Model:
@@ -127,6 +135,8 @@ def main() -> None:
     parser.add_argument(
         "--paired-steps", type=int, default=3000, help="paired steps for the stage's cost"
     )
+    parser.add_argument("--tiny", action="store_true", help="one-sample steps instead")
+    parser.add_argument("--tiny-steps", type=int, default=3000, help="steps per --tiny fit")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
     fake = FakeNvml(build(work / "nvml"), work / "nvml-control.txt")
@@ -134,6 +144,12 @@ def main() -> None:
     fake.preload()
     os.environ["STOKER_SPOOL_DIR"] = str(work / "spool")
     server = ServerProcess(data_dir=work / "server").start()
+    if args.tiny:
+        try:
+            tiny_main(server.url, work, args.trials, args.tiny_steps, args.paired_steps)
+        finally:
+            server.stop()
+        return
     configs = ["baseline", "stoker", "callback", "tensorboard"]
     parts: dict[str, dict[str, float]] = {}
     tensorboard: dict[str, float] = {}
@@ -172,6 +188,52 @@ def main() -> None:
         print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         server.stop()
+
+
+def tiny_main(server: str, work: Path, trials: int, steps: int, pairs: int) -> None:
+    """Sub-millisecond steps: one-sample batches, interleaved fits, paired medians per step."""
+    features, widths, batch = TINY
+    configs = ["baseline", "stoker", "callback"]
+    ds = dataset(features, batch, steps)
+    models = {c: make_model(features, widths) for c in configs}
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for config in configs:  # warm-up: trace every model once
+        run_fit(config, models[config], ds, server, str(work / "tb"))
+    periods: dict[str, list[float]] = {c: [] for c in configs}
+    cpus: dict[str, list[float]] = {c: [] for c in configs}
+    totals: dict[str, list[float]] = {c: [] for c in configs}
+    agent_threads: list[float] = []
+    for _ in range(trials):
+        for config in random.sample(configs, len(configs)):
+            period, cpu, total, agent = run_fit(
+                config, models[config], ds, server, str(work / "tb")
+            )
+            periods[config].append(period)
+            cpus[config].append(cpu)
+            totals[config].append(total)
+            if config == "stoker":
+                agent_threads.append(agent)
+    base = statistics.median(periods["baseline"])
+    print(
+        f"\none-sample steps (batch {batch}, MLP {features}-{'-'.join(map(str, widths))}-1, "
+        f"tf.data), {steps} steps per fit, {trials} trials, timed from step {SKIP}: "
+        f"baseline step {base * 1e3:.3f} ms wall, "
+        f"{statistics.median(cpus['baseline']) * 1e3:.3f} ms CPU"
+    )
+    print(
+        f"{'configuration':12} {'wall µs/step':>12} {'(IQR)':>17} {'% step':>7} {'CPU µs/step':>12}"
+    )
+    for config in configs[1:]:
+        diffs, cpu_diffs = paired(periods, config), paired(cpus, config)
+        w1, median, w3 = statistics.quantiles(diffs, n=4)
+        print(
+            f"{config:12} {median * 1e6:12.1f} {w1 * 1e6:8.0f}..{w3 * 1e6:<7.0f} "
+            f"{median / base * 100:7.1f} {statistics.median(cpu_diffs) * 1e6:12.1f}"
+        )
+    threads_us = statistics.median(agent_threads) * 1e6
+    print(f"agent threads' CPU during the stoker fits: {threads_us:.1f} µs/step")
+    stage_cost(features, widths, batch, pairs)
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def hook_costs(server: str) -> tuple[float, float]:
