@@ -126,6 +126,8 @@ class Detectors:
                 temp_c=device.column("temp_c"),
                 sm_util=device.column("sm_util"),
                 tensor_util=device.column("tensor_util"),
+                throttle=device.column("throttle"),
+                rank=rank,
             )
         host = batch.host
         if host is not None and len(host):

@@ -122,6 +122,8 @@ def window_from_db(
             temp_c=[r.temp_c for r in device],
             sm_util=[r.sm_util for r in device],
             tensor_util=[r.tensor_util for r in device],
+            throttle=[r.throttle for r in device],
+            rank=[r.rank for r in device],
         )
     host = _last_window(session, HostSample, run_id=run.id, window_s=window_s)
     if host:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from backend.core.models import Run, RunPublic
 from backend.diagnosis.units import ms, pct
 from backend.diagnosis.window import RunWindow
+from trainer_agent.throttle import SLOWING_MASK, throttle_words
 
 # Stragglers: a worker waits at least this share of its steps on input, and this many times
 # as much as any other worker; or its step net of input wait is this many times the median's.
@@ -24,13 +25,17 @@ class WorkerTiming:
     host: str
     step_s: float
     wait_share: float | None
+    # Clock-event reasons that slow the GPU down, seen on this worker's GPUs in the window.
+    throttle: int = 0
 
 
 @dataclass(frozen=True)
 class Straggler:
     rank: int
     host: str
-    kind: str  # "input": its pipeline is slow; "compute": its own step is
+    # "input": its pipeline is slow; "compute": its own step is; "throttled": its own step is
+    # and its GPU's clocks were slowed (thermal, power cap, ...)
+    kind: str
     wait_share: float | None
     others_wait_share: float | None
     text: str
@@ -88,6 +93,15 @@ def find_straggler(workers: Sequence[WorkerTiming]) -> Straggler | None:
         return None
     worker = next(w for w in workers if w.rank == rank)
     name = f"worker {rank}" + (f" ({worker.host})" if worker.host else "")
+    reasons = throttle_words(worker.throttle)
+    if reasons:
+        return Straggler(
+            rank=rank, host=worker.host, kind="throttled", wait_share=worker.wait_share,
+            others_wait_share=None,
+            text=f"{name} is slow because of {' and '.join(reasons)}, not its input: "
+            f"{ms(net[rank])} per step net of input wait, {net[rank] / median:.1f}x the median "
+            f"worker's {ms(median)}",
+        )  # fmt: skip
     return Straggler(
         rank=rank, host=worker.host, kind="compute", wait_share=worker.wait_share,
         others_wait_share=None,
@@ -108,11 +122,17 @@ def worker_timings(window: RunWindow, *, min_steps: int) -> list[WorkerTiming]:
     if len(window.workers) < 2:
         return []
     needed = max(2, min_steps // len(window.workers))
+    slowed: dict[int, int] = {}
+    for row in window.device:
+        if row.throttle:
+            slowed[row.rank] = slowed.get(row.rank, 0) | (int(row.throttle) & SLOWING_MASK)
     timings = []
     for rank, worker in sorted(window.workers.items()):
         mean = worker.mean_step_s()
         if mean is None or worker.step_count < needed:
             return []
         share = worker.input_wait_share() if worker.waited_count >= needed else None
-        timings.append(WorkerTiming(rank, window.hosts.get(rank, ""), mean, share))
+        timings.append(
+            WorkerTiming(rank, window.hosts.get(rank, ""), mean, share, slowed.get(rank, 0))
+        )
     return timings

@@ -246,6 +246,8 @@ def _describe(found: _Findings, *, min_steps: int) -> None:
                 "speed up its input pipeline (its data source, its host's CPU, its "
                 "num_parallel_calls and prefetch) or give it a faster share of the data."
                 if straggler.kind == "input"
+                else "check its GPU's cooling and power limit (its clocks were slowed)."
+                if straggler.kind == "throttled"
                 else "check its device and host (a slower or throttled GPU, a busy host)."
             )
         )

@@ -45,6 +45,8 @@ class DeviceRow(NamedTuple):
     temp_c: float | None
     sm_util: float | None = None  # NVML GPM, percent (null without GPM)
     tensor_util: float | None = None
+    rank: int = 0
+    throttle: int | None = None  # NVML clock-event reasons bitmask
 
 
 class HostRow(NamedTuple):
@@ -265,6 +267,8 @@ class RunWindow:
         temp_c: Sequence[float | None],
         sm_util: Sequence[float | None] | None = None,
         tensor_util: Sequence[float | None] | None = None,
+        throttle: Sequence[int | None] | None = None,
+        rank: int | Sequence[int] = 0,
     ) -> None:
         if not t:
             return
@@ -275,7 +279,11 @@ class RunWindow:
             u = util[i]
             sm = sm_util[i] if sm_util is not None else None
             tensor = tensor_util[i] if tensor_util is not None else None
-            self.device.append(DeviceRow(ti, gpu[i], u, share, temp_c[i], sm, tensor))
+            mask = throttle[i] if throttle is not None else None
+            row_rank = rank if isinstance(rank, int) else rank[i]
+            self.device.append(
+                DeviceRow(ti, gpu[i], u, share, temp_c[i], sm, tensor, row_rank, mask)
+            )
             if u is not None:
                 s.util_n += 1
                 s.util += u
