@@ -2,28 +2,44 @@
 over the spool's bound leaves the spool (said once), and a capture whose process died
 before the trace was written is reported failed by the next uploader."""
 
+import http.server
+import json
 import logging
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import wait_for
 from trainer_agent import profile_spool
 from trainer_agent.config import AgentConfig
 from trainer_agent.profile import Capture, Profiler
 
 
 class Response:
+    """Stoker's answer to a status report or a trace chunk: it holds both routes' key."""
+
     def __init__(self, status_code: int = 200) -> None:
         self.status_code = status_code
-        self.text = ""
+        self.headers = {"content-type": "application/json"}
+        self.text = json.dumps(self.json())
+
+    def json(self) -> dict[str, Any]:
+        return {"status": "uploading", "received": 0}
 
 
 class Recorder:
+    """A `Post` that records each request (a JSON body decoded as `json`) and stores it."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def __call__(self, url: str, **kwargs: Any) -> Response:
+        if kwargs["headers"].get("Content-Type") == "application/json":
+            kwargs["json"] = json.loads(kwargs["content"])
         self.calls.append((url, kwargs))
         return Response()
 
@@ -89,7 +105,7 @@ def test_capture_whose_process_died_before_its_trace_is_reported_failed(tmp_path
     ((url, kwargs),) = post.calls
     assert url == "http://server/api/v1/runs/3/profiles/7/status"
     assert kwargs["json"]["status"] == "failed" and "ended during" in kwargs["json"]["error"]
-    assert kwargs["headers"] == {"Authorization": "Bearer t"}
+    assert kwargs["headers"]["Authorization"] == "Bearer t"
     assert not directory.exists()
 
 
@@ -147,3 +163,120 @@ def test_exit_names_each_trace_it_could_not_deliver(
         caplog.text
     )
     assert f"stoker upload {tmp_path / 'run-key-of-test.r1'}" in caplog.text
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """A loopback HTTP server answering each POST from the server's `script` of (status,
+    JSON body), then 200 with a profile; it records what it was sent."""
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"null")
+        server: Any = self.server
+        status, answer = server.script.pop(0) if server.script else (200, {"status": "failed"})
+        server.received.append((self.path, body, status))
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def answering() -> Iterator[Any]:
+    server: Any = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    server.script, server.received = [], []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "said"),
+    [
+        (429, {"detail": "Too Many Requests"}, None),
+        (503, {"detail": "Service Unavailable"}, None),
+        (401, {"detail": "invalid agent token"}, "refuses the agent token (HTTP 401"),
+    ],
+)
+def test_a_profile_status_the_server_is_busy_for_is_retried_not_dropped(
+    answering: Any, status: int, answer: dict[str, Any], said: str | None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A status report answered 429 (busy), as a trace chunk answered 429 already was, is
+    sent again until the server takes it (it was dropped: the server then waited for a report
+    that never came). A refused token is said once and retried too, never dropped silently."""
+    answering.script = [(status, answer), (status, answer)]
+    url = f"http://127.0.0.1:{answering.server_address[1]}"
+    profiler = Profiler(AgentConfig(server=url, spool_dir=None, token="t"), lambda: 3)
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        profiler.request({"id": 7, "steps": 5, "rank": 0})
+        profiler.request({"id": 8, "steps": 5, "rank": 0})  # one at a time: 8 is failed
+        wait_for(lambda: len(answering.received) == 3 and not profiler.busy, timeout_s=20,
+                 what="the report delivered")  # fmt: skip
+    assert [(path, sent["status"], got) for path, sent, got in answering.received] == [
+        ("/api/v1/runs/3/profiles/8/status?rank=0", "failed", status),
+        ("/api/v1/runs/3/profiles/8/status?rank=0", "failed", status),
+        ("/api/v1/runs/3/profiles/8/status?rank=0", "failed", 200),
+    ]
+    assert "a capture is in progress" in answering.received[-1][1]["error"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    if said is None:
+        assert warnings == []
+    else:
+        (warning,) = warnings
+        assert said in warning and "set STOKER_AGENT_TOKEN" in warning
+    profiler.stop()
+
+
+class _FastClock:
+    """The system clock, except that a wait records what was asked and lasts 10 ms."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError("the upload thread waits on the clock and its stop event")
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return event.wait(0.01)
+
+
+def test_the_upload_thread_retries_on_its_clock_and_stops_at_exit_keeping_the_trace(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While the server is away the upload thread backs off on the profiler's clock; the exit
+    stops it (it was never stopped), and the trace stays in the spool, unlocked, for the next
+    agent."""
+    from trainer_agent.profile import wait_for_uploads
+
+    def away(url: str, **kwargs: Any) -> Response:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    clock = _FastClock()
+    config = AgentConfig(server="http://server", spool_dir=tmp_path)
+    profiler = Profiler(config, lambda: 3, post=away, clock=clock)
+    capture = _captured(profiler, size=10)
+    profiler.undelivered[capture.id] = capture
+    profiler._send(lambda: profiler._upload(capture, overhead={"steps": 5}))
+    wait_for(lambda: len(clock.waits) >= 3, timeout_s=10, what="three retries")
+    assert clock.waits[0] <= 0.5 and profiler.server_away  # the backoff's first delays
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        wait_for_uploads([profiler], cap_s=0.0)
+    assert profiler._worker is not None
+    profiler._worker.join(timeout=5)
+    assert not profiler._worker.is_alive()
+    assert "is not delivered yet; it is kept in" in caplog.text
+    assert (capture.directory / profile_spool.TRACE).exists()
+    with profile_spool.claimed(capture.directory) as mine:
+        assert mine  # the next agent (or `stoker upload`) can take it

@@ -36,9 +36,10 @@ from typing import Any
 from trainer_agent import profile_spool
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.backoff import Backoff
-from trainer_agent.delivery.transport import bearer
+from trainer_agent.delivery.classify import Post, Verdict, http_post
+from trainer_agent.delivery.clock import SYSTEM_CLOCK, Clock
 from trainer_agent.guard import FAULT_ENV, InjectedFault
-from trainer_agent.profile_spool import Outcome
+from trainer_agent.spool import Spool
 
 log = logging.getLogger("trainer_agent")
 
@@ -71,7 +72,8 @@ class Capture:
     durations: list[float] = field(default_factory=list)
 
 
-Post = Callable[..., Any]
+def _STOP() -> None:
+    """Not a job: `Profiler.stop()` queues it to end the upload thread."""
 
 
 class Profiler:
@@ -81,11 +83,16 @@ class Profiler:
         self,
         config: AgentConfig,
         run_id: Callable[[], int | None],
-        post: Post = profile_spool.default_post,
+        post: Post = http_post,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._config = config
         self._run_id = run_id
         self._post = post
+        # The upload thread waits (between retries) on this clock, until `stop()` sets this.
+        self._clock = clock
+        self._closing = threading.Event()
         self._requested: Capture | None = None
         self._active: Capture | None = None
         self._busy = threading.Lock()  # held from request to the end of the upload
@@ -208,7 +215,7 @@ class Profiler:
         report = {"status": "capturing", "first_step": step}
         self._send(
             lambda: self._post_retrying(
-                capture.id, capture.rank, "status", json=report, until=lambda: capture.ended
+                capture.id, capture.rank, "status", report, until=lambda: capture.ended
             )
         )
 
@@ -268,6 +275,8 @@ class Profiler:
 
     # --- background thread --------------------------------------------------------------
     def _send(self, job: Callable[[], None]) -> None:
+        if self._closing.is_set():
+            return  # the process is ending: what is spooled waits for the next agent
         self._outbox.put(job)
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name="stoker-profile", daemon=True)
@@ -277,11 +286,26 @@ class Profiler:
         while True:
             job = self._outbox.get()
             try:
-                job()
+                if job is _STOP:
+                    return
+                if not self._closing.is_set():
+                    job()
             except Exception:
                 log.warning("Stoker: profile upload failed", exc_info=True)
             finally:
                 self._outbox.task_done()
+
+    def stop(self) -> None:
+        """End the upload thread: a retry waiting on the server stops waiting, and the jobs
+        still queued are let go. A spooled trace stays in the spool for the next agent or
+        `stoker upload`."""
+        self._closing.set()
+        if self._worker is not None:
+            self._outbox.put(_STOP)
+
+    def _wait(self, backoff: Backoff) -> bool:
+        """Wait out the next retry delay; True when `stop()` came meanwhile."""
+        return self._clock.wait(self._closing, backoff.next_delay_s())
 
     @property
     def drain_timeout_s(self) -> float:
@@ -293,7 +317,7 @@ class Profiler:
         return bool(self._outbox.unfinished_tasks)
 
     def _report(self, pid: int, rank: int, **status: Any) -> None:
-        self._send(lambda: self._post_retrying(pid, rank, "status", json=status))
+        self._send(lambda: self._post_retrying(pid, rank, "status", status))
 
     def _release(self, capture: Capture) -> None:
         if capture.spooled:
@@ -308,18 +332,30 @@ class Profiler:
         """Keep the finished trace (and what to report with it) in the spool, then send it from
         there until the server has it; without a spool, send it while the process lives. Any
         failure on the way is reported to the server, which otherwise waits for the trace."""
+        settled = True
         try:
-            self._keep_and_deliver(capture, overhead)
+            settled = self._keep_and_deliver(capture, overhead)
         except Exception as error:
             message = f"profile failed: {type(error).__name__}: {error}"[:500]
             log.warning("Stoker: %s", message)
             self._post_retrying(capture.id, capture.rank, "status",
-                                json={"status": "failed", "error": message})  # fmt: skip
+                                {"status": "failed", "error": message})  # fmt: skip
         finally:
-            self.undelivered.pop(capture.id, None)
-            self._release(capture)
+            if settled:
+                self.undelivered.pop(capture.id, None)
+                self._release(capture)
+            else:  # stopped first: a spooled trace stays for the next agent
+                self._let_go(capture)
 
-    def _keep_and_deliver(self, capture: Capture, overhead: dict[str, Any]) -> None:
+    def _let_go(self, capture: Capture) -> None:
+        if capture.spooled:
+            capture.lock.close()
+        else:
+            shutil.rmtree(capture.directory, ignore_errors=True)
+        if self._busy.locked():
+            self._busy.release()
+
+    def _keep_and_deliver(self, capture: Capture, overhead: dict[str, Any]) -> bool:
         trace = profile_spool.finish_capture(capture.directory)
         capture.status.update(
             status="uploading", first_step=capture.first_step, last_step=capture.last_step,
@@ -329,12 +365,12 @@ class Profiler:
             self._keep_within_bound(capture)
         if capture.spooled:
             profile_spool.write_status(capture.directory, capture.status)
-        self._deliver(capture)
+        return self._deliver(capture)
 
     def _keep_within_bound(self, capture: Capture) -> None:
         """A trace that takes the run's spool over its bound leaves the spool (said once)."""
         run_dir = capture.directory.parent.parent
-        used = profile_spool.run_dir_bytes(run_dir)
+        used = Spool(run_dir).used_bytes()
         if used <= self._config.spool_max_bytes:
             return
         if not self._warned_too_big:
@@ -351,9 +387,11 @@ class Profiler:
         capture.lock.close()
         capture.directory, capture.spooled, capture.lock = outside, False, None
 
-    def _deliver(self, capture: Capture) -> None:
+    def _deliver(self, capture: Capture) -> bool:
         """Send the status and the trace, retrying with capped backoff while the server is
-        away (for as long as the process lives: what is spooled survives it)."""
+        away or busy, or a setting is to be fixed (for as long as the process lives: what is
+        spooled survives it). True once settled (delivered, or refused for good); False when
+        `stop()` came first."""
         if not capture.spooled:  # the status goes with it in memory
             capture.status.update(
                 server=self._config.server, run_id=self._run_id(), profile=capture.id,
@@ -366,47 +404,48 @@ class Profiler:
                 capture.status["run_id"] = self._run_id()
                 profile_spool.write_status(capture.directory, capture.status)
             if capture.status.get("run_id") is not None:
-                outcome = profile_spool.deliver(
+                answer = profile_spool.deliver(
                     capture.directory, post=self._post, token=self._config.token
                 )
-                self.server_away = outcome is Outcome.RETRY
+                self.server_away = answer.verdict is Verdict.RETRY
                 if not self.server_away:
-                    return
-            time.sleep(backoff.next_delay_s())
+                    return True
+            if self._wait(backoff):
+                return False
 
     def _post_retrying(
-        self, pid: int, rank: int, what: str, until: Callable[[], bool] = bool, **kwargs: Any
+        self,
+        pid: int,
+        rank: int,
+        what: str,
+        report: dict[str, Any],
+        until: Callable[[], bool] = bool,
     ) -> None:
-        """POST to the run's profile; retry with capped backoff while the server is away
-        (for as long as the process lives, or until `until()`), give up on a refusal (4xx)."""
+        """POST `report` to the run's profile `what` (status); retry with capped backoff while
+        the server is away or busy, or a setting is to be fixed (for as long as the process
+        lives, or until `until()` or `stop()`); give up on a refusal, which is said."""
         backoff = Backoff(max_s=RETRY_MAX_S)
-        headers = bearer(self._config.token)
-        params = {**kwargs.pop("params", {}), "rank": rank}
         while True:
             run_id = self._run_id()
             if run_id is not None:
-                url = f"{self._config.server}/api/v1/runs/{run_id}/profiles/{pid}/{what}"
-                try:
-                    response = self._post(
-                        url, headers=headers, timeout=30.0, params=params, **kwargs
-                    )
-                    self.server_away = response.status_code >= 500
-                    if response.status_code < 500:
-                        if response.status_code >= 400:
-                            log.warning("Stoker: the server refused the profile: %s",
-                                        response.text[:300])  # fmt: skip
-                        return
-                except Exception as error:
-                    self.server_away = True
-                    log.debug("profile %s: %s", what, error)
-            if until():
+                answer = profile_spool.post_to_profile(
+                    self._post, self._config.server, run_id, pid, what,
+                    body=report, token=self._config.token, params={"rank": rank},
+                )  # fmt: skip
+                self.server_away = answer.verdict is Verdict.RETRY
+                if answer.verdict is Verdict.REFUSED:
+                    log.warning("Stoker: the server refused the profile: %s",
+                                answer.reason[:300])  # fmt: skip
+                if not self.server_away:
+                    return
+            if until() or self._wait(backoff):
                 return
-            time.sleep(backoff.next_delay_s())
 
 
 def wait_for_uploads(profilers: list[Profiler], cap_s: float) -> None:
     """At the process's exit: let the profilers' uploads finish while the server takes them
-    (up to `cap_s`), not long once it stops answering; then say where what is left is kept."""
+    (up to `cap_s`), not long once it stops answering; then say where what is left is kept,
+    and stop their upload threads."""
     started = time.monotonic()
     away_since: float | None = None
     while any(profiler.busy for profiler in profilers):
@@ -435,3 +474,5 @@ def wait_for_uploads(profilers: list[Profiler], cap_s: float) -> None:
                     "(it was not in the spool)",
                     capture.id,
                 )
+    for profiler in profilers:
+        profiler.stop()

@@ -15,7 +15,9 @@ the process ends, however it ends. Whatever is left then is sent by the next age
 starts with this spool directory (upload.start_background_upload) or by `stoker upload`:
 the status, then the trace in chunks, and the directory is deleted only once the server
 accepted the last chunk (or refused the trace for good: an unknown profile, a trace over its
-cap). A process that ended during the capture left no trace: its worker is reported failed.
+cap). Each request is posted and its answer read as every other one the agent sends
+(delivery/classify.py): a busy server (429, 408, 5xx) is retried, a setting to fix is said.
+A process that ended during the capture left no trace: its worker is reported failed.
 """
 
 import contextlib
@@ -23,13 +25,23 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator
-from enum import Enum
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from trainer_agent.delivery.transport import bearer
-from trainer_agent.spool import PROFILES, fcntl, run_spool_directory, write_atomically
+from trainer_agent.delivery.classify import (
+    DELIVERED,
+    PROFILE_STATUS,
+    PROFILE_TRACE,
+    Answer,
+    Post,
+    Route,
+    Verdict,
+    http_post,
+    post,
+    say_once,
+)
+from trainer_agent.spool import PROFILES, run_spool_directory, take_lock, write_atomically
 
 log = logging.getLogger("trainer_agent")
 
@@ -38,28 +50,41 @@ TRACE = "trace.xplane.pb"
 CAPTURE = "capture"
 CHUNK_BYTES = 4 * 2**20
 
-Post = Callable[..., Any]
-
-
-class Outcome(Enum):
-    DELIVERED = "delivered"  # the server has the trace (or the worker's failure)
-    REFUSED = "refused"  # the server will never take it (unknown profile, over its cap)
-    RETRY = "retry"  # the server is away or busy; keep it
-
 
 def trace_dir(spool_dir: Path, run_key: str, pid: int, rank: int) -> Path:
     """Beside the batches this rank spools (each rank has its own run directory)."""
     return run_spool_directory(spool_dir, run_key, rank) / PROFILES / f"{pid}.r{rank}"
 
 
-def run_dir_bytes(run_dir: Path) -> int:
-    """What one run's spool directory holds on disk: its batches and its traces."""
-    total = 0
-    for path in Path(run_dir).rglob("*"):
-        with contextlib.suppress(OSError):
-            if path.is_file():
-                total += path.stat().st_size
-    return total
+def profile_path(run_id: Any, pid: Any, what: str) -> str:
+    """The route of a profile's `status` or `trace`."""
+    return f"/api/v1/runs/{run_id}/profiles/{pid}/{what}"
+
+
+def post_to_profile(
+    send: Post,
+    server: str,
+    run_id: Any,
+    pid: Any,
+    what: str,
+    *,
+    body: dict[str, Any] | bytes,
+    token: str | None,
+    params: dict[str, Any],
+) -> Answer:
+    """POST a status report (`what="status"`, JSON) or a trace chunk (`"trace"`, bytes) to a
+    profile. A setting to fix (a refused token, not a Stoker server) is said once."""
+    route: Route = PROFILE_STATUS if what == "status" else PROFILE_TRACE
+    path = profile_path(run_id, pid, what)
+    answer = post(send, server, route, path, body=body, token=token, timeout=30.0, params=params)
+    if answer.problem is not None:
+        say_once(
+            f"Stoker: {answer.problem}. Profiler reports and traces are kept and sent again "
+            "until this is fixed"
+        )
+    elif answer.verdict is Verdict.RETRY:
+        log.debug("profile %s: %s", what, answer.reason)
+    return answer
 
 
 def spooled_traces(path: Path) -> list[Path]:
@@ -115,18 +140,10 @@ def claimed(directory: Path) -> Iterator[bool]:
 
 
 def _lock(directory: Path) -> IO[bytes] | None:
-    if fcntl is None:
-        return None
     try:
-        lock = (Path(directory) / ".lock").open("ab")
+        return take_lock(Path(directory) / ".lock")
     except OSError:  # deleted meanwhile
         return None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.close()
-        return None
-    return lock
 
 
 def lock_for_capture(directory: Path) -> IO[bytes] | None:
@@ -150,60 +167,48 @@ def deliver(
     post: Post,
     token: str | None,
     server: str | None = None,
-) -> Outcome:
+) -> Answer:
     """Send one trace directory's status and trace (to `server`, by default the one it was
-    captured for). The caller holds its lock; deleting it is the caller's."""
+    captured for): DELIVERED once the server has the trace (or the worker's failure), else the
+    answer that stopped it (REFUSED: never, RETRY: later). The caller holds its lock; deleting
+    it is the caller's."""
     status = read_status(directory)
-    target = (server or status["server"]).rstrip("/")
-    base = f"{target}/api/v1/runs/{status['run_id']}/profiles/{status['profile']}"
+    target = server or status["server"]
     params = {"rank": status.get("rank", 0)}
-    headers = bearer(token)
 
-    def send(what: str, **kwargs: Any) -> Outcome | None:
+    def send(what: str, body: dict[str, Any] | bytes, params: dict[str, Any]) -> Answer | None:
         """None when accepted, else how it ended."""
-        try:
-            response = post(f"{base}/{what}", headers=headers, timeout=30.0, **kwargs)
-        except Exception as error:
-            log.debug("profile %s: %s", what, error)
-            return Outcome.RETRY
-        code = response.status_code
-        if code < 400:
+        answer = post_to_profile(
+            post, target, status["run_id"], status["profile"], what,
+            body=body, token=token, params=params,
+        )  # fmt: skip
+        if answer.verdict is Verdict.DELIVERED:
             return None
-        if code >= 500 or code in (401, 403, 408, 429):  # away, busy, or a token to fix
-            log.debug("profile %s: %s %s", what, code, response.text[:300])
-            return Outcome.RETRY
-        log.warning("Stoker: the server refused profile %s's trace: %s",
-                    status["profile"], response.text[:300])  # fmt: skip
-        return Outcome.REFUSED
+        if answer.verdict is Verdict.REFUSED:
+            log.warning("Stoker: the server refused profile %s's trace: %s",
+                        status["profile"], answer.reason[:300])  # fmt: skip
+        return answer
 
     trace = find_trace(directory)
     if trace is None:  # the process ended during the capture
         error = status.get("error") or "profile failed: the training process ended during it"
-        report = {"status": "failed", "error": error}
-        return send("status", json=report, params=params) or Outcome.DELIVERED
+        return send("status", {"status": "failed", "error": error}, params) or DELIVERED
     data = trace.read_bytes()
     keys = ("first_step", "last_step", "overhead")
     report = {"status": "uploading", "bytes": len(data)} | {k: status.get(k) for k in keys}
-    refused = send("status", json=report, params=params)
-    if refused is not None:
-        return refused
+    stopped = send("status", report, params)
+    if stopped is not None:
+        return stopped
     for offset in range(0, len(data), CHUNK_BYTES) or [0]:
         chunk = data[offset : offset + CHUNK_BYTES]
-        chunk_params = {**params, "offset": offset, "total": len(data)}
-        refused = send("trace", content=chunk, params=chunk_params)
-        if refused is not None:
-            return refused
-    return Outcome.DELIVERED
-
-
-def default_post(url: str, **kwargs: Any) -> Any:
-    import httpx
-
-    return httpx.post(url, **kwargs)
+        stopped = send("trace", chunk, {**params, "offset": offset, "total": len(data)})
+        if stopped is not None:
+            return stopped
+    return DELIVERED
 
 
 def upload_spooled(
-    path: Path, *, server: str | None, token: str | None, post: Post = default_post
+    path: Path, *, server: str | None, token: str | None, post: Post = http_post
 ) -> tuple[int, int]:
     """Send every trace under `path` that no live process holds; with `server`, only those
     captured for it. Returns (delivered or settled, left to retry)."""
@@ -220,13 +225,13 @@ def upload_spooled(
             wanted = (status.get("server") or "").rstrip("/")
             if server is not None and wanted != server.rstrip("/"):
                 continue  # captured for another server
-            outcome = deliver(directory, post=post, token=token)
-            if outcome is Outcome.RETRY:
+            verdict = deliver(directory, post=post, token=token).verdict
+            if verdict is Verdict.RETRY:
                 left += 1
                 continue
             remove(directory)
             done += 1
-            if outcome is Outcome.DELIVERED:
+            if verdict is Verdict.DELIVERED:
                 log.warning(
                     "Stoker: sent profile %s's trace (rank %s) that an earlier process left in %s",
                     status["profile"], status.get("rank", 0), directory,

@@ -12,8 +12,9 @@ Profiler traces of the run wait in its `profiles/` (trainer_agent/profile_spool.
 count toward the cap, and they outlive `discard()` of the batches, which leaves them for
 their own uploader.
 
-A process that writes a run's spool holds an exclusive `flock` on its `.lock` file until it
-is done with it; the kernel releases it when the process dies, however it dies. Whoever
+A process that writes a run's spool holds an exclusive `flock` on its `.lock` file
+(`take_lock`, which the trace directories use too) until it is done with it; the kernel
+releases it when the process dies, however it dies. Whoever
 uploads a spooled run (the next agent in the background, or `stoker upload DIR`) takes the
 same lock first, so a run is never uploaded while its own process still writes or replays
 it, nor by two uploaders at once.
@@ -47,6 +48,32 @@ def run_spool_directory(spool_dir: Path, run_key: str, rank: int) -> Path:
     """Where one process of a run spools its batches. Every worker of a distributed job has
     the run's key and numbers its own batches from 1, so each rank has its own directory."""
     return Path(spool_dir) / (run_key if not rank else f"{run_key}.r{rank}")
+
+
+def take_lock(path: Path) -> IO[bytes] | None:
+    """An exclusive `flock` on the file `path` (created if need be), without waiting: the open
+    file, which holds the lock until it is closed or the process ends, however it ends. None
+    when another holder has it, or there is no flock here (Windows). Raises OSError when the
+    file cannot be opened."""
+    if fcntl is None:
+        return None
+    lock = Path(path).open("ab")  # noqa: SIM115  (held past this function: it is the lock)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        return None
+    return lock
+
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of every file under `path` (none when it does not exist)."""
+    total = 0
+    for child in Path(path).rglob("*"):
+        with contextlib.suppress(OSError):
+            if child.is_file():
+                total += child.stat().st_size
+    return total
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -86,14 +113,8 @@ class Spool:
         if fcntl is None:
             return False
         self.directory.mkdir(parents=True, exist_ok=True)
-        lock = (self.directory / ".lock").open("ab")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            return False
-        self._lock = lock
-        return True
+        self._lock = take_lock(self.directory / ".lock")
+        return self._lock is not None
 
     def release(self) -> None:
         lock, self._lock = self._lock, None
@@ -116,18 +137,13 @@ class Spool:
     def end_path(self) -> Path:
         return self.directory / "end.json"
 
-    def _used_bytes(self) -> int:
-        """The batches' bytes (counted once, then kept up to date) and the traces'."""
+    def used_bytes(self) -> int:
+        """What counts toward the cap: the batches (counted once, then kept up to date) and
+        everything under `profiles/`, a capture the profiler is still writing included. The
+        small bookkeeping files (hello, end, server, lock) do not count."""
         if self._bytes is None:
             self._bytes = sum(p.stat().st_size for p in self._batches.glob("*.json"))
-        return self._bytes + self._trace_bytes()
-
-    def _trace_bytes(self) -> int:
-        total = 0
-        for path in (self.directory / PROFILES).glob("*/*"):
-            with contextlib.suppress(OSError):
-                total += path.stat().st_size if path.is_file() else 0
-        return total
+        return self._bytes + tree_bytes(self.directory / PROFILES)
 
     def add(self, hello: dict[str, Any], batch: dict[str, Any]) -> bool:
         """Store one batch; False (nothing written) when it would exceed the cap.
@@ -136,7 +152,7 @@ class Spool:
         half written, and the caller counts the batch as dropped.
         """
         data = wire.dumps(batch)
-        if self._used_bytes() + len(data) > self.max_bytes:
+        if self.used_bytes() + len(data) > self.max_bytes:
             return False
         self._start(hello)
         write_atomically(self._batches / f"{batch['seq']:012d}.json", data)
