@@ -1,4 +1,4 @@
-"""Agent ⇄ server wire messages (docs/architecture.md, "Wire protocol"; docs/protocol.md). Strict: unknown fields are errors."""
+"""Agent ⇄ server wire messages (docs/protocol.md). Strict: unknown fields are errors."""
 
 import math
 import operator

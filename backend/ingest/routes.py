@@ -1,4 +1,4 @@
-"""Agent ingest: the WebSocket stream and its HTTP fallback (docs/architecture.md, "Wire protocol"; docs/protocol.md)."""
+"""Agent ingest: the WebSocket stream and its HTTP fallback (docs/protocol.md)."""
 
 import asyncio
 import contextlib
