@@ -2,23 +2,32 @@
 
 GPU-like regime (`tests.gpu_like`): the step holds `--hold-ms` without the CPU once its batch
 arrived; the slow stage sleeps, so the pipeline and the step do not share the CPUs. The step
-time C with cached input is measured first; each slow stage is given MARGIN x C a batch.
+time C with cached input is measured first, in the same run; each slow stage is given
+MARGIN x C a batch (a stage on k threads k x that, so it still starves).
 
 For each scenario, `--runs` one-epoch fits; during each, the agent's `PipelineSource` reads
 tf.data's autotuning model (through the same `train_function` wrapper StokerCallback
 installs) three quarters into the epoch, and `find_bottleneck` (the server's attribution,
 called directly: no server) judges the stages with the step demand 1/C and the wait share
-1 - C / (median step interval). A hit is the right stage named (none for `fed`).
+1 - C / (median step interval). Columns: "stage", the right stage kind named (none for the
+fed runs); "function", that and the user's function name right (the interleave's own
+function for a stage inside it).
+
+Follow the advice: for the scenarios with a `followed` variant (the first advice applied to
+the same shape), `--follow-runs` fits of it; the median wait must drop below 0.7 of the
+original's, or the advice must change: the same advice again (its text without the stage
+label) is a FAIL either way.
 
 Also: the cost of one model read (get_model_proto + conversion, µs) and that cost spread
 over the steps of the default 5 s interval.
 
-Usage: .venv/bin/python bench/bottleneck.py [--runs 10] [--steps 40] [--hold-ms 20]
-       [--only NAME]
+Usage: .venv/bin/python bench/bottleneck.py [--runs 10] [--follow-runs 3] [--steps 40]
+       [--hold-ms 20] [--only NAME] [--explain]
 """
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -34,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 import tensorflow as tf
 
-from backend.diagnosis.bottleneck import find_bottleneck
+from backend.diagnosis.bottleneck import capacities, find_bottleneck
 from tests.gpu_like import MARGIN, held_model, measure_step_s
 from trainer_agent.pipeline_model import (
     DEFAULT_INTERVAL_S,
@@ -74,11 +83,14 @@ def _xy(n: int) -> tuple[np.ndarray, np.ndarray]:
     return x, x[:, :1]
 
 
-@dataclass
-class Scenario:
-    name: str
-    build: Callable[[int, float], tf.data.Dataset]  # (elements, slow delay a batch) -> dataset
-    expected: Callable[[dict[str, Any]], bool] | None  # None: no bottleneck
+def _private_threads(ds: tf.data.Dataset) -> tf.data.Dataset:
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 8  # the threads sleep, not the CPUs
+    return ds.with_options(options)
+
+
+def _rows(n: int) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices(_xy(n))
 
 
 def generator(n: int, batch_delay_s: float) -> tf.data.Dataset:
@@ -106,13 +118,20 @@ def _write_records(directory: str, n: int, files: int = 4) -> list[str]:
     return paths
 
 
-def _records(n: int, batch_delay_s: float, cycle_length: int | None) -> tf.data.Dataset:
-    directory = tempfile.mkdtemp(prefix="stoker-bench-")
-    paths = _write_records(directory, n)
-    per_record_s = batch_delay_s / BATCH
+def _parse(r: Any) -> Any:
+    a = tf.reshape(tf.io.decode_raw(r, tf.float32), [FEATURES])
+    return a, a[:1]
+
+
+def _records(
+    n: int, per_record_s: float, how: str, cycle_length: int = 1, parallel: int | None = None
+) -> tf.data.Dataset:
+    """TFRecord shards in a temp dir, each record read slowly (a slow disk or network file
+    system), through `how`: "flat_map" or "interleave"."""
+    paths = _write_records(tempfile.mkdtemp(prefix="stoker-bench-"), n)
 
     def slow_read(v: bytes) -> bytes:
-        time.sleep(per_record_s)  # a slow disk or network file system
+        time.sleep(per_record_s)
         return v
 
     def read_file(path: Any) -> tf.data.Dataset:
@@ -124,74 +143,235 @@ def _records(n: int, batch_delay_s: float, cycle_length: int | None) -> tf.data.
         )
 
     files = tf.data.Dataset.from_tensor_slices(paths)
-    if cycle_length is None:  # a flat_map: one file after the other
+    if how == "flat_map":
         reads = files.flat_map(read_file)
     else:
-        reads = files.interleave(read_file, cycle_length=cycle_length)
-
-    def parse(r: Any) -> Any:
-        a = tf.reshape(tf.io.decode_raw(r, tf.float32), [FEATURES])
-        return a, a[:1]
-
-    return reads.map(parse, num_parallel_calls=2).batch(BATCH).prefetch(2)
+        reads = files.interleave(read_file, cycle_length=cycle_length, num_parallel_calls=parallel)
+    return _private_threads(reads.map(_parse, num_parallel_calls=2).batch(BATCH).prefetch(2))
 
 
 def file_reads(n: int, batch_delay_s: float) -> tf.data.Dataset:
-    return _records(n, batch_delay_s, None)
+    return _records(n, batch_delay_s / BATCH, "flat_map")
+
+
+def file_reads_followed(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    return _records(n, batch_delay_s / BATCH, "interleave", 4, tf.data.AUTOTUNE)
 
 
 def interleave_cycle_1(n: int, batch_delay_s: float) -> tf.data.Dataset:
-    return _records(n, batch_delay_s, 1)
+    return _records(n, batch_delay_s / BATCH, "interleave", 1)
+
+
+def parallel_interleave_shards(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    # Two shards read at once, each record twice the serial delay: still MARGIN x the step.
+    return _records(n, 2 * batch_delay_s / BATCH, "interleave", 2, 2)
 
 
 def serial_map(n: int, batch_delay_s: float) -> tf.data.Dataset:
-    ds = tf.data.Dataset.from_tensor_slices(_xy(n))
-    ds = ds.map(_sleeper(batch_delay_s / BATCH, "decode"))
+    ds = _rows(n).map(_sleeper(batch_delay_s / BATCH, "decode"))
     return ds.batch(BATCH).prefetch(2)
 
 
-def under_parallel_map(n: int, batch_delay_s: float) -> tf.data.Dataset:
+def serial_map_followed(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    ds = _rows(n).map(
+        _sleeper(batch_delay_s / BATCH, "decode"), num_parallel_calls=tf.data.AUTOTUNE
+    )
+    return _private_threads(ds.batch(BATCH).prefetch(2))
+
+
+def under_parallel_map(n: int, batch_delay_s: float, *, cache: bool = False) -> tf.data.Dataset:
     # Two threads, each element twice the serial delay: still MARGIN x the step a batch.
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = 8  # the threads sleep, not the CPUs
-    ds = tf.data.Dataset.from_tensor_slices(_xy(n))
-    ds = ds.map(_fast("normalize"), num_parallel_calls=tf.data.AUTOTUNE)
+    ds = _rows(n).map(_fast("normalize"), num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.map(_sleeper(2 * batch_delay_s / BATCH, "augment"), num_parallel_calls=2)
+    if cache:
+        ds = ds.cache()
     ds = ds.map(_fast("clip"), num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(BATCH).prefetch(2).with_options(options)
+    return _private_threads(ds.batch(BATCH).prefetch(2))
+
+
+def under_parallel_map_cached(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    return under_parallel_map(n, batch_delay_s, cache=True)
 
 
 def map_before_batch(n: int, batch_delay_s: float) -> tf.data.Dataset:
     # A per-element map ahead of batch whose work would be one call on the batch.
-    ds = tf.data.Dataset.from_tensor_slices(_xy(n))
-    ds = ds.map(_sleeper(batch_delay_s / BATCH, "per_element_resize"))
+    ds = _rows(n).map(_sleeper(batch_delay_s / BATCH, "per_element_resize"))
     ds = ds.batch(BATCH).map(_fast("batch_cast"), num_parallel_calls=2)
     return ds.prefetch(2)
 
 
+def slow_between_fast(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    ds = _rows(n).batch(BATCH).map(_fast("fast_normalize"))
+    ds = ds.map(_sleeper(batch_delay_s, "slow_decode")).map(_fast("fast_normalize"))
+    return ds.prefetch(4)
+
+
+def single_named_map(n: int, batch_delay_s: float, parallel: int | None = None) -> tf.data.Dataset:
+    ds = _rows(n).batch(BATCH).map(_sleeper(batch_delay_s, "slow_decode"), parallel)
+    return _private_threads(ds.prefetch(2))
+
+
+def single_named_map_followed(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    return single_named_map(n, batch_delay_s, tf.data.AUTOTUNE)
+
+
+def heavy_augment_2(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    ds = _rows(n).batch(BATCH)
+    ds = ds.map(_sleeper(2 * batch_delay_s, "heavy_augment"), num_parallel_calls=2)
+    return _private_threads(ds.prefetch(2))
+
+
+def _read_shard(per_row_s: float) -> Callable[[Any], tf.data.Dataset]:
+    x, y = _xy(64)
+
+    def read_shard(i: Any) -> tf.data.Dataset:
+        return tf.data.Dataset.from_tensor_slices((x, y)).map(_sleeper(per_row_s, "read_row"))
+
+    return read_shard
+
+
+def serial_interleave(n: int, batch_delay_s: float, followed: bool = False) -> tf.data.Dataset:
+    shards = tf.data.Dataset.range(max(1, n // 64 + 1))
+    read = _read_shard(batch_delay_s / BATCH)
+    if followed:
+        ds = shards.interleave(read, cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = shards.interleave(read, cycle_length=1)
+    return _private_threads(ds.batch(BATCH).prefetch(2))
+
+
+def serial_interleave_followed(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    return serial_interleave(n, batch_delay_s, followed=True)
+
+
+def flat_map_shards(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    shards = tf.data.Dataset.range(max(1, n // 64 + 1))
+    ds = shards.flat_map(_read_shard(batch_delay_s / BATCH))
+    return ds.batch(BATCH).prefetch(2)
+
+
+def map_and_batch_autotune(n: int, batch_delay_s: float, *, cache: bool = False) -> tf.data.Dataset:
+    # The autotuner's most threads are the host's cores: slow enough to starve even then.
+    per_element_s = batch_delay_s * (os.cpu_count() or 1) / BATCH
+    ds = _rows(n).map(_sleeper(per_element_s, "slow"), num_parallel_calls=tf.data.AUTOTUNE)
+    if cache:
+        ds = ds.cache()
+    return ds.batch(BATCH).prefetch(tf.data.AUTOTUNE)
+
+
+def map_and_batch_autotune_cached(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    return map_and_batch_autotune(n, batch_delay_s, cache=True)
+
+
+def heavy_filter(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    per_element_s = batch_delay_s / BATCH
+
+    def keep(v: np.ndarray) -> np.bool_:
+        time.sleep(per_element_s)
+        return np.bool_(True)
+
+    def heavy_filter(a: Any, b: Any) -> Any:
+        return tf.ensure_shape(tf.numpy_function(keep, [a], tf.bool, stateful=True), [])
+
+    return _rows(n).filter(heavy_filter).batch(BATCH).prefetch(2)
+
+
+def _kept(a: Any, b: Any, keep: Any) -> Any:
+    return keep
+
+
+def _without_flag(a: Any, b: Any, keep: Any) -> Any:
+    return a, b
+
+
+def heavy_filter_followed(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    # The advice: the expensive part in a parallel map, the filter on its result.
+    per_element_s = batch_delay_s / BATCH
+
+    def flag(v: np.ndarray) -> np.bool_:
+        time.sleep(per_element_s)
+        return np.bool_(True)
+
+    def compute_keep(a: Any, b: Any) -> Any:
+        keep = tf.ensure_shape(tf.numpy_function(flag, [a], tf.bool, stateful=True), [])
+        return a, b, keep
+
+    ds = _rows(n).map(compute_keep, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.filter(_kept).map(_without_flag)
+    return _private_threads(ds.batch(BATCH).prefetch(2))
+
+
+def cache_after_slow(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    ds = _rows(n).map(_sleeper(batch_delay_s / BATCH, "slow_decode")).cache()
+    return ds.shuffle(64).batch(BATCH).prefetch(2)
+
+
+def large_shuffle(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    ds = _rows(n).map(_sleeper(batch_delay_s / BATCH, "load"))
+    # 5 batches' worth at 40 steps: the model read (3/4 into the epoch) comes before the
+    # buffer holds the last elements (then the map's iterator is gone from the model).
+    return ds.shuffle(max(BATCH, n // 8)).batch(BATCH).prefetch(2)
+
+
+def py_function_decode(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    per_element_s = batch_delay_s / BATCH
+
+    def py_decode(a: Any, b: Any) -> Any:
+        out = tf.py_function(lambda v: (time.sleep(per_element_s), v)[1], [a], a.dtype)
+        return tf.ensure_shape(out, a.shape), b
+
+    return _rows(n).map(py_decode).batch(BATCH).prefetch(2)
+
+
 def fed(n: int, batch_delay_s: float) -> tf.data.Dataset:
-    ds = tf.data.Dataset.from_tensor_slices(_xy(n))
-    return ds.map(_fast("scale"), num_parallel_calls=2).batch(BATCH).cache().prefetch(2)
+    return _rows(n).map(_fast("scale"), num_parallel_calls=2).batch(BATCH).cache().prefetch(2)
 
 
-def _function(name: str) -> Callable[[dict[str, Any]], bool]:
-    return lambda b: b["function"] == name
+def fed_short(n: int, batch_delay_s: float) -> tf.data.Dataset:
+    # The demo's fed shape: cache + parallel map + prefetch.
+    ds = _rows(n).cache().map(_fast("scale"), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(BATCH).prefetch(tf.data.AUTOTUNE)
 
 
-def _slow_read(b: dict[str, Any]) -> bool:
-    # The sleeping read is a map made inside the interleave's function: no user name.
-    return b["kind"] in ("map", "parallel_map", "file_reader") and b["function"] is None
+MAPS = ("map", "parallel_map", "map_and_batch")
+
+
+@dataclass
+class Scenario:
+    name: str
+    build: Callable[[int, float], tf.data.Dataset]  # (elements, slow delay a batch) -> dataset
+    kinds: tuple[str, ...]  # the stage kinds that are right; () for a fed run: none named
+    function: str | None = None  # the user's function the stage must be named by
+    followed: Callable[[int, float], tf.data.Dataset] | None = None  # the first advice applied
 
 
 SCENARIOS = [
-    Scenario("generator source", generator, lambda b: b["kind"] == "generator"),
-    Scenario("slow file reads (flat_map)", file_reads, _slow_read),
-    Scenario("interleave cycle_length=1", interleave_cycle_1, _slow_read),
-    Scenario("serial map", serial_map, _function("decode")),
-    Scenario("under-parallel map", under_parallel_map, _function("augment")),
-    Scenario("map before batch", map_before_batch, _function("per_element_resize")),
-    Scenario("fed", fed, None),
-]
+    Scenario("generator source", generator, ("generator",)),
+    Scenario("flat_map over slow files", file_reads, ("flat_map",), "read_file",
+             file_reads_followed),
+    Scenario("interleave cycle_length=1", interleave_cycle_1, ("interleave",), "read_file"),
+    Scenario("serial map", serial_map, MAPS, "decode", serial_map_followed),
+    Scenario("under-parallel map", under_parallel_map, MAPS, "augment",
+             under_parallel_map_cached),
+    Scenario("map before batch", map_before_batch, MAPS, "per_element_resize"),
+    Scenario("slow map between fast maps", slow_between_fast, MAPS, "slow_decode"),
+    Scenario("single named map", single_named_map, MAPS, "slow_decode",
+             single_named_map_followed),
+    Scenario("parallel map, 2 threads", heavy_augment_2, MAPS, "heavy_augment"),
+    Scenario("serial interleave (range)", serial_interleave, ("interleave",), "read_shard",
+             serial_interleave_followed),
+    Scenario("map-and-batch AUTOTUNE", map_and_batch_autotune, MAPS, "slow",
+             map_and_batch_autotune_cached),
+    Scenario("parallel interleave, TFRecord", parallel_interleave_shards,
+             ("parallel_interleave",), "read_file"),
+    Scenario("heavy filter", heavy_filter, ("filter",), "heavy_filter", heavy_filter_followed),
+    Scenario("flat_map shards", flat_map_shards, ("flat_map",), "read_shard"),
+    Scenario("cache after slow stage", cache_after_slow, MAPS, "slow_decode"),
+    Scenario("large shuffle buffer", large_shuffle, MAPS, "load"),
+    Scenario("py_function decode", py_function_decode, MAPS, "py_decode"),
+    Scenario("fed", fed, ()),
+    Scenario("fed, cache+AUTOTUNE+prefetch", fed_short, ()),
+]  # fmt: skip
 
 
 class _Probe(tf.keras.callbacks.Callback):
@@ -217,10 +397,18 @@ class _Probe(tf.keras.callbacks.Callback):
         unwatch_train_function(self.model)
 
 
+@dataclass
+class Run:
+    named: dict[str, Any] | None  # the bottleneck, or None
+    wait_share: float
+    read_us: float | None
+    stages: list[dict[str, Any]]
+
+
 def run_once(
-    scenario: Scenario, model: Any, step_s: float, steps: int
-) -> tuple[bool, dict[str, Any] | None, float | None]:
-    dataset = scenario.build(steps * BATCH, MARGIN * step_s)
+    build: Callable[[int, float], tf.data.Dataset], model: Any, step_s: float, steps: int
+) -> Run:
+    dataset = build(steps * BATCH, MARGIN * step_s)
     source = PipelineSource()
     source.describe(function_names(dataset), stamped=False)
     probe = _Probe(source, read_at=steps * 3 // 4)
@@ -228,45 +416,98 @@ def run_once(
     intervals = [b - a for a, b in zip(probe.begins[1:], probe.begins[2:], strict=False)]
     wait_share = max(0.0, 1.0 - step_s / statistics.median(intervals))
     section = probe.recorder.drain()["pipeline"]
+    stages = section["stages"][0] if section["stages"] else []
     found = find_bottleneck(
-        section["stages"][0], demand_steps_per_s=1.0 / step_s, wait_share=wait_share,
-        cpus=os.cpu_count(),
-    )  # fmt: skip
+        stages, demand_steps_per_s=1.0 / step_s, wait_share=wait_share, cpus=os.cpu_count()
+    )
     named = None if found is None else found.model_dump()
-    if scenario.expected is None:
-        hit = named is None
-    else:
-        hit = named is not None and scenario.expected(named)
-    return hit, named, source.last_read_us
+    return Run(named, wait_share, source.last_read_us, stages)
+
+
+def _advice(run: Run) -> str | None:
+    """The first advice without its stage label ("stage 3 (map 'x')" moves as stages do)."""
+    if run.named is None:
+        return None
+    return re.sub(r"^stage \d+ \([^)]*\) ", "", run.named["fix"])
+
+
+def _explain(scenario: Scenario, run: Run, step_s: float) -> None:
+    reached = (1.0 - run.wait_share) / step_s
+    caps = capacities(run.stages, reached)
+    print(f"  {scenario.name}: wait {run.wait_share:.0%}, reached {reached:.3g} steps/s")
+    for stage, cap in zip(run.stages, caps, strict=True):
+        print(
+            f"    {stage['position']:2} {stage['kind']:20} {stage['name']:34} "
+            f"{stage['function'] or '':16} par {stage['parallelism'] or 0:4.3g} "
+            f"ms/el {stage['ms_per_element'] or 0:8.3g} el {stage['elements']:5} "
+            f"buf {stage['buffered']}/{stage['buffer_size']} cap {cap:.3g}"
+        )
+    print(f"    named: {run.named and (run.named['kind'], run.named['function'])}")
+    print(f"    fix: {run.named and run.named['fix']}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--follow-runs", type=int, default=3, help="runs of each advice followed")
     parser.add_argument("--steps", type=int, default=40, help="steps per fit")
     parser.add_argument("--hold-ms", type=float, default=20.0, help="GPU-like step hold")
     parser.add_argument("--only", default="", help="run the scenarios whose name contains this")
+    parser.add_argument("--explain", action="store_true", help="print each run's stages")
     args = parser.parse_args()
 
     model = held_model(FEATURES, args.hold_ms / 1000)
-    step_s = measure_step_s(model, tf.data.Dataset.from_tensor_slices(_xy(BATCH * 12)).batch(BATCH))
+    step_s = measure_step_s(model, _rows(BATCH * 12).batch(BATCH))
     print(f"step with cached input C = {step_s * 1000:.1f} ms; slow stage: {MARGIN:g} x C a batch")
-    print(f"{'scenario':30} {'hits':>6}  named (last miss)")
+    print(f"{'scenario':32} {'stage':>6} {'function':>8}  {'wait':>5}  expected (last miss)")
     read_costs: list[float] = []
+    follow_rows: list[str] = []
     for scenario in SCENARIOS:
         if args.only and args.only not in scenario.name:
             continue
-        hits, miss = 0, None
+        stage_hits = function_hits = 0
+        miss = None
+        runs = []
         for _ in range(args.runs):
-            hit, named, read_us = run_once(scenario, model, step_s, args.steps)
-            hits += hit
-            if read_us is not None:
-                read_costs.append(read_us)
+            run = run_once(scenario.build, model, step_s, args.steps)
+            runs.append(run)
+            if args.explain:
+                _explain(scenario, run, step_s)
+            if run.read_us is not None:
+                read_costs.append(run.read_us)
+            named = run.named
+            if not scenario.kinds:
+                hit = named is None
+                stage_hits += hit
+                function_hits += hit
+            else:
+                hit = named is not None and named["kind"] in scenario.kinds
+                stage_hits += hit
+                named_fn = named is not None and named["function"] == scenario.function
+                function_hits += hit and named_fn
+                hit = hit and named_fn
             if not hit:
                 miss = named
-        expected = "none" if scenario.expected is None else "the slow stage"
-        what = "" if miss is None else f"  miss: {miss and (miss['kind'], miss['function'])}"
-        print(f"{scenario.name:30} {hits:>3}/{args.runs}  (expected {expected}){what}", flush=True)
+        expected = (
+            "none"
+            if not scenario.kinds
+            else f"{scenario.kinds[0]} '{scenario.function}'"
+            if scenario.function
+            else scenario.kinds[0]
+        )
+        what = "" if miss is None else f"  miss: {(miss['kind'], miss['function'])}"
+        wait = statistics.median(r.wait_share for r in runs)
+        print(
+            f"{scenario.name:32} {stage_hits:>3}/{args.runs} {function_hits:>5}/{args.runs}  "
+            f"{wait:5.0%}  {expected}{what}",
+            flush=True,
+        )
+        if scenario.followed is not None and args.follow_runs > 0:
+            follow_rows.append(_follow(scenario, runs, model, step_s, args))
+    if follow_rows:
+        print("\nfollow the advice (the first applied): the wait drops or the advice changes")
+        for row in follow_rows:
+            print(row)
     if read_costs:
         per_read = statistics.median(read_costs)
         per_step = per_read * step_s / DEFAULT_INTERVAL_S
@@ -276,6 +517,38 @@ def main() -> None:
             f"at one read per {DEFAULT_INTERVAL_S:g} s and a {step_s * 1000:.1f} ms step: "
             f"{per_step:.2f} µs a step (on the sampler thread)"
         )
+
+
+# The followed run's wait must be below this share of the original's to count as dropped.
+DROPPED = 0.7
+
+
+def _follow(
+    scenario: Scenario, runs: list[Run], model: Any, step_s: float, args: argparse.Namespace
+) -> str:
+    assert scenario.followed is not None
+    before = [_advice(r) for r in runs if r.named is not None]
+    first = max(set(before), key=before.count) if before else None
+    wait_before = statistics.median(r.wait_share for r in runs)
+    after_runs = [
+        run_once(scenario.followed, model, step_s, args.steps) for _ in range(args.follow_runs)
+    ]
+    if args.explain:
+        for run in after_runs:
+            _explain(scenario, run, step_s)
+    wait_after = statistics.median(r.wait_share for r in after_runs)
+    after = [_advice(r) for r in after_runs]
+    dropped = wait_after < DROPPED * wait_before
+    repeated = sum(a is not None and a == first for a in after)
+    changed = repeated == 0
+    ok = dropped or changed
+    verdict = "pass" if ok and not repeated else "FAIL"
+    return (
+        f"{scenario.name:32} wait {wait_before:4.0%} -> {wait_after:4.0%} "
+        f"({'dropped' if dropped else 'not dropped'}); same advice again {repeated}/"
+        f"{len(after_runs)}; {verdict}\n    advice: {(first or '-')[:110]}\n"
+        f"    after:  {(after[-1] or 'none')[:110]}"
+    )
 
 
 if __name__ == "__main__":
