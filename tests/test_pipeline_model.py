@@ -159,15 +159,17 @@ def test_functions_are_named_by_the_node_that_runs_them_not_by_count() -> None:
         tf.data.Dataset.from_tensor_slices(rows)
         .batch(8)
         .map(_fast("fast_normalize"))
-        .map(_slow("slow_decode"))
+        .map(_slow("slow_decode", 0.005))
         .map(_fast("fast_clip"))
     )
     names = function_names(dataset)
     stages = _read(StampRing().wrap(dataset), 20, names, stamped=True)
     functions = [(s["kind"], s["function"]) for s in stages if s["function"]]
     assert [f for _, f in functions] == ["fast_normalize", "slow_decode", "fast_clip"]
-    slowest = max(stages, key=lambda s: s["ms_per_element"] or 0)
-    assert slowest["function"] == "slow_decode" and slowest["kind"] == "map"
+    # The slow time is under the slow function's name (a parallel map's own time can count
+    # its waits on a slow input, so its neighbours are not compared).
+    slow = next(s for s in stages if s["function"] == "slow_decode")
+    assert slow["kind"] == "map" and slow["ms_per_element"] >= 4.5
     # Stoker's prefetch is marked as Stoker's; the stamping stage is gone.
     assert stages[-1]["kind"] == "prefetch" and not is_users(stages[-1])
     assert all(is_users(s) for s in stages[:-1])
