@@ -15,6 +15,7 @@ from backend.diagnosis.bottleneck import (
     add_bottleneck,
     capacities,
     find_bottleneck,
+    reached_steps_per_s,
     step_demand,
 )
 from backend.diagnosis.verdict import Diagnosis, Verdict
@@ -73,7 +74,12 @@ def pipeline_view(session: Session, run_id: int, at: float | None) -> PipelineVi
         stages=[PipelineStage.model_validate(stage) for stage in stages],
         bottleneck=bottleneck,
         read_us=read["read_us"],
-        capacity_steps_per_s=[None if math.isinf(c) else c for c in capacities(stages)],
+        # Checked against the rate the run reached, as the bottleneck's are: no view shows a
+        # capacity below what the stage demonstrably fed.
+        capacity_steps_per_s=[
+            None if math.isinf(c) else c
+            for c in capacities(stages, reached_steps_per_s(*demand) if demand else None)
+        ],
         demand_steps_per_s=demand[0] if demand else None,
     )
 

@@ -92,6 +92,11 @@ def elements_per_step(stages: list[dict[str, Any]]) -> list[float]:
     return result
 
 
+def reached_steps_per_s(demand_steps_per_s: float, wait_share: float) -> float:
+    """The rate the run reached: the rate its steps would take when fed, less the wait."""
+    return demand_steps_per_s * (1.0 - min(wait_share, 1.0))
+
+
 def capacities(
     stages: list[dict[str, Any]], reached_steps_per_s: float | None = None
 ) -> list[float]:
@@ -266,7 +271,7 @@ def find_bottleneck(
     """
     if not stages or wait_share is None or wait_share < input_bound or not demand_steps_per_s:
         return None
-    reached = demand_steps_per_s * (1.0 - min(wait_share, 1.0))
+    reached = reached_steps_per_s(demand_steps_per_s, wait_share)
     raw = capacities(stages)
     capacity = capacities(stages, reached)
     for position in sorted(range(len(stages)), key=capacity.__getitem__):
