@@ -59,7 +59,8 @@ def run_energy(
             DeviceSample.energy_integrated,
         ).where(DeviceSample.run_id == run_id, col(DeviceSample.energy_j).is_not(None))
     ).all()
-    integrated = {(r.rank, r.gpu) for r in device if r.energy_integrated}
+    # Positional: a Row's `.t` is its tuple, not the `t` column.
+    integrated = {(rank, gpu) for rank, gpu, _, _, flag in device if flag}
     steps: dict[int, tuple[list[float], list[float], list[float | None]]] = {}
     if device:
         rows = session.exec(
@@ -67,10 +68,12 @@ def run_energy(
             .where(Step.run_id == run_id)
             .order_by(col(Step.rank), col(Step.step))
         ).all()
-        for rank, group in groupby(rows, key=lambda r: r.rank):
+        for rank, group in groupby(rows, key=lambda r: r[0]):
             items = list(group)
-            steps[rank] = ([r.t for r in items], [r.dur for r in items], [r.wait for r in items])
-    split = split_energy([(r.rank, r.gpu, r.t, float(r.energy_j)) for r in device], steps)
+            steps[rank] = ([r[1] for r in items], [r[2] for r in items], [r[3] for r in items])
+    split = split_energy(
+        [(rank, gpu, t, float(joules)) for rank, gpu, t, joules, _ in device], steps
+    )
     known = bool(device)
 
     def kwh(joules: float) -> float | None:

@@ -26,7 +26,8 @@
  *
  * Counters are integrated over time as a GPU's are: the energy counter grows by power_mw x
  * seconds (mJ) and each GPM metric's counter by value x seconds, with the values in force
- * at each moment (a control-file change takes effect when the fake next looks at it).
+ * at each moment (a control-file change counts from the file's mtime, whenever the fake
+ * next looks at it).
  * nvmlGpmMetricsGet gives (counter2 - counter1) / (t2 - t1) per metric. Two samples less
  * than 100 ms apart hold the same counters (the GPU refreshes them every 100 ms): every
  * metric then reads 0 with NVML_SUCCESS, the fake zero a careless reader would report.
@@ -105,10 +106,10 @@ static double monotonic_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Integrate every GPU's counters up to now with the values in force; under the lock. */
-static void advance(void) {
-    double now = monotonic_s();
-    if (counters_at >= 0) {
+/* Integrate every GPU's counters up to `now` (monotonic seconds) with the values in force;
+ * under the lock. */
+static void advance_to(double now) {
+    if (counters_at >= 0 && now > counters_at) {
         double dt = now - counters_at;
         for (int i = 0; i < MAX_GPUS; i++) {
             FakeGpu *g = &state.gpus[i];
@@ -117,7 +118,19 @@ static void advance(void) {
                 if (g->gpm_set[id]) counters[i].gpm[id] += g->gpm_value[id] * dt;
         }
     }
-    counters_at = now;
+    if (now > counters_at) counters_at = now;
+}
+
+static void advance(void) { advance_to(monotonic_s()); }
+
+/* The monotonic time a file was changed at (its mtime, on the realtime clock). */
+static double changed_at(const struct stat *st) {
+    struct timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    double ago = ((double)real.tv_sec + (double)real.tv_nsec / 1e9) -
+                 ((double)st->st_mtim.tv_sec + (double)st->st_mtim.tv_nsec / 1e9);
+    double now = monotonic_s();
+    return ago > 0 ? now - ago : now;
 }
 
 static void set_gpu(FakeGpu *g, const char *key, const char *value) {
@@ -172,15 +185,19 @@ static int unchanged(const char *path, const struct stat *st) {
 static void load(void) {
     const char *path = getenv("FAKE_NVML_CONTROL");
     struct stat st;
+    double change = -1.0;
     if (path && strlen(path) < sizeof loaded.path && !stat(path, &st)) {
         if (unchanged(path, &st)) return;
+        change = changed_at(&st);
         strcpy(loaded.path, path);
         loaded.dev = st.st_dev; loaded.ino = st.st_ino; loaded.size = st.st_size;
         loaded.mtime = st.st_mtim;
     } else {
         loaded.path[0] = 0;
     }
-    advance(); /* the old values were in force until now */
+    /* The old values were in force until the file changed, the new ones since. */
+    if (change >= 0) advance_to(change);
+    else advance();
     defaults();
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) return;
@@ -206,6 +223,7 @@ static void load(void) {
     }
     fclose(f);
     if (state.device_count > MAX_GPUS) state.device_count = MAX_GPUS;
+    advance();
 }
 
 static nvmlReturn_t injected(const char *function) {
