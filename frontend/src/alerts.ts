@@ -29,6 +29,9 @@ export const ALERT_METRICS: MetricInfo[] = [
   { metric: "no_data", label: "No data for", unit: "s", factor: 1, comparison: ">=", threshold: 120, min: 0 },
   { metric: "stalled", label: "Stalled (1 = yes)", unit: "", factor: 1, comparison: ">=", threshold: 1, min: 0, max: 1 },
   { metric: "straggler_ratio", label: "Straggler ratio (slowest worker / median)", unit: "×", factor: 1, comparison: ">=", threshold: 1.5, min: 1 },
+  // NVML GPM (Hopper and newer): no value, so never firing, on GPUs without GPM.
+  { metric: "sm_util", label: "SM active (GPM)", unit: "%", factor: 1, comparison: "<", threshold: 40, min: 0, max: 100 },
+  { metric: "tensor_util", label: "Tensor active (GPM)", unit: "%", factor: 1, comparison: "<", threshold: 5, min: 0, max: 100 },
 ];
 
 export const COMPARISONS: Comparison[] = ["<", "<=", ">", ">="];
