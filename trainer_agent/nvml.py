@@ -59,6 +59,7 @@ class Nvml:
         self._infos: dict[int, GpuInfo] = {}
         self._system: dict[str, Any] = {}
         self._last_sample_us: dict[tuple[int, int], int] = {}
+        self._last_errors: dict[str, str] = {}
 
     # --- init -----------------------------------------------------------------------------
     def available(self) -> bool:
@@ -113,9 +114,12 @@ class Nvml:
             )
             return None
         try:
-            return fn(*args)
+            result = fn(*args)
         except Exception as error:
             name = type(error).__name__
+            self._last_errors[function] = name
+            if function.startswith("nvmlGpm"):
+                return None  # trainer_agent.gpm says once what a GPM failure means
             if name == "NVMLError_NotSupported":
                 return None
             if name == "NVMLError_FunctionNotFound":
@@ -127,6 +131,18 @@ class Nvml:
                 return None
             self._log_once(f"{function}:{name}", "Stoker: NVML %s failed: %s", function, error)
             return None
+        self._last_errors.pop(function, None)
+        return result
+
+    def last_error(self, function: str) -> str | None:
+        """The exception class name of `function`'s last failure (`NVMLError_NoPermission`),
+        None when its last call succeeded."""
+        return self._last_errors.get(function)
+
+    @property
+    def library(self) -> ModuleType | None:
+        """The NVML binding once NVML is initialized (its structs and constants), else None."""
+        return self._library if self.available() else None
 
     def _log_once(self, key: str, message: str, *args: Any) -> None:
         if key not in self._logged:

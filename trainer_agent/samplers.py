@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from trainer_agent.gpu_extras import EXTRA_FIELDS, DeviceExtras, say_why_no_gpu
 from trainer_agent.nvml import Nvml
 from trainer_agent.pipeline_model import PipelineSource
 from trainer_agent.recorder import Recorder
@@ -30,7 +31,7 @@ MIN_CPU_INTERVAL_S = MIN_INTERVAL_S / 2
 DEVICE_FIELDS = (
     "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
     "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_tx_bps",
-    "pcie_rx_bps",
+    "pcie_rx_bps", *EXTRA_FIELDS,
 )  # fmt: skip
 
 
@@ -68,6 +69,7 @@ class DeviceSource:
         self._all_gpus = all_gpus
         self._tf_memory = tf_memory
         self._indices: list[int] | None = None
+        self._extras: DeviceExtras | None = None
         self._pid = os.getpid()
 
     def start(self) -> bool:
@@ -76,6 +78,9 @@ class DeviceSource:
             self.nvml.warn_unavailable_once()
             return False
         self._indices = self.nvml.visible_indices(all_gpus=self._all_gpus)
+        if not self._indices:
+            say_why_no_gpu(self.nvml)
+        self._extras = DeviceExtras(self.nvml, self._indices)
         return True
 
     def sample(self, t: float, recorder: Recorder) -> None:
@@ -84,6 +89,8 @@ class DeviceSource:
             if not reading:
                 continue
             reading["tf_mem_current"], reading["tf_mem_peak"] = self._tf_memory(logical)
+            if self._extras is not None:
+                reading.update(self._extras.read(index, reading.get("power_w")))
             recorder.device.append(t, index, *(reading.get(name) for name in DEVICE_FIELDS))
 
 

@@ -1,0 +1,82 @@
+"""A process given no GPU says why, once, and goes on (issue 27 §5): a container started with
+`NVIDIA_VISIBLE_DEVICES=void` (NVML sees no GPU), or `CUDA_VISIBLE_DEVICES` hiding every GPU;
+through the real binding and the fake NVML."""
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fake_nvml import FakeNvml
+from trainer_agent import log_once
+from trainer_agent.nvml import Nvml
+from trainer_agent.recorder import Recorder
+from trainer_agent.samplers import DeviceSource
+
+
+@pytest.fixture
+def nvml(fake_nvml: FakeNvml) -> Iterator[Nvml]:
+    fake_nvml.preload()
+    log_once.forget()
+    instance = Nvml()
+    yield instance
+    instance.shutdown()
+    log_once.forget()
+
+
+def _said(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "no GPU rows" in r.getMessage()]
+
+
+def _sample_twice(nvml: Nvml) -> Recorder:
+    recorder = Recorder(max_rows=10_000)
+    for _ in range(2):  # two runs in one process
+        source = DeviceSource(nvml, tf_memory=lambda i: (None, None))
+        assert source.start()
+        source.sample(1.0, recorder)
+    return recorder
+
+
+def test_nvidia_visible_devices_void_is_said_once(
+    fake_nvml: FakeNvml, nvml: Nvml, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "void")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_nvml.write(device_count=0)
+    caplog.set_level(logging.WARNING, logger="trainer_agent")
+    recorder = _sample_twice(nvml)
+    assert not (recorder.device.drain() or {}).get("t")
+    assert _said(caplog) == [
+        "Stoker: NVIDIA_VISIBLE_DEVICES='void': this container was given no GPU; no GPU rows "
+        "(host rows and step timing still flow)"
+    ]
+
+
+def test_cuda_visible_devices_hiding_every_gpu_is_said_once(
+    fake_nvml: FakeNvml, nvml: Nvml, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    fake_nvml.write(device_count=2)
+    caplog.set_level(logging.WARNING, logger="trainer_agent")
+    _sample_twice(nvml)
+    assert _said(caplog) == [
+        "Stoker: CUDA_VISIBLE_DEVICES='-1' hides every GPU from this process; no GPU rows "
+        "(host rows and step timing still flow)"
+    ]
+
+
+def test_only_the_visible_gpu_gets_rows(
+    fake_nvml: FakeNvml, nvml: Nvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    fake_nvml.write(device_count=3)
+    recorder = Recorder(max_rows=10_000)
+    source = DeviceSource(nvml, tf_memory=lambda i: (None, None))
+    assert source.start()
+    source.sample(1.0, recorder)
+    columns = recorder.device.drain()
+    assert columns is not None and columns["gpu"] == [1]
+    assert columns["energy_j"] == [0.0] and columns["energy_integrated"] == [False]

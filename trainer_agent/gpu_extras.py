@@ -1,0 +1,75 @@
+"""What a device row gains beyond `Nvml.reading` (issue 27): GPM metrics and the run's energy.
+
+`DeviceExtras` is made by the sampler's `DeviceSource` when it finds the GPUs (on the sampler
+thread) and read once per GPU per tick. GPM readers are kept per process and device, not per
+run: a `fit()` per epoch would otherwise allocate (and leave behind) two GPM samples per GPU
+each time, and a new reader's first window would start at the run's start; energy meters are
+per run (a run's energy starts at its first reading).
+
+Also here: saying once that this process was given no GPU (`NVIDIA_VISIBLE_DEVICES=void` in
+a container, `CUDA_VISIBLE_DEVICES` hiding every GPU), so a run without GPU rows says why.
+"""
+
+import logging
+import os
+import threading
+
+from trainer_agent.energy import ENERGY_FIELDS, EnergyMeter
+from trainer_agent.gpm import GPM_FIELDS, GpmReader
+from trainer_agent.log_once import warn_once
+from trainer_agent.nvml import Nvml
+
+log = logging.getLogger("trainer_agent")
+
+EXTRA_FIELDS = GPM_FIELDS + ENERGY_FIELDS
+
+_readers: dict[tuple[int, int, int], GpmReader] = {}  # (pid, id(nvml), index) → reader
+_readers_lock = threading.Lock()
+
+
+def gpm_reader(nvml: Nvml, index: int) -> GpmReader:
+    """The process's GPM reader of one GPU, started at its first use."""
+    key = (os.getpid(), id(nvml), index)
+    with _readers_lock:
+        reader = _readers.get(key)
+        if reader is None:
+            reader = _readers[key] = GpmReader(nvml, index)
+            if not reader.start() and reader.reason:
+                log.debug("Stoker: GPU %d has no GPM figures: %s", index, reader.reason)
+        return reader
+
+
+class DeviceExtras:
+    """GPM and energy fields of each GPU a run samples."""
+
+    def __init__(self, nvml: Nvml, indices: list[int]) -> None:
+        self.nvml = nvml
+        self._gpm = {index: gpm_reader(nvml, index) for index in indices}
+        self._energy = {index: EnergyMeter(nvml, index) for index in indices}
+
+    def read(self, index: int, power_w: float | None) -> dict[str, float | bool | None]:
+        reader = self._gpm.get(index)
+        values: dict[str, float | bool | None] = (
+            dict(reader.read()) if reader is not None else dict.fromkeys(GPM_FIELDS)
+        )
+        meter = self._energy.get(index)
+        if meter is not None:
+            values.update(meter.read(power_w))
+        else:
+            values.update(dict.fromkeys(ENERGY_FIELDS))
+        return values
+
+
+def say_why_no_gpu(nvml: Nvml) -> None:
+    """One line, once per process, when NVML works but this process was given no GPU."""
+    nvidia = os.environ.get("NVIDIA_VISIBLE_DEVICES")
+    cuda = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if nvidia is not None and nvidia.strip().lower() in ("void", "none", ""):
+        why = f"NVIDIA_VISIBLE_DEVICES={nvidia!r}: this container was given no GPU"
+    elif cuda is not None and nvml.device_count() > 0:
+        why = f"CUDA_VISIBLE_DEVICES={cuda!r} hides every GPU from this process"
+    elif nvml.device_count() == 0:
+        why = "NVML sees no GPU"
+    else:
+        return
+    warn_once("no-gpu", "Stoker: %s; no GPU rows (host rows and step timing still flow)", why)
