@@ -4,6 +4,7 @@ import functools
 import importlib
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -156,6 +157,10 @@ class StokerHooks:
         try:
             if self._fault is not None:
                 self._guard.inject("wrap")
+            cached = _last_wrapped.get(dataset, self._ring)
+            if cached is not None:
+                self._ring, wrapped, self._input_pipeline, self._function_names = cached
+                return wrapped
             if self._ring is None:
                 self._ring = StampRing()
             wrapped = self._ring.wrap(dataset)
@@ -178,6 +183,9 @@ class StokerHooks:
                 f"describe:{type(error).__name__}",
                 "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
             )  # fmt: skip
+        _last_wrapped.put(
+            dataset, (self._ring, wrapped, self._input_pipeline, self._function_names)
+        )
         return wrapped
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
@@ -428,6 +436,34 @@ def keras_family(callback_class: type) -> str:
         if base.__name__ == "Callback" and base is not StokerHooks:
             return base.__module__.split(".")[0]
     return ""
+
+
+class _LastWrapped:
+    """The dataset wrapped last in this process and what wrapping it made (ring, wrapped
+    pipeline, description). A script that fits again on the same dataset (a fit per epoch,
+    active learning, autolog's new callback at every fit) gets them back instead of tracing
+    the stage's functions again (~45 ms). Only the last one is held, so at most one
+    dataset is kept beyond its fit; no iterator is."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entry: tuple[Any, tuple[Any, ...]] | None = None
+
+    def get(self, dataset: Any, ring: StampRing | None) -> tuple[Any, ...] | None:
+        with self._lock:
+            entry = self._entry
+        if entry is None or entry[0] is not dataset:
+            return None
+        if ring is not None and entry[1][0] is not ring:
+            return None  # this callback's earlier wrapped datasets stamp into its own ring
+        return entry[1]
+
+    def put(self, dataset: Any, made: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._entry = (dataset, made)
+
+
+_last_wrapped = _LastWrapped()
 
 
 def _in_fit_validation(model: Any) -> bool:

@@ -113,8 +113,9 @@ class StampRing:
         # One per element the consumer asks for: its index in this iterator and the request
         # time, taken when the zip below asks this input, before it asks for the element.
         # (Not Dataset.counter(): it is a `scan`, whose function runs on the inter-op pool.)
-        requests = _inline_map(tf.data.Dataset.range(2**62), lambda i: (i, tf.timestamp()))
+        requests = _requests()
 
+        @tf.autograph.experimental.do_not_convert  # graph code already: no AutoGraph pass
         def stamp(request: tuple[Any, Any], element: Any) -> Any:
             # Everything here runs on the step's critical path, once per element: few ops.
             # Stateful ops run in program order and always run, though the output does not
@@ -233,19 +234,95 @@ def _would_inject_prefetch(dataset: Any) -> bool:
         return True
 
 
+_requests_dataset: Any = None
+
+
+def _requests() -> Any:
+    """The request stamps' dataset, traced once per process (every wrapped pipeline zips its
+    own iterator of it)."""
+    global _requests_dataset
+    if _requests_dataset is None:
+        import tensorflow as tf
+
+        @tf.autograph.experimental.do_not_convert
+        def request(i: Any) -> tuple[Any, Any]:
+            return i, tf.timestamp()
+
+        _requests_dataset = _inline_map(tf.data.Dataset.range(2**62), request)
+    return _requests_dataset
+
+
 def _inline_map(dataset: Any, function: Any) -> Any:
-    """`dataset.map(function)` with the function's ops run on the calling thread.
+    """`dataset.map(function)` with the function's ops run on the calling thread, as a
+    single-device function.
 
     A plain `map` dispatches each op of its function to the inter-op thread pool, which the
     training step uses too: on a small CPU that hand-off cost ~0.5 ms per element. tf.data's
     map op has a switch for inline execution that `Dataset.map` does not expose.
+
+    Every iterator instantiates its map functions anew (Keras makes two per fit), and a
+    multi-device function, tf.data's default, runs Grappler's whole meta-optimizer over the
+    function's graph then: 6-8 ms per function on a 2-core machine. The function attribute
+    tf.data sets on its own device-side functions (`experimental_ints_on_device`, in
+    `prefetch_to_device`) makes it a single-device function, instantiated in well under a
+    millisecond. Every op of the stage has a CPU kernel and the ring lives on the CPU, where
+    tf.data runs the function.
     """
     try:
-        from tensorflow.python.data.ops.map_op import _MapDataset
-
-        return _MapDataset(dataset, function, use_inter_op_parallelism=False)
+        return _single_device_map()(dataset, function)
     except Exception:
-        return dataset.map(function)
+        try:
+            from tensorflow.python.data.ops.map_op import _MapDataset
+
+            return _MapDataset(dataset, function, use_inter_op_parallelism=False)
+        except Exception:
+            return dataset.map(function)
+
+
+_single_device_map_class: Any = None
+
+
+def _single_device_map() -> Any:
+    global _single_device_map_class
+    if _single_device_map_class is not None:
+        return _single_device_map_class
+    from tensorflow.python.data.ops import dataset_ops, structured_function
+    from tensorflow.python.ops import gen_dataset_ops
+
+    # Named as tf.data's own map dataset: the pipeline readers (pipeline.py,
+    # pipeline_model.py) know Stoker's stamping stage as a map over a zip.
+    class _MapDataset(dataset_ops.UnaryDataset):  # type: ignore[misc]
+        def __init__(self, input_dataset: Any, function: Any) -> None:
+            self._input_dataset = input_dataset
+            self._name = None
+            self._map_func = structured_function.StructuredFunctionWrapper(
+                function,
+                "Dataset.map()",
+                dataset=input_dataset,
+                defun_kwargs={"experimental_ints_on_device": True},
+            )
+            variant = gen_dataset_ops.map_dataset(
+                input_dataset._variant_tensor,
+                self._map_func.function.captured_inputs,
+                f=self._map_func.function,
+                use_inter_op_parallelism=False,
+                preserve_cardinality=True,
+                **self._common_args,
+            )
+            super().__init__(input_dataset, variant)
+
+        def _functions(self) -> list[Any]:
+            return [self._map_func]
+
+        @property
+        def element_spec(self) -> Any:
+            return self._map_func.output_structure
+
+        def _transformation_name(self) -> str:
+            return "Dataset.map()"
+
+    _single_device_map_class = _MapDataset
+    return _MapDataset
 
 
 class StampTable:
