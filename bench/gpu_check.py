@@ -16,7 +16,8 @@ Python loop (with `--fake`). Sections, each printed as a table and judged PASS/F
    utilization dropping accordingly.
 4. The default "utilization below 70 %" rule (a shorter `for`) firing during the starved
    phase and resolving after it.
-5. Energy per phase on that run (Stoker's `energy_j` between the phase bounds against power
+5. Energy per phase on that run (Stoker's `energy_j` between the first and last readings
+   inside each phase against NVML's power integrated over them, or the fake's scripted power
    x time), and the run's energy burned while starved from GET /runs/{id}/energy.
 6. The agent's cost at GPU speed: steps/s of a 1-2 ms step with and without `Monitor`,
    paired rounds.
