@@ -85,6 +85,25 @@ def test_each_kind_gets_its_fix(kind: str, parallelism: float, cpus, says: str) 
     assert says in fix_for(stages[1], stages, cpus)
 
 
+@pytest.mark.parametrize(("kind", "threads"), [("map", 2.4), ("map_and_batch", 1.28)])
+def test_a_serial_map_is_told_it_runs_serially_whatever_its_rate_shows(
+    kind: str, threads: float
+) -> None:
+    # The threads read off a stage's rate carry the model's noise: the demo's serial
+    # map_and_batch read 1.28 and was told "num_parallel_calls=1.28068".
+    stages = pipeline(1.0)
+    stages[1] = stage(1, kind, 1.0, 3200, parallelism=threads)
+    fix = fix_for(stages[1], stages, 8)
+    assert "runs serially: pass num_parallel_calls=tf.data.AUTOTUNE" in fix
+    assert "threads" not in fix
+
+
+def test_a_parallel_map_is_given_its_integer_num_parallel_calls() -> None:
+    stages = pipeline(1.0)
+    stages[1] = stage(1, "parallel_map", 1.0, 3200, parallelism=2.3)
+    assert "runs on 2 threads (num_parallel_calls=2)" in fix_for(stages[1], stages, 8)
+
+
 def test_step_demand_is_the_fed_rate_and_the_wait_share() -> None:
     demand, share = step_demand([0.1, 0.1, 0.1], [0.08, 0.08, None])
     assert demand == pytest.approx(1 / 0.02)

@@ -140,6 +140,10 @@ def _enclosing(stages: list[dict[str, Any]], position: int) -> dict[str, Any]:
     return stages[position]
 
 
+# A map whose work shows on fewer threads than this runs serially.
+SERIAL_BELOW_THREADS = 1.5
+
+
 def _threads(stage: dict[str, Any], stages: list[dict[str, Any]]) -> float:
     """The threads that run the stage's work: an interleave's are its inner stages'."""
     if stage["kind"] in _INTERLEAVES:
@@ -235,11 +239,16 @@ def fix_for(
             "and filter on its result, or drop the rejected elements offline."
         )
     if kind in ("map", "parallel_map", "map_and_batch"):
-        if threads <= 1 and not _autotuned(stage):
+        # A serial map is serial whatever its rate shows (threads read off the rate carry
+        # the model's noise: 1.3 "threads" is one thread); a parallel one's count is the
+        # user's num_parallel_calls, an integer.
+        serial = kind == "map" or threads < SERIAL_BELOW_THREADS
+        if serial and not _autotuned(stage):
             return f"{label} runs serially: pass num_parallel_calls=tf.data.AUTOTUNE to it."
         if not _autotuned(stage) and many:
+            calls = round(threads)
             return (
-                f"{label} runs on {threads:g} threads (num_parallel_calls={threads:g}): pass "
+                f"{label} runs on {calls} threads (num_parallel_calls={calls}): pass "
                 "num_parallel_calls=tf.data.AUTOTUNE to use the host's cores."
             )
         how = "with num_parallel_calls=AUTOTUNE, " if _autotuned(stage) else ""
