@@ -13,6 +13,7 @@ a container, `CUDA_VISIBLE_DEVICES` hiding every GPU), so a run without GPU rows
 import logging
 import os
 import threading
+import weakref
 
 from trainer_agent.energy import ENERGY_FIELDS, EnergyMeter
 from trainer_agent.gpm import GPM_FIELDS, GpmReader
@@ -23,17 +24,21 @@ log = logging.getLogger("trainer_agent")
 
 EXTRA_FIELDS = GPM_FIELDS + ENERGY_FIELDS
 
-_readers: dict[tuple[int, int, int], GpmReader] = {}  # (pid, id(nvml), index) → reader
+# NVML chokepoint → (pid, index) → reader; weak, so a chokepoint's readers go with it.
+_readers: "weakref.WeakKeyDictionary[Nvml, dict[tuple[int, int], GpmReader]]" = (
+    weakref.WeakKeyDictionary()
+)
 _readers_lock = threading.Lock()
 
 
 def gpm_reader(nvml: Nvml, index: int) -> GpmReader:
     """The process's GPM reader of one GPU, started at its first use."""
-    key = (os.getpid(), id(nvml), index)
+    key = (os.getpid(), index)
     with _readers_lock:
-        reader = _readers.get(key)
+        readers = _readers.setdefault(nvml, {})
+        reader = readers.get(key)
         if reader is None:
-            reader = _readers[key] = GpmReader(nvml, index)
+            reader = readers[key] = GpmReader(nvml, index)
             if not reader.start() and reader.reason:
                 log.debug("Stoker: GPU %d has no GPM figures: %s", index, reader.reason)
         return reader
