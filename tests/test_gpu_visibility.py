@@ -80,3 +80,16 @@ def test_only_the_visible_gpu_gets_rows(
     columns = recorder.device.drain()
     assert columns is not None and columns["gpu"] == [1]
     assert columns["energy_j"] == [0.0] and columns["energy_integrated"] == [False]
+
+
+def test_a_mig_instance_is_named_as_such(
+    fake_nvml: FakeNvml, nvml: Nvml, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.delenv("NVIDIA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4b9e0f5a-1c2d-5e6f-8a9b-0c1d2e3f4a5b")
+    fake_nvml.write(device_count=1)
+    caplog.set_level(logging.WARNING, logger="trainer_agent")
+    _sample_twice(nvml)
+    (said,) = _said(caplog)
+    assert "names a MIG instance, and Stoker reads whole GPUs only" in said

@@ -71,6 +71,10 @@ def say_why_no_gpu(nvml: Nvml) -> None:
     cuda = os.environ.get("CUDA_VISIBLE_DEVICES")
     if nvidia is not None and nvidia.strip().lower() in ("void", "none", ""):
         why = f"NVIDIA_VISIBLE_DEVICES={nvidia!r}: this container was given no GPU"
+    elif cuda is not None and cuda.strip().startswith("MIG-"):
+        why = (
+            f"CUDA_VISIBLE_DEVICES={cuda!r} names a MIG instance, and Stoker reads whole GPUs only"
+        )
     elif cuda is not None and nvml.device_count() > 0:
         why = f"CUDA_VISIBLE_DEVICES={cuda!r} hides every GPU from this process"
     elif nvml.device_count() == 0:
