@@ -200,7 +200,8 @@ def test_starvation_refuses_bad_queries(cost_server: ServerProcess) -> None:
 
 def test_ui_settings_carry_the_price_and_the_thresholds(cost_server: ServerProcess) -> None:
     assert cost_server.get("/api/v1/settings/ui") == {
-        "gpu_hour_price": 2.5, "currency": "€", "input_bound": INPUT_BOUND
+        "gpu_hour_price": 2.5, "energy_price_kwh": None, "currency": "€",
+        "input_bound": INPUT_BOUND,
     }  # fmt: skip
 
 
@@ -214,7 +215,8 @@ def test_cost_reads_need_the_viewer_token_and_price_defaults(tmp_path: Path) -> 
         headers = {"Authorization": "Bearer look-secret"}
         settings = httpx.get(f"{server.url}/api/v1/settings/ui", headers=headers, timeout=10)
         assert settings.json() == {
-            "gpu_hour_price": None, "currency": "$", "input_bound": INPUT_BOUND
+            "gpu_hour_price": None, "energy_price_kwh": None, "currency": "$",
+            "input_bound": INPUT_BOUND,
         }  # fmt: skip
         totals = httpx.get(f"{server.url}/api/v1/starvation", headers=headers, timeout=10)
         assert totals.status_code == 200 and totals.json()["runs"] == []
