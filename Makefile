@@ -69,6 +69,7 @@ api-types: $(INSTALLED) $(NODE_MODULES)
 	$(BIN)/python -c "import json, sys, tempfile, pathlib; from backend.core.app import create_app; from backend.core.settings import Settings; json.dump(create_app(Settings(data_dir=pathlib.Path(tempfile.mkdtemp()))).openapi(), sys.stdout, indent=2); print()" > frontend/openapi.json
 	cd frontend && npm run gen:api
 
-# Public training scripts run plain and under `stoker run` (tests/corpus/README.md).
+# Public training scripts run plain and under `stoker run` (tests/corpus/README.md). They are
+# never committed: place them first with CORPUS_ARGS="--from-git OWNER/NAME=GIT_DIR ...".
 corpus: $(INSTALLED)
-	$(BIN)/python bench/corpus.py
+	$(BIN)/python bench/corpus.py --table bench/results/corpus.md $(CORPUS_ARGS)

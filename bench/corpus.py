@@ -2,9 +2,10 @@
 
 The corpus is tests/corpus/manifest.json: each script's repository, commit, path and sha256.
 The scripts themselves are public code that this repository does not commit; they live,
-byte for byte, in tests/corpus/scripts/ (git-ignored). `--download` fetches each from
-the source repository at its pinned commit; `--from-git OWNER/NAME=GIT_DIR` copies it out
-of a local clone (`git show COMMIT:PATH`). Every script's sha256 is checked before it runs.
+byte for byte, in tests/corpus/scripts/ (git-ignored). `--from-git OWNER/NAME=GIT_DIR` places
+them from a local git directory of that repository (a clone or a bare snapshot:
+`git -C GIT_DIR show COMMIT:PATH`). Every script's sha256 is checked before it runs; a
+missing one is named with the repository and commit that hold it, and skipped.
 
 A real `stoker serve` runs on loopback. Each script runs twice in a fresh temporary
 directory: plain (`python SCRIPT`), then `stoker run --project corpus-NAME -- python SCRIPT`,
@@ -15,7 +16,7 @@ same metric names, losses equal within 1e-5 relative), one finished run per `fit
 Keras's batch count (epochs run x steps per epoch), and wall time within noise
 (stoker <= 1.5 x plain + 3 s).
 
-Usage: .venv/bin/python bench/corpus.py [--only NAME]... [--ci] [--download]
+Usage: .venv/bin/python bench/corpus.py [--only NAME]... [--ci] [--from-git OWNER/NAME=DIR]...
 """
 
 import argparse
@@ -29,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,8 @@ class Outcome:
     stoker: Execution | None = None
     runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
+    history_problems: list[str] = dataclasses.field(default_factory=list)
+    missing: bool = False
 
     @property
     def ok(self) -> bool:
@@ -105,35 +107,45 @@ def sha256(path: Path) -> str:
 def script_problem(entry: Entry) -> str | None:
     """Why the script cannot run as recorded (missing, or not the recorded bytes), or None."""
     if not entry.script.exists():
-        return f"{entry.script} is missing (bench/corpus.py --download, or --from-git)"
+        return f"missing ({entry.repository}@{entry.commit[:10]} not placed)"
     digest = sha256(entry.script)
     if digest != entry.sha256:
         return f"{entry.script}: sha256 {digest} is not the manifest's {entry.sha256}"
     return None
 
 
-def obtain(entry: Entry, *, download: bool, git_dirs: dict[str, Path]) -> str | None:
-    """Bring the script into tests/corpus/scripts if it is not there; None when it is right."""
+def obtain(entry: Entry, git_dirs: dict[str, Path]) -> str | None:
+    """Bring the script into tests/corpus/scripts from a local git directory of its
+    repository if it is not there; None when it is there with the recorded bytes."""
     if script_problem(entry) is None:
         return None
-    data: bytes | None = None
-    if entry.repository in git_dirs:
+    git_dir = git_dirs.get(entry.repository)
+    if git_dir is not None:
         shown = subprocess.run(
-            ["git", "-C", str(git_dirs[entry.repository]), "show", f"{entry.commit}:{entry.path}"],
+            ["git", "-C", str(git_dir), "show", f"{entry.commit}:{entry.path}"],
             capture_output=True,
         )
-        data = shown.stdout if shown.returncode == 0 else None
-    if data is None and download:
-        url = f"source: {entry.repository}/{entry.commit}/{entry.path}"
-        try:
-            with urllib.request.urlopen(url, timeout=30) as response:
-                data = response.read()
-        except OSError as error:
-            return f"cannot download {url}: {error}"
-    if data is not None and hashlib.sha256(data).hexdigest() == entry.sha256:
-        SCRIPTS.mkdir(parents=True, exist_ok=True)
-        entry.script.write_bytes(data)
+        if shown.returncode == 0 and hashlib.sha256(shown.stdout).hexdigest() == entry.sha256:
+            SCRIPTS.mkdir(parents=True, exist_ok=True)
+            entry.script.write_bytes(shown.stdout)
     return script_problem(entry)
+
+
+def missing_line(missing: list[Entry]) -> str:
+    """One line naming the missing scripts and the command that places them."""
+    repos = sorted({entry.repository for entry in missing})
+    commits = {
+        repo: sorted({entry.commit[:10] for entry in missing if entry.repository == repo})
+        for repo in repos
+    }
+    holding = "; ".join(f"{repo} at {', '.join(commits[repo])}" for repo in repos)
+    options = " ".join(f"--from-git {repo}=GIT_DIR" for repo in repos)
+    return (
+        f"{len(missing)} corpus script(s) missing from {SCRIPTS.relative_to(REPO)}/ "
+        f"({', '.join(entry.name for entry in missing)}): place them with "
+        f"`.venv/bin/python bench/corpus.py {options}`, each GIT_DIR a git directory of that "
+        f"repository holding the pinned commit ({holding}); they are skipped in this run"
+    )
 
 
 def _environment(entry: Entry, history: Path, spool: Path) -> dict[str, str]:
@@ -244,6 +256,7 @@ def check(entry: Entry, server: ServerProcess, work: Path) -> Outcome:
     problem = script_problem(entry)
     if problem:
         outcome.problems.append(problem)
+        outcome.missing = not entry.script.exists()
         return outcome
     plain = outcome.plain = execute(entry, [], work)
     stoker_prefix = [
@@ -257,7 +270,8 @@ def check(entry: Entry, server: ServerProcess, work: Path) -> Outcome:
             problems.append(f"HANG {label}: still running after {entry.timeout_s:.0f} s")
     if plain.exit_code != stoker.exit_code:
         problems.append(f"exit code {plain.exit_code} plain, {stoker.exit_code} under stoker run")
-    problems.extend(compare_histories(plain.fits, stoker.fits))
+    outcome.history_problems = compare_histories(plain.fits, stoker.fits)
+    problems.extend(outcome.history_problems)
     outcome.runs = stored_runs(server, entry, expected=len(stoker.fits))
     if len(outcome.runs) != len(stoker.fits):
         problems.append(f"{len(outcome.runs)} runs stored for {len(stoker.fits)} fits")
@@ -283,9 +297,15 @@ def _code(execution: Execution | None) -> str:
     return "HANG" if execution.exit_code is None else str(execution.exit_code)
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def table(outcomes: list[Outcome]) -> str:
-    header = ("script", "source", "exit plain/stoker", "wall s plain/stoker (ratio)", "fits",
-              "runs", "steps per run (Keras)", "run status", "verdict")  # fmt: skip
+    """The Markdown table of tests/corpus/README.md, one row per script."""
+    header = ("script", "source", "covers", "exit plain/stoker",
+              "wall s plain/stoker (ratio)", "runs stored/fits",
+              "steps stored (Keras batches)", "status", "same History", "verdict")  # fmt: skip
     rows = [header, tuple("---" for _ in header)]
     for o in outcomes:
         plain, stoker = o.plain, o.stoker
@@ -295,15 +315,23 @@ def table(outcomes: list[Outcome]) -> str:
         fits = stoker.fits if stoker else []
         steps = ", ".join(
             f"{(run.get('summary') or {}).get('steps')}"
-            f"({batch_count(fit) if fit is not None else '-'})"
+            f" ({batch_count(fit) if fit is not None else '-'})"
             for run, fit in zip(o.runs, [*fits, *[None] * len(o.runs)], strict=False)
         )
         statuses = ",".join(sorted({run["status"] for run in o.runs})) or "-"
-        verdict = "same" if o.ok else "DIFFERS: " + "; ".join(o.problems)
+        if o.missing:
+            verdict, history, runs = "missing (not placed)", "-", "-"
+        else:
+            verdict = "same" if o.ok else "DIFFERS: " + "; ".join(o.problems)
+            history = "yes" if plain and stoker and not o.history_problems else "no"
+            if plain and stoker and not plain.fits:
+                history = "yes (no fit)" if not o.history_problems else history
+            runs = f"{len(o.runs)}/{len(fits)}" if stoker else "-"
         codes = f"{_code(plain)}/{_code(stoker)}"
-        rows.append((o.entry.name, o.entry.source, codes, wall, str(len(fits)),
-                     str(len(o.runs)), steps or "-", statuses, verdict))  # fmt: skip
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+        covers = "; ".join(o.entry.covers)
+        rows.append((o.entry.name, f"`{o.entry.source}`", covers, codes, wall, runs,
+                     steps or "-", statuses, history, verdict))  # fmt: skip
+    return "\n".join("| " + " | ".join(_cell(cell) for cell in row) + " |" for row in rows)
 
 
 def start_server(work: Path) -> ServerProcess:
@@ -314,8 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], help="a script name; repeatable")
     parser.add_argument("--ci", action="store_true", help="only the scripts marked ci")
-    parser.add_argument("--download", action="store_true", help="fetch missing scripts")
-    parser.add_argument("--from-git", action="append", default=[], metavar="OWNER/NAME=GIT_DIR")
+    parser.add_argument(
+        "--from-git", action="append", default=[], metavar="OWNER/NAME=GIT_DIR",
+        help="place missing scripts of OWNER/NAME from this git directory; repeatable",
+    )  # fmt: skip
+    parser.add_argument("--table", type=Path, help="also write the Markdown table to this file")
     options = parser.parse_args(argv)
     entries = load_manifest()
     if options.only:
@@ -328,10 +359,17 @@ def main(argv: list[str] | None = None) -> int:
     git_dirs = {
         repo: Path(path) for repo, _, path in (item.partition("=") for item in options.from_git)
     }
+    missing: list[Entry] = []
     for entry in entries:
-        problem = obtain(entry, download=options.download, git_dirs=git_dirs)
-        if problem:
+        problem = obtain(entry, git_dirs)
+        if problem and not entry.script.exists():
+            missing.append(entry)
+        elif problem:
             print(f"{entry.name}: {problem}", file=sys.stderr)
+    if missing:
+        print(missing_line(missing), file=sys.stderr, flush=True)
+    if len(missing) == len(entries):
+        return 2
     work = Path(tempfile.mkdtemp(prefix="stoker-corpus-"))
     server = start_server(work)
     outcomes: list[Outcome] = []
@@ -344,12 +382,19 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)  # fmt: skip
     finally:
         server.stop()
+    elapsed = time.monotonic() - started
+    rendered = table(outcomes)
     print()
-    print(table(outcomes))
-    same = sum(o.ok for o in outcomes)
-    print(f"\n{same} of {len(outcomes)} scripts behave the same under stoker run "
-          f"({time.monotonic() - started:.0f} s; logs under {work})")  # fmt: skip
-    return 0 if same == len(outcomes) else 1
+    print(rendered)
+    ran = [o for o in outcomes if not o.missing]
+    same = sum(o.ok for o in ran)
+    summary = (f"{same} of {len(ran)} scripts run behave the same under stoker run "
+               f"({len(missing)} missing; {elapsed:.0f} s in all; logs under {work})")  # fmt: skip
+    print(f"\n{summary}")
+    if options.table:
+        options.table.parent.mkdir(parents=True, exist_ok=True)
+        options.table.write_text(rendered + "\n\n" + summary + "\n")
+    return 0 if same == len(ran) and not missing else 1
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ bench/corpus.py puts this directory on PYTHONPATH for the plain run and the `sto
 alike (`stoker run` puts its own sitecustomize first and chains to this one). Nothing here
 edits a script; it acts through an import hook only:
 
-- `keras.datasets.{mnist,cifar10}.load_data` (Keras 3, `tf.keras` and `tf_keras`) return
-  seeded synthetic arrays of the real dtype and shape, `STOKER_CORPUS_MNIST` /
-  `STOKER_CORPUS_CIFAR10` ("train,test") samples, so no script downloads anything;
+- `keras.datasets.{mnist,fashion_mnist,cifar10,cifar100,boston_housing}.load_data` (Keras 3,
+  `tf.keras` and `tf_keras`) return seeded synthetic arrays of the real dtype and shape,
+  `STOKER_CORPUS_<NAME>` ("train,test", e.g. `STOKER_CORPUS_MNIST=12000,2000`) samples, so no
+  script downloads anything;
 - every `History` appends its fit's `history` and `params` (epochs, steps) as one JSON line
   to the file named by `STOKER_CORPUS_HISTORY`, so the runner can compare fits without
   touching `Model.fit` (which autolog wraps);
@@ -25,7 +26,13 @@ from types import ModuleType
 from typing import Any
 
 HISTORY_ENV = "STOKER_CORPUS_HISTORY"
-DEFAULT_SIZES = {"mnist": (2048, 512), "cifar10": (512, 128)}
+DEFAULT_SIZES = {
+    "mnist": (2048, 512),
+    "fashion_mnist": (2048, 512),
+    "cifar10": (512, 128),
+    "cifar100": (512, 128),
+    "boston_housing": (404, 102),
+}
 
 
 def _sizes(dataset: str) -> tuple[int, int]:
@@ -36,7 +43,9 @@ def _sizes(dataset: str) -> tuple[int, int]:
     return train, test
 
 
-def _images(dataset: str, shape: tuple[int, ...], label_shape: tuple[int, ...]) -> Any:
+def _images(
+    dataset: str, shape: tuple[int, ...], label_shape: tuple[int, ...], classes: int = 10
+) -> Any:
     import numpy as np
 
     rng = np.random.default_rng(1234)
@@ -44,7 +53,7 @@ def _images(dataset: str, shape: tuple[int, ...], label_shape: tuple[int, ...]) 
 
     def split(count: int) -> tuple[Any, Any]:
         x = rng.integers(0, 256, size=(count, *shape), dtype=np.uint8)
-        y = rng.integers(0, 10, size=(count, *label_shape), dtype=np.uint8)
+        y = rng.integers(0, classes, size=(count, *label_shape), dtype=np.uint8)
         return x, y
 
     return split(train), split(test)
@@ -54,8 +63,33 @@ def _mnist_load_data(*_args: Any, **_kwargs: Any) -> Any:
     return _images("mnist", (28, 28), ())
 
 
+def _fashion_mnist_load_data(*_args: Any, **_kwargs: Any) -> Any:
+    return _images("fashion_mnist", (28, 28), ())
+
+
 def _cifar10_load_data(*_args: Any, **_kwargs: Any) -> Any:
     return _images("cifar10", (32, 32, 3), (1,))
+
+
+def _cifar100_load_data(*_args: Any, **_kwargs: Any) -> Any:
+    # Keras gives cifar100 labels as int64 (cifar10's are uint8).
+    (x, y), (xt, yt) = _images("cifar100", (32, 32, 3), (1,), classes=100)
+    return (x, y.astype("int64")), (xt, yt.astype("int64"))
+
+
+def _boston_housing_load_data(*_args: Any, **_kwargs: Any) -> Any:
+    """13 float64 features and a float64 price per house, like the real set."""
+    import numpy as np
+
+    rng = np.random.default_rng(1234)
+    train, test = _sizes("boston_housing")
+
+    def split(count: int) -> tuple[Any, Any]:
+        x = rng.uniform(0.0, 100.0, size=(count, 13))
+        y = rng.uniform(5.0, 50.0, size=(count,))
+        return x, y
+
+    return split(train), split(test)
 
 
 def _plain(value: Any) -> Any:
@@ -113,11 +147,20 @@ def _seed_tensorflow(module: ModuleType) -> None:
     module.random.set_seed(0)
 
 
+STAND_INS: dict[str, Callable[..., Any]] = {
+    "mnist": _mnist_load_data,
+    "fashion_mnist": _fashion_mnist_load_data,
+    "cifar10": _cifar10_load_data,
+    "cifar100": _cifar100_load_data,
+    "boston_housing": _boston_housing_load_data,
+}
+
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
-    "keras.src.datasets.mnist": _set("load_data", _mnist_load_data),
-    "keras.src.datasets.cifar10": _set("load_data", _cifar10_load_data),
-    "tf_keras.src.datasets.mnist": _set("load_data", _mnist_load_data),
-    "tf_keras.src.datasets.cifar10": _set("load_data", _cifar10_load_data),
+    **{
+        f"{package}.src.datasets.{name}": _set("load_data", load)
+        for package in ("keras", "tf_keras")
+        for name, load in STAND_INS.items()
+    },
     "keras.src.callbacks.history": _patch_history,
     "tf_keras.src.callbacks": _patch_history,
     "numpy": _seed_numpy,
