@@ -22,15 +22,17 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from trainer_agent import profile_spool
 from trainer_agent.config import resolve_server, resolve_token
 from trainer_agent.delivery.backoff import Backoff
 from trainer_agent.delivery.classify import Verdict, say_once
 from trainer_agent.delivery.http import http_chunks, post_ingest
 from trainer_agent.delivery.transport import Batch, Misconfigured
+from trainer_agent.random_state import script_random_untouched
 from trainer_agent.spool import Spool, run_directories
+
+with script_random_untouched():  # httpx imports rich, which draws from `random` on import
+    import httpx
 
 log = logging.getLogger("trainer_agent")
 

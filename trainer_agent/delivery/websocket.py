@@ -2,6 +2,8 @@
 ack (stop-and-wait), with the server's commands arriving in between."""
 
 import contextlib
+import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +29,26 @@ def default_connect(url: str, **kwargs: Any) -> Any:
 
     # Entering the connection is the supported way to use it directly (websockets >= 17.1
     # warns otherwise); the transport closes it explicitly.
-    return connect(url, **kwargs).__enter__()
+    return connect(url, create_connection=_private_ping_connection(), **kwargs).__enter__()
+
+
+@functools.cache
+def _private_ping_connection() -> type:
+    """websockets' client connection, its ping payloads drawn from `os.urandom`.
+
+    websockets draws a ping's payload from `random`'s global stream, the one a script's
+    unseeded weight initializers draw from too (Keras 3's and tf_keras's default seeds): the
+    keepalive ping every 20 s changed the weights of the next model a seeded script built.
+    """
+    from websockets.sync.client import ClientConnection
+
+    class PrivatePingConnection(ClientConnection):  # type: ignore[misc]
+        def ping(self, data: Any = None, *, ack_on_close: bool = False) -> Any:
+            if data is None:
+                data = os.urandom(4)
+            return super().ping(data, ack_on_close=ack_on_close)
+
+    return PrivatePingConnection
 
 
 def _handshake_refused(error: Exception) -> bool:
