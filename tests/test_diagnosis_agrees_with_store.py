@@ -142,7 +142,11 @@ def test_diagnosis_of_an_ended_run_is_computed_from_the_store(server: ServerProc
         agent.end()
         assert server.get(f"/api/v1/runs/{agent.run_id}")["status"] == "finished"
         _assert_judged_on_stored_steps(server, agent.run_id, stored=45)
-        stored_window = server.get(f"/api/v1/runs/{agent.run_id}/diagnosis", window_s=30)
-        assert server.get(f"/api/v1/runs/{agent.run_id}/diagnosis") == stored_window
+        # An ended run's answer is judged on the whole run as stored: its summary's figure.
+        ended = server.get(f"/api/v1/runs/{agent.run_id}/diagnosis")
+        summary = server.get(f"/api/v1/runs/{agent.run_id}")["summary"]
+        assert ended["window_label"] == "whole run"
+        assert ended["input_wait_share"] == summary["input_wait_share"]
+        assert ended == server.get(f"/api/v1/runs/{agent.run_id}/diagnosis")  # final
     finally:
         agent.close()
