@@ -133,6 +133,12 @@ def fake_nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def fake_nvml(fake_nvml_library: Path, tmp_path: Path) -> FakeNvml:
-    """A fresh control file for the fake NVML; `preload()` binds this process's pynvml to it."""
+def fake_nvml(fake_nvml_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    """A fresh control file for the fake NVML; `preload()` binds this process's pynvml to it.
+
+    The agent's process-wide NVML (`shared_nvml`) starts anew for the test, as in a new
+    process: an earlier test's fit in this process found no NVML and kept that answer."""
+    import trainer_agent.nvml
+
+    monkeypatch.setattr(trainer_agent.nvml, "_shared", None)
     return FakeNvml(fake_nvml_library, tmp_path / "nvml-control.txt")

@@ -110,21 +110,23 @@ class GpmReader:
         self.window_s = None
         if not self.active:
             return _empty()
-        now = self._clock()
         if self._previous_at is None:  # the first sample failed: try again as the first
             if self._take(self._samples[0]):
-                self._previous_at = now
+                self._previous_at = self._clock()
             return _empty()
-        window = now - self._previous_at
-        if window < MIN_WINDOW_S:
+        # Times are taken once a sample is in, so two samples are at least the window apart
+        # even when taking one was slow (under load, a time noted before the call was ~30 ms
+        # early and a window of 100 ms held 80: the counters had not refreshed).
+        if self._clock() - self._previous_at < MIN_WINDOW_S:
             return _empty()  # too soon: the counters have not refreshed; keep the old sample
         previous, current = self._samples
         if not self._take(current):
             return _empty()
+        taken_at = self._clock()
         values = self._metrics(previous, current)
         self._samples = [current, previous]
-        self._previous_at = now
-        self.window_s = window
+        self.window_s = taken_at - self._previous_at
+        self._previous_at = taken_at
         return values
 
     def close(self) -> None:
