@@ -9,6 +9,7 @@ NODE_MODULES := frontend/node_modules/.package-lock.json
 AGENT_FIT_TESTS := tests/test_agent_fit.py tests/test_epoch_metrics_fit.py \
 	tests/test_agent_guard.py tests/test_stamp_ring.py tests/test_input_wait.py tests/test_autolog.py
 TF_OLDEST := 2.15.1
+OWN_PROCESS_TESTS := tests/test_diagnosis_keras.py
 TF_OLDEST_VENV := $(VENV)/tf2.15
 
 .PHONY: demo serve test test-tf-matrix build lint format clean api-types corpus
@@ -23,7 +24,10 @@ test: build
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	cd frontend && npm test
-	$(BIN)/pytest -ra
+	$(BIN)/pytest -ra --ignore=$(OWN_PROCESS_TESTS)
+	# In a process of its own: after the rest of the suite, its parallel map read 0.6 of the
+	# step as wait (serial-like) twice, alone never; the state left behind is not yet found.
+	$(BIN)/pytest -ra $(OWN_PROCESS_TESTS)
 	$(MAKE) test-tf-matrix
 
 test-tf-matrix: $(INSTALLED) $(TF_OLDEST_VENV)/.installed
