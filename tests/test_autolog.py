@@ -143,13 +143,12 @@ def test_stoker_run_keeps_a_legacy_keras_fit_compiled_beside_tensorboard(
 ) -> None:
     # tf_keras's train_function is a tf.function whose __wrapped__ is the Python step: Stoker
     # unwrapped it, so every step ran eagerly and TensorBoard's graph writer raised.
+    legacy = {}  # up to TF 2.15, tf.keras is Keras 2 itself (and TF_USE_LEGACY_KERAS breaks it)
     if tuple(int(part) for part in tf.__version__.split(".")[:2]) >= (2, 16):
-        pytest.importorskip("tf_keras")  # up to TF 2.15, tf.keras is Keras 2 itself
+        pytest.importorskip("tf_keras")
+        legacy = {"TF_USE_LEGACY_KERAS": "1"}
     script = [sys.executable, str(EXAMPLES / "tensorboard_fit.py"), "--logdir", str(tmp_path)]
-    code = stoker_run(
-        autolog_server, "--project", "legacy-tensorboard", command=script,
-        env={"TF_USE_LEGACY_KERAS": "1"},
-    )  # fmt: skip
+    code = stoker_run(autolog_server, "--project", "legacy-tensorboard", command=script, env=legacy)
     assert code == 0  # 3: a train step ran eagerly; 1: TensorBoard raised
     runs = _finished_runs(autolog_server, "legacy-tensorboard", 2)
     assert sorted(r["summary"]["steps"] for r in runs) == [16, 32]
