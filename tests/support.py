@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import faulthandler
 import os
 import socket
 import sqlite3
@@ -63,6 +64,8 @@ def run_coroutine(coroutine: Coroutine[Any, Any, T], *, timeout_s: float = 60.0)
     runner = threading.Thread(target=run, daemon=True)
     runner.start()
     runner.join(timeout_s)
+    if not outcome:  # every thread's stack, to show where it hangs
+        faulthandler.dump_traceback(all_threads=True)
     assert outcome, f"the coroutine did not finish within {timeout_s} s"
     result, error = outcome[0]
     if error is not None:
