@@ -443,6 +443,20 @@ class AlertMetric(StrEnum):
     # on GPUs without GPM
     sm_util = "sm_util"
     tensor_util = "tensor_util"
+    # How a run ended (issue 31): 1 at the moment it ended that way (an event: the alert fires
+    # once, then resolves after keep_firing_for_s). `run_failed` includes a process that died
+    # without saying so (its run interrupted by the reaper, its agent gone).
+    run_finished = "run_finished"
+    run_failed = "run_failed"
+    run_interrupted = "run_interrupted"
+    # The rule's `metric_name` (a batch or epoch metric, e.g. "loss"): 1 while its latest value
+    # is NaN or infinite, else 0; its latest value over its lowest so far (a factor, positive
+    # values only)
+    metric_nonfinite = "metric_nonfinite"
+    metric_rise = "metric_rise"
+    # The share by which throughput (steps per second, from the median step time) fell below
+    # the run's own first `baseline_s` seconds, or below run `baseline_run_id`'s: 0.3 = 30 %
+    throughput_drop = "throughput_drop"
 
 
 class Comparison(StrEnum):
@@ -477,6 +491,13 @@ class AlertRuleBase(SQLModel):
     run_id: int | None = None
     channels: list[dict[str, Any]] = _json(default_factory=lambda: [{"type": "browser"}])
     enabled: bool = True
+    # Issue 31: the metric `metric_nonfinite` / `metric_rise` watch (default "loss"); the
+    # throughput baseline (`baseline_run_id`, else the run's own first `baseline_s` seconds);
+    # the action "capture `profile_steps` steps of profile" when the alert fires (null: none).
+    metric_name: str | None = Field(default=None, max_length=100)
+    baseline_run_id: int | None = None
+    baseline_s: float | None = Field(default=None, gt=0, le=86_400)
+    profile_steps: int | None = Field(default=None, ge=1, le=100_000)
 
 
 class AlertRule(AlertRuleBase, table=True):
@@ -517,6 +538,8 @@ class Alert(SQLModel, table=True):
     resolved_at: datetime | None = None
     # One entry per webhook delivery attempt series: url, event, status, attempts, error.
     deliveries: list[dict[str, Any]] = _json(default_factory=list)
+    # The profile this alert's rule captured when it fired (issue 31), if any.
+    profile_id: int | None = None
 
 
 class AlertPublic(SQLModel):
@@ -531,6 +554,7 @@ class AlertPublic(SQLModel):
     fired_at: datetime | None
     resolved_at: datetime | None
     deliveries: list[dict[str, Any]]
+    profile_id: int | None = None
 
 
 class AlertsPublic(SQLModel):
@@ -579,6 +603,8 @@ class Profile(SQLModel, table=True):
     input_share_stoker: float | None = None
     # Each asked worker's part, by rank (str): ProfileWorker's fields.
     workers: dict[str, Any] = _json(default_factory=dict)
+    # The alert whose rule asked for this capture (issue 31); null when a user did.
+    alert_id: int | None = None
 
 
 class ProfileWorker(SQLModel):
@@ -618,6 +644,7 @@ class ProfilePublic(SQLModel):
     input_share_profiler: float | None
     input_share_stoker: float | None
     workers: list[ProfileWorker] = Field(default_factory=list)
+    alert_id: int | None = None
 
 
 class ProfilesPublic(SQLModel):
