@@ -15,6 +15,7 @@ from tests.detect_support import FAST_DETECTORS, LiveListener, ScriptedAgent, We
 from tests.support import ServerProcess, free_port, wait_for
 
 pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)
+END_AND_METRIC = {"run_failed", "run_finished", "run_interrupted", "loss_nonfinite", "loss_rise"}
 
 
 @pytest.fixture
@@ -66,7 +67,11 @@ def test_default_rules_are_created_once_and_stay_deleted(tmp_path: Path, databas
     server = ServerProcess(data_dir=tmp_path / "server", env=env).start()
     try:
         rules = _rules(server)
-        assert {r["builtin"] for r in rules} == {"low_gpu_util", "highly_input_bound", "stalled"}
+        assert {r["builtin"] for r in rules} == {"low_gpu_util", "highly_input_bound", "stalled",
+                                                 *END_AND_METRIC}  # fmt: skip
+        enabled = {r["builtin"] for r in rules if r["enabled"]}
+        assert enabled == {"low_gpu_util", "highly_input_bound", "stalled", "run_failed"}
+        assert _builtin(server, "highly_input_bound")["profile_steps"] == 20
         low = _builtin(server, "low_gpu_util")
         assert (low["metric"], low["comparison"], low["threshold"], low["for_s"]) == (
             "gpu_util", "<", 70.0, 30.0,
@@ -78,7 +83,8 @@ def test_default_rules_are_created_once_and_stay_deleted(tmp_path: Path, databas
         server.stop()
     again = ServerProcess(data_dir=tmp_path / "server", env=env).start()
     try:
-        assert {r["builtin"] for r in _rules(again)} == {"low_gpu_util", "highly_input_bound"}
+        assert {r["builtin"] for r in _rules(again)} == {"low_gpu_util", "highly_input_bound",
+                                                         *END_AND_METRIC}  # fmt: skip
     finally:
         again.stop()
 

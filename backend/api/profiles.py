@@ -4,6 +4,7 @@ reports its status and uploads its trace here too, tagged with its rank."""
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -68,18 +69,29 @@ async def request_profile(
         raise RunNotFound(run_id)
     if body.steps > settings.profile_max_steps:
         raise BadRequest(f"steps: at most {settings.profile_max_steps} (the server's limit)")
+    running = run.status == RunStatus.running
+    return await start_capture(state, run_id, steps=body.steps, running=running)
+
+
+async def start_capture(
+    state: AppState, run_id: int, *, steps: int, running: bool, alert_id: int | None = None
+) -> ProfilePublic:
+    """Ask every connected agent of a live run for a capture of `steps` steps: a user's request,
+    or an alert rule's action (`alert_id`, issue 31). 409 when the run is not live or a capture
+    of it is in progress."""
+    settings = state.settings
     ranks = state.agents.ranks(run_id)
-    if run.status != RunStatus.running or not ranks:
+    if not running or not ranks:
         raise store.Conflict("the run has no connected agent: only a live run can be profiled")
     profile = await state.writer.run(
-        store.create_profile, run_id=run_id, steps=body.steps, ranks=ranks,
-        stale_after_s=settings.profile_max_s + STALE_GRACE_S,
+        store.create_profile, run_id=run_id, steps=steps, ranks=ranks,
+        stale_after_s=settings.profile_max_s + STALE_GRACE_S, alert_id=alert_id,
     )  # fmt: skip
 
     def command(agent: AgentLink) -> dict[str, Any]:
         # The rank and run key tell the agent how to tag and where to spool its trace.
         return {
-            "name": "profile", "id": profile.id, "steps": body.steps,
+            "name": "profile", "id": profile.id, "steps": steps,
             "max_s": settings.profile_max_s, "rank": agent.rank, "run_key": agent.run_key,
         }  # fmt: skip
 
@@ -100,6 +112,17 @@ async def request_profile(
     for settled in await state.writer.run(store.awaiting_analysis, run_id=run_id):
         _start_analysis(state, settled)
     return profile
+
+
+def alert_capture(state: AppState) -> Callable[[int, int, int], Awaitable[int]]:
+    """An alert rule's action for the detectors: capture a live run's profile for an alert."""
+
+    async def capture(run_id: int, steps: int, alert_id: int) -> int:
+        steps = min(steps, state.settings.profile_max_steps)
+        profile = await start_capture(state, run_id, steps=steps, running=True, alert_id=alert_id)
+        return profile.id
+
+    return capture
 
 
 @router.get("", dependencies=[ViewerAuth])

@@ -49,7 +49,38 @@ UNITS = {
     AlertMetric.straggler_ratio: "x",
     AlertMetric.sm_util: "%",
     AlertMetric.tensor_util: "%",
+    AlertMetric.run_finished: "",
+    AlertMetric.run_failed: "",
+    AlertMetric.run_interrupted: "",
+    AlertMetric.metric_nonfinite: "",
+    AlertMetric.metric_rise: "x",
+    AlertMetric.throughput_drop: "",
 }
+# How a run ended: events, not conditions. Such a rule holds at the tick the end is seen (on a
+# run no longer running), fires at once (its for_s is not waited), and resolves after its
+# keep_firing_for_s, or when the run resumes.
+END_METRICS = frozenset(
+    {AlertMetric.run_finished, AlertMetric.run_failed, AlertMetric.run_interrupted}
+)
+# Metrics whose value depends on the rule's own parameters (see `param_key`).
+PARAM_METRICS = frozenset(
+    {AlertMetric.metric_nonfinite, AlertMetric.metric_rise, AlertMetric.throughput_drop}
+)
+DEFAULT_METRIC_NAME = "loss"
+DEFAULT_BASELINE_S = 120.0  # "the run's own first minutes"
+ParamKey = tuple[str, str | int | float]
+
+
+def param_key(metric: AlertMetric, rule: Any) -> ParamKey | None:
+    """What a parametrized rule's value is computed for: ("metric", name) for the metric
+    rules, ("run", baseline run id) or ("first", seconds) for the throughput drop."""
+    if metric in (AlertMetric.metric_nonfinite, AlertMetric.metric_rise):
+        return ("metric", rule.metric_name or DEFAULT_METRIC_NAME)
+    if metric == AlertMetric.throughput_drop:
+        if rule.baseline_run_id is not None:
+            return ("run", int(rule.baseline_run_id))
+        return ("first", float(rule.baseline_s or DEFAULT_BASELINE_S))
+    return None
 
 
 # -- REST shapes -----------------------------------------------------------------------------
@@ -71,6 +102,7 @@ Channel = Annotated[BrowserChannel | WebhookChannel, Field(discriminator="type")
 # Text both databases can store (PostgreSQL text cannot hold NUL), and ids in a row id's range.
 RuleText = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_nul)]
 RuleRunId = Annotated[int, Field(ge=1, le=2**31 - 1)]
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=100), AfterValidator(no_nul)]
 
 
 class _RuleFields(BaseModel):
@@ -99,6 +131,10 @@ class AlertRuleCreate(_RuleFields):
         default_factory=lambda: [BrowserChannel(type="browser")], max_length=20
     )
     enabled: bool = True
+    metric_name: MetricName | None = None
+    baseline_run_id: RuleRunId | None = None
+    baseline_s: float | None = Field(default=None, gt=0, le=86_400)
+    profile_steps: int | None = Field(default=None, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _scope_names_its_target(self) -> "AlertRuleCreate":
@@ -119,6 +155,10 @@ class AlertRuleUpdate(_RuleFields):
     run_id: RuleRunId | None = None
     channels: list[Channel] | None = Field(default=None, max_length=20)
     enabled: bool | None = None
+    metric_name: MetricName | None = None
+    baseline_run_id: RuleRunId | None = None
+    baseline_s: float | None = Field(default=None, gt=0, le=86_400)
+    profile_steps: int | None = Field(default=None, ge=1, le=100_000)
 
 
 def check_scope(scope: AlertScope, project: str | None, run_id: int | None) -> None:
@@ -129,6 +169,8 @@ def check_scope(scope: AlertScope, project: str | None, run_id: int | None) -> N
 
 
 # -- default rules ---------------------------------------------------------------------------
+
+PROFILE_STEPS_ON_INPUT_BOUND = 20
 
 DEFAULT_RULES: list[dict[str, Any]] = [
     {
@@ -150,6 +192,10 @@ DEFAULT_RULES: list[dict[str, Any]] = [
         "for_s": 60.0,
         "keep_firing_for_s": 10.0,
         "only_while_stepping": True,
+        # On by default: the evidence a user wants next is a profile of those very steps, and
+        # 20 steps, once per firing, cost little (captures are one at a time per run and
+        # their traces bounded by the server's quota). Set null to turn it off.
+        "profile_steps": PROFILE_STEPS_ON_INPUT_BOUND,
     },
     {
         "builtin": "stalled",
@@ -164,19 +210,91 @@ DEFAULT_RULES: list[dict[str, Any]] = [
 ]
 
 
-def seed_default_rules(*, session: Session) -> int:
-    """Create the default rules on first start; once created they are the user's to edit."""
-    if session.get(SeedMarker, "default_alert_rules") is not None:
+# Issue 31: how training ends and misbehaves. Off by default except "failed": a finished or
+# interrupted run, or a loss going wrong, is something some users want told and others not.
+END_AND_METRIC_RULES: list[dict[str, Any]] = [
+    {
+        "builtin": "run_failed",
+        "name": "Run failed (an error, or its process died)",
+        "metric": AlertMetric.run_failed,
+        "comparison": Comparison.ge,
+        "threshold": 1.0,
+        "keep_firing_for_s": 60.0,
+    },
+    {
+        "builtin": "run_finished",
+        "name": "Run finished",
+        "metric": AlertMetric.run_finished,
+        "comparison": Comparison.ge,
+        "threshold": 1.0,
+        "keep_firing_for_s": 60.0,
+        "enabled": False,
+    },
+    {
+        "builtin": "run_interrupted",
+        "name": "Run interrupted",
+        "metric": AlertMetric.run_interrupted,
+        "comparison": Comparison.ge,
+        "threshold": 1.0,
+        "keep_firing_for_s": 60.0,
+        "enabled": False,
+    },
+    {
+        "builtin": "loss_nonfinite",
+        "name": "Loss is NaN or infinite",
+        "metric": AlertMetric.metric_nonfinite,
+        "metric_name": DEFAULT_METRIC_NAME,
+        "comparison": Comparison.ge,
+        "threshold": 1.0,
+        "keep_firing_for_s": 10.0,
+        "enabled": False,
+    },
+    {
+        "builtin": "loss_rise",
+        "name": "Loss rose to 2x its best",
+        "metric": AlertMetric.metric_rise,
+        "metric_name": DEFAULT_METRIC_NAME,
+        "comparison": Comparison.ge,
+        "threshold": 2.0,
+        "for_s": 30.0,
+        "keep_firing_for_s": 10.0,
+        "enabled": False,
+    },
+]
+
+
+def _seed(session: Session, marker: str, specs: list[dict[str, Any]]) -> int:
+    if session.get(SeedMarker, marker) is not None:
         return 0
-    for spec in DEFAULT_RULES:
+    for spec in specs:
         session.add(AlertRule(**spec, channels=[{"type": "browser"}]))
-    session.add(SeedMarker(key="default_alert_rules"))
+    session.add(SeedMarker(key=marker))
     try:
         session.commit()
     except IntegrityError:  # another server sharing the database seeded them first
         session.rollback()
         return 0
-    return len(DEFAULT_RULES)
+    return len(specs)
+
+
+def seed_default_rules(*, session: Session) -> int:
+    """Create the default rules on first start; once created they are the user's to edit.
+
+    Each set is seeded once (its own marker), so a database from before issue 31 gains the
+    run-end and metric rules, and its input-bound rule the profile action unless the user
+    edited that rule."""
+    fresh = session.get(SeedMarker, "default_alert_rules") is None
+    created = _seed(session, "default_alert_rules", DEFAULT_RULES)
+    if not fresh:
+        upgraded = session.exec(
+            select(AlertRule).where(AlertRule.builtin == "highly_input_bound")
+        ).first()
+        marked = session.get(SeedMarker, "default_alert_rules_31") is not None
+        untouched = upgraded is not None and upgraded.updated_at == upgraded.created_at
+        if upgraded is not None and untouched and not marked and upgraded.profile_steps is None:
+            upgraded.profile_steps = PROFILE_STEPS_ON_INPUT_BOUND
+            session.add(upgraded)
+    return created + _seed(session, "default_alert_rules_31", END_AND_METRIC_RULES)
 
 
 def load_rules(*, session: Session) -> list[AlertRule]:
@@ -205,6 +323,8 @@ class RunFacts:
     running: bool
     stepping: bool
     values: dict[AlertMetric, float | None]
+    # The parametrized metrics' values, by (metric, param_key): those the rules ask for.
+    params: dict[tuple[AlertMetric, ParamKey], float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -229,6 +349,15 @@ class Transition:
     message: str = ""
 
 
+def _param(rule: AlertRule) -> tuple[AlertMetric, ParamKey] | None:
+    metric = AlertMetric(rule.metric)
+    if metric not in PARAM_METRICS:
+        return None
+    key = param_key(metric, rule)
+    assert key is not None
+    return (metric, key)
+
+
 def _applies(rule: Any, facts: RunFacts) -> bool:
     if rule.scope == AlertScope.project:
         return facts.project == rule.project
@@ -238,9 +367,20 @@ def _applies(rule: Any, facts: RunFacts) -> bool:
 
 
 def describe_condition(rule: AlertRule, value: float | None) -> str:
-    unit = UNITS.get(AlertMetric(rule.metric), "")
+    metric = AlertMetric(rule.metric)
+    if metric in END_METRICS:
+        return f"the run {metric.removeprefix('run_')}"
+    unit = UNITS.get(metric, "")
     shown = "no value" if value is None else f"{value:.3g}{(' ' + unit) if unit else ''}"
-    return f"{rule.metric} {rule.comparison} {rule.threshold:g} (now {shown})"
+    subject = str(rule.metric)
+    key = param_key(metric, rule)
+    if key is not None and key[0] == "metric":
+        subject = f"{rule.metric}({key[1]})"
+    elif key is not None and key[0] == "run":
+        subject = f"{rule.metric} vs run #{key[1]}"
+    elif key is not None:
+        subject = f"{rule.metric} vs its first {key[1]:g} s"
+    return f"{subject} {rule.comparison} {rule.threshold:g} (now {shown})"
 
 
 _OPS = {
@@ -264,6 +404,8 @@ class _Compiled:
     scope: AlertScope
     project: str | None
     run_id: int | None
+    param: tuple[AlertMetric, ParamKey] | None = None
+    end: bool = False  # an END_METRICS rule: holds on a run no longer running, fires at once
 
 
 @dataclass
@@ -288,10 +430,16 @@ class AlertEngine:
                 scope=AlertScope(rule.scope),
                 project=rule.project,
                 run_id=rule.run_id,
+                param=_param(rule),
+                end=AlertMetric(rule.metric) in END_METRICS,
             )
             for rule in self.rules
             if rule.enabled and rule.id is not None
         ]
+
+    def wanted_params(self) -> set[tuple[AlertMetric, ParamKey]]:
+        """The parametrized values the enabled rules need (RunFacts.params)."""
+        return {c.param for c in self._compiled if c.param is not None}
 
     def active_for(self, run_id: int) -> bool:
         return any(key[1] == run_id for key in self.instances)
@@ -311,9 +459,12 @@ class AlertEngine:
             for run in facts:
                 if compiled.scope is not AlertScope.all and not _applies(compiled, run):
                     continue
-                value = run.values.get(metric)
+                if compiled.param is not None:
+                    value = run.params.get(compiled.param)
+                else:
+                    value = run.values.get(metric)
                 holds = (
-                    run.running
+                    (run.running or compiled.end)
                     and value is not None
                     and (run.stepping or not compiled.only_while_stepping)
                     and op(float(value), threshold)
@@ -322,7 +473,9 @@ class AlertEngine:
                 if not holds and key not in instances:
                     continue
                 seen.add(key)
-                transition = self._step(compiled.rule, run.run_id, holds, value, now)
+                transition = self._step(
+                    compiled.rule, run.run_id, holds, value, now, at_once=compiled.end
+                )
                 if transition is not None:
                     transitions.append(transition)
         # Instances whose rule was disabled, deleted or no longer applies, or whose run is
@@ -350,7 +503,14 @@ class AlertEngine:
         return transitions
 
     def _step(
-        self, rule: AlertRule, run_id: int, holds: bool, value: float | None, now: float
+        self,
+        rule: AlertRule,
+        run_id: int,
+        holds: bool,
+        value: float | None,
+        now: float,
+        *,
+        at_once: bool = False,
     ) -> Transition | None:
         assert rule.id is not None
         key = (rule.id, run_id)
@@ -363,7 +523,7 @@ class AlertEngine:
             )
             instance.value = value
             self.instances[key] = instance
-            if rule.for_s <= 0:
+            if rule.for_s <= 0 or at_once:
                 instance.state = AlertState.firing
                 return Transition(rule, run_id, AlertState.firing, None, value, instance)
             return Transition(rule, run_id, AlertState.pending, None, value, instance)

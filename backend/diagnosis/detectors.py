@@ -9,16 +9,32 @@ queues webhook deliveries for the `stoker-webhooks` task.
 """
 
 import asyncio
+import bisect
 import logging
+import math
+import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from backend.core.lifecycle import AgentConnections
-from backend.core.models import AlertMetric, AlertRule, AlertState, Run, RunPublic, RunStatus
+from backend.core.models import (
+    AlertMetric,
+    AlertPublic,
+    AlertRule,
+    AlertState,
+    Run,
+    RunEventPublic,
+    RunPublic,
+    RunStatus,
+)
 from backend.core.settings import Settings
 from backend.diagnosis.alerting import (
+    DEFAULT_BASELINE_S,
+    END_METRICS,
     AlertEngine,
+    ParamKey,
     RunFacts,
     Transition,
     alert_message,
@@ -26,7 +42,14 @@ from backend.diagnosis.alerting import (
     seed_default_rules,
 )
 from backend.diagnosis.levels import VERDICT_WORDS, share_text
-from backend.diagnosis.store import add_event, apply_transition, record_delivery, run_brief
+from backend.diagnosis.store import (
+    add_event,
+    apply_transition,
+    baseline_step_s,
+    link_profile,
+    record_delivery,
+    run_brief,
+)
 from backend.diagnosis.stragglers import straggler_ratio, worker_hosts, worker_timings
 from backend.diagnosis.verdict import Diagnosis, Verdict, diagnose
 from backend.diagnosis.webhooks import Delivery, WebhookSender, json_payload, slack_payload
@@ -37,6 +60,68 @@ from backend.live.hub import LiveHub
 from backend.live.messages import AlertMessage, EventMessage, VerdictMessage
 
 log = logging.getLogger(__name__)
+
+# A run's first steps kept for the throughput baseline ("its own first minutes"), at most.
+FIRST_STEPS_CAP = 20_000
+BASELINE_RUN_REFRESH_S = 30.0
+# Asks a live run's agents for a profile of `steps` steps for alert `alert_id`; returns the
+# profile's id (backend/api/profiles.py start_capture), or raises with why it could not.
+CaptureProfile = Callable[[int, int, int], Awaitable[int]]
+_END_METRIC = {
+    RunStatus.finished: AlertMetric.run_finished,
+    RunStatus.failed: AlertMetric.run_failed,
+    RunStatus.interrupted: AlertMetric.run_interrupted,
+}
+
+
+@dataclass
+class MetricTrack:
+    """One batch or epoch metric of a run, as the metric rules read it."""
+
+    last: float | None = None  # None: its latest value was NaN or infinite
+    best: float | None = None  # its lowest finite value so far
+
+    def add(self, value: float | None) -> None:
+        finite = value is not None and math.isfinite(value)
+        self.last = value if finite else None
+        if finite and (self.best is None or value < self.best):  # type: ignore[operator]
+            self.best = value
+
+    def rise(self) -> float | None:
+        if self.last is None or self.best is None or self.best <= 0:
+            return None
+        return self.last / self.best
+
+
+@dataclass
+class FirstSteps:
+    """The step times of a run's first `horizon_s` seconds (agent clock): its own baseline."""
+
+    horizon_s: float
+    t0: float | None = None
+    newest_t: float = -math.inf
+    t: list[float] = field(default_factory=list)
+    dur: list[float] = field(default_factory=list)
+
+    def add(self, t: list[float], dur: list[float]) -> None:
+        if not t:
+            return
+        if self.t0 is None:
+            self.t0 = t[0]
+        self.newest_t = max(self.newest_t, t[-1])
+        room = FIRST_STEPS_CAP - len(self.t)
+        if room <= 0 or t[0] > self.t0 + self.horizon_s:
+            return
+        end = min(bisect.bisect_right(t, self.t0 + self.horizon_s), room)
+        self.t.extend(t[:end])
+        self.dur.extend(dur[:end])
+
+    def median_s(self, seconds: float) -> float | None:
+        """The median step time of the first `seconds`, once the run is past them."""
+        if self.t0 is None or self.newest_t < self.t0 + seconds:
+            return None
+        end = bisect.bisect_right(self.t, self.t0 + seconds)
+        return statistics.median(self.dur[:end]) if end else None
 
 
 def verdict_event_message(diagnosis: Diagnosis, previous: Diagnosis | None) -> str:
@@ -72,6 +157,16 @@ class Detectors:
         )
         self.ticks = 0
         self.last_tick_s = 0.0
+        # Issue 31: how runs ended (seen by the next tick), their watched metrics, their first
+        # steps, baseline runs' step times, and how a firing alert captures a profile.
+        self._ends: dict[int, tuple[AlertMetric, str]] = {}
+        self._end_notes: dict[int, str] = {}  # why a run counts as failed, when not said
+        self._metrics: dict[int, dict[str, MetricTrack]] = {}
+        self._firsts: dict[int, FirstSteps] = {}
+        self._baseline_runs: dict[int, tuple[float, float | None]] = {}
+        self._metric_names: set[str] = set()
+        self._first_horizon_s = DEFAULT_BASELINE_S
+        self.capture_profile: CaptureProfile | None = None
 
     # -- fed by ingest (event loop, never blocks) ------------------------------------------
 
@@ -97,7 +192,21 @@ class Detectors:
 
     def observe_run(self, run: Run | RunPublic) -> None:
         """The run changed (ended, resumed)."""
-        self._window(run)
+        known = self.windows.get(run.id) if run.id is not None else None
+        was_running = known is None or known.running
+        window = self._window(run)
+        ended = _END_METRIC.get(RunStatus(run.status))
+        if ended is None or not was_running:
+            return
+        note = ""
+        # The reaper interrupts a run only once no agent of it is connected and none was
+        # heard for heartbeat_timeout_s: its process died without saying so (killed,
+        # crashed, host lost). That is a failure; an agent that says `interrupted` (Ctrl-C)
+        # says so while still connected.
+        if ended == AlertMetric.run_interrupted and run.id not in self.connections.run_ids():
+            ended = AlertMetric.run_failed
+            note = "its process died: no word from its agent"
+        self._ends[window.run_id] = (ended, note)
 
     def observe_batch(self, run: Run | RunPublic, batch: Batch, rank: int = 0) -> None:
         """A committed batch of worker `rank`: slide the run's window forward."""
@@ -136,14 +245,41 @@ class Detectors:
             )
         if window.last_data_at is None or window.last_data_at < now:
             window.last_data_at = now
+        self._observe_for_rules(window.run_id, batch)
+
+    def _observe_for_rules(self, run_id: int, batch: Batch) -> None:
+        """Keep what the metric and throughput rules read: the watched metrics' latest and best
+        values, and the run's first steps."""
+        names = self._metric_names
+        if names:
+            for section in (batch.metrics, batch.epochs):
+                if section is None or not len(section):
+                    continue
+                for name, value in zip(section.name, section.value, strict=True):
+                    if name in names:
+                        tracks = self._metrics.setdefault(run_id, {})
+                        tracks.setdefault(name, MetricTrack()).add(value)
+        steps = batch.steps
+        if steps is not None and len(steps):
+            first = self._firsts.get(run_id)
+            if first is None:
+                first = self._firsts[run_id] = FirstSteps(self._first_horizon_s)
+            first.add(steps.t, steps.dur)
 
     def rules_changed(self) -> None:
         self._rules_stale = True
 
     def use_rules(self, rules: Iterable[AlertRule]) -> None:
         """Evaluate `rules` from now on, instead of loading the stored ones (benchmarks)."""
-        self.engine.set_rules(rules)
+        self._set_rules(rules)
         self._rules_stale = False
+
+    def _set_rules(self, rules: Iterable[AlertRule]) -> None:
+        self.engine.set_rules(rules)
+        wanted = self.engine.wanted_params()
+        self._metric_names = {str(key[1]) for _, key in wanted if key[0] == "metric"}
+        firsts = [float(key[1]) for _, key in wanted if key[0] == "first"]
+        self._first_horizon_s = max([DEFAULT_BASELINE_S, *firsts])
 
     def diagnose_now(self, run_id: int) -> Diagnosis | None:
         """The verdict over the run's window as it is now, with every batch observed so far.
@@ -193,7 +329,8 @@ class Detectors:
         started = time.monotonic()
         if self._rules_stale:
             self._rules_stale = False
-            self.engine.set_rules(await self.writer.run(load_rules))
+            self._set_rules(await self.writer.run(load_rules))
+        await self._refresh_baseline_runs()
         now = time.monotonic()
         connected = self.connections.run_ids()
         facts: list[RunFacts] = []
@@ -226,6 +363,50 @@ class Detectors:
         self._evict(connected)
         self.ticks += 1
         self.last_tick_s = time.monotonic() - started
+
+    async def _refresh_baseline_runs(self) -> None:
+        """The median step time of each baseline run a rule names, read every 30 s."""
+        now = time.monotonic()
+        for _, key in self.engine.wanted_params():
+            if key[0] != "run":
+                continue
+            run_id = int(key[1])
+            cached = self._baseline_runs.get(run_id)
+            if cached is not None and now - cached[0] < BASELINE_RUN_REFRESH_S:
+                continue
+            try:
+                median = await self.writer.run(baseline_step_s, run_id=run_id)
+            except Exception:
+                log.exception("reading baseline run %s failed", run_id)
+                median = None
+            self._baseline_runs[run_id] = (now, median)
+
+    def _params(
+        self, window: RunWindow, stepping: bool
+    ) -> dict[tuple[AlertMetric, ParamKey], float | None]:
+        """The parametrized metrics' values the rules ask for (see alerting.param_key)."""
+        values: dict[tuple[AlertMetric, ParamKey], float | None] = {}
+        run_id = window.run_id
+        current = window.median_step_s() if stepping else None
+        for wanted in self.engine.wanted_params():
+            metric, (kind, arg) = wanted
+            value: float | None = None
+            if kind == "metric":
+                track = self._metrics.get(run_id, {}).get(str(arg))
+                if track is not None and metric == AlertMetric.metric_nonfinite:
+                    value = 0.0 if track.last is not None else 1.0
+                elif track is not None:
+                    value = track.rise()
+            elif current is not None and current > 0:
+                if kind == "run":
+                    base = self._baseline_runs.get(int(arg), (0.0, None))[1]
+                else:
+                    first = self._firsts.get(run_id)
+                    base = first.median_s(float(arg)) if first is not None else None
+                if base is not None:
+                    value = max(0.0, 1.0 - base / current)
+            values[wanted] = value
+        return values
 
     def _diagnose(self, window: RunWindow, now: float, connected: bool) -> Diagnosis:
         s = self.settings
@@ -270,20 +451,34 @@ class Detectors:
                 worker_timings(window, min_steps=s.diagnosis_min_steps)
             ),
         }
+        ended = self._ends.pop(window.run_id, None)
+        if ended is not None:
+            self._end_notes[window.run_id] = ended[1]
+        for metric in END_METRICS:
+            # An event: 1 at the tick the end is seen, 0 after (the alert then resolves after
+            # its keep_firing_for_s); no value while the run runs.
+            hit = ended is not None and ended[0] == metric
+            values[metric] = 1.0 if hit else (None if window.running else 0.0)
         return RunFacts(
             run_id=window.run_id,
             project=window.project,
             running=window.running,
             stepping=stepping,
             values=values,
+            params=self._params(window, stepping),
         )
 
     def _evict(self, connected: set[int]) -> None:
         for run_id, window in list(self.windows.items()):
             if window.running or run_id in connected or self.engine.active_for(run_id):
                 continue
+            if run_id in self._ends:  # its end not evaluated yet
+                continue
             del self.windows[run_id]
             self.verdicts.pop(run_id, None)
+            self._metrics.pop(run_id, None)
+            self._firsts.pop(run_id, None)
+            self._end_notes.pop(run_id, None)
 
     # -- publishing -------------------------------------------------------------------------
 
@@ -305,8 +500,11 @@ class Detectors:
         window = self.windows.get(transition.run_id)
         run_name = window.name if window else str(transition.run_id)
         message = alert_message(rule, transition.state, transition.value, run_name)
-        if transition.message:
-            message += f" ({transition.message})"
+        note = transition.message
+        if not note and AlertMetric(rule.metric) == AlertMetric.run_failed:
+            note = self._end_notes.get(transition.run_id, "")
+        if note:
+            message += f" ({note})"
         stored = await self.writer.run(
             apply_transition,
             alert_id=instance.alert_id,
@@ -321,11 +519,16 @@ class Detectors:
             return
         alert, event = stored
         instance.alert_id = alert.id
+        if transition.state == AlertState.firing and rule.profile_steps:
+            alert, event = await self._capture_profile(rule, transition.run_id, alert, event)
         alert_json = alert.model_dump(mode="json")
         self.hub.broadcast(AlertMessage(alert=alert))
         self.hub.broadcast(EventMessage(run_id=transition.run_id, event=event))
+        # A run's end is an event: its alert resolving later is not news worth a message.
         notify = transition.state == AlertState.firing or (
-            transition.state == AlertState.resolved and transition.previous == AlertState.firing
+            transition.state == AlertState.resolved
+            and transition.previous == AlertState.firing
+            and AlertMetric(rule.metric) not in END_METRICS
         )
         if not notify:
             return
@@ -345,6 +548,36 @@ class Detectors:
                     payload=build(alert_json, event=str(transition.state), run=run),
                 )
             )
+
+    async def _capture_profile(
+        self, rule: AlertRule, run_id: int, alert: AlertPublic, event: RunEventPublic
+    ) -> tuple[AlertPublic, RunEventPublic]:
+        """The rule's action: capture `profile_steps` steps of profile, once per firing and only
+        while the run is live, through the same path as a user's request. The alert and its
+        firing event then link the profile (or say why there is none)."""
+        window = self.windows.get(run_id)
+        profile_id: int | None = None
+        error = ""
+        if self.capture_profile is None:
+            error = "profile not captured: this server cannot send commands to agents"
+        elif window is None or not window.running or run_id not in self.connections.run_ids():
+            error = "profile not captured: the run is no longer live"
+        else:
+            try:
+                profile_id = await self.capture_profile(
+                    run_id, int(rule.profile_steps or 0), alert.id
+                )
+            except Exception as exc:  # a capture already running (409), no agent, ...
+                error = f"profile not captured: {getattr(exc, 'detail', None) or exc}"
+        try:
+            linked = await self.writer.run(
+                link_profile, alert_id=alert.id, event_id=event.id, profile_id=profile_id,
+                error=error,
+            )  # fmt: skip
+        except Exception:
+            log.exception("linking the profile of alert %s failed", alert.id)
+            return alert, event
+        return linked if linked is not None else (alert, event)
 
     async def _record_delivery(self, delivery: Delivery, outcome: dict[str, Any]) -> None:
         alert = await self.writer.run(record_delivery, alert_id=delivery.alert_id, outcome=outcome)

@@ -38,6 +38,10 @@ class InvalidAlertRule(StokerError):
     status_code = 422
 
 
+NULLABLE_RULE_FIELDS = ("project", "run_id", "metric_name", "baseline_run_id", "baseline_s",
+                        "profile_steps")  # fmt: skip
+
+
 # -- events ----------------------------------------------------------------------------------
 
 
@@ -92,7 +96,7 @@ def update_rule(*, session: Session, rule_id: int, patch: AlertRuleUpdate) -> Al
         raise AlertRuleNotFound(rule_id)
     changes = patch.model_dump(mode="json", exclude_unset=True)
     for name, value in changes.items():
-        if value is None and name not in ("project", "run_id"):
+        if value is None and name not in NULLABLE_RULE_FIELDS:
             raise InvalidAlertRule(f"{name}: may not be null")
         setattr(rule, name, value)
     try:
@@ -202,6 +206,34 @@ def record_delivery(
     session.commit()
     session.refresh(alert)
     return alert_public(alert)
+
+
+def link_profile(
+    *, session: Session, alert_id: int, event_id: int, profile_id: int | None, error: str = ""
+) -> tuple[AlertPublic, RunEventPublic] | None:
+    """The profile an alert's firing captured (or why none was): on the alert and on its
+    firing event (issue 31)."""
+    alert = session.get(Alert, alert_id)
+    event = session.get(RunEvent, event_id)
+    if alert is None or event is None:
+        return None
+    if profile_id is not None:
+        alert.profile_id = profile_id
+        session.add(alert)
+    extra = {"profile_id": profile_id} if profile_id is not None else {"profile_error": error}
+    event.data = {**event.data, **extra}
+    session.add(event)
+    session.commit()
+    session.refresh(alert)
+    session.refresh(event)
+    return alert_public(alert), RunEventPublic.model_validate(event, from_attributes=True)
+
+
+def baseline_step_s(*, session: Session, run_id: int) -> float | None:
+    """A baseline run's median step time in seconds (its summary's), for throughput_drop."""
+    run = session.get(Run, run_id)
+    median_ms = (run.summary or {}).get("step_time_ms_median") if run is not None else None
+    return float(median_ms) / 1000 if median_ms else None
 
 
 def run_brief(*, session: Session, run_id: int) -> dict[str, Any] | None:

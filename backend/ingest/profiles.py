@@ -158,7 +158,13 @@ def list_profiles(*, session: Session, run_id: int) -> ProfilesPublic:
 
 
 def create_profile(
-    *, session: Session, run_id: int, steps: int, stale_after_s: float, ranks: list[int]
+    *,
+    session: Session,
+    run_id: int,
+    steps: int,
+    stale_after_s: float,
+    ranks: list[int],
+    alert_id: int | None = None,
 ) -> ProfilePublic:
     """A new capture of the workers `ranks`, unless one is in progress for the run (409).
     One no agent has reported on for `stale_after_s` (they went away) no longer blocks: its
@@ -181,7 +187,7 @@ def create_profile(
         # analysed (`awaiting_analysis`), then ready with its lost workers marked.
         _set_workers(row, workers)
         session.add(row)
-    profile = Profile(run_id=run_id, steps=steps)
+    profile = Profile(run_id=run_id, steps=steps, alert_id=alert_id)
     _set_workers(profile, {rank: {"rank": rank, "status": "requested"} for rank in ranks})
     session.add(profile)
     session.commit()
