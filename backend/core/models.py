@@ -58,6 +58,10 @@ class Run(RunBase, table=True):
     started_at: datetime = Field(default_factory=utc_now, index=True)
     ended_at: datetime | None = None
     last_seen_at: datetime | None = None
+    # Retention (backend.ingest.retention): a pinned run keeps its raw rows; `compacted_at` is
+    # when its raw steps and samples were reduced to rollups (null: every raw row is kept).
+    pinned: bool = False
+    compacted_at: datetime | None = None
     config: dict[str, Any] = _json(default_factory=dict)
     environment: dict[str, Any] = _json(default_factory=dict)
     # Running aggregates, updated with every committed batch (see backend.ingest.summary). Only the
@@ -142,6 +146,8 @@ class RunPublic(RunBase):
     started_at: datetime
     ended_at: datetime | None
     last_seen_at: datetime | None
+    pinned: bool = False
+    compacted_at: datetime | None = None
     config: dict[str, Any]
     environment: dict[str, Any]
     summary: RunSummary
@@ -168,7 +174,7 @@ class Step(SQLModel, table=True):
     __table_args__ = (Index("ix_step_run_rank_step", "run_id", "rank", "step"),)
 
     id: int | None = _row_id()
-    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    run_id: int  # no foreign key (migration 0011: checked row by row, it halved ingest)
     rank: int = 0
     step: int = _big()
     t: float  # wall-clock start, unix seconds
@@ -241,7 +247,7 @@ class DeviceSample(SQLModel, table=True):
     __table_args__ = (Index("ix_device_run_gpu_t", "run_id", "gpu", "t"),)
 
     id: int | None = _row_id()
-    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    run_id: int  # no foreign key (migration 0011: checked row by row, it halved ingest)
     rank: int = 0
     gpu: int
     t: float
@@ -277,7 +283,7 @@ class HostSample(SQLModel, table=True):
     __table_args__ = (Index("ix_host_run_t", "run_id", "t"),)
 
     id: int | None = _row_id()
-    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    run_id: int  # no foreign key (migration 0011: checked row by row, it halved ingest)
     rank: int = 0
     t: float
     proc_cpu: float | None = None
