@@ -5,6 +5,7 @@ The fake implements GPM with nvml.h's structs (version fields, per-metric nvmlRe
 check what the agent does with what a GPU answers, never a monkeypatched pynvml.
 """
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -275,3 +276,59 @@ def test_metrics_carry_gpm_gauges_only_for_gpm_gpus(
         line.startswith("stoker_gpu_utilization_percent{") and 'gpu="1"' in line
         for line in text.splitlines()
     )
+
+
+def test_gpm_windows_line_up_with_steps_longer_than_the_interval(
+    fake_nvml: FakeNvml, energy_server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Steps of 0.4 s (half waiting for input with the SMs idle, half computing at 80 %)
+    sampled every 0.1 s: a window per reading would read 0 or 80; windows closed at the
+    steps' ends read each step's mean, and the readings in between still carry utilization
+    with the GPM fields left open (null, not 0)."""
+    from trainer_agent import Monitor, flush
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    wait_s = compute_s = 0.2
+    fake_nvml.write(gpu0={**HOPPER, "gpm2": 0.0})
+    fake_nvml.preload()
+
+    def batches() -> Iterator[int]:
+        i = 0
+        while True:
+            fake_nvml.write(gpu0={**HOPPER, "gpm2": 0.0})  # waiting: the SMs idle
+            time.sleep(wait_s)
+            yield i
+            i += 1
+
+    with Monitor(run_name="aligned", server=energy_server.url, sample_interval_s=0.1) as mon:
+        for i in mon.iterate(batches()):
+            fake_nvml.write(gpu0={**HOPPER, "gpm2": 80.0})  # computing
+            time.sleep(compute_s)
+            if i >= 11:
+                break
+    flush()
+    run = next(r for r in energy_server.get("/api/v1/runs")["data"] if r["name"] == "aligned")
+    (series,) = energy_server.get(
+        f"/api/v1/runs/{run['id']}/samples", fields="util,sm_util", max_points=100_000
+    )["series"]
+    steps = energy_server.get(f"/api/v1/runs/{run['id']}/steps", max_points=100_000)
+    ends = [t + dur for t, dur in zip(steps["t"], steps["dur"], strict=True)]
+    compute_share = [(d - w) / d for d, w in zip(steps["dur"], steps["wait"], strict=True)]
+    rows = list(zip(series["t"], series["util"], series["sm_util"], strict=True))
+    windows = [(t, sm) for t, _, sm in rows if sm is not None]
+    # Readings between steps' ends leave the window open: utilization, and GPM null.
+    assert any(util is not None and sm is None for _, util, sm in rows)
+    # Each window from one step's end to a later one's (the first, from the run's start,
+    # and the last, closed by the run's end, aside) holds whole steps: its SM utilization is
+    # 80 % times the share of those steps spent computing, never a phase's 0 or 80.
+    inner = [(a[0], b[0], b[1]) for a, b in itertools.pairwise(windows) if a[0] >= ends[0]]
+    inner = [w for w in inner if w[1] <= ends[-2] + wait_s]
+    assert len(inner) >= len(steps["t"]) // 2
+    for start, end, sm_util in inner:
+        spanned = [i for i, e in enumerate(ends) if start - wait_s / 2 < e <= end + wait_s / 2]
+        assert spanned, (start, end)
+        share = sum(compute_share[i] for i in spanned) / len(spanned)
+        assert sm_util == pytest.approx(80.0 * share, abs=15.0), (start, end, spanned)
+    # One window per step, not one per reading.
+    assert len(windows) <= len(steps["t"]) + 2
+    assert len(rows) > len(windows)

@@ -3,11 +3,12 @@
 through the real binding and the fake NVML."""
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.fake_nvml import FakeNvml
+from tests.fake_nvml import NOT_SUPPORTED, FakeNvml
 from trainer_agent import log_once
 from trainer_agent.nvml import Nvml
 from trainer_agent.recorder import Recorder
@@ -93,3 +94,63 @@ def test_a_mig_instance_is_named_as_such(
     _sample_twice(nvml)
     (said,) = _said(caplog)
     assert "names a MIG instance, and Stoker reads whole GPUs only" in said
+
+
+def test_only_the_gpus_the_process_list_shows_it_on_get_rows(
+    fake_nvml: FakeNvml, nvml: Nvml, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # Before the framework made its context, this process is on no GPU: every GPU gets rows.
+    fake_nvml.write(device_count=3, gpu0={"proc_pid": 1}, gpu2={"proc_pid": 2})
+    caplog.set_level(logging.INFO, logger="trainer_agent")
+    recorder = Recorder(max_rows=10_000)
+    source = DeviceSource(nvml, tf_memory=lambda i: (None, None))
+    assert source.start()
+    source.sample(1.0, recorder)
+    assert (recorder.device.drain() or {})["gpu"] == [0, 1, 2]
+    # Now it runs on GPU 1 (GPU 0 and 2 hold other processes): only GPU 1 from here on.
+    mine = {"proc_pid": os.getpid(), "proc_mem": 4096}
+    fake_nvml.write(device_count=3, gpu0={"proc_pid": 1}, gpu1=mine, gpu2={"proc_pid": 2})
+    source.sample(2.0, recorder)
+    source.sample(3.0, recorder)
+    columns = recorder.device.drain() or {}
+    assert columns["gpu"] == [1, 1] and columns["proc_mem"] == [4096, 4096]
+    assert any(
+        "runs on GPU 1; GPU 0, 2 (visible, unused)" in r.getMessage() for r in caplog.records
+    )
+    # It starts using GPU 2 as well: GPU 2 gets rows again.
+    fake_nvml.write(device_count=3, gpu1={"proc_pid": os.getpid()},
+                    gpu2={"proc_pid": os.getpid()})  # fmt: skip
+    source.sample(4.0, recorder)
+    source.sample(5.0, recorder)
+    assert (recorder.device.drain() or {})["gpu"] == [1, 1, 2]
+
+
+def test_without_a_process_list_every_visible_gpu_gets_rows(
+    fake_nvml: FakeNvml, nvml: Nvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,2")
+    fake_nvml.write(device_count=3, gpu2={"proc_pid": os.getpid()},
+                    errors={"nvmlDeviceGetComputeRunningProcesses_v3": NOT_SUPPORTED})  # fmt: skip
+    recorder = Recorder(max_rows=10_000)
+    source = DeviceSource(nvml, tf_memory=lambda i: (None, None))
+    assert source.start()
+    source.sample(1.0, recorder)
+    source.sample(2.0, recorder)
+    columns = recorder.device.drain() or {}
+    assert columns["gpu"] == [0, 2, 0, 2]
+    assert "proc_mem" not in columns  # unknown: null, not 0 (an all-null column is left out)
+
+
+def test_all_gpus_keeps_every_gpu_whatever_the_process_list_says(
+    fake_nvml: FakeNvml, nvml: Nvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    fake_nvml.write(device_count=2, gpu1={"proc_pid": os.getpid()})
+    recorder = Recorder(max_rows=10_000)
+    source = DeviceSource(nvml, all_gpus=True, tf_memory=lambda i: (None, None))
+    assert source.start()
+    source.sample(1.0, recorder)
+    source.sample(2.0, recorder)
+    assert (recorder.device.drain() or {})["gpu"] == [0, 1, 0, 1]

@@ -52,10 +52,14 @@ class DeviceExtras:
         self._gpm = {index: gpm_reader(nvml, index) for index in indices}
         self._energy = {index: EnergyMeter(nvml, index) for index in indices}
 
-    def read(self, index: int, power_w: float | None) -> dict[str, float | bool | None]:
+    def read(
+        self, index: int, power_w: float | None, *, close_gpm: bool = True
+    ) -> dict[str, float | bool | None]:
+        """GPM over the window since the last closed one (null with `close_gpm` False: the
+        window stays open) and the run's energy so far."""
         reader = self._gpm.get(index)
         values: dict[str, float | bool | None] = (
-            dict(reader.read()) if reader is not None else dict.fromkeys(GPM_FIELDS)
+            dict(reader.read()) if reader is not None and close_gpm else dict.fromkeys(GPM_FIELDS)
         )
         meter = self._energy.get(index)
         if meter is not None:

@@ -60,6 +60,9 @@ class Nvml:
         self._system: dict[str, Any] = {}
         self._last_sample_us: dict[tuple[int, int], int] = {}
         self._last_errors: dict[str, str] = {}
+        # index → whether the last reading found this process in the GPU's process list
+        # (None: the list could not be read).
+        self._runs_here: dict[int, bool | None] = {}
 
     # --- init -----------------------------------------------------------------------------
     def available(self) -> bool:
@@ -219,6 +222,28 @@ class Nvml:
             self._system["cuda"] = f"{raw // 1000}.{raw % 1000 // 10}" if raw else None
         return self._system["cuda"]
 
+    def _processes(self, index: int, handle: Any, pid: int) -> list[Any] | None:
+        """The GPU's compute processes (None when NVML cannot list them); notes whether
+        `pid` is one of them."""
+        processes = self.call("nvmlDeviceGetComputeRunningProcesses", handle)
+        self._runs_here[index] = (
+            any(p.pid == pid for p in processes) if processes is not None else None
+        )
+        return processes
+
+    def check_processes(self, index: int, pid: int) -> bool | None:
+        """Whether `pid` runs on GPU `index` now (None: NVML cannot list its processes)."""
+        handle = self.handle(index)
+        if handle is None:
+            return None
+        self._processes(index, handle, pid)
+        return self._runs_here[index]
+
+    def runs_here(self, index: int) -> bool | None:
+        """Whether the last `reading(index, pid)` found that pid among the GPU's compute
+        processes; None when NVML could not list them (or no reading was taken)."""
+        return self._runs_here.get(index)
+
     # --- dynamic readings -----------------------------------------------------------------
     def utilization(self, index: int) -> tuple[float | None, float | None]:
         """(GPU, memory controller) utilization in percent since the last call.
@@ -260,7 +285,7 @@ class Nvml:
         limit_mw = self.call("nvmlDeviceGetEnforcedPowerLimit", handle)
         tx_kbs = self.call("nvmlDeviceGetPcieThroughput", handle, PCIE_TX)
         rx_kbs = self.call("nvmlDeviceGetPcieThroughput", handle, PCIE_RX)
-        processes = self.call("nvmlDeviceGetComputeRunningProcesses", handle)
+        processes = self._processes(index, handle, pid)
         own = [p.usedGpuMemory for p in processes or [] if p.pid == pid and p.usedGpuMemory]
         return {
             "util": util,

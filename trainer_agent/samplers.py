@@ -56,7 +56,14 @@ def tf_memory_info(logical_index: int) -> tuple[int | None, int | None]:
 
 
 class DeviceSource:
-    """One row per GPU this process uses (or every GPU with `all_gpus`)."""
+    """One row per GPU this process uses (or every GPU with `all_gpus`).
+
+    The GPUs are those `CUDA_VISIBLE_DEVICES` leaves this process (all without it). Once
+    NVML's process list shows this process on some of them, only those get rows: a
+    framework creates its context on a GPU only when it starts using it, so until then
+    (and where the list never shows this pid, as in a container with its own pid
+    namespace) every visible GPU gets rows.
+    """
 
     def __init__(
         self,
@@ -69,6 +76,7 @@ class DeviceSource:
         self._all_gpus = all_gpus
         self._tf_memory = tf_memory
         self._indices: list[int] | None = None
+        self._used: set[int] = set()  # GPUs the process list showed this process on
         self._extras: DeviceExtras | None = None
         self._pid = os.getpid()
 
@@ -83,15 +91,48 @@ class DeviceSource:
         self._extras = DeviceExtras(self.nvml, self._indices)
         return True
 
-    def sample(self, t: float, recorder: Recorder) -> None:
+    @property
+    def indices(self) -> list[int]:
+        """NVML indices of the GPUs that get rows now."""
+        indices = self._indices or []
+        if self._used and not self._all_gpus:
+            return [i for i in indices if i in self._used]
+        return list(indices)
+
+    def sample(self, t: float, recorder: Recorder, *, close_gpm: bool = True) -> None:
+        """One row per GPU; `close_gpm=False` leaves the GPM window open (its fields null)."""
+        shown = set(self.indices)
+        readings: list[tuple[int, int, dict[str, Any]]] = []
         for logical, index in enumerate(self._indices or []):
-            reading = self.nvml.reading(index, self._pid)
-            if not reading:
+            if index in shown:
+                reading = self.nvml.reading(index, self._pid)
+                if reading:
+                    readings.append((logical, index, reading))
+            else:  # unused so far: only whether this process starts using it
+                self.nvml.check_processes(index, self._pid)
+        self._note_processes()
+        shown = set(self.indices)
+        for logical, index, reading in readings:
+            if index not in shown:
                 continue
             reading["tf_mem_current"], reading["tf_mem_peak"] = self._tf_memory(logical)
             if self._extras is not None:
-                reading.update(self._extras.read(index, reading.get("power_w")))
+                reading.update(
+                    self._extras.read(index, reading.get("power_w"), close_gpm=close_gpm)
+                )
             recorder.device.append(t, index, *(reading.get(name) for name in DEVICE_FIELDS))
+
+    def _note_processes(self) -> None:
+        seen = {i for i in self._indices or [] if self.nvml.runs_here(i)}
+        if seen - self._used:
+            self._used |= seen
+            others = [i for i in self._indices or [] if i not in self._used]
+            if others and not self._all_gpus:
+                log.info(
+                    "Stoker: this process runs on GPU %s; GPU %s (visible, unused) get no rows",
+                    ", ".join(map(str, sorted(self._used))),
+                    ", ".join(map(str, others)),
+                )
 
 
 class HostSource:
@@ -148,6 +189,10 @@ class Sampler:
         self.pipeline = pipeline  # reads on its own, slower interval
         self._clock = clock
         self._closed = False
+        # Steps longer than the interval: the last such step's length and when the sampler
+        # thread last took a reading at a step's end (monotonic), to line GPM windows up.
+        self._long_step_s = 0.0
+        self._boundary_at: float | None = None
 
     def start(self) -> None:
         _shared_thread().add(self)
@@ -163,24 +208,47 @@ class Sampler:
         self._closed = True
         _shared_thread().finish(self, timeout_s)
 
-    def tick(self) -> None:
+    def step_ended(self, duration_s: float) -> None:
+        """A step was recorded (on the training thread). Where steps outlast the interval, a
+        GPM window of one interval would hold part of a step (its input wait, or its
+        compute): the sampler thread then takes a reading at once, closing the GPM window
+        at the step's end, and the timed readings in between leave it open, so each window
+        spans whole steps."""
+        if duration_s < self.interval_s or self._closed:
+            return
+        self._long_step_s = duration_s
+        _shared_thread().step_boundary(self)
+
+    def tick(self, *, boundary: bool = False) -> None:
         """One reading; on the sampler thread (the first one finds the GPUs)."""
         try:
             if not self._device_started:
                 self._device_started = True
                 if self._device is not None and not self._device.start():
                     self._device = None
-            self.sample_once()
+            now = time.monotonic()
+            if boundary:
+                self._boundary_at = now
+            # Steps still longer than the interval (the next boundary is due): only a step's
+            # end closes the window; otherwise every reading does.
+            aligned = (
+                self._boundary_at is not None
+                and now - self._boundary_at <= 2 * self._long_step_s + self.interval_s
+            )
+            self.sample_once(close_gpm=boundary or not aligned)
         except Exception:
             log.exception("Stoker sampler failed; training continues without device metrics")
 
-    def sample_once(self) -> None:
+    def sample_once(self, *, close_gpm: bool = True) -> None:
         t = self._clock()
         for source in (self._device, self._host, self.pipeline):
             if source is None:
                 continue
             try:
-                source.sample(t, self._recorder)
+                if source is self._device:
+                    self._device.sample(t, self._recorder, close_gpm=close_gpm)
+                else:
+                    source.sample(t, self._recorder)
             except Exception:
                 log.debug("sampling failed", exc_info=True)
 
@@ -193,6 +261,8 @@ class _SamplerThread:
         self._next_tick: dict[Sampler, float] = {}
         # Samplers to take a last reading of and drop, with the event their `close` waits on.
         self._finishing: list[tuple[Sampler, threading.Event]] = []
+        # Samplers whose run just ended a step longer than their interval: a reading now.
+        self._boundaries: set[Sampler] = set()
         self._thread = threading.Thread(target=self._run, name="stoker-sampler", daemon=True)
         self._thread.start()
 
@@ -204,6 +274,12 @@ class _SamplerThread:
         with self._changed:
             self._next_tick[sampler] = time.monotonic()  # the first reading right away
             self._changed.notify()
+
+    def step_boundary(self, sampler: Sampler) -> None:
+        with self._changed:
+            if sampler in self._next_tick:
+                self._boundaries.add(sampler)
+                self._changed.notify()
 
     def finish(self, sampler: Sampler, timeout_s: float) -> None:
         done = threading.Event()
@@ -219,7 +295,8 @@ class _SamplerThread:
             with self._changed:
                 now = time.monotonic()
                 finishing, self._finishing = self._finishing, []
-                due = [s for s, at in self._next_tick.items() if at <= now]
+                boundaries, self._boundaries = self._boundaries, set()
+                due = [s for s, at in self._next_tick.items() if at <= now or s in boundaries]
                 if not finishing and not due:
                     wake = min(self._next_tick.values(), default=None)
                     self._changed.wait(None if wake is None else wake - now)
@@ -228,13 +305,16 @@ class _SamplerThread:
                 sampler.tick()  # a last reading at the end of the run
                 done.set()
             for sampler in due:
-                sampler.tick()
+                sampler.tick(boundary=sampler in boundaries)
             now = time.monotonic()
             with self._changed:
                 for sampler in due:
                     at = self._next_tick.get(sampler)
                     if at is None:
                         continue  # closed meanwhile
+                    # A reading at a step's end sets the schedule's phase: the next timed
+                    # reading comes one interval after it.
+                    at = now if sampler in boundaries else at
                     at += sampler.interval_s
                     if at < now:  # late (suspended, overloaded): skip, do not burst
                         at = now + sampler.interval_s

@@ -147,7 +147,9 @@ class RunSession:
             "pid": os.getpid(),
             "rank": rank,
         }
-        self.sender = Sender(config=config, hello=hello, buffer=self.recorder)
+        self.sender = Sender(
+            config=config, hello=hello, buffer=self.recorder, new_run=run_key is None
+        )
         if callable(environment):
             self.sender.before_connect = _environment_filler(environment)
         self.sender.before_final_flush = self._stop_sampling
@@ -207,6 +209,8 @@ class RunSession:
         self.recorder.steps.append(
             step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size
         )
+        if self.sampler is not None:  # GPM windows line up with steps longer than a window
+            self.sampler.step_ended(duration_s)
 
     def record_metric(self, step: int, name: str, value: float | None) -> None:
         self.recorder.metrics.append(step, name[:100], value)
