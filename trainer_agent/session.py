@@ -147,9 +147,7 @@ class RunSession:
             "pid": os.getpid(),
             "rank": rank,
         }
-        self.sender = Sender(
-            config=config, hello=hello, buffer=self.recorder, new_run=run_key is None
-        )
+        self.sender = Sender(config=config, hello=hello, buffer=self.recorder)
         if callable(environment):
             self.sender.before_connect = _environment_filler(environment)
         self.sender.before_final_flush = self._stop_sampling
