@@ -26,6 +26,7 @@ from tests.support import ServerProcess
 expect = pytest.importorskip("playwright.sync_api").expect
 
 FOUR_GPUS = {"gpus": [{"index": i, "name": "A100"} for i in range(4)]}
+ONE_GPU = {"gpus": [{"index": 0, "name": "A100"}]}
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +65,10 @@ def runs(priced_server: ServerProcess) -> dict[str, Any]:
         # 99 timed steps of 10 s, 6 s of them waiting, on 4 GPUs: 99 * 6 * 4 s = 0.66 GPU·h.
         "starved": _training(priced_server, "cost-starved", project, dur=10.0, wait=6.0,
                              environment=FOUR_GPUS),
-        # 99 steps of 10 s, 0.5 s waiting, no GPU information (one GPU): 49.5 s.
-        "fed": _training(priced_server, "cost-fed", project, dur=10.0, wait=0.5, environment={}),
+        # 99 steps of 10 s, 0.5 s waiting, on one GPU: 49.5 s. (A run without GPU readings
+        # shows no lost GPU time: tests/test_gpu_truth_ui.py.)
+        "fed": _training(priced_server, "cost-fed", project, dur=10.0, wait=0.5,
+                         environment=ONE_GPU),
     }  # fmt: skip
 
 

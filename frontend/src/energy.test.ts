@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { energyFigures, formatEnergy, formatEnergyCost, gpmFigures, type RunEnergy } from "./energy";
+import { energyCell, energyFigures, formatEnergy, formatEnergyCost, gpmFigures, type RunEnergy } from "./energy";
 
 const ENERGY: RunEnergy = {
   run_id: 1,
@@ -56,5 +56,27 @@ describe("gpmFigures", () => {
       ["sm_util", "23%"],
       ["tensor_util", "0%"],
     ]);
+  });
+});
+
+describe("energyCell", () => {
+  it("shows the summary's total until the split is read, then the starved part and money", () => {
+    expect(energyCell(7.2e6, null)).toMatchObject({ text: "2.00 kWh", starved: "" });
+    const cell = energyCell(7.0e6, ENERGY);
+    expect(cell.text).toBe("2.00 kWh · €0.60");
+    expect(cell.starved).toBe("starved 1.00 kWh (50%) · €0.30");
+    expect(cell.title).toContain("computing: 0.83 kWh");
+  });
+  it("leaves money out where the server sets no price, and says an integrated figure", () => {
+    const cell = energyCell(7.2e6, { ...ENERGY, price_per_kwh: null, total_cost: null, starved_cost: null, integrated: true });
+    expect(cell.text).toBe("2.00 kWh");
+    expect(cell.starved).toBe("starved 1.00 kWh (50%)");
+    expect(cell.title).toContain("Integrated from power readings");
+  });
+  it("is a dash with its reason for a run without energy readings, never 0", () => {
+    const cell = energyCell(null, null);
+    expect(cell.text).toBe("—");
+    expect(cell.starved).toBe("");
+    expect(cell.title).toMatch(/No GPU energy readings/);
   });
 });

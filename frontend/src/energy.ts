@@ -87,3 +87,42 @@ export function gpmFigures(summary: Summary | null | undefined): SummaryFigure[]
   }
   return figures;
 }
+
+/** The runs list's energy cell: the run's GPU energy, and what of it was burned while starved. */
+export interface EnergyCell {
+  /** "1.25 kWh", with its price when the server prices a kWh ("1.25 kWh · €0.38"). */
+  text: string;
+  /** "starved 0.39 kWh (31%) · €0.12" once the split is read, else "". */
+  starved: string;
+  title: string;
+}
+
+/**
+ * `totalJ` is the run's summary energy (all GPUs); `split` its `/runs/{id}/energy` answer,
+ * when read. A run without energy readings (no GPU, or neither an energy counter nor power)
+ * shows a dash and says why in its title.
+ */
+export function energyCell(totalJ: number | null | undefined, split: RunEnergy | null | undefined): EnergyCell {
+  const total = finite(split?.total_j) ? split.total_j : totalJ;
+  if (!finite(total)) {
+    return { text: MISSING, starved: "", title: "No GPU energy readings for this run (no GPU, or a driver with neither an energy counter nor power readings)." };
+  }
+  const currency = split?.currency ?? "$";
+  const totalCost = split ? formatEnergyCost(split.total_cost, currency) : null;
+  const text = totalCost ? `${formatEnergy(total)} · ${totalCost}` : formatEnergy(total);
+  if (!split || !finite(split.starved_j)) {
+    return { text, starved: "", title: `GPU energy the run drew, all GPUs: ${formatEnergy(total)}.` };
+  }
+  const share = total > 0 ? split.starved_j / total : null;
+  const starvedCost = formatEnergyCost(split.starved_cost, currency);
+  const starved =
+    `starved ${formatEnergy(split.starved_j)}` + (share !== null ? ` (${(share * 100).toFixed(0)}%)` : "") + (starvedCost ? ` · ${starvedCost}` : "");
+  const how = split.integrated ? " Integrated from power readings: the driver has no energy counter." : "";
+  return {
+    text,
+    starved,
+    title:
+      `GPU energy the run drew, all GPUs: ${text}. Burned while steps waited for input: ${starved.slice("starved ".length)}; ` +
+      `computing: ${formatEnergy(split.computing_j)}; no step running: ${formatEnergy(split.other_j)}.${how}`,
+  };
+}

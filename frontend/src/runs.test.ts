@@ -170,6 +170,30 @@ describe("runRowCells", () => {
     expect(sort).toEqual({ key: "lost", desc: true });
     expect(sortRuns(runs, sort, NOW).map((r) => r.id)).toEqual([2, 3, 1]);
   });
+  it("shows a dash, not lost GPU time, for a run without GPU readings, and sorts it last", () => {
+    const noGpu = makeRun({ id: 2, summary: { ...makeRun().summary, gpu_util_mean: null, input_wait_s: 90, lost_gpu_s: 90 } });
+    const c = runRowCells(noGpu, NOW, undefined, { gpu_hour_price: 3, currency: "$" });
+    expect(c.lostGpu).toBe("—");
+    expect(c.lostGpuTitle).toMatch(/^No GPU readings for this run, so no GPU time to lose \(its steps waited 1m 30s for input\)$/);
+    const onGpu = makeRun({ id: 1, summary: { ...makeRun().summary, lost_gpu_s: 10 } });
+    expect(runRowCells(onGpu, NOW).lostGpuTitle).toMatch(/^GPU time lost to input starvation/);
+    expect(sortRuns([noGpu, onGpu], { key: "lost", desc: true }, NOW).map((r) => r.id)).toEqual([1, 2]);
+  });
+  it("shows the run's GPU energy and what was burned while starved, sorted most first", () => {
+    const split = {
+      run_id: 1, total_j: 7.2e6, starved_j: 1.8e6, computing_j: 5.0e6, other_j: 0.4e6, total_kwh: 2, starved_kwh: 0.5,
+      integrated: false, price_per_kwh: 0.5, currency: "€", total_cost: 1, starved_cost: 0.25, gpus: [],
+    };
+    const run = makeRun({ summary: { ...makeRun().summary, energy_j: 7.2e6 } });
+    const c = runRowCells(run, NOW, undefined, undefined, split);
+    expect([c.energy, c.energyStarved]).toEqual(["2.00 kWh · €1.00", "starved 0.50 kWh (25%) · €0.25"]);
+    expect(runRowCells(run, NOW).energy).toBe("2.00 kWh");
+    expect(runRowCells(makeRun(), NOW).energy).toBe("—");
+    const runs = [3.6e6, null, 7.2e6].map((j, i) => makeRun({ id: i + 1, summary: { ...makeRun().summary, energy_j: j } }));
+    const sort = nextSort({ key: "started", desc: true }, "energy");
+    expect(sort).toEqual({ key: "energy", desc: true });
+    expect(sortRuns(runs, sort, NOW).map((r) => r.id)).toEqual([3, 1, 2]);
+  });
   it("names an unnamed run by its id", () => {
     expect(runRowCells(makeRun({ id: 5, name: "" }), NOW).name).toBe("run 5");
   });

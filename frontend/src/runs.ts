@@ -1,7 +1,7 @@
 // The browser's set of runs: loaded from `GET /runs`, kept current by `run`
 // messages from the live socket. Pure (no DOM), so it is unit-tested.
 
-import { gpmFigures } from "./energy";
+import { energyCell, gpmFigures, type RunEnergy } from "./energy";
 import {
   MISSING,
   formatCount,
@@ -196,8 +196,15 @@ export interface RunRowCells {
   inputWait: string;
   inputWaitLevel: InputWaitLevel;
   inputWaitTitle: string;
-  /** GPU time lost to input wait (priced when the server has a GPU-hour price). */
+  /** GPU time lost to input wait (priced when the server has a GPU-hour price); a dash for a
+   * run without GPU readings. */
   lostGpu: string;
+  lostGpuTitle: string;
+  /** The run's GPU energy (priced when the server prices a kWh), a dash without readings. */
+  energy: string;
+  /** What of it was burned while starved, once the split is read; "" before. */
+  energyStarved: string;
+  energyTitle: string;
   gpu: string;
   verdict: Verdict | null;
   verdictText: string;
@@ -205,10 +212,18 @@ export interface RunRowCells {
   verdictTitle: string;
 }
 
-export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict, settings: Price = uiSettings()): RunRowCells {
+export function runRowCells(
+  run: Run,
+  nowMs: number,
+  knownVerdict?: Verdict,
+  settings: Price = uiSettings(),
+  energy: RunEnergy | null = null,
+): RunRowCells {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const level = inputWaitLevel(s.verdict);
   const v = runVerdict(run, knownVerdict);
+  const onGpu = deviceWord(run) === "GPU";
+  const e = energyCell(s.energy_j, energy);
   return {
     gpu: formatPercentValue(s.gpu_util_mean),
     verdict: v.verdict,
@@ -230,7 +245,13 @@ export function runRowCells(run: Run, nowMs: number, knownVerdict?: Verdict, set
     inputWait: formatInputWait(s.input_wait_share),
     inputWaitLevel: level,
     inputWaitTitle: `${summaryWindow(run)}: ${inputWaitLabel(level)}`,
-    lostGpu: formatLostGpu(s.lost_gpu_s, settings, deviceWord(run)),
+    lostGpu: onGpu ? formatLostGpu(s.lost_gpu_s, settings) : MISSING,
+    lostGpuTitle: onGpu
+      ? "GPU time lost to input starvation: the run's input wait times the GPUs it trains on"
+      : `No GPU readings for this run, so no GPU time to lose (its steps waited ${formatDuration(s.input_wait_s)} for input)`,
+    energy: e.text,
+    energyStarved: e.starved,
+    energyTitle: e.title,
   };
 }
 
@@ -245,6 +266,7 @@ export type RunSortKey =
   | "p95"
   | "wait"
   | "lost"
+  | "energy"
   | "gpu"
   | "verdict"
   /** The best value of the epoch metric `RunSort.metric`. */
@@ -290,7 +312,9 @@ function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict, 
     case "wait":
       return num(s.input_wait_share);
     case "lost":
-      return num(s.lost_gpu_s);
+      return deviceWord(run) === "GPU" ? num(s.lost_gpu_s) : null; // no GPU: no GPU time lost
+    case "energy":
+      return num(s.energy_j);
     case "gpu":
       return num(s.gpu_util_mean);
     case "verdict": {
@@ -322,7 +346,7 @@ export function sortRuns(runs: Run[], sort: RunSort, nowMs: number, verdictOf: (
 /** Clicking a column header: the same column flips direction, a new one starts in its natural order. */
 export function nextSort(current: RunSort, key: RunSortKey): RunSort {
   if (current.key === key) return { ...current, desc: !current.desc };
-  const descFirst: RunSortKey[] = ["started", "duration", "steps", "gpu", "wait", "lost", "median", "p95"];
+  const descFirst: RunSortKey[] = ["started", "duration", "steps", "gpu", "wait", "lost", "energy", "median", "p95"];
   return { key, desc: descFirst.includes(key) };
 }
 

@@ -17,6 +17,7 @@ import {
 } from "../runs";
 import { readStorage, writeStorage } from "../storage";
 import { loadUiSettings } from "../cost";
+import type { RunEnergy } from "../energy";
 import { COST_HREF, runHref } from "../router";
 import type { Run, RunStatus } from "../types";
 import { errorMessage, every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
@@ -46,8 +47,15 @@ const COLUMNS: Column[] = [
     key: "lost",
     label: "Lost GPU time",
     numeric: true,
-    title: "GPU time lost to input starvation: the run's input wait times the GPUs it trains on (priced when the server sets STOKER_GPU_HOUR_PRICE)",
+    title: "GPU time lost to input starvation: the run's input wait times the GPUs it trains on (priced when the server sets STOKER_GPU_HOUR_PRICE); a dash for runs without GPU readings",
     sort: "lost",
+  },
+  {
+    key: "energy",
+    label: "GPU energy",
+    numeric: true,
+    title: "Energy the run's GPUs drew, and what of it was burned while steps waited for input (priced when the server sets STOKER_ENERGY_PRICE_KWH)",
+    sort: "energy",
   },
   { key: "gpu", label: "GPU util", numeric: true, title: "Mean GPU utilization", sort: "gpu" },
 ];
@@ -93,6 +101,10 @@ export class RunsListView implements View {
   private epochOptions = "";
   /** The server sort last fetched, so that runs beyond the loaded pages are not missed. */
   private fetchedSort: string | null = null;
+  /** Each shown run's energy split (`/runs/{id}/energy`), with when it was read and whether
+   * the run had ended then (an ended run's split is final). */
+  private readonly energies = new Map<number, { energy: RunEnergy | null; readAt: number; final: boolean }>();
+  private energyLoading = false;
 
   constructor(ctx: AppContext) {
     this.ctx = ctx;
@@ -401,10 +413,45 @@ export class RunsListView implements View {
     this.moreButton.hidden = total === null || total <= all.length;
     if (total !== null && total > all.length) setText(this.moreButton, `Load older runs (${all.length} of ${total} shown)`);
     this.renderState(all.length, shown.length);
+    void this.loadEnergies(shown);
+  }
+
+  /**
+   * Reads the energy split of shown runs that report energy, one request at a time: an
+   * ended run's once, a running run's again after 30 s; re-renders when new ones came in.
+   */
+  private async loadEnergies(shown: Run[]): Promise<void> {
+    if (this.energyLoading || this.destroyed) return;
+    const now = Date.now();
+    const due = shown.filter((run) => {
+      if (typeof run.summary?.energy_j !== "number") return false;
+      const held = this.energies.get(run.id);
+      return !held || (!held.final && (run.status !== "running" || now - held.readAt >= 30_000));
+    });
+    if (!due.length) return;
+    this.energyLoading = true;
+    let read = 0;
+    try {
+      for (const run of due.slice(0, 50)) {
+        if (this.destroyed) return;
+        const final = run.status !== "running";
+        try {
+          const energy = await this.ctx.api.getEnergy(run.id);
+          this.energies.set(run.id, { energy, readAt: Date.now(), final });
+          read++;
+        } catch {
+          // Shown without the split (the summary's total stays); tried again after 30 s.
+          this.energies.set(run.id, { energy: this.energies.get(run.id)?.energy ?? null, readAt: Date.now(), final: false });
+        }
+      }
+    } finally {
+      this.energyLoading = false;
+    }
+    if (read && !this.destroyed) this.render();
   }
 
   private updateRow(refs: RowRefs, run: Run, now: number): void {
-    const c = runRowCells(run, now, this.ctx.runs.verdictOf(run.id));
+    const c = runRowCells(run, now, this.ctx.runs.verdictOf(run.id), undefined, this.energies.get(run.id)?.energy ?? null);
     const epoch = this.epochMetric ? epochCell(run, this.epochMetric) : null;
     const key = JSON.stringify([c, epoch]);
     if (key === refs.key) return;
@@ -445,7 +492,13 @@ export class RunsListView implements View {
       num(c.median),
       num(c.p95),
       h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle, "data-testid": "input-wait" } }),
-      h("td", { class: "num", text: c.lostGpu, attrs: { "data-testid": "lost-gpu", "data-value": run.summary?.lost_gpu_s ?? "" } }),
+      h("td", { class: "num", text: c.lostGpu, attrs: { title: c.lostGpuTitle, "data-testid": "lost-gpu", "data-value": c.lostGpu === "—" ? "" : (run.summary?.lost_gpu_s ?? "") } }),
+      h(
+        "td",
+        { class: "num", attrs: { title: c.energyTitle, "data-testid": "run-energy", "data-value": run.summary?.energy_j ?? "" } },
+        c.energy,
+        c.energyStarved ? h("div", { class: "muted", text: c.energyStarved, attrs: { "data-testid": "run-energy-starved" } }) : null,
+      ),
       num(c.gpu),
       epoch
         ? h("td", {
