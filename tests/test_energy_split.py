@@ -1,9 +1,16 @@
-"""Energy split by what the steps were doing (backend.diagnosis.energy), with scripted power."""
+"""Energy split by what the steps were doing (backend.diagnosis.energy), with scripted power;
+and GET /runs/{id}/energy keeping an ended run's split until more of the run is stored."""
 
+import time
+import uuid
+from pathlib import Path
+
+import httpx
 import numpy as np
 import pytest
 
 from backend.diagnosis.energy import split_energy
+from tests.support import ServerProcess
 
 
 def _device(watts, t_end: float, every: float = 1.0, rank: int = 0, gpu: int = 0):
@@ -75,3 +82,42 @@ def test_each_worker_gpu_uses_its_own_steps() -> None:
 def test_no_energy_rows_is_empty() -> None:
     split = split_energy([], {0: ([0.0], [1.0], [0.5])})
     assert (split.total_j, split.per_gpu) == (0.0, {})
+
+
+# --- GET /runs/{id}/energy through a real server ----------------------------------------------
+
+
+def _post(server: ServerProcess, run_key: str, seq: int, t0: float, rows: int) -> int:
+    """Steps of 0.1 s (60 ms waiting) and energy rows every second at 100 W, then the end."""
+    n = rows * 10
+    batch = {
+        "type": "batch", "seq": seq,
+        "steps": {"step": list(range((seq - 1) * n, seq * n)),
+                  "t": [t0 + i * 0.1 for i in range(n)], "dur": [0.1] * n,
+                  "wait": [0.06] * n},
+        "device": {"t": [t0 + i for i in range(rows + 1)], "gpu": [0] * (rows + 1),
+                   "energy_j": [100.0 * ((seq - 1) * rows + i) for i in range(rows + 1)]},
+    }  # fmt: skip
+    hello = {"type": "hello", "protocol": 1, "run_key": run_key, "name": "split-cache"}
+    body = {"hello": hello, "batches": [batch], "end": {"type": "end", "status": "finished"}}
+    response = httpx.post(f"{server.url}/api/v1/ingest", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()["run_id"]
+
+
+def test_an_ended_runs_split_is_read_again_once_more_of_it_is_stored(tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path / "server").start()
+    try:
+        run_key, t0 = uuid.uuid4().hex, time.time() - 100
+        run_id = _post(server, run_key, 1, t0, rows=10)
+        first = server.get(f"/api/v1/runs/{run_id}/energy")
+        assert first["total_j"] == pytest.approx(1000.0)
+        assert first["starved_j"] == pytest.approx(600.0, rel=1e-3)
+        assert server.get(f"/api/v1/runs/{run_id}/energy") == first  # kept, the same answer
+        # What its agent had spooled arrives after the run ended: the split is read anew.
+        assert _post(server, run_key, 2, t0 + 10, rows=10) == run_id
+        second = server.get(f"/api/v1/runs/{run_id}/energy")
+        assert second["total_j"] == pytest.approx(2000.0)
+        assert second["starved_j"] == pytest.approx(1200.0, rel=1e-3)
+    finally:
+        server.stop()

@@ -1,6 +1,16 @@
-"""GET /runs/{id}/energy: the run's GPU energy, split by what its steps were doing (issue 27)."""
+"""GET /runs/{id}/energy: the run's GPU energy, split by what its steps were doing (issue 27).
 
+The split reads every step and energy row of the run. The runs list asks for it for every
+run it shows, so an ended run's answer is kept (in this process, for the last
+`CACHE_RUNS` runs asked) until anything stored about the run changes: its summary, which
+every ingested batch updates (a spool uploaded after the run ended included).
+"""
+
+import json
+import threading
+from collections import OrderedDict
 from itertools import groupby
+from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -8,12 +18,16 @@ from sqlmodel import Session, col, select
 
 from backend.api.queries import get_run
 from backend.core.deps import RunId, SessionDep, SettingsDep, ViewerAuth
-from backend.core.models import DeviceSample, Step
+from backend.core.models import DeviceSample, Run, RunStatus, Step
 from backend.diagnosis.energy import split_energy
 
 router = APIRouter(prefix="/api/v1", tags=["energy"], dependencies=[ViewerAuth])
 
 JOULES_PER_KWH = 3.6e6
+CACHE_RUNS = 1000
+
+_cache: "OrderedDict[tuple[Any, ...], RunEnergy]" = OrderedDict()
+_cache_lock = threading.Lock()
 
 
 class GpuEnergy(BaseModel):
@@ -115,10 +129,31 @@ def run_energy(
 @router.get("/runs/{run_id}/energy")
 def read_energy(run_id: RunId, session: SessionDep, settings: SettingsDep) -> RunEnergy:
     """The run's GPU energy, and how much of it was burned while steps waited for input."""
-    get_run(session=session, run_id=run_id)
-    return run_energy(
+    run = get_run(session=session, run_id=run_id)
+    key = _cache_key(run, settings.energy_price_kwh, settings.currency)
+    if key is not None:
+        with _cache_lock:
+            cached = _cache.get(key)
+            if cached is not None:
+                _cache.move_to_end(key)
+                return cached
+    energy = run_energy(
         session=session,
         run_id=run_id,
         price_per_kwh=settings.energy_price_kwh,
         currency=settings.currency,
     )
+    if key is not None:
+        with _cache_lock:
+            _cache[key] = energy
+            while len(_cache) > CACHE_RUNS:
+                _cache.popitem(last=False)
+    return energy
+
+
+def _cache_key(run: Run, price: float | None, currency: str) -> tuple[Any, ...] | None:
+    """What an ended run's split depends on; None for a running run (read afresh)."""
+    if run.status == RunStatus.running:
+        return None
+    summary = json.dumps(run.summary, sort_keys=True, default=str)
+    return (run.id, str(run.started_at), str(run.status), summary, price, currency)
