@@ -1,4 +1,4 @@
-"""The `stoker` command. The agent's commands (`run`, `doctor`, `upload`, `--version`) need
+"""The `stoker` command. The agent's commands (`run`, `doctor`, `upload`, `top`, `--version`) need
 only the base install; the server's (`serve`, `demo`) are handed to the server's command line,
 which `stoker[server]` installs."""
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trainer_agent.config import ServerSetting
 
-AGENT_COMMANDS = ("run", "doctor", "upload")
+AGENT_COMMANDS = ("run", "doctor", "upload", "top")
 SERVER_INSTALL = "pip install 'stoker[server]'"
 
 
@@ -88,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     upload_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
     upload_parser.add_argument("--token", default=None, help="default: STOKER_AGENT_TOKEN")
+
+    top_parser = commands.add_parser(
+        "top", help="a live terminal view of the server's running runs (q quits)"
+    )
+    top_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
+    top_parser.add_argument("--token", default=None, help="default: STOKER_VIEW_TOKEN")
+    top_parser.add_argument("--once", action="store_true", help="print one frame and exit")
     return parser
 
 
@@ -116,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             command or args.script, run_name=args.name, project=args.project, tags=args.tag,
             server=server,
         )  # fmt: skip
+    if args.command == "top":
+        from trainer_agent.top import main as run_top
+
+        return run_top(server=setting.url, token=args.token, once=args.once)
     from trainer_agent.upload import main as run_upload
 
     return run_upload(args.directory, server=server, token=args.token)

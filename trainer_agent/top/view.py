@@ -1,0 +1,269 @@
+"""Drawing `stoker top` with Rich: the runs list and one opened run, fitted to the terminal
+(80x24 is enough). Colour is extra, never the only signal: without it (NO_COLOR, a pipe) the
+verdict is still written."""
+
+from dataclasses import dataclass
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from trainer_agent.top.state import VERDICT_STYLES, GpuReading, RunView, TopState
+
+KEYS_LIST = "↑↓ select  enter open  s sort  r reverse  p project  a ended  q quit"
+KEYS_RUN = "esc back  q quit"
+SPARKS = "▁▂▃▄▅▆▇█"
+SPARKS_ASCII = "_.-:=+*#"
+# In monochrome, after the input-wait figure: how input-bound the steps are.
+VERDICT_MARKS = {"highly_input_bound": "!!", "moderately_input_bound": "!"}
+
+
+@dataclass(frozen=True)
+class Screen:
+    width: int
+    height: int
+    color: bool
+    unicode: bool
+    cursor: bool = True  # the selected run is highlighted (not in `--once`)
+
+
+def _gib(value: float | None) -> str:
+    if value is None:
+        return "-"
+    gib = value / 2**30
+    return f"{gib:.1f}" if gib < 10 else f"{gib:.0f}"
+
+
+def _memory(gpu: GpuReading) -> str:
+    if gpu.mem_used is None:
+        return "-"
+    return f"{_gib(gpu.mem_used)}/{_gib(gpu.mem_total)}G"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if value < 1000 else f"{value:.0f}"
+
+
+def _count(steps: int) -> str:
+    return str(steps) if steps < 1_000_000 else f"{steps / 1e6:.1f}M"
+
+
+def _dash(screen: Screen) -> str:
+    return "-"
+
+
+def wait_cell(view: RunView, screen: Screen, bar_width: int = 5) -> Text:
+    """The input-wait share as a bar and a figure, in the verdict's colour."""
+    share, verdict = view.wait_share, view.verdict or ""
+    style = VERDICT_STYLES.get(verdict, "") if screen.color else ""
+    if share is None:
+        return Text(" " * bar_width + " " + _dash(screen))
+    filled = round(max(0.0, min(1.0, share)) * bar_width)
+    if share > 0 and filled == 0 and bar_width > 0:
+        filled = 1
+    full, empty = ("█", "░") if screen.unicode else ("#", ".")
+    cell = Text(full * filled, style=style)
+    cell.append(empty * (bar_width - filled), style="bright_black" if screen.color else "")
+    cell.append(f"{' ' if bar_width else ''}{share * 100:.1f}%", style=style)
+    if not screen.color:
+        cell.append(VERDICT_MARKS.get(verdict, ""))
+    return cell
+
+
+def sparkline(values: list[float], width: int, screen: Screen, top: float | None = None) -> str:
+    """The last `width` values as bars from 0 to `top` (default: their maximum)."""
+    chars = SPARKS if screen.unicode else SPARKS_ASCII
+    values = values[-width:]
+    if not values:
+        return ""
+    high = top if top is not None else max(values)
+    if high <= 0:
+        return chars[0] * len(values)
+    steps = len(chars) - 1
+    return "".join(chars[min(steps, int(v / high * steps + 0.5))] for v in values)
+
+
+def _header(state: TopState, server: str, screen: Screen, title: str) -> Text:
+    dot = " · " if screen.unicode else " | "
+    host = server.split("://", 1)[-1]
+    line = Text("stoker top", style="bold" if screen.color else "")
+    if host:
+        line.append(dot + host)
+    line.append(dot + title)
+    if not state.connected:
+        line.append(dot + "reconnecting…", style="red" if screen.color else "")
+    line.truncate(screen.width, overflow="ellipsis")
+    return line
+
+
+def _gpu_cells(gpu: GpuReading | None, screen: Screen) -> list[Text]:
+    if gpu is None:
+        return [Text(_dash(screen)), Text(""), Text(""), Text("")]
+    label = str(gpu.gpu) if gpu.rank == 0 else f"{gpu.rank}/{gpu.gpu}"
+    return [Text(label), Text(_percent(gpu.util)), Text(_percent(gpu.sm_util)), Text(_memory(gpu))]
+
+
+def _run_rows(state: TopState, view: RunView, screen: Screen) -> list[list[Text]]:
+    """A run's lines: the run with its first GPU, then one per further GPU, then its alerts."""
+    gpus = [view.gpus[key] for key in sorted(view.gpus)]
+    first = [
+        Text(view.name),
+        Text(view.project),
+        Text(_count(view.step)),
+        Text(_number(view.steps_per_s)),
+        Text(_number(None if view.step_time_s is None else view.step_time_s * 1000)),
+        wait_cell(view, screen),
+        *_gpu_cells(gpus[0] if gpus else None, screen),
+    ]
+    if view.status != "running":
+        first[2].append(f" {view.status[:3]}")
+    rows = [first]
+    rows += [[Text("")] * 6 + _gpu_cells(gpu, screen) for gpu in gpus[1:]]
+    for alert in state.alerts_of(view.id):
+        mark = "▲ " if screen.unicode else "^ "
+        line = Text(f"  {mark}{alert.get('message') or alert.get('rule_name', 'alert')}")
+        line.stylize("red" if screen.color else "")
+        rows.append([line])
+    return rows
+
+
+def _runs_table(screen: Screen, *, header: bool) -> Table:
+    table = Table(
+        box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, expand=False,
+        header_style="bold" if screen.color else "", width=screen.width, show_header=header,
+    )  # fmt: skip
+    table.add_column("RUN", ratio=3, no_wrap=True, overflow="ellipsis")
+    table.add_column("PROJECT", ratio=2, no_wrap=True, overflow="ellipsis")
+    table.add_column("STEP", justify="right", no_wrap=True, width=6)
+    table.add_column("STEP/S", justify="right", no_wrap=True, width=6)
+    table.add_column("MS/STEP", justify="right", no_wrap=True, width=7)
+    table.add_column("INPUT WAIT", no_wrap=True, width=13)
+    table.add_column("GPU", justify="right", no_wrap=True, width=3)
+    table.add_column("UTIL", justify="right", no_wrap=True, width=4)
+    table.add_column("SM", justify="right", no_wrap=True, width=4)
+    table.add_column("MEM", justify="right", no_wrap=True, width=8)
+    return table
+
+
+def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
+    shown = state.shown()
+    running = sum(1 for v in state.runs.values() if v.status == "running")
+    arrow = ("↓" if state.descending else "↑") if screen.unicode else (
+        "desc" if state.descending else "asc"
+    )  # fmt: skip
+    title = f"{running} running · sort {state.sort} {arrow} · project {state.project or 'all'}"
+    if not screen.unicode:
+        title = title.replace("·", "|")
+    selected = state.selected_view() if screen.cursor else None
+    room = max(1, screen.height - 4)  # header, table header, footer, notice
+    lines: list[tuple[list[Text], bool]] = []
+    for view in shown:
+        chosen = selected is not None and view.id == selected.id
+        lines += [(row, chosen) for row in _run_rows(state, view, screen)]
+    first_selected = next((i for i, (_, chosen) in enumerate(lines) if chosen), 0)
+    start = max(0, first_selected - room + 3) if first_selected >= room - 2 else 0
+    # Consecutive run lines share a table; an alert line spans the width between tables. The
+    # columns are as wide in every table (fixed widths, the rest shared by ratio).
+    tables: list[RenderableType] = []
+    table = _runs_table(screen, header=True)
+    for row, chosen in lines[start : start + room]:
+        style = "reverse" if chosen else ""  # reverse video, also without colour
+        if len(row) == 1:
+            tables += [table, row[0].copy()]
+            tables[-1].truncate(screen.width, overflow="ellipsis")  # type: ignore[attr-defined]
+            table = _runs_table(screen, header=False)
+        else:
+            table.add_row(*row, style=style)
+    if table.row_count or table.show_header:
+        tables.append(table)
+    parts: list[RenderableType] = [_header(state, server, screen, title), *tables]
+    if not shown:
+        what = "running runs" if not state.show_ended else "runs"
+        where = f" in project {state.project}" if state.project else ""
+        parts.append(Text(f"no {what}{where}", style="bright_black" if screen.color else ""))
+    if state.notice:
+        parts.append(Text(state.notice, overflow="ellipsis", no_wrap=True))
+    keys = KEYS_LIST if screen.unicode else KEYS_LIST.replace("↑↓", "up/down")
+    parts.append(Text(keys, style="bright_black" if screen.color else "", no_wrap=True))
+    return Group(*parts)
+
+
+def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> RenderableType:
+    """One run: sparklines of step time and input wait, its GPUs, alerts, advice, workers."""
+    rate = view.steps_per_s
+    title = f"{view.name} ({view.project}) · {view.status} · step {view.step}"
+    if rate is not None:
+        title += f" · {rate:.1f} steps/s"
+    if not screen.unicode:
+        title = title.replace("·", "|")
+    parts: list[RenderableType] = [_header(state, "", screen, title)]
+    points = list(view.steps)
+    spark_width = max(10, screen.width - 25)
+    step_ms = view.step_time_s
+    line = Text(f"{'step time':<11}{_number(None if step_ms is None else step_ms * 1000):>9} ms  ")
+    line.append(sparkline([p.dur for p in points], spark_width, screen))
+    parts.append(line)
+    waits = [min(1.0, (p.wait or 0.0) / p.dur) if p.dur > 0 else 0.0 for p in points]
+    share, verdict_style = view.wait_share, VERDICT_STYLES.get(view.verdict or "", "")
+    line = Text(f"{'input wait':<11}")
+    line.append(
+        f"{'-' if share is None else f'{share * 100:.1f}':>9} %",
+        style=verdict_style if screen.color else "",
+    )
+    line.append(f"{'' if screen.color else VERDICT_MARKS.get(view.verdict or '', ''):<3}")
+    line.append(
+        sparkline(waits, spark_width, screen, top=1.0),
+        style=VERDICT_STYLES.get(view.verdict or "", "") if screen.color else "",
+    )
+    parts.append(line)
+    window = (view.diagnosis or {}).get("window_label") or "whole run"
+    verdict = Text(f"verdict    {view.verdict_label} ({window})")
+    if screen.color:
+        verdict.stylize(VERDICT_STYLES.get(view.verdict or "", ""), 11)
+    parts.append(verdict)
+    gpus = Table(box=None, padding=(0, 2, 0, 0), pad_edge=False, header_style="")
+    for name in ("GPU", "UTIL", "SM", "MEM"):
+        gpus.add_column(name, justify="right")
+    for key in sorted(view.gpus):
+        gpus.add_row(*_gpu_cells(view.gpus[key], screen))
+    if view.gpus:
+        parts.append(gpus)
+    for alert in state.alerts_of(view.id):
+        mark = "▲" if screen.unicode else "^"
+        text = alert.get("message") or alert.get("rule_name", "alert")
+        parts.append(Text(f"{mark} {text}", style="red" if screen.color else ""))
+    advice = (view.diagnosis or {}).get("advice") or []
+    if advice:
+        parts.append(Text("advice", style="bold" if screen.color else ""))
+        bullet = "•" if screen.unicode else "-"
+        parts += [Text(f" {bullet} {item}") for item in advice[:4]]
+    workers = view.summary.get("workers") or []
+    if workers:
+        table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="")
+        for name in ("RANK", "HOST", "PID", "STATUS", "STEPS", "MS/STEP", "WAIT", "SAMPLES/S"):
+            table.add_column(name, justify="left" if name in ("HOST", "STATUS") else "right")
+        for worker in workers[: max(1, screen.height - 14)]:
+            share = worker.get("input_wait_share")
+            table.add_row(
+                str(worker.get("rank", 0)), str(worker.get("host") or "-"),
+                str(worker.get("pid") or "-"), str(worker.get("status") or "-"),
+                str(worker.get("steps", 0)), _number(worker.get("step_time_ms_median")),
+                "-" if share is None else f"{share * 100:.1f}%",
+                _number(worker.get("samples_per_s")),
+            )  # fmt: skip
+        parts.append(table)
+    parts.append(Text(KEYS_RUN, style="bright_black" if screen.color else ""))
+    return Group(*parts)
+
+
+def render(state: TopState, server: str, screen: Screen) -> RenderableType:
+    view = state.runs.get(state.opened) if state.opened is not None else None
+    if view is not None:
+        return render_run(state, view, server, screen)
+    return render_list(state, server, screen)
