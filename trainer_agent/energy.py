@@ -11,7 +11,7 @@ starts a new base, so the run's total never decreases.
 import time
 from collections.abc import Callable
 
-from trainer_agent.nvml import Nvml
+from trainer_agent.nvml import DeviceKey, Nvml
 
 ENERGY_FIELDS = ("energy_j", "energy_integrated")
 
@@ -20,7 +20,7 @@ class EnergyMeter:
     """Joules one GPU drew since the run's first reading."""
 
     def __init__(
-        self, nvml: Nvml, index: int, *, clock: Callable[[], float] = time.monotonic
+        self, nvml: Nvml, index: DeviceKey, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.nvml = nvml
         self.index = index

@@ -15,7 +15,9 @@ what the streaming multiprocessors did. The rules of the API (nvml.h, `nvmlGpmMe
   between binding versions (210 in nvml.h 12.x, 477 in nvidia-ml-py 13): only its
   `numMetrics` first entries are used.
 
-Every call goes through the `Nvml` chokepoint. `STOKER_GPM=0` turns GPM reading off.
+A MIG device's samples come from `nvmlGpmMigSampleGet` on its parent GPU with its GPU
+instance id. Every call goes through the `Nvml` chokepoint. `STOKER_GPM=0` turns GPM
+reading off.
 """
 
 import logging
@@ -25,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainer_agent.nvml import Nvml
+from trainer_agent.nvml import DeviceKey, Nvml
 
 log = logging.getLogger("trainer_agent")
 
@@ -63,14 +65,15 @@ class GpmReader:
     """
 
     def __init__(
-        self, nvml: Nvml, index: int, *, clock: Callable[[], float] = time.monotonic
+        self, nvml: Nvml, index: DeviceKey, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.nvml = nvml
         self.index = index
         self._clock = clock
         self.active = False
         self.reason: str | None = None  # why GPM is not read on this device, once known
-        self._handle: Any = None
+        self._handle: Any = None  # the GPU's (a MIG device's parent's)
+        self._instance: int | None = None  # a MIG device's GPU instance id
         self._samples: list[Any] = []  # [previous, spare]
         self._previous_at: float | None = None
         self._failures = 0
@@ -87,6 +90,12 @@ class GpmReader:
         self._handle = self.nvml.handle(self.index)
         if self._handle is None:
             return self._off("no handle")
+        if isinstance(self.index, str):  # a MIG device: sampled through its parent
+            mig, nvml = self._handle, self.nvml
+            self._handle = nvml.call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig)
+            self._instance = nvml.call("nvmlDeviceGetGpuInstanceId", mig)
+            if self._handle is None or self._instance is None:
+                return self._off("NVML gives no parent GPU or GPU instance of this MIG device")
         capability = self.nvml.info(self.index).compute_capability
         if capability is not None and int(capability.split(".")[0]) < HOPPER_MAJOR:
             return self._off(f"compute capability {capability} (GPM needs Hopper, 9.0, or newer)")
@@ -136,10 +145,14 @@ class GpmReader:
 
     # --- internals ----------------------------------------------------------------------------
     def _take(self, sample: Any) -> bool:
-        if self.nvml.call("nvmlGpmSampleGet", self._handle, sample) is not None:
+        if self._instance is None:
+            function, args = "nvmlGpmSampleGet", (self._handle, sample)
+        else:
+            function, args = "nvmlGpmMigSampleGet", (self._handle, self._instance, sample)
+        if self.nvml.call(function, *args) is not None:
             self._failures = 0
             return True
-        error = self.nvml.last_error("nvmlGpmSampleGet")
+        error = self.nvml.last_error(function)
         self._failures += 1
         if error == "NVMLError_NoPermission":
             self._give_up(
@@ -147,7 +160,7 @@ class GpmReader:
                 "without profiling rights)"
             )
         elif error == "NVMLError_NotSupported" or self._failures >= MAX_FAILURES:
-            self._give_up(f"nvmlGpmSampleGet failed ({error})")
+            self._give_up(f"{function} failed ({error})")
         return False
 
     def _metrics(self, sample1: Any, sample2: Any) -> dict[str, float | None]:
@@ -184,7 +197,7 @@ class GpmReader:
 
     def _give_up(self, reason: str) -> None:
         log.warning(
-            "Stoker: GPU %d: %s; SM activity, occupancy, tensor and DRAM figures stay empty",
+            "Stoker: GPU %s: %s; SM activity, occupancy, tensor and DRAM figures stay empty",
             self.index,
             reason,
         )

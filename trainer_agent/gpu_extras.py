@@ -18,21 +18,21 @@ import weakref
 from trainer_agent.energy import ENERGY_FIELDS, EnergyMeter
 from trainer_agent.gpm import GPM_FIELDS, GpmReader
 from trainer_agent.log_once import warn_once
-from trainer_agent.nvml import Nvml
+from trainer_agent.nvml import DeviceKey, Nvml
 
 log = logging.getLogger("trainer_agent")
 
 EXTRA_FIELDS = GPM_FIELDS + ENERGY_FIELDS
 
-# NVML chokepoint → (pid, index) → reader; weak, so a chokepoint's readers go with it.
-_readers: "weakref.WeakKeyDictionary[Nvml, dict[tuple[int, int], GpmReader]]" = (
+# NVML chokepoint → (pid, device) → reader; weak, so a chokepoint's readers go with it.
+_readers: "weakref.WeakKeyDictionary[Nvml, dict[tuple[int, DeviceKey], GpmReader]]" = (
     weakref.WeakKeyDictionary()
 )
 _readers_lock = threading.Lock()
 
 
-def gpm_reader(nvml: Nvml, index: int) -> GpmReader:
-    """The process's GPM reader of one GPU, started at its first use."""
+def gpm_reader(nvml: Nvml, index: DeviceKey) -> GpmReader:
+    """The process's GPM reader of one GPU or MIG device, started at its first use."""
     key = (os.getpid(), index)
     with _readers_lock:
         readers = _readers.setdefault(nvml, {})
@@ -40,20 +40,20 @@ def gpm_reader(nvml: Nvml, index: int) -> GpmReader:
         if reader is None:
             reader = readers[key] = GpmReader(nvml, index)
             if not reader.start() and reader.reason:
-                log.debug("Stoker: GPU %d has no GPM figures: %s", index, reader.reason)
+                log.debug("Stoker: GPU %s has no GPM figures: %s", index, reader.reason)
         return reader
 
 
 class DeviceExtras:
     """GPM and energy fields of each GPU a run samples."""
 
-    def __init__(self, nvml: Nvml, indices: list[int]) -> None:
+    def __init__(self, nvml: Nvml, indices: list[DeviceKey]) -> None:
         self.nvml = nvml
         self._gpm = {index: gpm_reader(nvml, index) for index in indices}
         self._energy = {index: EnergyMeter(nvml, index) for index in indices}
 
     def read(
-        self, index: int, power_w: float | None, *, close_gpm: bool = True
+        self, index: DeviceKey, power_w: float | None, *, close_gpm: bool = True
     ) -> dict[str, float | bool | None]:
         """GPM over the window since the last closed one (null with `close_gpm` False: the
         window stays open) and the run's energy so far."""
@@ -76,9 +76,7 @@ def say_why_no_gpu(nvml: Nvml) -> None:
     if nvidia is not None and nvidia.strip().lower() in ("void", "none", ""):
         why = f"NVIDIA_VISIBLE_DEVICES={nvidia!r}: this container was given no GPU"
     elif cuda is not None and cuda.strip().startswith("MIG-"):
-        why = (
-            f"CUDA_VISIBLE_DEVICES={cuda!r} names a MIG instance, and Stoker reads whole GPUs only"
-        )
+        return  # the sampler said why it cannot read that MIG device
     elif cuda is not None and nvml.device_count() > 0:
         why = f"CUDA_VISIBLE_DEVICES={cuda!r} hides every GPU from this process"
     elif nvml.device_count() == 0:

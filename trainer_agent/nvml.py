@@ -25,11 +25,22 @@ TEMPERATURE_GPU = 0
 CLOCK_SM = 1
 PCIE_TX = 0
 PCIE_RX = 1
+MIG_ENABLED = 1
+
+# Calls whose failures the caller says in its own words (a MIG slot that is empty answers
+# NotFound; a MIG device or GPU this process may not read answers NoPermission).
+SAID_BY_CALLER = frozenset(
+    {"nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByUUID",
+     "nvmlDeviceGetMigDeviceHandleByIndex"}
+)  # fmt: skip
+
+# A GPU by its NVML index, or a MIG device by its UUID ("MIG-…").
+DeviceKey = int | str
 
 
 @dataclass(frozen=True)
 class GpuInfo:
-    index: int  # NVML index (as `nvidia-smi` numbers GPUs)
+    index: DeviceKey  # NVML index (as `nvidia-smi` numbers GPUs), or a MIG device's UUID
     name: str | None
     uuid: str | None
     memory_total_bytes: int | None
@@ -55,14 +66,15 @@ class Nvml:
         self._state = "new"  # new → ready | unavailable
         self.unavailable_reason: str | None = None
         self._logged: set[str] = set()
-        self._handles: dict[int, Any] = {}
-        self._infos: dict[int, GpuInfo] = {}
+        self._handles: dict[DeviceKey, Any] = {}
+        self._infos: dict[DeviceKey, GpuInfo] = {}
+        self._parents: dict[str, int | None] = {}
         self._system: dict[str, Any] = {}
-        self._last_sample_us: dict[tuple[int, int], int] = {}
+        self._last_sample_us: dict[tuple[DeviceKey, int], int] = {}
         self._last_errors: dict[str, str] = {}
         # index → whether the last reading found this process in the GPU's process list
         # (None: the list could not be read).
-        self._runs_here: dict[int, bool | None] = {}
+        self._runs_here: dict[DeviceKey, bool | None] = {}
 
     # --- init -----------------------------------------------------------------------------
     def available(self) -> bool:
@@ -121,8 +133,8 @@ class Nvml:
         except Exception as error:
             name = type(error).__name__
             self._last_errors[function] = name
-            if function.startswith("nvmlGpm"):
-                return None  # trainer_agent.gpm says once what a GPM failure means
+            if function.startswith("nvmlGpm") or function in SAID_BY_CALLER:
+                return None  # trainer_agent.gpm (GPM), or the caller, says what it means
             if name == "NVMLError_NotSupported":
                 return None
             if name == "NVMLError_FunctionNotFound":
@@ -156,14 +168,63 @@ class Nvml:
     def device_count(self) -> int:
         return self.call("nvmlDeviceGetCount") or 0
 
-    def handle(self, index: int) -> Any:
+    def handle(self, index: DeviceKey) -> Any:
+        """A GPU's handle by NVML index, or a MIG device's by its UUID; None when NVML will
+        not give it (`last_error` says why)."""
         with self._lock:
             if index not in self._handles:
-                handle = self._call("nvmlDeviceGetHandleByIndex", index)
+                if isinstance(index, str):
+                    handle = self._call("nvmlDeviceGetHandleByUUID", index.encode())
+                else:
+                    handle = self._call("nvmlDeviceGetHandleByIndex", index)
                 if handle is None:
                     return None
                 self._handles[index] = handle
             return self._handles[index]
+
+    def mig_devices(self, index: int) -> list[str]:
+        """UUIDs of the MIG devices of GPU `index` ([] when it is not in MIG mode, or NVML
+        will not list them: `last_error` of nvmlDeviceGetMigDeviceHandleByIndex says why)."""
+        handle = self.handle(index)
+        mode = self.call("nvmlDeviceGetMigMode", handle) if handle is not None else None
+        if not mode or int(mode[0]) != MIG_ENABLED:
+            return []
+        uuids: list[str] = []
+        for slot in range(self.call("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+            mig = self.call("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            if mig is None:
+                if self.last_error("nvmlDeviceGetMigDeviceHandleByIndex") == "NVMLError_NotFound":
+                    continue  # an empty slot
+                break
+            uuid = _text(self.call("nvmlDeviceGetUUID", mig))
+            if uuid:
+                with self._lock:
+                    self._handles.setdefault(uuid, mig)
+                self._parents[uuid] = index
+                uuids.append(uuid)
+        return uuids
+
+    def parent_index(self, key: DeviceKey) -> int | None:
+        """The NVML index of the GPU a device key is on (a MIG device's parent GPU)."""
+        if isinstance(key, int):
+            return key
+        if key not in self._parents:
+            mig = self.handle(key)
+            parent = (
+                self.call("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig)
+                if mig is not None
+                else None
+            )
+            index = self.call("nvmlDeviceGetIndex", parent) if parent is not None else None
+            if index is None and mig is not None:
+                return None  # not known yet; asked again next time
+            self._parents[key] = None if index is None else int(index)
+        return self._parents[key]
+
+    def visible_mig_uuids(self) -> list[str]:
+        """The MIG devices `CUDA_VISIBLE_DEVICES` names (`MIG-<uuid>`), in its order."""
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES") or ""
+        return [e.strip() for e in visible.split(",") if e.strip().startswith("MIG-")]
 
     def visible_indices(self, *, all_gpus: bool = False) -> list[int]:
         """NVML indices of the GPUs this process can use (`CUDA_VISIBLE_DEVICES`), or all."""
@@ -189,7 +250,7 @@ class Nvml:
             chosen.append(matches[0])
         return list(dict.fromkeys(chosen))
 
-    def info(self, index: int) -> GpuInfo:
+    def info(self, index: DeviceKey) -> GpuInfo:
         """Static facts about one GPU, cached."""
         cached = self._infos.get(index)
         if cached is not None:
@@ -222,7 +283,7 @@ class Nvml:
             self._system["cuda"] = f"{raw // 1000}.{raw % 1000 // 10}" if raw else None
         return self._system["cuda"]
 
-    def _processes(self, index: int, handle: Any, pid: int) -> list[Any] | None:
+    def _processes(self, index: DeviceKey, handle: Any, pid: int) -> list[Any] | None:
         """The GPU's compute processes (None when NVML cannot list them); notes whether
         `pid` is one of them."""
         processes = self.call("nvmlDeviceGetComputeRunningProcesses", handle)
@@ -231,7 +292,7 @@ class Nvml:
         )
         return processes
 
-    def check_processes(self, index: int, pid: int) -> bool | None:
+    def check_processes(self, index: DeviceKey, pid: int) -> bool | None:
         """Whether `pid` runs on GPU `index` now (None: NVML cannot list its processes)."""
         handle = self.handle(index)
         if handle is None:
@@ -239,13 +300,13 @@ class Nvml:
         self._processes(index, handle, pid)
         return self._runs_here[index]
 
-    def runs_here(self, index: int) -> bool | None:
+    def runs_here(self, index: DeviceKey) -> bool | None:
         """Whether the last `reading(index, pid)` found that pid among the GPU's compute
         processes; None when NVML could not list them (or no reading was taken)."""
         return self._runs_here.get(index)
 
     # --- dynamic readings -----------------------------------------------------------------
-    def utilization(self, index: int) -> tuple[float | None, float | None]:
+    def utilization(self, index: DeviceKey) -> tuple[float | None, float | None]:
         """(GPU, memory controller) utilization in percent since the last call.
 
         Averages NVML's own sample buffer (`nvmlDeviceGetSamples`) over the interval; falls
@@ -263,7 +324,7 @@ class Nvml:
                 memory = float(rates.memory) if memory is None else memory
         return gpu, memory
 
-    def _sampled_mean(self, index: int, handle: Any, kind: int) -> float | None:
+    def _sampled_mean(self, index: DeviceKey, handle: Any, kind: int) -> float | None:
         key = (index, kind)
         result = self.call("nvmlDeviceGetSamples", handle, kind, self._last_sample_us.get(key, 0))
         if not result:
@@ -274,8 +335,10 @@ class Nvml:
         self._last_sample_us[key] = max(int(s.timeStamp) for s in samples)
         return sum(float(s.sampleValue.uiVal) for s in samples) / len(samples)
 
-    def reading(self, index: int, pid: int) -> dict[str, Any]:
-        """One snapshot of a GPU's dynamic fields, in wire units (see docs/protocol.md)."""
+    def reading(self, index: DeviceKey, pid: int) -> dict[str, Any]:
+        """One snapshot of a GPU's (or MIG device's) dynamic fields, in wire units (see
+        docs/protocol.md). A MIG device answers for its own memory and processes; NVML has
+        no utilization, power, clocks or temperature of one (they are the whole GPU's)."""
         handle = self.handle(index)
         if handle is None:
             return {}

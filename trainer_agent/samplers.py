@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_agent.gpu_extras import EXTRA_FIELDS, DeviceExtras, say_why_no_gpu
-from trainer_agent.nvml import Nvml
+from trainer_agent.log_once import warn_once
+from trainer_agent.nvml import DeviceKey, Nvml
 from trainer_agent.pipeline_model import PipelineSource
 from trainer_agent.recorder import Recorder
 
@@ -56,13 +57,16 @@ def tf_memory_info(logical_index: int) -> tuple[int | None, int | None]:
 
 
 class DeviceSource:
-    """One row per GPU this process uses (or every GPU with `all_gpus`).
+    """One row per GPU (or MIG device) this process uses (or every GPU with `all_gpus`).
 
-    The GPUs are those `CUDA_VISIBLE_DEVICES` leaves this process (all without it). Once
-    NVML's process list shows this process on some of them, only those get rows: a
-    framework creates its context on a GPU only when it starts using it, so until then
-    (and where the list never shows this pid, as in a container with its own pid
-    namespace) every visible GPU gets rows.
+    The devices are those `CUDA_VISIBLE_DEVICES` leaves this process (all without it): a GPU
+    in MIG mode stands for its MIG devices, and a MIG device that variable names stands for
+    itself (CUDA enumerates one MIG device per process: the first named). Once NVML's process
+    list shows this process on some of them, only those get rows: a framework creates its
+    context on a device only when it starts using it, so until then (and where the list never
+    shows this pid, as in a container with its own pid namespace) every visible GPU, and the
+    first MIG device, get rows. A MIG device's rows carry its parent GPU's index. A device
+    NVML will not give (NoPermission) is said once and left out.
     """
 
     def __init__(
@@ -75,64 +79,122 @@ class DeviceSource:
         self.nvml = nvml
         self._all_gpus = all_gpus
         self._tf_memory = tf_memory
-        self._indices: list[int] | None = None
-        self._used: set[int] = set()  # GPUs the process list showed this process on
+        self._keys: list[DeviceKey] | None = None
+        self._used: set[DeviceKey] = set()  # devices the process list showed this process on
         self._extras: DeviceExtras | None = None
         self._pid = os.getpid()
 
     def start(self) -> bool:
-        """Find the GPUs; False (after one warning) when NVML is not usable."""
+        """Find the devices; False (after one warning) when NVML is not usable."""
         if not self.nvml.available():
             self.nvml.warn_unavailable_once()
             return False
-        self._indices = self.nvml.visible_indices(all_gpus=self._all_gpus)
-        if not self._indices:
+        self._keys = self._find_devices()
+        if not self._keys:
             say_why_no_gpu(self.nvml)
-        self._extras = DeviceExtras(self.nvml, self._indices)
+        self._extras = DeviceExtras(self.nvml, self._keys)
         return True
 
+    def _find_devices(self) -> list[DeviceKey]:
+        named = self.nvml.visible_mig_uuids()
+        if named and not self._all_gpus:
+            return [key for key in named[:1] if self._readable(key)]
+        keys: list[DeviceKey] = []
+        for index in self.nvml.visible_indices(all_gpus=self._all_gpus):
+            if not self._readable(index):
+                continue
+            migs = self.nvml.mig_devices(index)
+            error = self.nvml.last_error("nvmlDeviceGetMigDeviceHandleByIndex")
+            if not migs and error is not None and error != "NVMLError_NotFound":
+                warn_once(
+                    f"mig-{index}",
+                    "Stoker: GPU %d is in MIG mode and NVML will not give its MIG devices (%s); "
+                    "it gets whole-GPU rows",
+                    index,
+                    _said(error),
+                )
+            keys.extend(migs or [index])
+        return keys
+
+    def _readable(self, key: DeviceKey) -> bool:
+        """Whether NVML gives this device's handle; said once when it will not."""
+        if self.nvml.handle(key) is not None:
+            return True
+        function = (
+            "nvmlDeviceGetHandleByUUID" if isinstance(key, str) else "nvmlDeviceGetHandleByIndex"
+        )
+        what = f"MIG device {key}" if isinstance(key, str) else f"GPU {key}"
+        warn_once(
+            f"no-handle-{key}",
+            "Stoker: NVML will not read %s (%s); it gets no rows, training goes on",
+            what,
+            _said(self.nvml.last_error(function)),
+        )
+        return False
+
     @property
-    def indices(self) -> list[int]:
-        """NVML indices of the GPUs that get rows now."""
-        indices = self._indices or []
-        if self._used and not self._all_gpus:
-            return [i for i in indices if i in self._used]
-        return list(indices)
+    def indices(self) -> list[DeviceKey]:
+        """The devices that get rows now (GPU indices, MIG device UUIDs)."""
+        keys = self._keys or []
+        if self._all_gpus:
+            return list(keys)
+        if self._used:
+            return [k for k in keys if k in self._used]
+        migs = [k for k in keys if isinstance(k, str)]
+        return [k for k in keys if isinstance(k, int) or k == migs[0]]
 
     def sample(self, t: float, recorder: Recorder, *, close_gpm: bool = True) -> None:
-        """One row per GPU; `close_gpm=False` leaves the GPM window open (its fields null)."""
+        """One row per device; `close_gpm=False` leaves the GPM window open (its fields null)."""
         shown = set(self.indices)
-        readings: list[tuple[int, int, dict[str, Any]]] = []
-        for logical, index in enumerate(self._indices or []):
-            if index in shown:
-                reading = self.nvml.reading(index, self._pid)
+        readings: list[tuple[int, DeviceKey, dict[str, Any]]] = []
+        for logical, key in enumerate(self._keys or []):
+            if key in shown:
+                reading = self.nvml.reading(key, self._pid)
                 if reading:
-                    readings.append((logical, index, reading))
+                    readings.append((logical, key, reading))
             else:  # unused so far: only whether this process starts using it
-                self.nvml.check_processes(index, self._pid)
+                self.nvml.check_processes(key, self._pid)
         self._note_processes()
         shown = set(self.indices)
-        for logical, index, reading in readings:
-            if index not in shown:
+        for logical, key, reading in readings:
+            index = self.nvml.parent_index(key)
+            if key not in shown or index is None:
                 continue
-            reading["tf_mem_current"], reading["tf_mem_peak"] = self._tf_memory(logical)
+            reading["tf_mem_current"], reading["tf_mem_peak"] = self._tf_memory(
+                0 if isinstance(key, str) else logical
+            )
             if self._extras is not None:
-                reading.update(
-                    self._extras.read(index, reading.get("power_w"), close_gpm=close_gpm)
-                )
+                reading.update(self._extras.read(key, reading.get("power_w"), close_gpm=close_gpm))
             recorder.device.append(t, index, *(reading.get(name) for name in DEVICE_FIELDS))
 
     def _note_processes(self) -> None:
-        seen = {i for i in self._indices or [] if self.nvml.runs_here(i)}
+        seen = {k for k in self._keys or [] if self.nvml.runs_here(k)}
         if seen - self._used:
             self._used |= seen
-            others = [i for i in self._indices or [] if i not in self._used]
+            others = [k for k in self._keys or [] if k not in self._used]
             if others and not self._all_gpus:
                 log.info(
-                    "Stoker: this process runs on GPU %s; GPU %s (visible, unused) get no rows",
-                    ", ".join(map(str, sorted(self._used))),
-                    ", ".join(map(str, others)),
+                    "Stoker: this process runs on %s; %s (visible, unused) get no rows",
+                    _devices(sorted(self._used, key=str)),
+                    _devices(others),
                 )
+
+
+def _devices(keys: list[DeviceKey]) -> str:
+    gpus = [str(k) for k in keys if isinstance(k, int)]
+    migs = [k for k in keys if isinstance(k, str)]
+    words = [f"GPU {', '.join(gpus)}"] if gpus else []
+    if migs:
+        words.append(f"MIG device {', '.join(migs)}")
+    return " and ".join(words)
+
+
+def _said(error: str | None) -> str:
+    """`NVMLError_NoPermission` → "no permission"."""
+    if not error:
+        return "no answer"
+    name = error.removeprefix("NVMLError_")
+    return "no permission" if name == "NoPermission" else name
 
 
 class HostSource:

@@ -24,6 +24,19 @@
  *   gpu0.energy 0                         (no nvmlDeviceGetTotalEnergyConsumption: NOT_SUPPORTED)
  *   gpu0.energy_offset_mj 5000            (the energy counter's value when the library loaded)
  *
+ * MIG, with the handles of nvml.h (a MIG device handle is a distinct nvmlDevice_t):
+ *   gpu0.mig 2                            (MIG mode on, with MIG devices 0 and 1; their UUIDs
+ *                                          are MIG-00000000-0000-0000-0000-0000000000<gpu><mig>,
+ *                                          GPU instance id mig+1)
+ *   gpu0.mig_mem_total 10737418240        (each MIG device's memory; used: gpu0.mig_mem_used)
+ *   gpu0.mig_proc_pid 1234                (a compute process in MIG device 0 of the GPU, or in
+ *   gpu0.mig_proc_slot 1                   the one mig_proc_slot names)
+ *   gpu0.mig_noperm 1                     (MIG device handles answer NO_PERMISSION)
+ * A MIG device handle answers what NVML answers for one: memory, processes, name, UUID,
+ * compute capability, its GPU instance and parent; utilization, power, temperature, clocks,
+ * throttle reasons, PCIe and energy are NOT_SUPPORTED (they belong to the whole GPU), and
+ * its GPM samples come from nvmlGpmMigSampleGet on the parent with its GPU instance id.
+ *
  * Counters are integrated over time as a GPU's are: the energy counter grows by power_mw x
  * seconds (mJ) and each GPM metric's counter by value x seconds, with the values in force
  * at each moment (a control-file change counts from the file's mtime, whenever the fake
@@ -47,6 +60,7 @@
 #define TEXT 96
 #define GPM_IDS 64 /* metric ids the fake can script (all the agent reads are below 64) */
 #define GPM_REFRESH_S 0.1
+#define MAX_MIG 7
 
 typedef struct {
     char name[TEXT], uuid[TEXT];
@@ -55,6 +69,8 @@ typedef struct {
     int cc_major, cc_minor;
     int gpm, energy;
     unsigned long long energy_offset_mj;
+    int mig, mig_noperm;
+    unsigned long long mig_mem_total, mig_mem_used, mig_proc_pid, mig_proc_slot;
     int gpm_set[GPM_IDS], gpm_ret[GPM_IDS];
     double gpm_value[GPM_IDS];
 } FakeGpu;
@@ -76,9 +92,10 @@ typedef struct {
     FakeGpu gpus[MAX_GPUS];
 } FakeState;
 
-struct nvmlDevice_st { int index; };
+struct nvmlDevice_st { int index, mig; /* mig: -1 for the whole GPU */ };
 
 static struct nvmlDevice_st handles[MAX_GPUS];
+static struct nvmlDevice_st mig_handles[MAX_GPUS][MAX_MIG];
 static FakeState state;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialized = 0;
@@ -96,7 +113,13 @@ static void defaults(void) {
         g->temp_c = 60; g->power_mw = 150000; g->power_limit_mw = 300000; g->sm_clock = 1500;
         g->pcie_tx_kbs = 1000; g->pcie_rx_kbs = 2000; g->cc_major = 8; g->cc_minor = 0;
         g->energy = 1; g->energy_offset_mj = 987654321ULL;
+        g->mig_mem_total = 10ULL << 30; g->mig_mem_used = 1ULL << 28;
         handles[i].index = i;
+        handles[i].mig = -1;
+        for (int j = 0; j < MAX_MIG; j++) {
+            mig_handles[i][j].index = i;
+            mig_handles[i][j].mig = j;
+        }
     }
 }
 
@@ -168,6 +191,12 @@ static void set_gpu(FakeGpu *g, const char *key, const char *value) {
     else if (!strcmp(key, "gpm")) g->gpm = (int)v;
     else if (!strcmp(key, "energy")) g->energy = (int)v;
     else if (!strcmp(key, "energy_offset_mj")) g->energy_offset_mj = v;
+    else if (!strcmp(key, "mig")) g->mig = (int)(v > MAX_MIG ? MAX_MIG : v);
+    else if (!strcmp(key, "mig_noperm")) g->mig_noperm = (int)v;
+    else if (!strcmp(key, "mig_mem_total")) g->mig_mem_total = v;
+    else if (!strcmp(key, "mig_mem_used")) g->mig_mem_used = v;
+    else if (!strcmp(key, "mig_proc_pid")) g->mig_proc_pid = v;
+    else if (!strcmp(key, "mig_proc_slot")) g->mig_proc_slot = v;
 }
 
 /* The control file last parsed: parsing it on every call would make the fake cost several
@@ -238,14 +267,21 @@ static nvmlReturn_t injected(const char *function) {
     load();                                                                  \
     nvmlReturn_t rc = injected(__func__);                                    \
     FakeGpu *gpu = NULL;                                                     \
+    int mig = -1;                                                            \
     if (rc == NVML_SUCCESS && !initialized) rc = NVML_ERROR_UNINITIALIZED;   \
     if (rc == NVML_SUCCESS && (device) != NULL) {                            \
         int i_ = ((struct nvmlDevice_st *)(device))->index;                  \
+        mig = ((struct nvmlDevice_st *)(device))->mig;                       \
         if (i_ < 0 || i_ >= state.device_count) rc = NVML_ERROR_INVALID_ARGUMENT; \
         else gpu = &state.gpus[i_];                                          \
+        if (gpu && mig >= 0 && mig >= gpu->mig) rc = NVML_ERROR_INVALID_ARGUMENT; \
+        else if (gpu && mig >= 0 && gpu->mig_noperm) rc = NVML_ERROR_NO_PERMISSION; \
     }                                                                        \
     if (rc != NVML_SUCCESS) { pthread_mutex_unlock(&lock); return rc; }      \
-    (void)gpu;
+    (void)gpu; (void)mig;
+
+/* What belongs to the whole GPU: a MIG device handle answers NOT_SUPPORTED. */
+#define WHOLE_GPU_ONLY() if (mig >= 0) LEAVE(NVML_ERROR_NOT_SUPPORTED)
 
 #define LEAVE(code) do { pthread_mutex_unlock(&lock); return (code); } while (0)
 
@@ -323,15 +359,76 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     LEAVE(NVML_SUCCESS);
 }
 
+static void mig_uuid(char *out, int gpu, int mig) {
+    snprintf(out, TEXT, "MIG-00000000-0000-0000-0000-0000000000%d%d", gpu, mig);
+}
+
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     ENTER(NULL);
+    char text[TEXT];
     for (int i = 0; i < state.device_count; i++) {
         if (!strcmp(state.gpus[i].uuid, uuid)) {
             *device = &handles[i];
             LEAVE(NVML_SUCCESS);
         }
+        for (int j = 0; j < state.gpus[i].mig; j++) {
+            mig_uuid(text, i, j);
+            if (!strcmp(text, uuid)) {
+                if (state.gpus[i].mig_noperm) LEAVE(NVML_ERROR_NO_PERMISSION);
+                *device = &mig_handles[i][j];
+                LEAVE(NVML_SUCCESS);
+            }
+        }
     }
     LEAVE(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+                                  unsigned int *pendingMode) {
+    ENTER(device);
+    WHOLE_GPU_ONLY();
+    *currentMode = *pendingMode = gpu->mig ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    ENTER(device);
+    WHOLE_GPU_ONLY();
+    *count = gpu->mig ? MAX_MIG : 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                 nvmlDevice_t *migDevice) {
+    ENTER(device);
+    WHOLE_GPU_ONLY();
+    if (!gpu->mig) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= MAX_MIG) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    if (index >= (unsigned int)gpu->mig) LEAVE(NVML_ERROR_NOT_FOUND);
+    if (gpu->mig_noperm) LEAVE(NVML_ERROR_NO_PERMISSION);
+    *migDevice = &mig_handles[device->index][index];
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+    ENTER(device);
+    *isMigDevice = mig >= 0;
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                                          nvmlDevice_t *device) {
+    ENTER(migDevice);
+    if (mig < 0) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *device = &handles[migDevice->index];
+    LEAVE(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    ENTER(device);
+    if (mig < 0) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
+    *id = (unsigned int)mig + 1;
+    LEAVE(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
@@ -342,33 +439,48 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
     ENTER(device);
+    if (mig >= 0) {
+        char text[TEXT + 16];
+        snprintf(text, sizeof text, "%s MIG 1g.10gb", gpu->name);
+        LEAVE(copy_text(name, length, text));
+    }
     LEAVE(copy_text(name, length, gpu->name));
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     ENTER(device);
+    if (mig >= 0) {
+        char text[TEXT];
+        mig_uuid(text, device->index, mig);
+        LEAVE(copy_text(uuid, length, text));
+    }
     LEAVE(copy_text(uuid, length, gpu->uuid));
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     ENTER(device);
-    memory->total = gpu->mem_total;
-    memory->used = gpu->mem_used;
-    memory->free = gpu->mem_total > gpu->mem_used ? gpu->mem_total - gpu->mem_used : 0;
+    unsigned long long total = mig >= 0 ? gpu->mig_mem_total : gpu->mem_total;
+    unsigned long long used = mig >= 0 ? gpu->mig_mem_used : gpu->mem_used;
+    memory->total = total;
+    memory->used = used;
+    memory->free = total > used ? total - used : 0;
     LEAVE(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     ENTER(device);
-    memory->total = gpu->mem_total;
-    memory->used = gpu->mem_used;
+    unsigned long long total = mig >= 0 ? gpu->mig_mem_total : gpu->mem_total;
+    unsigned long long used = mig >= 0 ? gpu->mig_mem_used : gpu->mem_used;
+    memory->total = total;
+    memory->used = used;
     memory->reserved = 0;
-    memory->free = gpu->mem_total > gpu->mem_used ? gpu->mem_total - gpu->mem_used : 0;
+    memory->free = total > used ? total - used : 0;
     LEAVE(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     utilization->gpu = (unsigned int)gpu->util;
     utilization->memory = (unsigned int)gpu->mem_util;
     LEAVE(NVML_SUCCESS);
@@ -380,6 +492,7 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
                                   nvmlValueType_t *sampleValType, unsigned int *sampleCount,
                                   nvmlSample_t *samples) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     unsigned long long value;
     if (type == NVML_GPU_UTILIZATION_SAMPLES) value = gpu->util;
     else if (type == NVML_MEMORY_UTILIZATION_SAMPLES) value = gpu->mem_util;
@@ -408,6 +521,7 @@ nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, nvmlSamplingType_t type,
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                       unsigned int *temp) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     if (sensorType != NVML_TEMPERATURE_GPU) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
     *temp = (unsigned int)gpu->temp_c;
     LEAVE(NVML_SUCCESS);
@@ -415,12 +529,14 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     *power = (unsigned int)gpu->power_mw;
     LEAVE(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     *limit = (unsigned int)gpu->power_limit_mw;
     LEAVE(NVML_SUCCESS);
 }
@@ -428,6 +544,7 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
                                     unsigned int *clock) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     if (type != NVML_CLOCK_SM) LEAVE(NVML_ERROR_NOT_SUPPORTED);
     *clock = (unsigned int)gpu->sm_clock;
     LEAVE(NVML_SUCCESS);
@@ -436,6 +553,7 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
                                                     unsigned long long *clocksEventReasons) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     *clocksEventReasons = gpu->throttle;
     LEAVE(NVML_SUCCESS);
 }
@@ -443,6 +561,7 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
 nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter,
                                          unsigned int *value) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     *value = (unsigned int)(counter == NVML_PCIE_UTIL_TX_BYTES ? gpu->pcie_tx_kbs
                                                                : gpu->pcie_rx_kbs);
     LEAVE(NVML_SUCCESS);
@@ -451,16 +570,19 @@ nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounte
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                      nvmlProcessInfo_t *infos) {
     ENTER(device);
-    unsigned int count = gpu->proc_pid ? 1 : 0;
+    unsigned long long pid = mig < 0 ? gpu->proc_pid
+                             : (unsigned long long)mig == gpu->mig_proc_slot ? gpu->mig_proc_pid
+                                                                            : 0;
+    unsigned int count = pid ? 1 : 0;
     if (infos == NULL || *infoCount < count) {
         *infoCount = count;
         LEAVE(count ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
     }
     if (count) {
-        infos[0].pid = (unsigned int)gpu->proc_pid;
-        infos[0].usedGpuMemory = gpu->proc_mem;
-        infos[0].gpuInstanceId = 0xFFFFFFFF;
-        infos[0].computeInstanceId = 0xFFFFFFFF;
+        infos[0].pid = (unsigned int)pid;
+        infos[0].usedGpuMemory = mig >= 0 ? gpu->mig_mem_used : gpu->proc_mem;
+        infos[0].gpuInstanceId = mig >= 0 ? (unsigned int)mig + 1 : 0xFFFFFFFF;
+        infos[0].computeInstanceId = mig >= 0 ? 0 : 0xFFFFFFFF;
     }
     *infoCount = count;
     LEAVE(NVML_SUCCESS);
@@ -477,6 +599,7 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
 
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     if (!energy) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
     if (!gpu->energy) LEAVE(NVML_ERROR_NOT_SUPPORTED);
     advance();
@@ -510,6 +633,7 @@ static char percent_unit[] = "%";
 
 nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     if (!gpmSupport) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
     if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION) LEAVE(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     gpmSupport->isSupportedDevice = gpu->gpm ? 1 : 0;
@@ -537,6 +661,7 @@ nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
 
 nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
     ENTER(device);
+    WHOLE_GPU_ONLY();
     if (!gpmSample || gpmSample->magic != SAMPLE_MAGIC) LEAVE(NVML_ERROR_INVALID_ARGUMENT);
     if (!gpu->gpm) LEAVE(NVML_ERROR_NOT_SUPPORTED);
     advance();
@@ -547,9 +672,18 @@ nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
     LEAVE(NVML_SUCCESS);
 }
 
+/* A MIG device's GPM sample, from its parent GPU and GPU instance id (the fake's MIG devices
+ * share their parent's scripted counters). */
 nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
                                  nvmlGpmSample_t gpmSample) {
-    (void)gpuInstanceId;
+    {
+        ENTER(device);
+        if (mig >= 0) LEAVE(NVML_ERROR_INVALID_ARGUMENT); /* the parent's handle is asked for */
+        if (gpuInstanceId == 0 || gpuInstanceId > (unsigned int)gpu->mig)
+            LEAVE(NVML_ERROR_NOT_FOUND);
+        if (gpu->mig_noperm) LEAVE(NVML_ERROR_NO_PERMISSION);
+        pthread_mutex_unlock(&lock);
+    }
     return nvmlGpmSampleGet(device, gpmSample);
 }
 
