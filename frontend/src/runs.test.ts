@@ -178,6 +178,9 @@ describe("runRowCells", () => {
     const onGpu = makeRun({ id: 1, summary: { ...makeRun().summary, lost_gpu_s: 10 } });
     expect(runRowCells(onGpu, NOW).lostGpuTitle).toMatch(/^GPU time lost to input starvation/);
     expect(sortRuns([noGpu, onGpu], { key: "lost", desc: true }, NOW).map((r) => r.id)).toEqual([1, 2]);
+    // A MIG device has no utilization of its own, but its memory readings say it is a GPU.
+    const mig = makeRun({ summary: { ...noGpu.summary, peak_memory_bytes: 3 * 2 ** 30, lost_gpu_s: 3600 } });
+    expect(runRowCells(mig, NOW, undefined, { gpu_hour_price: null, currency: "$" }).lostGpu).toBe("1.00 GPU·h");
   });
   it("shows the run's GPU energy and what was burned while starved, sorted most first", () => {
     const split = {

@@ -222,7 +222,7 @@ export function runRowCells(
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const level = inputWaitLevel(s.verdict);
   const v = runVerdict(run, knownVerdict);
-  const onGpu = deviceWord(run) === "GPU";
+  const onGpu = hasGpuReadings(run);
   const e = energyCell(s.energy_j, energy);
   return {
     gpu: formatPercentValue(s.gpu_util_mean),
@@ -253,6 +253,13 @@ export function runRowCells(
     energyStarved: e.starved,
     energyTitle: e.title,
   };
+}
+
+/** Whether the run is on a GPU: GPUs listed in its environment, or GPU rows (utilization, or
+ * device memory: a MIG device has no utilization of its own). */
+export function hasGpuReadings(run: Run): boolean {
+  const peak = run.summary?.peak_memory_bytes;
+  return deviceWord(run) === "GPU" || (typeof peak === "number" && Number.isFinite(peak));
 }
 
 export type RunSortKey =
@@ -312,7 +319,7 @@ function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict, 
     case "wait":
       return num(s.input_wait_share);
     case "lost":
-      return deviceWord(run) === "GPU" ? num(s.lost_gpu_s) : null; // no GPU: no GPU time lost
+      return hasGpuReadings(run) ? num(s.lost_gpu_s) : null; // no GPU: no GPU time lost
     case "energy":
       return num(s.energy_j);
     case "gpu":
