@@ -394,6 +394,12 @@ class Server:
 
 
 # --- sections ----------------------------------------------------------------------------
+def _visibility() -> str:
+    """The variables that choose the GPUs, as set here."""
+    names = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+    return "(" + ", ".join(f"{n}={os.environ.get(n)!r}" for n in names) + ")"
+
+
 def nvml_readings(device: Device, report: Report, samples: int) -> None:
     heading("1. NVML readings: Stoker's sampler against nvidia-smi at the same moments")
     from trainer_agent.nvml import shared_nvml
@@ -402,7 +408,11 @@ def nvml_readings(device: Device, report: Report, samples: int) -> None:
     if not nvml.available():
         report.check("nvml", False, f"NVML does not load: {nvml.unavailable_reason}")
         return
-    index = nvml.visible_indices()[0]
+    visible = nvml.visible_indices()
+    if not visible:
+        report.check("nvml", False, "no whole GPU visible to this process " + _visibility())
+        return
+    index = visible[0]
     busy = threading.Event()
 
     def load() -> None:
@@ -485,8 +495,12 @@ def gpm_plausibility(device: Device, report: Report, seconds: float) -> None:
     from trainer_agent.nvml import shared_nvml
 
     nvml = shared_nvml()
-    index = nvml.visible_indices()[0] if nvml.available() else 0
-    reader = GpmReader(nvml, index)
+    visible = nvml.visible_indices() if nvml.available() else [0]
+    keys = visible or nvml.visible_mig_uuids()[:1]  # a MIG device, through its parent
+    if not keys:
+        report.check("gpm", False, "no GPU visible to this process " + _visibility())
+        return
+    reader = GpmReader(nvml, keys[0])
     if not reader.start():
         report.skip("gpm", f"no GPM on this GPU: {reader.reason}")
         return

@@ -196,7 +196,7 @@ export interface components {
      * AlertMetric
      * @enum {string}
      */
-    AlertMetric: "gpu_util" | "input_wait_share" | "step_time" | "samples_per_s" | "memory_share" | "temperature" | "no_data" | "stalled" | "straggler_ratio" | "sm_util" | "tensor_util" | "run_finished" | "run_failed" | "run_interrupted" | "metric_nonfinite" | "metric_rise" | "throughput_drop";
+    AlertMetric: "gpu_util" | "input_wait_share" | "step_time" | "samples_per_s" | "memory_share" | "temperature" | "no_data" | "stalled" | "straggler_ratio" | "sm_util" | "tensor_util";
     /** AlertPublic */
     AlertPublic: {
       /** Id */
@@ -225,8 +225,6 @@ export interface components {
       deliveries: {
           [key: string]: unknown;
         }[];
-      /** Profile Id */
-      profile_id?: number | null;
     };
     /** AlertRuleCreate */
     AlertRuleCreate: {
@@ -264,14 +262,6 @@ export interface components {
        * @default true
        */
       enabled?: boolean;
-      /** Metric Name */
-      metric_name?: string | null;
-      /** Baseline Run Id */
-      baseline_run_id?: number | null;
-      /** Baseline S */
-      baseline_s?: number | null;
-      /** Profile Steps */
-      profile_steps?: number | null;
     };
     /** AlertRulePublic */
     AlertRulePublic: {
@@ -311,14 +301,6 @@ export interface components {
        * @default true
        */
       enabled?: boolean;
-      /** Metric Name */
-      metric_name?: string | null;
-      /** Baseline Run Id */
-      baseline_run_id?: number | null;
-      /** Baseline S */
-      baseline_s?: number | null;
-      /** Profile Steps */
-      profile_steps?: number | null;
       /** Id */
       id: number;
       /** Builtin */
@@ -357,14 +339,6 @@ export interface components {
       channels?: ((components["schemas"]["BrowserChannel"] | components["schemas"]["WebhookChannel"])[]) | null;
       /** Enabled */
       enabled?: boolean | null;
-      /** Metric Name */
-      metric_name?: string | null;
-      /** Baseline Run Id */
-      baseline_run_id?: number | null;
-      /** Baseline S */
-      baseline_s?: number | null;
-      /** Profile Steps */
-      profile_steps?: number | null;
     };
     /** AlertRulesPublic */
     AlertRulesPublic: {
@@ -758,8 +732,6 @@ export interface components {
       input_share_stoker: number | null;
       /** Workers */
       workers?: components["schemas"]["ProfileWorker"][];
-      /** Alert Id */
-      alert_id?: number | null;
     };
     /** ProfileRequest */
     ProfileRequest: {
