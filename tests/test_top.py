@@ -285,6 +285,28 @@ def test_top_without_colour_in_tmux(
     wait_for(lambda: term.rc_path.exists(), what="top to quit")
 
 
+def test_top_says_it_reconnects_when_the_server_restarts(tmp_path: Path, tmux: list[Tmux]) -> None:
+    first = ServerProcess(data_dir=tmp_path / "restarting", env={"STOKER_VIEW_TOKEN": VIEW})
+    first.start()
+    second = ServerProcess(data_dir=first.data_dir, port=first.port, env=first.env)
+    try:
+        agent = ScriptedAgent(first, name="before", project="p")
+        agent.steps(10, dur=0.05, wait=0.0)
+        term = _top_in_tmux(tmux, first)
+        term.shows("before")
+        first.stop()
+        term.shows("reconnecting", "the lost connection said")
+        second.start()
+        wait_for(lambda: "reconnecting" not in term.screen(), what="connected again")
+        term.keys("C-c")  # Ctrl-C quits as q does, the terminal restored
+        wait_for(lambda: term.rc_path.exists(), what="top to quit")
+        assert term.rc_path.read_text().strip() == "0"
+        assert "Traceback" not in term.screen()
+    finally:
+        first.stop()
+        second.stop()
+
+
 # -- a real Keras training ---------------------------------------------------------------------
 
 

@@ -7,7 +7,9 @@ Rich (`rich.live.Live`); keys are read in cbreak mode (keys.py). `--once` prints
 
 import asyncio
 import contextlib
+import itertools
 import os
+import signal
 import sys
 
 from rich.console import Console
@@ -19,6 +21,9 @@ from trainer_agent.top.state import TopState
 from trainer_agent.top.view import Screen, render
 
 POLL_S = 2.0
+# Verdicts change rarely and come on the live socket when they do; their window's figure is
+# read every VERDICT_EVERY polls (the opened run's at every poll).
+VERDICT_EVERY = 3
 RECONNECT_S = 2.0
 FRAME_S = 0.2  # at most five frames a second
 
@@ -99,13 +104,15 @@ async def _interactive(
             changed.set()
 
     async def poll() -> None:
-        while True:
+        for count in itertools.count(1):
             with contextlib.suppress(TopError):
-                await link.poll(state)
+                await link.poll(state, verdicts=count % VERDICT_EVERY == 0)
                 changed.set()
             await asyncio.sleep(POLL_S / 2 if state.opened is not None else POLL_S)
 
     tasks = [asyncio.create_task(follow(), name="top-live"), asyncio.create_task(poll())]
+    with contextlib.suppress(NotImplementedError, AttributeError):  # a resized terminal
+        asyncio.get_running_loop().add_signal_handler(signal.SIGWINCH, changed.set)
     try:
         with (
             KeyReader(keys, changed),

@@ -96,14 +96,17 @@ class ServerLink:
         for alert in alerts["data"]:
             state.set_alert(alert)
 
-    async def poll(self, state: TopState) -> None:
-        """The latest steps, GPU readings and verdict of each running run (and the opened run)."""
+    async def poll(self, state: TopState, *, verdicts: bool = True) -> None:
+        """The latest steps and GPU readings of each running run (and the opened run), and with
+        `verdicts` their diagnosis (the opened run's always)."""
         ids = state.running_ids()[:MAX_POLLED_RUNS]
         if state.opened is not None and state.opened not in ids:
             ids.append(state.opened)
-        await asyncio.gather(*(self._poll_run(state, run_id) for run_id in ids))
+        await asyncio.gather(
+            *(self._poll_run(state, i, verdicts or i == state.opened) for i in ids)
+        )
 
-    async def _poll_run(self, state: TopState, run_id: int) -> None:
+    async def _poll_run(self, state: TopState, run_id: int, verdict: bool) -> None:
         view = state.runs.get(run_id)
         if view is None:
             return
@@ -117,7 +120,8 @@ class ServerLink:
                 max_points=20, **({"since_t": since - 60} if since is not None else {}),
             )  # fmt: skip
             view.set_samples(samples["series"])
-            view.diagnosis = await self.get(f"/runs/{run_id}/diagnosis")
+            if verdict:
+                view.diagnosis = await self.get(f"/runs/{run_id}/diagnosis")
         except TopError as error:
             if error.status != 404:  # 404: a run deleted meanwhile; its run_deleted follows
                 raise

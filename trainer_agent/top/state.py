@@ -94,6 +94,8 @@ class RunView:
 
     @property
     def steps_per_s(self) -> float | None:
+        if self.verdict == "stalled":  # the server sees no steps coming: not the last pace
+            return 0.0
         points = self.recent()
         if len(points) < 2 or points[-1].t <= points[0].t:
             return None

@@ -93,11 +93,14 @@ def _header(state: TopState, server: str, screen: Screen, title: str) -> Text:
     dot = " · " if screen.unicode else " | "
     host = server.split("://", 1)[-1]
     line = Text("stoker top", style="bold" if screen.color else "")
+    if not state.connected:  # first, so that it is never cut off
+        line.append(
+            dot + ("reconnecting…" if screen.unicode else "reconnecting..."),
+            style="red" if screen.color else "",
+        )
     if host:
         line.append(dot + host)
     line.append(dot + title)
-    if not state.connected:
-        line.append(dot + "reconnecting…", style="red" if screen.color else "")
     line.truncate(screen.width, overflow="ellipsis")
     return line
 
