@@ -1,10 +1,12 @@
 """`stoker demo`: a real server and a real Keras training streaming into it.
 
-The demo trains the same small model twice on a learnable synthetic task: once behind
-a slow, serial input pipeline (the GPU, or here the CPU, starves), once behind a pipeline
-fed properly (parallel map, cache, prefetch), so the two runs can be watched and compared.
+The demo trains the same small model twice on a learnable synthetic task: once behind a
+pipeline fed properly (parallel map, cache, prefetch), then behind a slow, serial input
+pipeline (the GPU, or here the CPU, starves), so the two runs can be watched and compared.
 Both datasets go through `cb.wrap`, so input wait is measured; the starved run gets the
-highly input-bound verdict, its advice and an alert, the fed one does not.
+highly input-bound verdict, its advice and an alert, the fed one does not. The starved run
+stays live for a few minutes (or until Ctrl-C) so that it can be watched, and its alert
+captures a profile of its steps by itself (the demo rule's action, issue 31).
 """
 
 import os
@@ -59,7 +61,10 @@ DEMO_RULE = {
     "only_while_stepping": True,
     "scope": "project",
     "project": DEMO_PROJECT,
+    # When it fires, the agent captures this many steps of TensorFlow profile: no click.
+    "profile_steps": 20,
 }
+DEFAULT_LIVE_MINUTES = 3.0
 
 
 def nvidia_driver_status() -> str | None:
@@ -79,8 +84,12 @@ def ensure_demo_rule(server_url: str) -> None:
     The default rules (60 s input-bound, 30 s low utilization) are longer than a demo run."""
     try:
         rules = httpx.get(f"{server_url}/api/v1/alert-rules", timeout=5).json()["data"]
-        if not any(r["name"] == DEMO_RULE["name"] for r in rules):
+        known = next((r for r in rules if r["name"] == DEMO_RULE["name"]), None)
+        if known is None:
             httpx.post(f"{server_url}/api/v1/alert-rules", json=DEMO_RULE, timeout=5)
+        elif not known.get("profile_steps"):  # made by a demo from before the profile action
+            url = f"{server_url}/api/v1/alert-rules/{known['id']}"
+            httpx.patch(url, json={"profile_steps": DEMO_RULE["profile_steps"]}, timeout=5)
     except (httpx.HTTPError, KeyError, ValueError) as error:
         print(f"  (could not create the demo alert rule: {error})", flush=True)
 
@@ -129,12 +138,16 @@ def report_run(server_url: str, run_id: int | None) -> None:
     fired = [a for a in alerts if a["fired_at"]]
     for alert in fired:
         print(f"  Alert: {alert['message']}")
+        if alert.get("profile_id"):
+            print(f"    Profile #{alert['profile_id']} was captured when it fired (Run page).")
     if not fired:
         print("  No alert fired for this run.")
     print(f"  Run page: {server_url}/#/runs/{run_id}\n", flush=True)
 
 
-def train_demo_runs(server_url: str, *, epochs: int) -> None:
+def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> None:
+    """The fed run for `epochs` epochs, then the starved one: `epochs` epochs too, or, with
+    `live_s`, for that many seconds (until Ctrl-C), so that it can be watched live."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
     import tensorflow as tf
@@ -172,7 +185,19 @@ def train_demo_runs(server_url: str, *, epochs: int) -> None:
         ds = ds.map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
         return ds.shuffle(samples).batch(64).prefetch(tf.data.AUTOTUNE)
 
-    for name, make_dataset in (("starved-pipeline", starved), ("fed-pipeline", fed)):
+    class StopAt(tf.keras.callbacks.Callback):
+        """Ends the live run once its time is up."""
+
+        def __init__(self, deadline: float) -> None:
+            super().__init__()
+            self.deadline = deadline
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if time.monotonic() >= self.deadline:
+                self.model.stop_training = True
+
+    for name, make_dataset in (("fed-pipeline", fed), ("starved-pipeline", starved)):
+        live = live_s > 0 and name == "starved-pipeline"
         model = tf.keras.Sequential(
             [
                 tf.keras.Input(shape=(features,)),
@@ -198,13 +223,26 @@ def train_demo_runs(server_url: str, *, epochs: int) -> None:
         keep = tf.keras.callbacks.LambdaCallback(
             on_train_begin=lambda logs, kept=kept, cb=callback: kept.update(session=cb.run_session)
         )
-        print(f"Training {name} ...", flush=True)
+        callbacks: list[Any] = [callback, keep]
+        run_epochs = epochs
+        if live:
+            callbacks.append(StopAt(time.monotonic() + live_s))
+            run_epochs = 1_000_000  # until its time is up (or Ctrl-C)
+            until = time.strftime("%H:%M:%S", time.localtime(time.time() + live_s))
+            print(
+                f"\n  Training {name}, live for {live_s / 60:g} minutes (until {until}) or until "
+                f"Ctrl-C.\n  Watch it at {server_url}/ : it starves on its input, its alert "
+                "fires within a minute and captures a 20-step profile by itself.\n",
+                flush=True,
+            )
+        else:
+            print(f"Training {name} ...", flush=True)
         model.fit(
             callback.wrap(make_dataset()),
             validation_data=validation,
-            epochs=epochs,
-            callbacks=[callback, keep],
-            verbose=2,
+            epochs=run_epochs,
+            callbacks=callbacks,
+            verbose=0 if live else 2,
         )
         run_id = getattr(getattr(kept.get("session"), "sender", None), "run_id", None)
         report_run(server_url, run_id or _last_run_id(server_url, name))
@@ -218,7 +256,13 @@ def _last_run_id(server_url: str, name: str) -> int | None:
     return next((r["id"] for r in runs if r["name"] == name), None)
 
 
-def run_demo(settings: Settings, *, epochs: int, keep_serving: bool) -> int:
+def run_demo(
+    settings: Settings,
+    *,
+    epochs: int,
+    keep_serving: bool,
+    live_minutes: float = DEFAULT_LIVE_MINUTES,
+) -> int:
     url = f"http://{settings.host}:{settings.port}"
     server = start_server(settings)
     print(f"\n  Stoker is running. Open {url}/ in your browser.\n", flush=True)
@@ -233,7 +277,7 @@ def run_demo(settings: Settings, *, epochs: int, keep_serving: bool) -> int:
         )
     ensure_demo_rule(url)
     try:
-        train_demo_runs(url, epochs=epochs)
+        train_demo_runs(url, epochs=epochs, live_s=max(0.0, live_minutes) * 60)
         print(f"\n  Demo training finished. Runs are at {url}/", flush=True)
         if keep_serving and server is not None:
             print("  The server keeps running; press Ctrl-C to stop it.", flush=True)

@@ -155,7 +155,12 @@ def serve(args: argparse.Namespace) -> int:
 def demo(args: argparse.Namespace) -> int:
     from backend.cli.demo import run_demo
 
-    return run_demo(_settings_from(args), epochs=args.epochs, keep_serving=not args.exit)
+    return run_demo(
+        _settings_from(args),
+        epochs=args.epochs,
+        keep_serving=not args.exit,
+        live_minutes=args.live_minutes,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     demo_parser.add_argument("--epochs", type=int, default=3, help="epochs per demo run")
     demo_parser.add_argument(
         "--exit", action="store_true", help="stop the server when training ends"
+    )
+    demo_parser.add_argument(
+        "--live-minutes",
+        type=float,
+        default=3.0,
+        help="how long the starved demo run stays live (Ctrl-C ends it sooner; 0: --epochs)",
     )
     demo_parser.set_defaults(func=demo)
 
