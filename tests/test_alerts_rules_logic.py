@@ -1,0 +1,88 @@
+"""Issue 31's alert logic without a server: run-end events, metric tracks, the first-steps
+baseline, and rule validation."""
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from backend.core.models import AlertMetric, AlertRule, AlertState, Comparison
+from backend.diagnosis.alerting import AlertEngine, AlertRuleCreate, RunFacts, param_key
+from backend.diagnosis.detectors import FirstSteps, MetricTrack
+
+
+def _rule(rule_id: int, metric: AlertMetric, threshold: float, **fields: object) -> AlertRule:
+    return AlertRule(id=rule_id, name=f"r{rule_id}", metric=metric, comparison=Comparison.ge,
+                     threshold=threshold, **fields)  # fmt: skip
+
+
+def _facts(running: bool, values: dict, params: dict | None = None) -> RunFacts:
+    return RunFacts(run_id=1, project="p", running=running, stepping=running, values=values,
+                    params=params or {})  # fmt: skip
+
+
+def test_an_end_event_fires_at_once_on_an_ended_run_then_resolves_after_keep_firing() -> None:
+    rule = _rule(1, AlertMetric.run_failed, 1.0, for_s=30.0, keep_firing_for_s=5.0)
+    engine = AlertEngine([rule])
+    running = engine.evaluate([_facts(True, {AlertMetric.run_failed: None})], now=0.0)
+    assert running == []
+    fired = engine.evaluate([_facts(False, {AlertMetric.run_failed: 1.0})], now=1.0)
+    # for_s is not waited for an event: it fires at the tick the end is seen.
+    assert [(t.state, t.previous) for t in fired] == [(AlertState.firing, None)]
+    assert engine.evaluate([_facts(False, {AlertMetric.run_failed: 0.0})], now=3.0) == []
+    resolved = engine.evaluate([_facts(False, {AlertMetric.run_failed: 0.0})], now=6.5)
+    assert [(t.state, t.previous) for t in resolved] == [(AlertState.resolved, AlertState.firing)]
+
+
+def test_a_condition_metric_does_not_hold_on_an_ended_run() -> None:
+    engine = AlertEngine([_rule(1, AlertMetric.metric_nonfinite, 1.0, metric_name="loss")])
+    key = (AlertMetric.metric_nonfinite, ("metric", "loss"))
+    assert engine.wanted_params() == {key}
+    assert engine.evaluate([_facts(False, {}, {key: 1.0})], now=0.0) == []
+    fired = engine.evaluate([_facts(True, {}, {key: 1.0})], now=1.0)
+    assert [t.state for t in fired] == [AlertState.firing]
+
+
+def test_param_keys_name_the_metric_and_the_baseline() -> None:
+    nan = _rule(1, AlertMetric.metric_nonfinite, 1.0)
+    assert param_key(AlertMetric.metric_nonfinite, nan) == ("metric", "loss")
+    own = _rule(2, AlertMetric.throughput_drop, 0.3, baseline_s=60.0)
+    assert param_key(AlertMetric.throughput_drop, own) == ("first", 60.0)
+    other = _rule(3, AlertMetric.throughput_drop, 0.3, baseline_run_id=7, baseline_s=60.0)
+    assert param_key(AlertMetric.throughput_drop, other) == ("run", 7)
+    assert param_key(AlertMetric.gpu_util, own) is None
+
+
+def test_metric_track_keeps_the_best_and_sees_non_finite_values() -> None:
+    track = MetricTrack()
+    for value in (2.0, 1.0, 1.5):
+        track.add(value)
+    assert (track.best, track.last, track.rise()) == (1.0, 1.5, 1.5)
+    track.add(None)  # the protocol turns NaN and infinities into null
+    assert track.last is None and track.rise() is None and track.best == 1.0
+    track.add(math.inf)
+    assert track.last is None
+    track.add(3.0)
+    assert track.rise() == 3.0
+    negative = MetricTrack()
+    negative.add(-1.0)
+    assert negative.rise() is None  # a factor over a best at or below 0 means nothing
+
+
+def test_first_steps_median_waits_for_the_run_to_pass_its_baseline() -> None:
+    first = FirstSteps(horizon_s=10.0)
+    first.add([100.0 + i for i in range(5)], [0.5, 0.1, 0.1, 0.1, 0.1])  # the first is tracing
+    assert first.median_s(10.0) is None  # not past its first 10 s yet
+    first.add([105.0 + i for i in range(10)], [0.2] * 10)
+    assert first.median_s(4.0) == 0.1
+    assert first.median_s(10.0) == 0.2  # 0.5, 4 x 0.1, 6 x 0.2 (t <= 110)
+    assert len(first.t) == 11  # nothing past the horizon is kept
+
+
+def test_rule_fields_are_checked() -> None:
+    base = {"name": "n", "metric": "throughput_drop", "comparison": ">=", "threshold": 0.3}
+    assert AlertRuleCreate(**base, baseline_s=60, profile_steps=20).profile_steps == 20
+    for bad in ({"profile_steps": 0}, {"baseline_s": 0}, {"baseline_run_id": 0},
+                {"metric_name": ""}, {"metric_name": "x" * 101}):  # fmt: skip
+        with pytest.raises(ValidationError):
+            AlertRuleCreate(**base, **bad)
