@@ -12,6 +12,25 @@ def add_database_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def database_cpu_s(args: argparse.Namespace) -> float | None:
+    """CPU seconds used so far by the throwaway PostgreSQL (postmaster and every backend);
+    None when the bench did not start one."""
+    data_dir = getattr(args, "postgres_data_dir", None)
+    if data_dir is None:
+        return None
+    import psutil
+
+    postmaster = psutil.Process(int((data_dir / "postmaster.pid").read_text().split()[0]))
+    total = 0.0
+    for process in [postmaster, *postmaster.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def run_with_database(
     args: argparse.Namespace, bench: Callable[[argparse.Namespace], None]
 ) -> None:
@@ -23,6 +42,8 @@ def run_with_database(
 
         postgres = PostgresServer().start()
         args.database_url = postgres.create_database()
+        assert postgres.data_dir is not None
+        args.postgres_data_dir = postgres.data_dir
     try:
         bench(args)
     finally:

@@ -21,7 +21,7 @@ import httpx
 import psutil
 from websockets.asyncio.client import connect
 
-from bench.database import add_database_arguments, run_with_database
+from bench.database import add_database_arguments, database_cpu_s, run_with_database
 from tests.support import ServerProcess
 
 TARGET_ROWS_PER_S = 100_000
@@ -104,6 +104,7 @@ def _bench(args: argparse.Namespace) -> None:
         try:
             server_process = psutil.Process(server.process.pid)
             cpu_before = server_process.cpu_times()
+            database_before = database_cpu_s(args)
             result = asyncio.run(
                 _run(
                     f"{server.ws_url}/api/v1/agent",
@@ -114,6 +115,7 @@ def _bench(args: argparse.Namespace) -> None:
                 )
             )
             cpu_after = server_process.cpu_times()
+            database_after = database_cpu_s(args)
             stored = sum(
                 r["summary"]["steps"]
                 for r in httpx.get(f"{server.url}/api/v1/runs", params={"limit": 1000}).json()[
@@ -148,6 +150,12 @@ def _bench(args: argparse.Namespace) -> None:
         f"({user_s / result['rows'] * 1e6:.2f} user, {system_s / result['rows'] * 1e6:.2f} "
         f"system; {server_cpu_s / result['elapsed']:.2f} cores busy)"
     )
+    if database_before is not None and database_after is not None:
+        database_s = database_after - database_before
+        print(
+            f"postgres CPU        {database_s / result['rows'] * 1e6:.2f} us per step row "
+            f"({database_s / result['elapsed']:.2f} cores busy)"
+        )
     if db_bytes:
         per_row = db_bytes / max(stored, 1)
         print(f"sqlite file bytes   {db_bytes:,} ({per_row:.1f} per step row, all tables)")
