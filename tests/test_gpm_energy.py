@@ -332,3 +332,33 @@ def test_gpm_windows_line_up_with_steps_longer_than_the_interval(
     # One window per step, not one per reading.
     assert len(windows) <= len(steps["t"]) + 2
     assert len(rows) > len(windows)
+
+
+def test_a_short_step_after_long_ones_closes_windows_at_every_reading_again(
+    fake_nvml: FakeNvml, nvml: Nvml
+) -> None:
+    """A long first step (tracing, say) must not keep later windows open: once steps are
+    shorter than the interval, every reading closes a window again."""
+    from trainer_agent.recorder import Recorder
+    from trainer_agent.samplers import DeviceSource, Sampler
+
+    fake_nvml.write(gpu0={**HOPPER, **SCRIPTED})
+    recorder = Recorder(max_rows=10_000)
+    device = DeviceSource(nvml, tf_memory=lambda i: (None, None))
+    sampler = Sampler(recorder, interval_s=0.1, device=device)  # ticked here, not started
+    sm_util: list[float | None] = []
+
+    def tick(**kwargs: bool) -> None:
+        time.sleep(0.15)  # more than the GPU's 100 ms counter refresh
+        sampler.tick(**kwargs)
+        sm_util.extend((recorder.device.drain() or {}).get("sm_util", [None]))
+
+    tick()  # the first reading opens the first window
+    sampler.step_ended(1.0)  # a step longer than the interval ended
+    tick(boundary=True)  # its end closes the window
+    tick()  # a timed reading within the next long step: the window stays open
+    sampler.step_ended(0.01)  # steps are short now
+    tick()
+    assert sm_util[0] is None and sm_util[2] is None
+    assert sm_util[1] == pytest.approx(42.5, abs=0.01)
+    assert sm_util[3] == pytest.approx(42.5, abs=0.01)

@@ -277,6 +277,8 @@ class Sampler:
         at the step's end, and the timed readings in between leave it open, so each window
         spans whole steps."""
         if duration_s < self.interval_s or self._closed:
+            if self._long_step_s:  # steps are short again (after a long first step, say)
+                self._long_step_s = 0.0
             return
         self._long_step_s = duration_s
         _shared_thread().step_boundary(self)
@@ -294,7 +296,8 @@ class Sampler:
             # Steps still longer than the interval (the next boundary is due): only a step's
             # end closes the window; otherwise every reading does.
             aligned = (
-                self._boundary_at is not None
+                self._long_step_s > 0
+                and self._boundary_at is not None
                 and now - self._boundary_at <= 2 * self._long_step_s + self.interval_s
             )
             self.sample_once(close_gpm=boundary or not aligned)
