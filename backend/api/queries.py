@@ -120,6 +120,7 @@ def _best_order(session: Session, metric: str, *, descending: bool) -> tuple[Any
 
 _SCALAR_COLUMNS = (
     "id", "name", "project", "notes", "status", "started_at", "ended_at", "last_seen_at",
+    "pinned", "compacted_at",
 )  # fmt: skip
 _JSON_COLUMNS = ("tags", "config", "environment", "summary")
 
@@ -158,7 +159,8 @@ def list_runs_json(
     for row in rows:
         scalars = dict(zip(_SCALAR_COLUMNS, row[: len(_SCALAR_COLUMNS)], strict=True))
         scalars["status"] = str(scalars["status"].value if scalars["status"] else None)
-        for key in ("started_at", "ended_at", "last_seen_at"):
+        scalars["pinned"] = bool(scalars["pinned"])
+        for key in ("started_at", "ended_at", "last_seen_at", "compacted_at"):
             moment = scalars[key]
             scalars[key] = None if moment is None else _iso(moment)
         tags, config, environment, summary, share = row[len(_SCALAR_COLUMNS) :]
@@ -217,6 +219,11 @@ def step_series(
     visible however far the series is zoomed out. Zoomed-out views of long runs read the
     step rollups (models.StepRollup) instead of the steps themselves.
     """
+    if session.exec(select(Run.compacted_at).where(Run.id == run_id)).first() is not None:
+        return _compacted_step_series(
+            session=session, run_id=run_id, max_points=max_points, after_step=after_step,
+            before_step=before_step, rank=rank,
+        )  # fmt: skip
     where = [Step.run_id == run_id, Step.rank == rank]
     bounded = after_step is not None or before_step is not None
     if after_step is not None:
@@ -299,6 +306,65 @@ def step_series(
         wait=[None if r[5] is None else float(r[5]) for r in rows],
         dur_min=[r[3] for r in rows],
         dur_max=[r[4] for r in rows],
+    )
+
+
+def _compacted_step_series(
+    *,
+    session: Session,
+    run_id: int,
+    max_points: int,
+    after_step: int | None,
+    before_step: int | None,
+    rank: int,
+) -> StepSeries:
+    """The steps of a run whose raw steps retention removed, from its rollups alone: the
+    same buckets a zoomed-out chart reads; a range or a short run gets the finest tier."""
+    finest = ROLLUP_WIDTHS[0]
+    where = [StepRollup.run_id == run_id, StepRollup.rank == rank]
+    if after_step is not None:
+        where.append(StepRollup.step_max > after_step)
+    if before_step is not None:
+        where.append(StepRollup.step_max < before_step)
+    total, first_step, last_step = session.exec(
+        select(
+            func.coalesce(func.sum(StepRollup.n), 0),
+            func.min(StepRollup.step_max),
+            func.max(StepRollup.step_max),
+        ).where(*where, StepRollup.width == finest)
+    ).one()
+    tier, per_bucket = finest, 1
+    if total and first_step is not None and last_step is not None:
+        needed = -(-(last_step - first_step + 1) // max(max_points - 1, 1))
+        if after_step is None and before_step is None:
+            tier = max((w for w in ROLLUP_WIDTHS if w <= needed), default=finest)
+        per_bucket = max(1, int(-(-needed // tier)))
+    bucket = literal_column(f"steprollup.bucket / {per_bucket}")
+    rows = session.exec(
+        select(
+            func.max(StepRollup.step_max),
+            func.max(StepRollup.t_max),
+            func.sum(StepRollup.dur_sum) / func.sum(StepRollup.n),
+            func.min(StepRollup.dur_min),
+            func.max(StepRollup.dur_max),
+            func.sum(StepRollup.wait_sum) / func.nullif(func.sum(StepRollup.wait_n), 0),
+        )
+        .where(*where, StepRollup.width == tier)
+        .group_by(bucket)
+        .order_by(bucket)
+    ).all()
+    return StepSeries(
+        run_id=run_id,
+        total=int(total),
+        downsampled=True,
+        step=[r[0] for r in rows],
+        t=[r[1] for r in rows],
+        dur=[float(r[2]) for r in rows],
+        wait=[None if r[5] is None else float(r[5]) for r in rows],
+        dur_min=[r[3] for r in rows],
+        dur_max=[r[4] for r in rows],
+        compacted=True,
+        finest_steps=finest,
     )
 
 
@@ -388,7 +454,7 @@ def device_series(
             max_points=max_points,
         )
         series.append({"rank": rank, "gpu": device, **data})
-    return {"run_id": run_id, "fields": chosen, "series": series}
+    return {"run_id": run_id, "fields": chosen, "series": series, **_compacted(session, run_id)}
 
 
 def host_series(
@@ -412,7 +478,14 @@ def host_series(
             x="t", fields=chosen, max_points=max_points,
         )  # fmt: skip
         series.append({"rank": rank, **data})
-    return {"run_id": run_id, "fields": chosen, "series": series}
+    return {"run_id": run_id, "fields": chosen, "series": series, **_compacted(session, run_id)}
+
+
+def _compacted(session: Session, run_id: int) -> dict[str, Any]:
+    """A sample series' retention flag: `compacted` when retention thinned the run's samples
+    to `KEEP_SAMPLES` per series, so zooming in shows no finer detail (issue 30)."""
+    compacted_at = session.exec(select(Run.compacted_at).where(Run.id == run_id)).first()
+    return {"compacted": compacted_at is not None}
 
 
 MetricAxis = Literal["step", "epoch"]

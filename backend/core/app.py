@@ -28,6 +28,7 @@ from backend.core.telemetry import Telemetry
 from backend.diagnosis.detectors import Detectors
 from backend.ingest import routes as ingest_routes
 from backend.ingest.publish import publish_run_ended
+from backend.ingest.retention import retention_loop
 from backend.ingest.writer import Writer
 from backend.live import routes as live_routes
 from backend.live.agents import ConnectedAgents
@@ -105,6 +106,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
                 name="stoker-run-reaper",
             ),
             asyncio.create_task(detectors.run_forever(), name="stoker-detectors"),
+            asyncio.create_task(
+                retention_loop(
+                    writer=writer, engine=engine, settings=settings, usage=state.telemetry.disk
+                ),
+                name="stoker-retention",
+            ),
             asyncio.create_task(detectors.webhooks.run_forever(), name="stoker-webhooks"),
         ]
         try:

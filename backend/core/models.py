@@ -166,6 +166,8 @@ class RunUpdate(SQLModel):
     )
     tags: list[Tag] | None = Field(default=None, max_length=100)
     notes: Annotated[str, AfterValidator(no_nul)] | None = Field(default=None, max_length=10_000)
+    # Retention keeps a pinned run's raw rows (issue 30).
+    pinned: bool | None = None
 
 
 class Step(SQLModel, table=True):
@@ -314,6 +316,10 @@ class StepSeries(SQLModel):
     wait: list[float | None]
     dur_min: list[float] | None = None
     dur_max: list[float] | None = None
+    # Retention reduced the run's raw steps to rollups: no point is finer than
+    # `finest_steps` steps (issue 30).
+    compacted: bool = False
+    finest_steps: int | None = None
 
 
 class SeriesColumns(BaseModel):
@@ -335,6 +341,8 @@ class DeviceSeries(BaseModel):
     run_id: int
     fields: list[str]
     series: list[DeviceSeriesItem]
+    # Retention thinned the run's samples (issue 30): zooming in shows no finer detail.
+    compacted: bool = False
 
 
 class HostSeriesItem(SeriesColumns):
@@ -347,6 +355,8 @@ class HostSeries(BaseModel):
     run_id: int
     fields: list[str]
     series: list[HostSeriesItem]
+    # Retention thinned the run's samples (issue 30): zooming in shows no finer detail.
+    compacted: bool = False
 
 
 class MetricSeriesItem(SeriesColumns):

@@ -1,14 +1,34 @@
 """Server configuration from `STOKER_*` environment variables (mirrored by CLI flags)."""
 
+import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 def _default_data_dir() -> Path:
     return Path.home() / ".stoker"
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+_SIZE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+
+
+def _with_unit(value: Any, units: dict[str, int]) -> Any:
+    """A duration ("90d") or size ("50GB") in the base unit; anything else as given."""
+    if not isinstance(value, str):
+        return value
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", value)
+    if match is None or (match[2] and match[2].lower() not in units):
+        return value  # pydantic's own message names the field
+    number = float(match[1]) * units.get(match[2].lower(), 1)
+    return int(number) if number == int(number) else number
 
 
 class Settings(BaseSettings):
@@ -62,6 +82,24 @@ class Settings(BaseSettings):
     profile_max_s: float = Field(default=120.0, gt=0)  # the agent stops a capture after this
     profile_max_trace_bytes: int = Field(default=200 * 2**20, ge=1)
     profile_quota_bytes: int = Field(default=2 * 2**30, ge=0)  # stored traces, oldest evicted
+
+    # Retention (issue 30, backend.ingest.retention), like Prometheus's retention.time/.size:
+    # an ended run older than retention_time_s, or beyond retention_size_bytes of raw rows
+    # (newest runs kept first), keeps its summary and rollups but loses its raw steps and most
+    # samples. 0 turns a limit off; "90d", "12h", "50GB", "500MiB" are understood.
+    retention_time_s: float = Field(default=365 * 86400.0, ge=0)
+    retention_size_bytes: int = Field(default=0, ge=0)
+    retention_interval_s: float = Field(default=600.0, gt=0)
+
+    @field_validator("retention_time_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return _with_unit(value, _DURATION_UNITS)
+
+    @field_validator("retention_size_bytes", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return _with_unit(value, _SIZE_UNITS)
 
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to an SQLite file under the data directory."""

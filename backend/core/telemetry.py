@@ -14,6 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from backend.ingest.protocol import Batch
+from backend.ingest.retention import DiskUsage
 
 # Device field → (Prometheus name, help) of the latest-value gauges per GPU. GPM fields and
 # energy are absent (not 0) for GPUs that do not report them.
@@ -115,6 +116,38 @@ class LiveGauges(Collector):
         yield from (family for _, family in families)
 
 
+class DiskGauges(Collector):
+    """Disk use and retention, as the retention pass last measured them (issue 30)."""
+
+    def __init__(self, usage: DiskUsage) -> None:
+        self.usage = usage
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        u = self.usage
+        for name, text, value in (
+            ("stoker_disk_database_bytes", "Database size on disk", u.database_bytes),
+            ("stoker_disk_profiles_bytes", "Stored profiler traces", u.profiles_bytes),
+            ("stoker_disk_free_bytes", "Free space on the data directory's disk", u.free_bytes),
+            (
+                "stoker_retention_raw_bytes",
+                "Estimated bytes of raw rows kept under retention_size_bytes",
+                u.raw_bytes,
+            ),
+        ):
+            if value is not None:
+                yield GaugeMetricFamily(name, text, value=value)
+        yield GaugeMetricFamily(
+            "stoker_retention_compacted_runs",
+            "Runs compacted to rollups by this server since it started",
+            value=u.compacted_runs,
+        )
+        yield GaugeMetricFamily(
+            "stoker_retention_compacted_rows",
+            "Raw rows reduced by compaction since the server started",
+            value=u.compacted_rows,
+        )
+
+
 class Telemetry:
     """The server's own counters and the live gauges, in one registry per app."""
 
@@ -138,6 +171,8 @@ class Telemetry:
         browsers.set_function(lambda: live_clients.client_count)
         self.live = LiveGauges()
         r.register(self.live)
+        self.disk = DiskUsage()
+        r.register(DiskGauges(self.disk))
 
     def stored(self, batch: Batch) -> None:
         self.batches.inc()

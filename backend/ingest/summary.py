@@ -362,6 +362,8 @@ def run_public(run: Run) -> RunPublic:
         started_at=run.started_at,
         ended_at=run.ended_at,
         last_seen_at=run.last_seen_at,
+        pinned=run.pinned,
+        compacted_at=run.compacted_at,
         config=run.config,
         environment=run.environment,
         summary=summary,
