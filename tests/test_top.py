@@ -255,7 +255,7 @@ def test_top_in_an_80x24_terminal_sorts_filters_opens_and_quits(
     (ARTIFACTS / "top-run-frame.txt").write_text(term.screen())
 
     term.keys("Escape")
-    term.shows("MS/STEP", "back to the list")
+    term.shows("INPUT WAIT", "back to the list")
     term.keys("q")
     wait_for(lambda: term.rc_path.exists(), what="top to quit")
     assert term.rc_path.read_text().strip() == "0"
@@ -283,6 +283,35 @@ def test_top_without_colour_in_tmux(
     assert "!!" in _row(term.screen(), f"starved-{tag}")
     term.keys("q")
     wait_for(lambda: term.rc_path.exists(), what="top to quit")
+
+
+def test_many_runs_scroll_in_24_lines(server: ServerProcess, tmux: list[Tmux]) -> None:
+    tag = uuid.uuid4().hex[:4]
+    agents = [ScriptedAgent(server, name=f"r{i:02d}-{tag}", project=f"m-{tag}") for i in range(30)]
+    try:
+        for i, agent in enumerate(agents):  # run i steps at (i + 1) steps/s: sorted r29 first
+            agent.steps(10, dur=1 / (i + 1), wait=0.0)
+        term = _top_in_tmux(tmux, server)
+        term.shows(f"r29-{tag}")
+        term.keys("-N", "29", "Down")  # to the slowest, the last of the 30
+        term.shows(f"r00-{tag}", "the list scrolled to the last run")
+        frame = wait_for(
+            lambda: f"r29-{tag}" not in (s := term.screen()) and s, what="r29 scrolled off"
+        )
+        lines = frame.rstrip("\n").splitlines()
+        assert len(lines) <= 24 and lines[0].startswith("stoker top")
+        assert lines[-1].startswith("↑↓ select")  # the keys line is still there
+
+        def selected() -> list[str]:
+            return [line for line in term.screen(escapes=True).splitlines() if "\x1b[7m" in line]
+
+        wait_for(lambda: f"r00-{tag}" in "".join(selected()[:1]), what="r00 highlighted")
+        term.keys("q")
+        wait_for(lambda: term.rc_path.exists(), what="top to quit")
+    finally:
+        for agent in agents:
+            agent.end("finished")
+            agent.close()
 
 
 def test_top_says_it_reconnects_when_the_server_restarts(tmp_path: Path, tmux: list[Tmux]) -> None:
@@ -376,3 +405,43 @@ def test_top_needs_only_the_agent_install(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"starved-{tag}" in done.stdout and f"fed-{tag}" in done.stdout
+
+
+# -- keys ----------------------------------------------------------------------------------------
+
+
+def test_keys_from_a_terminal_also_when_a_sequence_is_cut_between_reads() -> None:
+    import asyncio
+    import pty
+
+    from tests.support import run_coroutine
+    from trainer_agent.top.keys import KeyReader, parse_keys
+
+    assert parse_keys("\x1b[A\x1bOBq\r\x1b[6~x") == ["up", "down", "q", "enter", "pagedown", "x"]
+    assert parse_keys("\x1bq\x1b[1;5Cp") == ["escape", "q", "p"]  # Esc then q; Ctrl-right unused
+
+    async def read(chunks: list[tuple[str, int]], escape_wait_s: float) -> list[str]:
+        """Write each chunk once the keys before it are read (`keys`: how many by then)."""
+        main, terminal = pty.openpty()
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        keys: list[str] = []
+        try:
+            with KeyReader(queue, asyncio.Event(), fd=terminal, escape_wait_s=escape_wait_s):
+                for chunk, expected in chunks:
+                    os.write(main, chunk.encode())
+                    for _ in range(1000):
+                        while not queue.empty():
+                            keys.append(queue.get_nowait())
+                        if len(keys) >= expected:
+                            break
+                        await asyncio.sleep(0.01)
+        finally:
+            os.close(main)
+            os.close(terminal)
+        return keys
+
+    # "\x1b[" ends the first read: it waits (an hour at most) for the rest, "A".
+    cut = [("j\x1b[", 1), ("Aq", 3)]
+    assert run_coroutine(read(cut, escape_wait_s=3600)) == ["j", "up", "q"]
+    # A lone Esc is the Esc key once nothing follows it.
+    assert run_coroutine(read([("\x1b", 1)], escape_wait_s=0.05)) == ["escape"]

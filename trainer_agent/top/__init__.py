@@ -45,9 +45,15 @@ def _screen(console: Console, *, cursor: bool = True) -> Screen:
 def main(*, server: str, token: str | None, once: bool) -> int:
     token = token or os.environ.get("STOKER_VIEW_TOKEN") or None
     console = _console()
-    if not once and not (sys.stdin.isatty() and sys.stdout.isatty()):
-        print("stoker top: needs a terminal; `stoker top --once` prints one frame", file=sys.stderr)
-        return 2
+    if not once:
+        try:
+            import trainer_agent.top.keys  # noqa: F401
+        except ImportError:  # no termios (Windows)
+            print("stoker top: needs a POSIX terminal; `--once` prints one frame", file=sys.stderr)
+            return 2
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            print("stoker top: needs a terminal; `--once` prints one frame", file=sys.stderr)
+            return 2
     try:
         return asyncio.run(_top(server, token, once, console))
     except TopError as error:

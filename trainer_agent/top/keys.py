@@ -9,6 +9,7 @@ import termios
 import tty
 from types import TracebackType
 
+ESCAPE_WAIT_S = 0.05
 # Escape sequences of the keys `top` uses; any other key is its own character.
 SEQUENCES = {
     "\x1b[A": "up", "\x1bOA": "up", "\x1b[B": "down", "\x1bOB": "down",
@@ -30,23 +31,31 @@ def parse_keys(text: str) -> list[str]:
                 i += length
                 break
         else:
-            if text[i] == "\x1b":  # an unknown sequence: skip to its final character
-                j = i + 1
+            if text[i : i + 2] in ("\x1b[", "\x1bO"):  # an unknown sequence: skip it whole
+                j = i + 2
                 while j < len(text) and not text[j].isalpha() and text[j] != "~":
                     j += 1
                 i = j + 1
                 continue
-            keys.append(text[i])
+            keys.append("escape" if text[i] == "\x1b" else text[i])  # Esc, then the next key
             i += 1
     return keys
 
 
 class KeyReader:
-    def __init__(self, queue: asyncio.Queue[str], arrived: asyncio.Event) -> None:
+    def __init__(
+        self,
+        queue: asyncio.Queue[str],
+        arrived: asyncio.Event,
+        fd: int | None = None,
+        escape_wait_s: float = ESCAPE_WAIT_S,
+    ) -> None:
+        self.escape_wait_s = escape_wait_s
         self.queue = queue
         self.arrived = arrived
-        self.fd = sys.stdin.fileno()
+        self.fd = sys.stdin.fileno() if fd is None else fd
         self._saved: list | None = None  # type: ignore[type-arg]
+        self._pending = ""
 
     def __enter__(self) -> "KeyReader":
         self._saved = termios.tcgetattr(self.fd)
@@ -55,10 +64,26 @@ class KeyReader:
         return self
 
     def _read(self) -> None:
-        data = os.read(self.fd, 64).decode(errors="replace")
+        data = os.read(self.fd, 4096).decode(errors="replace")
         if not data:  # the terminal went away
             self.queue.put_nowait("q")
-        for key in parse_keys(data):
+        text = self._pending + data
+        self._pending = ""
+        # A sequence cut between two reads waits for its end (a lone Esc for ESCAPE_WAIT_S).
+        cut = text.rfind("\x1b")
+        if cut >= 0 and any(s != text[cut:] and s.startswith(text[cut:]) for s in SEQUENCES):
+            text, self._pending = text[:cut], text[cut:]
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.escape_wait_s, self._flush, self._pending)
+        self._put(text)
+
+    def _flush(self, pending: str) -> None:
+        if self._pending == pending:  # nothing came after it
+            self._pending = ""
+            self._put(pending)
+
+    def _put(self, text: str) -> None:
+        for key in parse_keys(text):
             self.queue.put_nowait(key)
         self.arrived.set()
 
