@@ -14,6 +14,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+HOLD_S = 0.015  # each replica's device share of a step
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -28,7 +30,7 @@ def main() -> None:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
-    from tests.gpu_like import measure_step_s, starving_delay_s
+    from tests.gpu_like import DeviceHold, measure_step_s, starving_delay_s
     from trainer_agent import StokerCallback
 
     batch = 16
@@ -38,16 +40,16 @@ def main() -> None:
     callback = StokerCallback(run_name="mirrored-2", server=args.server)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
+        # A GPU-like step (it holds without the CPU): with real compute, a loaded machine
+        # made the steps slower during the fit than when measured first (a full run read a
+        # wait share of 0.46 against the test's 0.5 even with 6x the measured step).
         model = tf.keras.Sequential(
-            [tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(16, activation="relu"),
+            [tf.keras.Input(shape=(8,)), DeviceHold(HOLD_S), tf.keras.layers.Dense(16),
              tf.keras.layers.Dense(1)]
         )  # fmt: skip
-        model.compile(optimizer="sgd", loss="mse")
+        model.compile(optimizer="sgd", loss="mse", jit_compile=False)
     delay_s = args.delay_s
     if delay_s is None:
-        # Twice the usual margin: two replicas on this machine's cores run their steps slower
-        # during the fit than when measured here first (a full run read a wait share of 0.46
-        # against the test's 0.5 with 3x the measured step).
         delay_s = 2 * starving_delay_s(measure_step_s(model, dataset), floor_s=0.04)
 
     def slow(a: np.ndarray) -> np.ndarray:
