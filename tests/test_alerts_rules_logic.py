@@ -2,12 +2,24 @@
 baseline, and rule validation."""
 
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from sqlmodel import Session, select
 
-from backend.core.models import AlertMetric, AlertRule, AlertState, Comparison
-from backend.diagnosis.alerting import AlertEngine, AlertRuleCreate, RunFacts, param_key
+from backend.core.db import make_engine
+from backend.core.models import AlertMetric, AlertRule, AlertState, Comparison, SeedMarker, utc_now
+from backend.core.settings import Settings
+from backend.diagnosis.alerting import (
+    DEFAULT_RULES,
+    END_AND_METRIC_RULES,
+    AlertEngine,
+    AlertRuleCreate,
+    RunFacts,
+    param_key,
+    seed_default_rules,
+)
 from backend.diagnosis.detectors import FirstSteps, MetricTrack
 
 
@@ -86,3 +98,34 @@ def test_rule_fields_are_checked() -> None:
                 {"metric_name": ""}, {"metric_name": "x" * 101}):  # fmt: skip
         with pytest.raises(ValidationError):
             AlertRuleCreate(**base, **bad)
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_a_database_seeded_before_issue_31_gains_the_new_rules_once(
+    tmp_path: Path, edited: bool
+) -> None:
+    engine = make_engine(Settings(data_dir=tmp_path))
+    with Session(engine) as session:
+        # As a server before issue 31 seeded it: its three rules and its marker only.
+        for spec in DEFAULT_RULES:
+            session.add(AlertRule(**{k: v for k, v in spec.items() if k != "profile_steps"}))
+        session.add(SeedMarker(key="default_alert_rules"))
+        session.commit()
+        if edited:
+            rule = session.exec(
+                select(AlertRule).where(AlertRule.builtin == "highly_input_bound")
+            ).one()
+            rule.threshold, rule.updated_at = 0.3, utc_now()
+            session.add(rule)
+            session.commit()
+        assert seed_default_rules(session=session) == len(END_AND_METRIC_RULES)
+        assert seed_default_rules(session=session) == 0  # once
+        rules = {r.builtin: r for r in session.exec(select(AlertRule)).all()}
+    engine.dispose()
+    new = {spec["builtin"] for spec in END_AND_METRIC_RULES}
+    assert set(rules) == {"low_gpu_util", "highly_input_bound", "stalled", *new}
+    assert {b for b, r in rules.items() if r.enabled} == {
+        "low_gpu_util", "highly_input_bound", "stalled", "run_failed",
+    }  # fmt: skip
+    # The profile action comes to the input-bound rule only if the user never edited it.
+    assert rules["highly_input_bound"].profile_steps == (None if edited else 20)

@@ -365,10 +365,13 @@ def test_an_input_bound_run_gets_its_profile_captured_by_the_alert(
     pace = Pace(HOLD_S)
     model = _model(pace)
     step_s = measure_step_s(model, _data())
+    receiver = WebhookReceiver()
     rule = _rule(
         server, name="input-bound", metric="input_wait_share", comparison=">=", threshold=0.5,
         for_s=0.5, keep_firing_for_s=0.5, only_while_stepping=True, profile_steps=10,
         scope="project", project=project,
+        channels=[{"type": "webhook", "url": f"{receiver.url}/json"},
+                  {"type": "webhook", "url": f"{receiver.url}/slack", "format": "slack"}],
     )  # fmt: skip
     starved = sleep_per_batch(_data().repeat(), starving_delay_s(step_s))
     training = Training(server, model, starved, project=project, name="starved")
@@ -386,9 +389,15 @@ def test_an_input_bound_run_gets_its_profile_captured_by_the_alert(
             return profile if profile["status"] in ("ready", "failed") else None
 
         profile = wait_for(settled, timeout_s=180, interval_s=0.2, what="the profile")
+        # The webhooks sent on firing name the profile.
+        wait_for(lambda: receiver.at("/json") and receiver.at("/slack"), what="the webhooks")
     finally:
         training.stop()
+        receiver.close()
     assert training.error is None
+    assert receiver.at("/json")[0]["alert"]["profile_id"] == pid
+    slack_fields = receiver.at("/slack")[0]["blocks"][1]["fields"]
+    assert {"type": "mrkdwn", "text": f"*Profile*\n#{pid} captured"} in slack_fields
     assert profile["alert_id"] == fired["id"], profile
     assert profile["status"] == "ready", profile
     assert profile["steps"] == 10 and profile["trace_bytes"] > 0

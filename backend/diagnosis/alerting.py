@@ -277,6 +277,18 @@ def _seed(session: Session, marker: str, specs: list[dict[str, Any]]) -> int:
     return len(specs)
 
 
+def _as_seeded(rule: AlertRule) -> bool:
+    """Whether a default rule still is as it was created (the user never edited it)."""
+    spec = next((s for s in DEFAULT_RULES if s["builtin"] == rule.builtin), None)
+    if spec is None or rule.channels != [{"type": "browser"}]:
+        return False
+    return all(
+        getattr(rule, name) == value
+        for name, value in spec.items()
+        if name not in ("builtin", "profile_steps")
+    )
+
+
 def seed_default_rules(*, session: Session) -> int:
     """Create the default rules on first start; once created they are the user's to edit.
 
@@ -290,8 +302,7 @@ def seed_default_rules(*, session: Session) -> int:
             select(AlertRule).where(AlertRule.builtin == "highly_input_bound")
         ).first()
         marked = session.get(SeedMarker, "default_alert_rules_31") is not None
-        untouched = upgraded is not None and upgraded.updated_at == upgraded.created_at
-        if upgraded is not None and untouched and not marked and upgraded.profile_steps is None:
+        if upgraded is not None and not marked and _as_seeded(upgraded):
             upgraded.profile_steps = PROFILE_STEPS_ON_INPUT_BOUND
             session.add(upgraded)
     return created + _seed(session, "default_alert_rules_31", END_AND_METRIC_RULES)
