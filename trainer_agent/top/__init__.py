@@ -111,9 +111,12 @@ async def _interactive(
 
     async def poll() -> None:
         for count in itertools.count(1):
-            with contextlib.suppress(TopError):
+            try:
                 await link.poll(state, verdicts=count % VERDICT_EVERY == 0)
-                changed.set()
+                state.problem = ""
+            except Exception as error:  # said on screen; the next poll tries again
+                state.problem = f"reading the runs failed: {error}"
+            changed.set()
             await asyncio.sleep(POLL_S / 2 if state.opened is not None else POLL_S)
 
     tasks = [asyncio.create_task(follow(), name="top-live"), asyncio.create_task(poll())]

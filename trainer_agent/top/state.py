@@ -171,7 +171,8 @@ class TopState:
     show_ended: bool = False
     selected: int | None = None  # run id
     opened: int | None = None  # run id
-    notice: str = ""
+    notice: str = ""  # the server's last notice on the live socket
+    problem: str = ""  # why the last poll failed, until one succeeds
     connected: bool = False
 
     # -- what the server says ----------------------------------------------------------------

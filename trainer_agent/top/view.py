@@ -164,13 +164,15 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
     if not screen.unicode:
         title = title.replace("·", "|")
     selected = state.selected_view() if screen.cursor else None
-    room = max(1, screen.height - 4)  # header, table header, footer, notice
+    # Lines for runs: all but the header, the table's header, the keys and any notice.
+    room = max(1, screen.height - 3 - bool(state.problem) - bool(state.notice))
     lines: list[tuple[list[Text], bool]] = []
     for view in shown:
         chosen = selected is not None and view.id == selected.id
         lines += [(row, chosen) for row in _run_rows(state, view, screen)]
-    first_selected = next((i for i, (_, chosen) in enumerate(lines) if chosen), 0)
-    start = max(0, first_selected - room + 3) if first_selected >= room - 2 else 0
+    # Scrolled only as far as needed to show the selected run's lines, its first at least.
+    chosen_lines = [i for i, (_, chosen) in enumerate(lines) if chosen] or [0]
+    start = min(chosen_lines[0], max(0, chosen_lines[-1] - room + 1))
     # Consecutive run lines share a table; an alert line spans the width between tables. The
     # columns are as wide in every table (fixed widths, the rest shared by ratio).
     tables: list[RenderableType] = []
@@ -190,8 +192,11 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
         what = "running runs" if not state.show_ended else "runs"
         where = f" in project {state.project}" if state.project else ""
         parts.append(Text(f"no {what}{where}", style="bright_black" if screen.color else ""))
-    if state.notice:
-        parts.append(Text(state.notice, overflow="ellipsis", no_wrap=True))
+    for line in (state.problem, state.notice):
+        if line:
+            text = Text(line, style="red" if screen.color and line == state.problem else "")
+            text.truncate(screen.width, overflow="ellipsis")
+            parts.append(text)
     keys = KEYS_LIST if screen.unicode else KEYS_LIST.replace("↑↓", "up/down")
     parts.append(Text(keys, style="bright_black" if screen.color else "", no_wrap=True))
     return Group(*parts)
