@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from trainer_agent.environment import gpu_facts
 from trainer_agent.nvml import Nvml, shared_nvml
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -54,9 +55,10 @@ def check_driver(nvml: Nvml) -> list[Check]:
             f"driver {nvml.driver_version()}, supports CUDA up to {nvml.cuda_driver_version()}",
         )
     ]
-    indices = nvml.visible_indices()
+    facts = gpu_facts(nvml)
+    gpus, unreadable = facts["gpus"], facts.get("gpus_unreadable", [])
     total = nvml.device_count()
-    if not indices:
+    if not gpus and not unreadable:
         checks.append(
             Check(
                 FAIL if total else WARN,
@@ -66,18 +68,40 @@ def check_driver(nvml: Nvml) -> list[Check]:
                 "unset CUDA_VISIBLE_DEVICES or list the GPUs to use, e.g. CUDA_VISIBLE_DEVICES=0",
             )
         )
-    for index in indices:
-        info = nvml.info(index)
-        memory_gib = (info.memory_total_bytes or 0) / 2**30
-        detail = f"{info.name}, {memory_gib:.1f} GiB, compute capability {info.compute_capability}"
-        checks.append(Check(PASS, f"GPU {index}", detail))
-        checks.append(check_mixed_precision(index, info.compute_capability))
+    for refused in unreadable:
+        device = refused["device"]
+        what = f"MIG device {device}" if isinstance(device, str) else f"GPU {device}"
+        checks.append(
+            Check(
+                FAIL if not gpus else WARN,
+                what,
+                f"NVML will not read it ({refused['error']}): Stoker gets no GPU rows for it",
+                "give this user access to the device (in a container, the MIG device's "
+                "/dev/nvidia-caps entries), or name another in CUDA_VISIBLE_DEVICES",
+            )
+        )
+    for gpu in gpus:
+        name = f"MIG device {gpu['uuid']}" if gpu.get("mig") else f"GPU {gpu['index']}"
+        memory_gib = (gpu["memory_total_bytes"] or 0) / 2**30
+        detail = f"{gpu['name']}, {memory_gib:.1f} GiB"
+        parent = gpu.get("parent")
+        if parent:
+            detail += f", on GPU {gpu['index']} ({parent['name']})"
+        detail += f", compute capability {gpu['compute_capability']}"
+        if gpu.get("mig_devices_unlisted"):
+            detail += (
+                f"; in MIG mode, but NVML will not list its MIG devices "
+                f"({gpu['mig_devices_unlisted']}): Stoker reads the whole GPU"
+            )
+        checks.append(Check(PASS, name, detail))
+        checks.append(check_mixed_precision(name, gpu["compute_capability"]))
     return checks
 
 
-def check_mixed_precision(index: int, capability: str | None) -> Check:
+def check_mixed_precision(device: str, capability: str | None) -> Check:
+    """Whether `device` ("GPU 0", "MIG device MIG-…") has Tensor Cores for mixed precision."""
     version = _version_tuple(capability)
-    name = f"GPU {index} mixed precision"
+    name = f"{device} mixed precision"
     if version is None:
         return Check(WARN, name, "compute capability unknown")
     if version >= (8, 0):

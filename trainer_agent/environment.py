@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_agent.job import job_rank, job_world_size
-from trainer_agent.nvml import Nvml
+from trainer_agent.nvml import DeviceKey, Devices, Nvml, devices_in_use, said
 
 log = logging.getLogger("trainer_agent")
 
@@ -90,26 +90,51 @@ def host_facts() -> dict[str, Any]:
 
 
 def gpu_facts(nvml: Nvml, *, all_gpus: bool = False) -> dict[str, Any]:
+    """The driver and the GPUs the run uses, chosen as the sampler chooses them
+    (`devices_in_use`): a MIG device is listed with its own name, UUID and memory, under its
+    parent GPU's index (the index its device rows carry); a device NVML will not read is in
+    `gpus_unreadable` with the reason."""
     if not nvml.available():
         return {"nvml": False, "nvml_error": nvml.unavailable_reason, "gpus": []}
-    gpus = []
-    for index in nvml.visible_indices(all_gpus=all_gpus):
-        info = nvml.info(index)
-        gpus.append(
-            {
-                "index": info.index,
-                "name": info.name,
-                "uuid": info.uuid,
-                "memory_total_bytes": info.memory_total_bytes,
-                "compute_capability": info.compute_capability,
-            }
-        )
-    return {
+    keys, found = devices_in_use(nvml, all_gpus=all_gpus)
+    facts: dict[str, Any] = {
         "nvml": True,
         "driver_version": nvml.driver_version(),
         "cuda_driver_version": nvml.cuda_driver_version(),
-        "gpus": gpus,
+        "gpus": [gpu_entry(nvml, key, found) for key in keys],
     }
+    if found.refused:
+        facts["gpus_unreadable"] = [
+            {"device": key, "error": said(error)} for key, error in found.refused.items()
+        ]
+    return facts
+
+
+def gpu_entry(nvml: Nvml, key: DeviceKey, found: Devices) -> dict[str, Any]:
+    """One GPU's (or MIG device's) static facts; a MIG device's also name its parent GPU."""
+    info = nvml.info(key)
+    entry: dict[str, Any] = {
+        "index": key,
+        "name": info.name,
+        "uuid": info.uuid,
+        "memory_total_bytes": info.memory_total_bytes,
+        "compute_capability": info.compute_capability,
+    }
+    if isinstance(key, str):
+        index = nvml.parent_index(key)
+        parent = nvml.info(index) if index is not None else None
+        entry["index"] = index
+        entry["mig"] = True
+        if parent is not None:
+            entry["compute_capability"] = info.compute_capability or parent.compute_capability
+            entry["parent"] = {
+                "name": parent.name,
+                "uuid": parent.uuid,
+                "memory_total_bytes": parent.memory_total_bytes,
+            }
+    elif key in found.mig_unlisted:
+        entry["mig_devices_unlisted"] = said(found.mig_unlisted[key])
+    return entry
 
 
 def tensorflow_facts() -> dict[str, Any]:

@@ -366,6 +366,74 @@ class Nvml:
         }
 
 
+@dataclass
+class Devices:
+    """The GPUs and MIG devices this process may use, as Stoker chooses them (see
+    `find_devices`), and those NVML would not give."""
+
+    keys: list[DeviceKey]  # readable GPUs (NVML indices) and MIG devices (UUIDs), in order
+    refused: dict[DeviceKey, str]  # a device NVML will not give → its error class name
+    mig_unlisted: dict[int, str]  # a GPU in MIG mode whose MIG devices NVML will not list
+
+    def in_use(self, used: set[DeviceKey], *, all_gpus: bool = False) -> list[DeviceKey]:
+        """The devices a run samples: those NVML's process list showed this process on
+        (`used`); until it shows any, every GPU and the first MIG device (CUDA enumerates
+        one MIG device per process); every device with `all_gpus`."""
+        if all_gpus:
+            return list(self.keys)
+        if used:
+            return [k for k in self.keys if k in used]
+        migs = [k for k in self.keys if isinstance(k, str)]
+        return [k for k in self.keys if isinstance(k, int) or k == migs[0]]
+
+
+def find_devices(nvml: Nvml, *, all_gpus: bool = False) -> Devices:
+    """The devices `CUDA_VISIBLE_DEVICES` leaves this process (every GPU without it, or with
+    `all_gpus`): a MIG device it names stands for itself (the first: CUDA enumerates one), a
+    GPU in MIG mode for its MIG devices (the whole GPU where NVML will not list them)."""
+    found = Devices([], {}, {})
+    named = nvml.visible_mig_uuids()
+    if named and not all_gpus:
+        candidates: list[DeviceKey] = [named[0]]
+    else:
+        candidates = list(nvml.visible_indices(all_gpus=all_gpus))
+    for key in candidates:
+        if nvml.handle(key) is None:
+            function = (
+                "nvmlDeviceGetHandleByUUID"
+                if isinstance(key, str)
+                else "nvmlDeviceGetHandleByIndex"
+            )
+            found.refused[key] = nvml.last_error(function) or ""
+            continue
+        if isinstance(key, str):
+            found.keys.append(key)
+            continue
+        migs = nvml.mig_devices(key)
+        error = nvml.last_error("nvmlDeviceGetMigDeviceHandleByIndex")
+        if not migs and error is not None and error != "NVMLError_NotFound":
+            found.mig_unlisted[key] = error
+        found.keys.extend(migs or [key])
+    return found
+
+
+def devices_in_use(nvml: Nvml, *, all_gpus: bool = False) -> tuple[list[DeviceKey], Devices]:
+    """The devices a run in this process samples now (`Devices.in_use` after one look at
+    NVML's process lists), and all that `find_devices` found."""
+    found = find_devices(nvml, all_gpus=all_gpus)
+    pid = os.getpid()
+    used = {key for key in found.keys if nvml.check_processes(key, pid)}
+    return found.in_use(used, all_gpus=all_gpus), found
+
+
+def said(error: str | None) -> str:
+    """An NVML error class name in words: `NVMLError_NoPermission` → "no permission"."""
+    if not error:
+        return "no answer"
+    name = error.removeprefix("NVMLError_")
+    return "no permission" if name == "NoPermission" else name
+
+
 _shared: Nvml | None = None
 _shared_lock = threading.Lock()
 

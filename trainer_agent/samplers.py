@@ -19,7 +19,7 @@ from typing import Any
 
 from trainer_agent.gpu_extras import EXTRA_FIELDS, DeviceExtras, say_why_no_gpu
 from trainer_agent.log_once import warn_once
-from trainer_agent.nvml import DeviceKey, Nvml
+from trainer_agent.nvml import DeviceKey, Devices, Nvml, find_devices, said
 from trainer_agent.pipeline_model import PipelineSource
 from trainer_agent.recorder import Recorder
 
@@ -80,6 +80,7 @@ class DeviceSource:
         self._all_gpus = all_gpus
         self._tf_memory = tf_memory
         self._keys: list[DeviceKey] | None = None
+        self._found: Devices | None = None
         self._used: set[DeviceKey] = set()  # devices the process list showed this process on
         self._extras: DeviceExtras | None = None
         self._pid = os.getpid()
@@ -96,52 +97,32 @@ class DeviceSource:
         return True
 
     def _find_devices(self) -> list[DeviceKey]:
-        named = self.nvml.visible_mig_uuids()
-        if named and not self._all_gpus:
-            return [key for key in named[:1] if self._readable(key)]
-        keys: list[DeviceKey] = []
-        for index in self.nvml.visible_indices(all_gpus=self._all_gpus):
-            if not self._readable(index):
-                continue
-            migs = self.nvml.mig_devices(index)
-            error = self.nvml.last_error("nvmlDeviceGetMigDeviceHandleByIndex")
-            if not migs and error is not None and error != "NVMLError_NotFound":
-                warn_once(
-                    f"mig-{index}",
-                    "Stoker: GPU %d is in MIG mode and NVML will not give its MIG devices (%s); "
-                    "it gets whole-GPU rows",
-                    index,
-                    _said(error),
-                )
-            keys.extend(migs or [index])
-        return keys
-
-    def _readable(self, key: DeviceKey) -> bool:
-        """Whether NVML gives this device's handle; said once when it will not."""
-        if self.nvml.handle(key) is not None:
-            return True
-        function = (
-            "nvmlDeviceGetHandleByUUID" if isinstance(key, str) else "nvmlDeviceGetHandleByIndex"
-        )
-        what = f"MIG device {key}" if isinstance(key, str) else f"GPU {key}"
-        warn_once(
-            f"no-handle-{key}",
-            "Stoker: NVML will not read %s (%s); it gets no rows, training goes on",
-            what,
-            _said(self.nvml.last_error(function)),
-        )
-        return False
+        found = find_devices(self.nvml, all_gpus=self._all_gpus)
+        for key, error in found.refused.items():
+            what = f"MIG device {key}" if isinstance(key, str) else f"GPU {key}"
+            warn_once(
+                f"no-handle-{key}",
+                "Stoker: NVML will not read %s (%s); it gets no rows, training goes on",
+                what,
+                said(error),
+            )
+        for index, error in found.mig_unlisted.items():
+            warn_once(
+                f"mig-{index}",
+                "Stoker: GPU %d is in MIG mode and NVML will not give its MIG devices (%s); "
+                "it gets whole-GPU rows",
+                index,
+                said(error),
+            )
+        self._found = found
+        return found.keys
 
     @property
     def indices(self) -> list[DeviceKey]:
         """The devices that get rows now (GPU indices, MIG device UUIDs)."""
-        keys = self._keys or []
-        if self._all_gpus:
-            return list(keys)
-        if self._used:
-            return [k for k in keys if k in self._used]
-        migs = [k for k in keys if isinstance(k, str)]
-        return [k for k in keys if isinstance(k, int) or k == migs[0]]
+        if self._found is None:
+            return []
+        return self._found.in_use(self._used, all_gpus=self._all_gpus)
 
     def sample(self, t: float, recorder: Recorder, *, close_gpm: bool = True) -> None:
         """One row per device; `close_gpm=False` leaves the GPM window open (its fields null)."""
@@ -187,14 +168,6 @@ def _devices(keys: list[DeviceKey]) -> str:
     if migs:
         words.append(f"MIG device {', '.join(migs)}")
     return " and ".join(words)
-
-
-def _said(error: str | None) -> str:
-    """`NVMLError_NoPermission` → "no permission"."""
-    if not error:
-        return "no answer"
-    name = error.removeprefix("NVMLError_")
-    return "no permission" if name == "NoPermission" else name
 
 
 class HostSource:
