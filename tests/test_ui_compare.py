@@ -4,7 +4,9 @@ source of the comparison (GET /compare), also when a saved link names runs that 
 - a link naming a deleted run and an unknown id compares the runs that remain and says which are
   not found; the browser reads no single run to rebuild the comparison;
 - a link whose runs are all gone says so, with no empty tables;
-- another failure of GET /compare is said as text.
+- another failure of GET /compare is said as text;
+- each run's GPU energy and what of it was burned while starved, from GET /runs/{id}/energy,
+  in the runs list's words.
 
 Screenshots go to test-artifacts/ui-compare-*.png.
 """
@@ -32,6 +34,27 @@ def _run(server: ServerProcess, name: str, lr: float) -> int:
     }  # fmt: skip
     hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": name,
              "project": "ui-compare", "config": {"lr": lr}}  # fmt: skip
+    body = {"hello": hello, "batches": [batch], "end": {"type": "end", "status": "finished"}}
+    response = httpx.post(f"{server.url}/api/v1/ingest", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()["run_id"]
+
+
+def _gpu_run(server: ServerProcess, name: str, wait_s: float) -> int:
+    """A finished run of 200 steps of 50 ms (`wait_s` of each waiting for input) over 10 s,
+    with a GPU reading every second at 400 W (4 kJ in all)."""
+    n, dur, rows, t0 = 200, 0.05, 11, time.time() - 60
+    device = {"t": [t0 + i for i in range(rows)], "gpu": [0] * rows, "util": [90.0] * rows,
+              "power_w": [400.0] * rows, "energy_j": [400.0 * i for i in range(rows)],
+              "energy_integrated": [False] * rows}  # fmt: skip
+    batch = {
+        "type": "batch", "seq": 1,
+        "steps": {"step": list(range(n)), "t": [t0 + i * dur for i in range(n)],
+                  "dur": [dur] * n, "wait": [wait_s] * n, "batch_size": [32] * n},
+        "device": device,
+    }  # fmt: skip
+    hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": name,
+             "project": "ui-compare"}  # fmt: skip
     body = {"hello": hello, "batches": [batch], "end": {"type": "end", "status": "finished"}}
     response = httpx.post(f"{server.url}/api/v1/ingest", json=body, timeout=30)
     assert response.status_code == 200, response.text
@@ -105,3 +128,19 @@ def test_a_failed_compare_is_said_as_text(
     expect(view.locator("b")).to_have_count(0)  # the server's words as text
     expect(view.get_by_test_id("compare-table")).to_have_count(0)
     view.screenshot(path=str(artifacts / "ui-compare-error.png"))
+
+
+def test_energy_and_energy_burned_while_starved_per_run(
+    shared_server: ServerProcess, page: Any, artifacts: Path
+) -> None:
+    starved, fed = _gpu_run(shared_server, "starved", 0.03), _gpu_run(shared_server, "fed", 0.0)
+    assert shared_server.get(f"/api/v1/runs/{starved}/energy")["starved_j"] == pytest.approx(
+        2400.0, rel=0.01
+    )  # 30 of each 50 ms waited, over the 10 s of readings
+    page.goto(f"{shared_server.url}/#/compare?runs={starved},{fed}")
+    table = page.get_by_test_id("compare-table")
+    expect(table.locator('tr[data-metric="energy_starved"] td')).to_have_text(
+        ["2.4 kJ (60%)", "0 J (0%) ★"], timeout=15_000
+    )
+    expect(table.locator('tr[data-metric="energy"] td')).to_have_text(["4.0 kJ", "4.0 kJ"])
+    page.screenshot(path=str(artifacts / "ui-compare-energy.png"), full_page=True)

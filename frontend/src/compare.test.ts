@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { bestIndices, compareDuration, compareHref, compareRows, diffFromServer, overlayColumns, parseRunIds } from "./compare";
+import { bestIndices, compareDuration, compareHref, compareMetrics, compareRows, diffFromServer, overlayColumns, parseRunIds } from "./compare";
+import { energyCell, type RunEnergy } from "./energy";
 import { seriesFromColumns } from "./series";
 import { makeCompareRun, makeRun } from "./testing";
 
@@ -92,5 +93,56 @@ describe("compare stars", () => {
     const wait = rows.find((r) => r.key === "wait")!;
     expect(wait.cells.map((c) => c.text)).toEqual(["5.1 %", "5.1 %"]);
     expect(wait.cells.some((c) => c.best)).toBe(false);
+  });
+});
+
+describe("compare energy rows", () => {
+  const split = (runId: number, total: number, starved: number, cost: number | null): RunEnergy => ({
+    run_id: runId,
+    total_j: total,
+    starved_j: starved,
+    computing_j: total - starved,
+    other_j: 0,
+    total_kwh: total / 3.6e6,
+    starved_kwh: starved / 3.6e6,
+    integrated: false,
+    price_per_kwh: cost === null ? null : 0.3,
+    currency: "€",
+    total_cost: cost === null ? null : (total / 3.6e6) * 0.3,
+    starved_cost: cost === null ? null : (starved / 3.6e6) * 0.3,
+    gpus: [],
+  });
+  const runs = [1, 2, 3].map((id) => makeCompareRun({ id, summary: { ...makeRun().summary, energy_j: 7.2e6 } }));
+  runs[2]!.summary = { ...runs[2]!.summary, energy_j: null };
+
+  it("shows each run's energy and what was burned while starved as the runs list does, priced", () => {
+    const energies = new Map([
+      [1, split(1, 7.2e6, 3.6e6, 0.6)],
+      [2, split(2, 7.2e6, 0.72e6, 0.6)],
+    ]);
+    const rows = compareRows(runs, compareMetrics(energies));
+    const energy = rows.find((r) => r.key === "energy")!;
+    const starved = rows.find((r) => r.key === "energy_starved")!;
+    expect(starved.label).toBe("Burned while starved");
+    expect(energy.cells.map((c) => c.text)).toEqual([
+      energyCell(7.2e6, energies.get(1)).text,
+      energyCell(7.2e6, energies.get(2)).text,
+      "—",
+    ]);
+    expect(energy.cells[0]!.text).toBe("2.00 kWh · €0.60");
+    expect(starved.cells.map((c) => [c.text, c.best])).toEqual([
+      ["1.00 kWh (50%) · €0.30", false],
+      ["0.20 kWh (10%) · €0.06", true],
+      ["—", false],
+    ]);
+    expect(starved.cells[0]!.title).toContain("computing: 1.00 kWh");
+    expect(energy.cells[0]!.title).toMatch(/^GPU energy the run drew/);
+  });
+
+  it("leaves money out without a price, and shows the summary's total before the split is read", () => {
+    const rows = compareRows(runs, compareMetrics(new Map([[1, split(1, 7.2e6, 3.6e6, null)]])));
+    expect(rows.find((r) => r.key === "energy")!.cells.map((c) => c.text)).toEqual(["2.00 kWh", "2.00 kWh", "—"]);
+    expect(rows.find((r) => r.key === "energy_starved")!.cells.map((c) => c.text)).toEqual(["1.00 kWh (50%)", "—", "—"]);
+    expect(compareRows(runs).map((r) => r.key)).toEqual(compareMetrics().map((m) => m.key));
   });
 });

@@ -3,12 +3,12 @@
 
 import { formatDuration, formatInputWait, formatMs, formatPercentValue, formatRate, formatValue } from "./format";
 import { formatLostGpu, uiSettings } from "./cost";
-import { formatEnergy } from "./energy";
+import { energyCell, energyFigures, type RunEnergy } from "./energy";
 import { formatBytes, joinTracks } from "./samples";
 import type { StepSeries } from "./series";
 import type { CompareRun, Verdict } from "./types";
 import { deviceWord, verdictWords } from "./verdict";
-import { parseIso } from "./format";
+import { MISSING, parseIso } from "./format";
 
 /** `runs=1,2,3` from a hash query (`#/compare?runs=1,2`), deduplicated, positive ids only. */
 export function parseRunIds(raw: string | null | undefined): number[] {
@@ -36,6 +36,8 @@ export interface CompareMetric {
   value: (r: CompareRun) => number | null;
   /** The cell's text (`r`: its run, for words that depend on it, such as GPU or device). */
   format: (v: number | null, r?: CompareRun) => string;
+  /** The cell's tooltip, where its text needs one. */
+  title?: (v: number | null, r: CompareRun) => string;
 }
 
 /** A run's whole-run verdict as a rank (lower is better), for the compare table. */
@@ -54,37 +56,71 @@ export function compareDuration(r: CompareRun): number | null {
   return a !== null && b !== null ? Math.max(0, (b - a) / 1000) : null;
 }
 
-export const COMPARE_METRICS: CompareMetric[] = [
-  { key: "median", label: "Step time median", better: "lower", value: (r) => n(r.summary?.step_time_ms_median), format: formatMs },
-  { key: "p95", label: "Step time p95", better: "lower", value: (r) => n(r.summary?.step_time_ms_p95), format: formatMs },
-  {
-    key: "verdict",
-    label: "Verdict · whole run",
-    better: "lower",
-    value: (r) => {
-      const i = LEVELS.indexOf(r.summary?.verdict as Verdict);
-      return i >= 0 ? i : null;
+/**
+ * The GPU energy rows, in the runs list's words (energy.ts): each run's GPU energy and what
+ * of it was burned while its steps waited for input (share, and money where the server sets
+ * STOKER_ENERGY_PRICE_KWH), from the run's `/runs/{id}/energy` once read (`energies`, by run
+ * id); until then its summary's total, and a dash for the starved part.
+ */
+export function energyMetrics(energies: ReadonlyMap<number, RunEnergy | null> = new Map()): CompareMetric[] {
+  const split = (r?: CompareRun): RunEnergy | null => (r ? (energies.get(r.id) ?? null) : null);
+  const starved = (r?: CompareRun) => energyFigures(split(r)).find((f) => f.key === "energy_starved");
+  return [
+    {
+      key: "energy",
+      label: "GPU energy",
+      better: "lower",
+      value: (r) => n(split(r)?.total_j) ?? n(r.summary?.energy_j),
+      format: (v, r) => energyCell(v, split(r)).text,
+      title: (v, r) => energyCell(v, split(r)).title,
     },
-    format: (v) => (v === null ? "—" : verdictWords(LEVELS[v])),
-  },
-  { key: "wait", label: "Input wait · whole run", better: "lower", value: (r) => n(r.summary?.input_wait_share), format: formatInputWait },
-  { key: "wait_s", label: "Input wait (time)", better: "lower", value: (r) => n(r.summary?.input_wait_s), format: formatDuration },
-  {
-    key: "lost_gpu",
-    label: "Lost GPU / device time",
-    better: "lower",
-    value: (r) => n(r.summary?.lost_gpu_s),
-    format: (v, r) => formatLostGpu(v, uiSettings(), deviceWord(r)),
-  },
-  { key: "gpu", label: "GPU util (mean)", better: "higher", value: (r) => n(r.summary?.gpu_util_mean), format: formatPercentValue },
-  { key: "sm_util", label: "SM active (mean, GPM)", better: "higher", value: (r) => n(r.summary?.sm_util_mean), format: formatPercentValue },
-  { key: "tensor_util", label: "Tensor active (mean, GPM)", better: "higher", value: (r) => n(r.summary?.tensor_util_mean), format: formatPercentValue },
-  { key: "energy", label: "GPU energy", better: "lower", value: (r) => n(r.summary?.energy_j), format: formatEnergy },
-  { key: "memory", label: "Peak GPU memory", better: "lower", value: (r) => n(r.summary?.peak_memory_bytes), format: formatBytes },
-  { key: "throughput", label: "Samples/s", better: "higher", value: (r) => n(r.summary?.samples_per_s), format: formatRate },
-  { key: "duration", label: "Duration", better: "lower", value: compareDuration, format: formatDuration },
-  { key: "steps", label: "Steps", better: "higher", value: (r) => n(r.summary?.steps), format: (v) => (v === null ? "—" : Math.round(v).toLocaleString("en-US")) },
-];
+    {
+      key: "energy_starved",
+      label: "Burned while starved",
+      better: "lower",
+      value: (r) => n(split(r)?.starved_j),
+      format: (v, r) => (v === null ? MISSING : (starved(r)?.value ?? MISSING)),
+      title: (v, r) => (v === null ? "" : (starved(r)?.title ?? "")),
+    },
+  ];
+}
+
+/** The summary rows, with the energy rows read from `energies` (see `energyMetrics`). */
+export function compareMetrics(energies: ReadonlyMap<number, RunEnergy | null> = new Map()): CompareMetric[] {
+  return [
+    { key: "median", label: "Step time median", better: "lower", value: (r) => n(r.summary?.step_time_ms_median), format: formatMs },
+    { key: "p95", label: "Step time p95", better: "lower", value: (r) => n(r.summary?.step_time_ms_p95), format: formatMs },
+    {
+      key: "verdict",
+      label: "Verdict · whole run",
+      better: "lower",
+      value: (r) => {
+        const i = LEVELS.indexOf(r.summary?.verdict as Verdict);
+        return i >= 0 ? i : null;
+      },
+      format: (v) => (v === null ? "—" : verdictWords(LEVELS[v])),
+    },
+    { key: "wait", label: "Input wait · whole run", better: "lower", value: (r) => n(r.summary?.input_wait_share), format: formatInputWait },
+    { key: "wait_s", label: "Input wait (time)", better: "lower", value: (r) => n(r.summary?.input_wait_s), format: formatDuration },
+    {
+      key: "lost_gpu",
+      label: "Lost GPU / device time",
+      better: "lower",
+      value: (r) => n(r.summary?.lost_gpu_s),
+      format: (v, r) => formatLostGpu(v, uiSettings(), deviceWord(r)),
+    },
+    { key: "gpu", label: "GPU util (mean)", better: "higher", value: (r) => n(r.summary?.gpu_util_mean), format: formatPercentValue },
+    { key: "sm_util", label: "SM active (mean, GPM)", better: "higher", value: (r) => n(r.summary?.sm_util_mean), format: formatPercentValue },
+    { key: "tensor_util", label: "Tensor active (mean, GPM)", better: "higher", value: (r) => n(r.summary?.tensor_util_mean), format: formatPercentValue },
+    ...energyMetrics(energies),
+    { key: "memory", label: "Peak GPU memory", better: "lower", value: (r) => n(r.summary?.peak_memory_bytes), format: formatBytes },
+    { key: "throughput", label: "Samples/s", better: "higher", value: (r) => n(r.summary?.samples_per_s), format: formatRate },
+    { key: "duration", label: "Duration", better: "lower", value: compareDuration, format: formatDuration },
+    { key: "steps", label: "Steps", better: "higher", value: (r) => n(r.summary?.steps), format: (v) => (v === null ? "—" : Math.round(v).toLocaleString("en-US")) },
+  ];
+}
+
+export const COMPARE_METRICS: CompareMetric[] = compareMetrics();
 
 /**
  * Indices of the best values. Nothing is marked unless at least two runs have
@@ -106,7 +142,7 @@ export interface CompareRow {
   key: string;
   label: string;
   better: Better;
-  cells: { text: string; best: boolean; value: number | null }[];
+  cells: { text: string; best: boolean; value: number | null; title?: string }[];
 }
 
 export function compareRows(runs: CompareRun[], metrics: CompareMetric[] = COMPARE_METRICS): CompareRow[] {
@@ -122,7 +158,12 @@ export function compareRows(runs: CompareRun[], metrics: CompareMetric[] = COMPA
       key: m.key,
       label: m.label,
       better: m.better,
-      cells: values.map((v, i) => ({ text: texts[i]!, best: distinct && v !== null && bestTexts.has(texts[i]), value: v })),
+      cells: values.map((v, i) => ({
+        text: texts[i]!,
+        best: distinct && v !== null && bestTexts.has(texts[i]),
+        value: v,
+        ...(m.title ? { title: m.title(v, runs[i]!) } : {}),
+      })),
     };
   });
 }

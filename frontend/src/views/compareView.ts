@@ -3,9 +3,10 @@
 // value of each row marked, and the config and environment keys that differ.
 
 import { overlaySpec, type OverlayData } from "../chartSpecs";
-import { COMPARE_METRICS, compareRows, diffFromServer, type Align, type DiffRow } from "../compare";
+import { compareMetrics, compareRows, diffFromServer, type Align, type DiffRow } from "../compare";
 import { loadUiSettings } from "../cost";
 import { h, replaceChildren, setAttrs, setText } from "../dom";
+import type { RunEnergy } from "../energy";
 import { epochCompareMetrics, epochMetricNames, overlayEpochChart } from "../epochs";
 import { LiveChart } from "../liveChart";
 import { RUNS_HREF, runHref } from "../router";
@@ -30,6 +31,9 @@ export class CompareView implements View {
   private readonly epochGrid = new EpochChartGrid({ testId: "compare-epoch-chart", height: 240 });
   private readonly epochBox: HTMLElement;
   private series: StepSeries[] = [];
+  /** Each run's energy split (`/runs/{id}/energy`), for the energy rows; read once. */
+  private readonly energies = new Map<number, RunEnergy | null>();
+  private readonly summaryBox = h("div", { class: "table-wrap" });
   private destroyed = false;
 
   constructor(ctx: AppContext, ids: number[]) {
@@ -123,7 +127,7 @@ export class CompareView implements View {
     if (settingsError !== null) {
       this.body.prepend(h("p", { class: "error", text: `Cannot load the server's settings (${errorMessage(settingsError)}).`, attrs: { "data-testid": "settings-error" } }));
     }
-    await Promise.all([this.loadSeries(), this.loadEpochs()]);
+    await Promise.all([this.loadSeries(), this.loadEpochs(), this.loadEnergies()]);
   }
 
   private render(config: DiffRow[], env: DiffRow[], missing: number[]): void {
@@ -139,46 +143,7 @@ export class CompareView implements View {
       );
       return;
     }
-    const rows = compareRows(runs, [...COMPARE_METRICS, ...epochCompareMetrics(runs)]);
-    const head = h(
-      "tr",
-      null,
-      h("th", { text: "", attrs: { scope: "col" } }),
-      ...runs.map((r) =>
-        h(
-          "th",
-          { attrs: { scope: "col", "data-run-id": r.id } },
-          h("a", { text: r.name || `run ${r.id}`, attrs: { href: runHref(r.id) } }),
-          h("span", { class: "run-id", text: `#${r.id}` }),
-          r.status ? h("div", null, statusBadge(r.status)) : null,
-        ),
-      ),
-    );
-    const table = h(
-      "table",
-      { class: "compare-table", attrs: { "data-testid": "compare-table" } },
-      h("caption", { class: "visually-hidden", text: "Summary of the compared runs; the best value of each row is marked" }),
-      h("thead", null, head),
-      h(
-        "tbody",
-        null,
-        ...rows.map((row) =>
-          h(
-            "tr",
-            { attrs: { "data-metric": row.key } },
-            h("th", { attrs: { scope: "row", title: `${row.better} is better` } }, row.label, h("span", { class: "better muted", text: row.better === "lower" ? " ↓" : " ↑", attrs: { "aria-hidden": "true" } })),
-            ...row.cells.map((c) =>
-              h(
-                "td",
-                { class: `num${c.best ? " best" : ""}`, attrs: { "data-best": c.best ? "true" : null } },
-                c.text,
-                c.best ? h("span", { class: "best-mark", text: " ★", attrs: { "aria-label": "best", title: "best" } }) : null,
-              ),
-            ),
-          ),
-        ),
-      ),
-    );
+    this.renderSummary();
     const diffTable = (rowsIn: DiffRow[], testId: string, caption: string, none: string) =>
       rowsIn.length === 0
         ? h("p", { class: "muted", text: none, attrs: { "data-testid": testId, "data-rows": 0 } })
@@ -211,7 +176,7 @@ export class CompareView implements View {
         this.chartBox,
       ),
       this.epochBox,
-      h("section", { class: "panel", attrs: { "aria-labelledby": "summary-heading" } }, h("div", { class: "panel-head" }, h("h2", { text: "Summary", attrs: { id: "summary-heading" } }), h("span", { class: "muted small", text: "★ best of the row" })), h("div", { class: "table-wrap" }, table)),
+      h("section", { class: "panel", attrs: { "aria-labelledby": "summary-heading" } }, h("div", { class: "panel-head" }, h("h2", { text: "Summary", attrs: { id: "summary-heading" } }), h("span", { class: "muted small", text: "★ best of the row" })), this.summaryBox),
       h(
         "div",
         { class: "details" },
@@ -230,6 +195,72 @@ export class CompareView implements View {
       ),
     );
     this.chart = new LiveChart(this.chartBox, overlaySpec(), { height: 280, emptyText: "Loading step series…" });
+  }
+
+  /** The summary table, with the best value of each row marked. */
+  private renderSummary(): void {
+    const runs = this.runs;
+    const rows = compareRows(runs, [...compareMetrics(this.energies), ...epochCompareMetrics(runs)]);
+    const head = h(
+      "tr",
+      null,
+      h("th", { text: "", attrs: { scope: "col" } }),
+      ...runs.map((r) =>
+        h(
+          "th",
+          { attrs: { scope: "col", "data-run-id": r.id } },
+          h("a", { text: r.name || `run ${r.id}`, attrs: { href: runHref(r.id) } }),
+          h("span", { class: "run-id", text: `#${r.id}` }),
+          r.status ? h("div", null, statusBadge(r.status)) : null,
+        ),
+      ),
+    );
+    replaceChildren(
+      this.summaryBox,
+      h(
+        "table",
+        { class: "compare-table", attrs: { "data-testid": "compare-table" } },
+        h("caption", { class: "visually-hidden", text: "Summary of the compared runs; the best value of each row is marked" }),
+        h("thead", null, head),
+        h(
+          "tbody",
+          null,
+          ...rows.map((row) =>
+            h(
+              "tr",
+              { attrs: { "data-metric": row.key } },
+              h("th", { attrs: { scope: "row", title: `${row.better} is better` } }, row.label, h("span", { class: "better muted", text: row.better === "lower" ? " ↓" : " ↑", attrs: { "aria-hidden": "true" } })),
+              ...row.cells.map((c) =>
+                h(
+                  "td",
+                  { class: `num${c.best ? " best" : ""}`, attrs: { "data-best": c.best ? "true" : null, title: c.title || null } },
+                  c.text,
+                  c.best ? h("span", { class: "best-mark", text: " ★", attrs: { "aria-label": "best", title: "best" } }) : null,
+                ),
+              ),
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+
+  /** The energy split of each run that reports energy, for the energy rows (as the runs
+   * list reads it); a run whose read fails keeps its summary's total and a dash. */
+  private async loadEnergies(): Promise<void> {
+    const reporting = this.runs.filter((r) => typeof r.summary?.energy_j === "number");
+    if (reporting.length === 0) return;
+    await Promise.all(
+      reporting.map(async (r) => {
+        try {
+          this.energies.set(r.id, await this.ctx.api.getEnergy(r.id, this.abort.signal));
+        } catch {
+          this.energies.set(r.id, null);
+        }
+      }),
+    );
+    if (this.destroyed) return;
+    this.renderSummary();
   }
 
   private async loadSeries(): Promise<void> {
