@@ -248,6 +248,7 @@ def test_top_in_an_80x24_terminal_sorts_filters_opens_and_quits(
     assert starved_name in opened.splitlines()[0]
     assert "highly input-bound" in opened and "advice" in opened
     assert re.search(r"RANK\s+HOST\s+PID\s+STATUS", opened)  # its workers
+    assert opened.rstrip().splitlines()[-1] == "esc back  q quit"  # all of it fits in 24 lines
     wait_for(
         lambda: re.search(r"step time\s+20\.0 ms\s+\S{5,}", term.screen()),
         what="the step-time sparkline",
@@ -339,7 +340,7 @@ def test_top_says_it_reconnects_when_the_server_restarts(tmp_path: Path, tmux: l
 # -- a real Keras training ---------------------------------------------------------------------
 
 
-def test_once_follows_a_real_keras_training(server: ServerProcess) -> None:
+def test_top_follows_a_real_keras_training(server: ServerProcess, tmux: list[Tmux]) -> None:
     name = f"fit-{uuid.uuid4().hex[:6]}"
     training = subprocess.Popen(
         [sys.executable, "-m", "tests.train_script", "--server", server.url, "--name", name,
@@ -371,6 +372,27 @@ def test_once_follows_a_real_keras_training(server: ServerProcess) -> None:
         cells = re.search(rf"{name}\s+keras\s+\d+\s+([\d.]+)\s+([\d.]+)\s", row)
         assert cells is not None
         assert float(cells.group(2)) >= 20.0  # each step waits for a 20 ms sleep in its map
+
+        term = _top_in_tmux(tmux, server)
+        term.shows(name)
+        while "project keras" not in term.screen().splitlines()[0]:
+            header = term.screen().splitlines()[0]
+            term.keys("p")
+            wait_for(lambda h=header: term.screen().splitlines()[0] != h, what="next project")
+        (ARTIFACTS / "top-keras-frame.txt").write_text(term.shows(name))
+        term.keys("Enter")
+        opened = term.shows("\nverdict ", "the Keras run opened")
+        assert name in opened.splitlines()[0]
+        assert opened.rstrip().splitlines()[-1] == "esc back  q quit"  # advice cut to fit
+        assert re.search(
+            rf"\n\s+0 {re.escape(os.uname().nodename[:6])}\S*\s+{training.pid}\s+running", opened
+        )
+        wait_for(
+            lambda: re.search(r"step time\s+[\d.]+ ms\s+\S{20,}", term.screen()), what="sparkline"
+        )
+        (ARTIFACTS / "top-keras-run-frame.txt").write_text(term.screen())
+        term.keys("q")
+        wait_for(lambda: term.rc_path.exists(), what="top to quit")
     finally:
         training.kill()
         training.wait()

@@ -2,9 +2,10 @@
 (80x24 is enough). Colour is extra, never the only signal: without it (NO_COLOR, a pipe) the
 verdict is still written."""
 
+import io
 from dataclasses import dataclass
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -246,11 +247,6 @@ def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> R
         mark = "▲" if screen.unicode else "^"
         text = alert.get("message") or alert.get("rule_name", "alert")
         parts.append(Text(f"{mark} {text}", style="red" if screen.color else ""))
-    advice = (view.diagnosis or {}).get("advice") or []
-    if advice:
-        parts.append(Text("advice", style="bold" if screen.color else ""))
-        bullet = "•" if screen.unicode else "-"
-        parts += [Text(f" {bullet} {item}") for item in advice[:4]]
     workers = view.summary.get("workers") or []
     if workers:
         table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="")
@@ -266,8 +262,37 @@ def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> R
                 _number(worker.get("samples_per_s")),
             )  # fmt: skip
         parts.append(table)
-    parts.append(Text(KEYS_RUN, style="bright_black" if screen.color else ""))
-    return Group(*parts)
+    keys = Text(KEYS_RUN, style="bright_black" if screen.color else "")
+    advice = _advice((view.diagnosis or {}).get("advice") or [], [*parts, keys], screen)
+    return Group(*parts, *advice, keys)
+
+
+def _lines(renderables: list[RenderableType], width: int) -> int:
+    """How many lines these take at this width."""
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    return len(console.render_lines(Group(*renderables), console.options, pad=False))
+
+
+def _advice_grid(items: list[str], screen: Screen) -> Table:
+    grid = Table.grid(padding=(0, 1, 0, 1))  # wrapped lines hang under their text
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for item in items:
+        grid.add_row("•" if screen.unicode else "-", item)
+    return grid
+
+
+def _advice(items: list[str], rest: list[RenderableType], screen: Screen) -> list[RenderableType]:
+    """As many pieces of advice as fit on the screen below the rest, each whole."""
+    room = screen.height - _lines(rest, screen.width) - 1  # its title
+    kept: list[str] = []
+    for item in items:
+        if _lines([_advice_grid([*kept, str(item)], screen)], screen.width) > room:
+            break
+        kept.append(str(item))
+    if not kept:
+        return []
+    return [Text("advice", style="bold" if screen.color else ""), _advice_grid(kept, screen)]
 
 
 def render(state: TopState, server: str, screen: Screen) -> RenderableType:
