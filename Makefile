@@ -11,8 +11,10 @@ AGENT_FIT_TESTS := tests/test_agent_fit.py tests/test_epoch_metrics_fit.py \
 TF_OLDEST := 2.15.1
 OWN_PROCESS_TESTS := tests/test_diagnosis_keras.py
 TF_OLDEST_VENV := $(VENV)/tf2.15
+# The agent on Keras 3's JAX backend, in a venv without TensorFlow (issue 29).
+JAX_VENV := $(VENV)/jax
 
-.PHONY: demo serve test test-tf-matrix build lint format clean api-types corpus
+.PHONY: demo serve test test-tf-matrix test-jax build lint format clean api-types corpus
 
 demo: build
 	$(BIN)/stoker demo
@@ -29,6 +31,7 @@ test: build
 	# step as wait (serial-like) twice, alone never; the state left behind is not yet found.
 	$(BIN)/pytest -ra $(OWN_PROCESS_TESTS)
 	$(MAKE) test-tf-matrix
+	$(MAKE) test-jax
 
 test-tf-matrix: $(INSTALLED) $(TF_OLDEST_VENV)/.installed
 	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra $(AGENT_FIT_TESTS)
@@ -42,6 +45,16 @@ $(TF_OLDEST_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(TF_OLDEST_VENV)
 	STOKER_SKIP_UI_BUILD=1 $(TF_OLDEST_VENV)/bin/pip install --quiet \
 		'tensorflow==$(TF_OLDEST)' -e '.[server]' 'pytest>=8' 'pytest-timeout>=2.3'
+	touch $@
+
+test-jax: $(JAX_VENV)/.installed
+	KERAS_BACKEND=jax $(JAX_VENV)/bin/pytest -ra tests/keras_jax
+
+# No TensorFlow here: the agent must work without it (about 2 min to install, 750 MB).
+$(JAX_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(JAX_VENV)
+	STOKER_SKIP_UI_BUILD=1 $(JAX_VENV)/bin/pip install --quiet \
+		-e '.[server]' 'jax[cpu]' 'keras==3.15.1' 'pytest>=8' 'pytest-timeout>=2.3'
 	touch $@
 
 build: $(INSTALLED) $(NODE_MODULES)

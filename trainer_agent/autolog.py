@@ -7,9 +7,11 @@ once; one not imported yet is patched when it is, by an import hook, so `autolog
 imports neither TensorFlow nor Keras.
 
 The patched `fit` adds a `StokerCallback` (one run per `fit`) unless the caller passed one,
-and wraps a `tf.data.Dataset` given as `x` with `cb.wrap` so input wait is measured. Other
-training data (NumPy arrays, generators, `PyDataset`) still gets step timing and samplers; the
-server then infers input wait. Validation data is never wrapped. If anything in the patch
+and, under TensorFlow, wraps a `tf.data.Dataset` given as `x` with `cb.wrap` so input wait is
+measured. Under TensorFlow other training data (NumPy arrays, generators, `PyDataset`) still
+gets step timing and samplers; the server then infers input wait. Under JAX every input's
+wait is measured where the train function fetches each batch (trainer_agent/train_function.py).
+Validation data is never wrapped. If anything in the patch
 fails, it logs once and calls the original `fit` unchanged. `autolog(disable=True)` restores
 the original `fit`; calling `autolog()` again only updates the options.
 """
@@ -182,6 +184,7 @@ def _monitored_call(
     except TypeError:
         return None  # Keras raises its own error for these arguments
     from trainer_agent.callback import StokerHooks, callback_class
+    from trainer_agent.train_function import keras_backend
 
     try:
         make_callback = callback_class(keras_name)
@@ -204,7 +207,8 @@ def _monitored_call(
     bound.arguments["callbacks"] = [*callbacks, callback]
     x = bound.arguments.get("x")
     tf = sys.modules.get("tensorflow")
-    if tf is not None and isinstance(x, tf.data.Dataset):
+    if tf is not None and isinstance(x, tf.data.Dataset) and keras_backend(model) == "tensorflow":
+        # On JAX and PyTorch the callback times each fetch in Python instead.
         bound.arguments["x"] = callback.wrap(x)
     return bound
 

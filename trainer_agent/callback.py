@@ -13,10 +13,12 @@ from trainer_agent.environment import collect_later, plain_int
 from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.input_wait import (
     Execution,
+    Stamp,
     StampRing,
     StampTable,
     StepRow,
     WaitResolver,
+    split_dispatched,
     split_execution,
 )
 from trainer_agent.job import job_rank, job_run_key
@@ -25,7 +27,11 @@ from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline import describe_pipeline
 from trainer_agent.pipeline_model import function_names
 from trainer_agent.session import RunSession, scalars
-from trainer_agent.train_function import unwatch_train_function, watch_train_function
+from trainer_agent.train_function import (
+    keras_backend,
+    unwatch_train_function,
+    watch_train_function,
+)
 
 log = logging.getLogger("trainer_agent")
 
@@ -91,7 +97,9 @@ class StokerHooks:
     """
 
     # The batch-end hook only appends to a locked buffer, so Keras may dispatch it from
-    # another thread (backends that support that; with TensorFlow all hooks are synchronous).
+    # another thread (backends that support that, JAX and PyTorch; with TensorFlow all hooks
+    # are synchronous). It may then run after the next batch-begin: there, the steps' ends
+    # are stamped by the train-function wrapper on the training thread (`_train_returned`).
     async_safe = True
     # tf_keras: hand the batch logs over as tensors; only every n-th step's are converted.
     _supports_tf_logs = True
@@ -135,6 +143,17 @@ class StokerHooks:
         self._epochs_done = 0
         self._steps_per_execution = 1
         self._steps_per_epoch: int | None = None
+        self._epoch_first_step = 0
+        # "hooks": the batch hooks time the steps (TensorFlow); "returns": the train-function
+        # wrapper stamps each call's return on the training thread (JAX, PyTorch).
+        self._timing = "hooks"
+        self._backend = "tensorflow"
+        # JAX and PyTorch: when each execution's outputs were ready (its batch-end hook, which
+        # Keras calls once the logs are converted), by its first step; and the executions
+        # closed before their device time was known.
+        self._done: dict[int, float] = {}
+        self._awaiting: list[Execution] = []
+        self._free_from: float | None = None
         self._last_read = 0.0
         self._wall_to_perf_s = 0.0
         self._next_log_step = 0
@@ -218,7 +237,10 @@ class StokerHooks:
         self._session.start()
         names = self._function_names
         self._session.pipeline.describe(names or [], stamped=names is not None)
-        watch_train_function(self.model, self._session.pipeline)
+        self._backend = keras_backend(self.model)
+        self._timing = watch_train_function(
+            self.model, self._session.pipeline, self._train_returned
+        )
         self._steps_per_execution = max(
             1, plain_int(getattr(self.model, "steps_per_execution", 1)) or 1
         )
@@ -226,7 +248,9 @@ class StokerHooks:
         self._resolver = WaitResolver()
         self._pending = []
         self._open = None
+        self._done, self._awaiting, self._free_from = {}, [], None
         self._step = 0
+        self._epoch_first_step = 0
         self._epochs_done = 0
         self._next_log_step = 0
         self._last_read = time.perf_counter()
@@ -237,9 +261,11 @@ class StokerHooks:
             if self._fault is not None:
                 self._guard.inject("on_train_batch_begin")
             now = time.perf_counter()
-            self._close(now)
+            self._close(now, by_begin=True)
             if self._session is None:
                 return
+            if batch == 0:
+                self._epoch_first_step = self._step
             n = self._steps_per_execution
             if self._steps_per_epoch:
                 n = max(1, min(n, self._steps_per_epoch - batch))
@@ -260,12 +286,17 @@ class StokerHooks:
         try:
             if self._fault is not None:
                 self._guard.inject("on_train_batch_end")
-            if self._open is not None:  # it trained: the end of its steps' compute
-                self._open.returned = time.perf_counter()
+            if self._timing == "hooks" and self._open is not None:
+                self._open.returned = time.perf_counter()  # it trained: its compute ended
+            elif self._timing == "returns":  # its logs are converted: its outputs are ready
+                first = self._epoch_first_step + batch - self._steps_per_execution + 1
+                self._done[max(first, self._epoch_first_step)] = time.perf_counter()
             session = self._session
             if session is not None:
                 session.profiler.step_end()
             step = self._step - 1
+            if self._timing == "returns":  # maybe run late, on Keras's thread pool
+                step = min(step, self._epoch_first_step + batch)
             if session is None or not logs or step < self._next_log_step:
                 return
             self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
@@ -274,6 +305,22 @@ class StokerHooks:
                     session.record_metric(step, str(name), float(value))
                 except (TypeError, ValueError):
                     continue
+        except Exception as error:
+            self._guard.trip("on_train_batch_end", error)
+
+    def _train_returned(self, now: float, fetched: list[Stamp] | None) -> None:
+        """Training thread, JAX and PyTorch: a train-function call returned at `now`, having
+        fetched `fetched` (JAX; PyTorch's epoch iterator fetched before the batch-begin)."""
+        try:
+            execution = self._open
+            if execution is None:
+                return
+            execution.returned = now
+            if fetched:
+                execution.fetched = fetched
+                if len(fetched) != execution.n:  # the data ran out inside the execution
+                    execution.n = len(fetched)
+                    self._step = execution.first_step + execution.n
         except Exception as error:
             self._guard.trip("on_train_batch_end", error)
 
@@ -305,6 +352,7 @@ class StokerHooks:
             now = time.perf_counter()
             self._close(now)
             self._flush_pending(now)
+            self._resolve_dispatched(final=True)
             self._epochs_done = epoch + 1
             if self._session is not None and logs:
                 metrics = scalars(logs)
@@ -323,6 +371,7 @@ class StokerHooks:
             now = time.perf_counter()
             self._close(now)
             self._flush_pending(now)
+            self._resolve_dispatched(final=True)
             session, self._session = self._session, None
             self._release_fit(session)
             if session is not None:
@@ -347,7 +396,7 @@ class StokerHooks:
     def _end_disabled_run(self, reason: str) -> None:
         # The steps still held here are dropped: the state that raised is not trusted.
         session, self._session = self._session, None
-        self._open, self._pending = None, []
+        self._open, self._pending, self._awaiting = None, [], []
         try:
             self._release_fit(session)
         except Exception:
@@ -360,10 +409,11 @@ class StokerHooks:
         self._open = None
         try:
             self._flush_pending(time.perf_counter())
+            self._resolve_dispatched(final=True)
         finally:
             self._release_fit(self._session)
 
-    def _close(self, now: float) -> None:
+    def _close(self, now: float, *, by_begin: bool = False) -> None:
         execution, self._open = self._open, None
         if execution is None or self._session is None:
             return
@@ -375,15 +425,40 @@ class StokerHooks:
             self._step = execution.first_step
             return
         execution.end = now
-        if self._ring is not None:
+        if execution.fetched is not None:  # JAX: timed at each fetch in the train function
+            self._awaiting.append(execution)
+            self._resolve_dispatched(final=False)
+        elif self._backend == "torch" and self._timing == "returns":
+            done = self._done.pop(execution.first_step, None)
+            self._record(_fetched_before_begin(execution, now if by_begin else None, done))
+        elif self._ring is not None:
             self._pending.append(execution)
         elif execution.n == 1:  # the common case, recorded without building rows
             self._session.record_step(execution.first_step, execution.begin, now - execution.begin)
         else:
             self._record(split_execution(execution, None))
 
+    def _resolve_dispatched(self, *, final: bool) -> None:
+        """Record the closed JAX executions whose device time is known, in order. `final`
+        (the epoch's or fit's end: Keras has run every batch-end hook) records them all."""
+        while self._awaiting:
+            execution = self._awaiting[0]
+            done = self._done.pop(execution.first_step, None)
+            if done is None:
+                if not final:
+                    return
+                done = execution.end
+            self._awaiting.pop(0)
+            free_from = None if execution.epoch_start else self._free_from
+            stamps = execution.fetched or []
+            self._record(split_dispatched(execution, stamps, free_from, done))
+            self._free_from = done
+        if final:
+            self._done.clear()
+
     def _flush_pending(self, now: float) -> None:
         self._last_read = now
+        self._resolve_dispatched(final=False)
         if not self._pending or self._ring is None:
             return
         executions, self._pending = self._pending, []
@@ -464,6 +539,22 @@ class _LastWrapped:
 
 
 _last_wrapped = _LastWrapped()
+
+
+def _fetched_before_begin(
+    execution: Execution, next_begin: float | None, done: float | None
+) -> list[StepRow]:
+    """PyTorch: Keras's epoch iterator fetches the next batches between a train-function call's
+    return and the next batch-begin; the device idled for them from when it finished (`done`,
+    if known by then, else the return) to that begin. The wait lies in the last step of
+    `execution`. Closed otherwise (validation, the epoch's end), no fetch followed."""
+    rows = split_execution(execution, None)
+    if next_begin is not None and execution.returned is not None:
+        for row in rows:
+            row.wait = 0.0
+        free = execution.returned if done is None else max(done, execution.returned)
+        rows[-1].wait = min(rows[-1].dur, max(0.0, next_begin - free))
+    return rows
 
 
 def _in_fit_validation(model: Any) -> bool:

@@ -71,6 +71,9 @@ class Execution:
     # When the train function returned (its batch-end hook), if known: the steps' compute
     # ends there; what follows until `end` (Keras's epoch-end work) is no step's compute.
     returned: float | None = None
+    # The stamps of the batches the train function fetched itself, timed around each
+    # `next()` in Python (JAX: `train_function.FetchTimer`); None where the ring times them.
+    fetched: list["Stamp"] | None = None
 
 
 @dataclass
@@ -80,6 +83,20 @@ class StepRow:
     dur: float
     wait: float | None
     batch_size: int | None
+
+
+def batch_size_of(element: Any) -> int | None:
+    """The leading dimension of the element's first array, when it has a known one."""
+    leaf = element
+    while isinstance(leaf, tuple | list) and leaf:
+        leaf = leaf[0]
+    if isinstance(leaf, dict) and leaf:
+        leaf = next(iter(leaf.values()))
+    shape = getattr(leaf, "shape", None)
+    try:
+        return int(shape[0]) if shape is not None and len(shape) > 0 else None
+    except (TypeError, ValueError):
+        return None
 
 
 class StampRing:
@@ -450,6 +467,44 @@ def split_execution(
         step_end = end if j == n - 1 else max(t, stamp.ts) + compute
         rows.append(StepRow(execution.first_step + j, t, step_end - t, wait, stamp.batch_size))
         t = step_end
+    return rows
+
+
+def split_dispatched(
+    execution: Execution, stamps: Sequence[Stamp], free_from: float | None, done: float
+) -> list[StepRow]:
+    """The execution's steps when the backend dispatches asynchronously (JAX): the train
+    function returns before the device has computed, the host may run steps ahead, and the
+    next batch is fetched while the device still computes.
+
+    The steps are timed on the device's timeline: the execution runs from when the device
+    finished the one before (`free_from`; None when nothing was in flight, an epoch's start:
+    then its begin) to when its outputs were ready (`done`, seen by the batch-end hook), so a
+    host that ran ahead does not show instant steps followed by one long one. A step waited
+    only while the device sat idle for its batch: from when the device was free (or the
+    step's request, if later) to the batch's hand-over. Within an execution of N > 1 steps
+    the device's chain is solved as in `split_execution`. Each row holds its wait."""
+    n = execution.n
+    start = execution.begin if free_from is None else free_from
+    end = max(done, start)
+    compute = 0.0
+    if n > 1:
+        compute = _solve_compute_s(start, end, [s.ts for s in stamps])
+    waits: list[float] = []
+    free = start
+    for stamp in stamps:
+        idle_from = free if stamp.requested is None else max(free, stamp.requested)
+        waits.append(max(0.0, stamp.ts - idle_from))
+        free = max(free, stamp.ts) + compute
+    total, waited = end - start, sum(waits)
+    scale = min(1.0, total / waited) if waited > 0 else 1.0
+    rest = (total - waited * scale) / n
+    rows, t = [], start
+    for j, (stamp, wait) in enumerate(zip(stamps, waits, strict=True)):
+        dur = wait * scale + rest if j < n - 1 else end - t
+        shown = wait * scale if execution.count_wait else None
+        rows.append(StepRow(execution.first_step + j, t, dur, shown, stamp.batch_size))
+        t += dur
     return rows
 
 

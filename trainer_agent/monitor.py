@@ -1,6 +1,9 @@
 """`Monitor`: step timing, input wait and scalars for custom training loops (no Keras needed)."""
 
+import contextlib
 import logging
+import queue
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from types import TracebackType
@@ -9,6 +12,7 @@ from typing import Any, TypeVar
 from trainer_agent.config import AgentConfig
 from trainer_agent.environment import collect
 from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
+from trainer_agent.input_wait import StepRow, batch_size_of
 from trainer_agent.job import job_rank, job_run_key
 from trainer_agent.nvml import shared_nvml
 from trainer_agent.pipeline_model import function_names
@@ -16,20 +20,6 @@ from trainer_agent.session import RunSession, scalars
 
 log = logging.getLogger("trainer_agent")
 T = TypeVar("T")
-
-
-def batch_size_of(element: Any) -> int | None:
-    """The leading dimension of the element's first array, when it has a known one."""
-    leaf = element
-    while isinstance(leaf, tuple | list) and leaf:
-        leaf = leaf[0]
-    if isinstance(leaf, dict) and leaf:
-        leaf = next(iter(leaf.values()))
-    shape = getattr(leaf, "shape", None)
-    try:
-        return int(shape[0]) if shape is not None and len(shape) > 0 else None
-    except (TypeError, ValueError):
-        return None
 
 
 class Monitor:
@@ -89,7 +79,9 @@ class Monitor:
         self._run_key = run_key
         self.session: RunSession | None = None
         self._step = 0
+        # The step in progress: (step, asked for its batch, got it, batch size).
         self._open: tuple[int, float, float, int | None] | None = None
+        self._ready = _ReadyWatch()
         self._next_log_step = 0
         self._guard = Guard(
             self,
@@ -169,7 +161,7 @@ class Monitor:
                     return
                 try:
                     got = time.perf_counter()
-                    self._open = (self._step, asked, got - asked, batch_size_of(element))
+                    self._open = (self._step, asked, got, batch_size_of(element))
                     self._step += 1
                 except Exception as error:
                     self._guard.trip("iterate", error)
@@ -190,7 +182,10 @@ class Monitor:
                 self._guard.inject("log")
             session = self.session
             step = self._step - 1
-            if session is None or step < self._next_log_step:
+            if session is None:
+                return
+            self._ready.watch(step, scalars.values())
+            if step < self._next_log_step:
                 return
             self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
             for name, value in scalars.items():
@@ -236,10 +231,60 @@ class Monitor:
         opened, self._open = self._open, None
         if opened is None or self.session is None:
             return
-        step, start, wait, size = opened
-        self.session.record_step(step, start, now - start, wait, size)
+        step, asked, got, size = opened
+        # Under asynchronous dispatch (JAX) the device may still run the step before while
+        # the batch is fetched: only the time it sat idle is waiting.
+        free = self._ready.done_at(step - 1)
+        wait = max(0.0, got - max(asked, free)) if free is not None else got - asked
+        self._record_step(StepRow(step, asked, now - asked, wait, size))
+
+    def _record_step(self, row: StepRow) -> None:
+        assert self.session is not None
+        self.session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
 
 
 def _untimed(iterable: Iterable[T]) -> Iterator[T]:
     """`iterate` once the monitor is disabled: the iterable's own iterator."""
     return iter(iterable)
+
+
+class _ReadyWatch:
+    """When each step's logged outputs became ready on the device, for arrays that can say
+    (`block_until_ready`: JAX). A daemon thread blocks on them in turn, so the training loop
+    never does; with nothing logged, or plain floats, it learns nothing and stays idle."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+        self._done: dict[int, float] = {}
+        self._pending: set[int] = set()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, step: int, values: Iterable[Any]) -> None:
+        if step in self._pending or step in self._done:
+            return
+        value = next((v for v in values if hasattr(v, "block_until_ready")), None)
+        if value is None:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="stoker-ready", daemon=True)
+            self._thread.start()
+        self._pending.add(step)
+        self._queue.put((step, value))
+
+    def done_at(self, step: int) -> float | None:
+        """When step's outputs were ready; +inf when still computing; None when unknown."""
+        done = self._done.pop(step, None)
+        if done is not None or step not in self._pending:
+            self._pending.discard(step)
+            return done
+        self._pending.discard(step)  # its late answer is never asked for: cleared at 1000
+        return float("inf")
+
+    def _run(self) -> None:
+        while True:
+            step, value = self._queue.get()
+            with contextlib.suppress(Exception):  # a failed step: it ended all the same
+                value.block_until_ready()
+            self._done[step] = time.perf_counter()
+            if len(self._done) > 1000:  # steps never asked about (a loop that ended)
+                self._done.clear()
