@@ -49,3 +49,35 @@ def test_metrics_has_live_gauges_per_run_and_gpu_and_counters(server: ServerProc
     ws.close()
     after = _samples(server)
     assert ("stoker_run_step_time_seconds", run) not in after
+
+
+def test_gpm_gauges_keep_the_last_closed_window_while_one_is_open(server: ServerProcess) -> None:
+    """Windows lined up with long steps leave the GPM fields of the readings in between null:
+    the gauge keeps the last closed window's SM/tensor/DRAM figures; a GPU without GPM has
+    none (absent, not 0)."""
+    ws, welcome = open_agent(server, hello(name="long-steps", project="gpm"))
+    message = batch(1, 0, n=4)
+    message["device"] = {
+        "t": [1.7e9, 1.7e9, 1.7e9 + 1, 1.7e9 + 1],
+        "gpu": [0, 1, 0, 1],
+        "util": [97.0, 50.0, 98.0, 51.0],
+        "sm_util": [31.0, None, None, None],  # GPU 0's window closed, then open again
+        "tensor_util": [12.0, None, None, None],
+        "dram_bw_util": [64.0, None, None, None],
+    }
+    send(ws, message)
+    second = batch(2, 4, n=4)
+    second["device"] = {"t": [1.7e9 + 2], "gpu": [0], "util": [99.0], "sm_util": [None]}
+    send(ws, second)
+    run = (("project", "gpm"), ("run", "long-steps"), ("run_id", str(welcome["run_id"])))
+    gpu0 = tuple(sorted((*run, ("gpu", "0"), ("rank", "0"))))
+    gpu1 = tuple(sorted((*run, ("gpu", "1"), ("rank", "0"))))
+    samples = _samples(server)
+    assert samples[("stoker_gpu_utilization_percent", gpu0)] == 99.0  # the latest reading
+    assert samples[("stoker_gpu_sm_active_percent", gpu0)] == 31.0
+    assert samples[("stoker_gpu_tensor_active_percent", gpu0)] == 12.0
+    assert samples[("stoker_gpu_dram_bandwidth_percent", gpu0)] == 64.0
+    assert ("stoker_gpu_sm_active_percent", gpu1) not in samples
+    assert samples[("stoker_gpu_utilization_percent", gpu1)] == 51.0
+    send(ws, {"type": "end"})
+    ws.close()

@@ -30,6 +30,9 @@ GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("fp32_util", "stoker_gpu_fp32_active_percent", "Latest GPM FP32 pipe utilization"),
     ("energy_j", "stoker_gpu_energy_joules", "Energy the GPU drew since the run's first reading"),
 )
+# A reading whose GPM window stayed open (windows lined up with steps longer than the
+# interval) has these null: their gauges keep the last closed window's value.
+GPM_GAUGES = ("sm_util", "sm_occupancy", "tensor_util", "dram_bw_util", "fp16_util", "fp32_util")
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -82,7 +85,12 @@ class LiveGauges(Collector):
         if batch.device is not None:
             device = batch.device
             for i, gpu in enumerate(device.gpu):
-                gauges.gpus[(rank, gpu)] = {key: device.column(key)[i] for key, _, _ in GPU_GAUGES}
+                latest = {key: device.column(key)[i] for key, _, _ in GPU_GAUGES}
+                before = gauges.gpus.get((rank, gpu), {})
+                for key in GPM_GAUGES:
+                    if latest[key] is None:
+                        latest[key] = before.get(key)
+                gauges.gpus[(rank, gpu)] = latest
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         run_labels = ["run_id", "run", "project"]
