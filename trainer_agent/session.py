@@ -147,7 +147,9 @@ class RunSession:
             "pid": os.getpid(),
             "rank": rank,
         }
-        self.sender = Sender(config=config, hello=hello, buffer=self.recorder)
+        self.sender = Sender(
+            config=config, hello=hello, buffer=self.recorder, new_run=run_key is None
+        )
         if callable(environment):
             self.sender.before_connect = _environment_filler(environment)
         self.sender.before_final_flush = self._stop_sampling
@@ -270,10 +272,6 @@ class RunSession:
 
 def _environment_filler(read: Callable[[], dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
     def fill(hello: dict[str, Any]) -> None:
-        # The sender thread's first work. Sleeping 0 s releases the GIL at once, so the
-        # training thread, waiting in Thread.start() for this thread to run, goes on now
-        # instead of after the interpreter's 5 ms switch interval.
-        time.sleep(0)
         hello["environment"] = read()
 
     return fill

@@ -38,6 +38,15 @@ DEFAULT_MAX_BYTES = 512 * 2**20
 PROFILES = "profiles"  # the run's spooled profiler traces (trainer_agent/profile_spool.py)
 END_RESERVED_BYTES = 4096  # far more than an end record (a status and a few counters) needs
 
+# Bumped whenever this process lets go of a run it left on disk: the background upload of
+# what is left in a spool directory looks again only then (upload.start_background_upload).
+_left_behind = 0
+
+
+def left_behind_count() -> int:
+    """How many times this process let go of a run it left in a spool directory."""
+    return _left_behind
+
 
 def default_spool_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -117,9 +126,12 @@ class Spool:
         return self._lock is not None
 
     def release(self) -> None:
+        global _left_behind
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.close()  # closing the file releases the flock
+            if self.directory.exists():  # left for an uploader (discard() removes it first)
+                _left_behind += 1
 
     @property
     def target_server(self) -> str | None:

@@ -29,7 +29,7 @@ from trainer_agent.delivery.classify import Verdict, say_once
 from trainer_agent.delivery.http import http_chunks, post_ingest
 from trainer_agent.delivery.transport import Batch, Misconfigured
 from trainer_agent.random_state import script_random_untouched
-from trainer_agent.spool import Spool, run_directories
+from trainer_agent.spool import Spool, left_behind_count, run_directories
 
 with script_random_untouched():  # httpx imports rich, which draws from `random` on import
     import httpx
@@ -147,6 +147,8 @@ def main(path: Path, *, server: str | None = None, token: str | None = None) -> 
 # --- in the background of a new agent ------------------------------------------------------
 _background_lock = threading.Lock()
 _background: dict[tuple[Path, str], threading.Thread] = {}
+# The spool's left-behind count when the last look for each directory and server began.
+_looked: dict[tuple[Path, str], int] = {}
 
 
 def upload_left_behind(spool_dir: Path, *, server: str, token: str | None) -> tuple[int, int]:
@@ -210,13 +212,18 @@ def start_background_upload(
 ) -> threading.Thread | None:
     """Upload, in a daemon thread at the lowest CPU priority, what earlier processes left in
     `spool_dir` for `server`; at most one such thread per directory and server at a time."""
-    if spool_dir is None or not Spool.can_lock() or not Path(spool_dir).is_dir():
+    if spool_dir is None or not Spool.can_lock():
         return None
     key = (Path(spool_dir), server)
     with _background_lock:
         running = _background.get(key)
         if running is not None and running.is_alive():
             return running
+        # What earlier processes left is looked for once; later, only when a run of this
+        # process was left there since (a fit per epoch starts no thread per fit).
+        if _looked.get(key) == left_behind_count() or not Path(spool_dir).is_dir():
+            return None
+        _looked[key] = left_behind_count()
         thread = threading.Thread(
             target=_upload_until_done,
             args=(Path(spool_dir), server, token, stop or threading.Event()),

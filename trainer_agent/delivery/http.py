@@ -85,6 +85,14 @@ class HttpTransport:
     def end(self, end: dict[str, Any], deadline: float) -> None:
         self._post_batches([], end=end)
 
+    def send_with_end(
+        self, batches: list[Batch], end: dict[str, Any], deadline: float
+    ) -> tuple[list[str | None], bool]:
+        """`batches` and the run's `end` in one request: each batch's outcome, and whether
+        the end was stored (the server stores all of them or none)."""
+        outcomes = self._post_batches(batches, end=end)
+        return outcomes, not any(outcomes)
+
     def poll_commands(self) -> None:
         pass
 

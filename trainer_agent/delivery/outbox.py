@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_agent import wire
+from trainer_agent.delivery.http import HttpTransport
 from trainer_agent.delivery.transport import Batch, Transport
 from trainer_agent.recorder import Columns, Recorder, row_count
 from trainer_agent.spool import Spool
@@ -178,6 +179,25 @@ class Outbox:
                 self._pending.popleft()
                 self._pending_rows -= batch_rows(batch)
                 on_outcome(batch, outcome)
+
+    def deliver_with_end(
+        self, transport: HttpTransport, end: dict[str, Any], on_outcome: OnOutcome
+    ) -> bool | None:
+        """What is left and the run's `end` in one request, when the spool holds nothing and
+        memory fits one: True once the end is stored too, False when only the batches were
+        answered for (refused), None when it does not fit one (deliver as usual). Raises as
+        `deliver` does."""
+        if self.spooled_paths():
+            return None
+        group = list(self._pending)
+        if len(transport.groups(group, _encoded_size)) > 1:
+            return None
+        outcomes, end_stored = transport.send_with_end(group, end, float("inf"))
+        for batch, outcome in zip(group, outcomes, strict=True):
+            self._pending.popleft()
+            self._pending_rows -= batch_rows(batch)
+            on_outcome(batch, outcome)
+        return end_stored
 
     def welcomed(self, last_seq: int) -> None:
         """The server holds this run up to `last_seq`."""

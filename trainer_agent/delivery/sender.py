@@ -15,6 +15,8 @@ steps are still to come, and the next agent that starts with this spool director
 """
 
 import logging
+import os
+import queue
 import shlex
 import threading
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from typing import Any
 
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.backoff import Reconnect
-from trainer_agent.delivery.classify import Post, http_post
+from trainer_agent.delivery.classify import Post, shared_http_post
 from trainer_agent.delivery.clock import SYSTEM_CLOCK, Clock
 from trainer_agent.delivery.http import HttpTransport
 from trainer_agent.delivery.outbox import Outbox, batch_rows
@@ -71,6 +73,55 @@ class Drain:
         return now - self._last_progress >= self._ack_timeout_s
 
 
+class _Workers:
+    """The daemon threads senders run on. One whose run is over waits a while for the next
+    run's sender, so a script that fits many times starts no thread per fit: on a busy
+    machine, starting one held the training thread for milliseconds."""
+
+    IDLE_S = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def run(self, work: Callable[[], None]) -> None:
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            thread = threading.Thread(
+                target=self._serve, args=(inbox,), name="stoker-sender", daemon=True
+            )
+            inbox.put(work)
+            thread.start()
+        else:
+            inbox.put(work)
+
+    def _serve(self, inbox: "queue.SimpleQueue[Callable[[], None]]") -> None:
+        while True:
+            try:
+                work = inbox.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:
+                        self._idle.remove(inbox)
+                        return
+                continue  # `run` took this worker just now: its work is in the inbox
+            work()
+            with self._lock:
+                self._idle.append(inbox)
+
+    def forget(self) -> None:
+        """In a forked child: the parent's workers do not exist there."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+_workers = _Workers()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_workers.forget)
+
+
 class Sender:
     def __init__(
         self,
@@ -79,11 +130,16 @@ class Sender:
         hello: dict[str, Any],
         buffer: Recorder,
         connect: Connect = default_connect,
-        post: Post = http_post,
+        post: Post = shared_http_post,
         clock: Clock = SYSTEM_CLOCK,
+        new_run: bool = False,
     ) -> None:
         self._config = config
         self._hello = hello
+        # The server cannot hold records of this run yet (its key was made here): when it ends
+        # before the first flush it is sent whole over HTTP, with no welcome's last seq to read.
+        self._new_run = new_run
+        self._opened_once = False
         self._post = post
         self._clock = clock
         self._transport: Transport = (
@@ -122,7 +178,8 @@ class Sender:
         # Said once HTTP POST delivers (the upgrade's refusal may mean no Stoker is there).
         self._fallback_note: str | None = None
         self._end_status = "finished"
-        self._thread = threading.Thread(target=self._run, name="stoker-sender", daemon=True)
+        self._started = False
+        self._finished = threading.Event()
         self.rejected_rows = 0
         self.acked_batches = 0
         self.unsent_steps = 0  # steps left in the spool when the run ended
@@ -139,7 +196,8 @@ class Sender:
 
     # --- the training side ----------------------------------------------------------------
     def start(self) -> None:
-        self._thread.start()
+        self._started = True
+        _workers.run(self._run)
 
     def close(
         self, status: str = "finished", timeout_s: float | None = None, *, wait: bool = True
@@ -160,11 +218,10 @@ class Sender:
         return self._config.drain_timeout_s + self._config.ack_timeout_s + 1.0
 
     def join(self, timeout_s: float | None = None) -> bool:
-        """Wait for the sender thread to finish; True when it did."""
-        if self._thread.ident is None:
+        """Wait for the sender's work to finish; True when it did."""
+        if not self._started:
             return True
-        self._thread.join(self.drain_bound_s() if timeout_s is None else timeout_s)
-        return not self._thread.is_alive()
+        return self._finished.wait(self.drain_bound_s() if timeout_s is None else timeout_s)
 
     def abandon(self) -> None:
         """Stop draining now (the user interrupted the exit): what is left goes to the spool.
@@ -177,7 +234,7 @@ class Sender:
 
     @property
     def done(self) -> bool:
-        return self._stop.is_set() and not self._thread.is_alive()
+        return self._stop.is_set() and (not self._started or self._finished.is_set())
 
     @property
     def run_id(self) -> int | None:
@@ -210,6 +267,9 @@ class Sender:
     # --- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
         try:
+            # Nothing happens before the first flush: a fit's start competes with no
+            # connection, and a run that ends sooner is sent whole in one go.
+            self._clock.wait(self._stop, self.flush_interval_s)
             if self.before_connect is not None:
                 try:
                     self.before_connect(self._hello)
@@ -224,8 +284,11 @@ class Sender:
         except Exception:
             log.exception("Stoker sender failed; training continues without monitoring")
         finally:
-            self._disconnect()
-            self._outbox.release()
+            try:
+                self._disconnect()
+                self._outbox.release()
+            finally:
+                self._finished.set()
 
     def cycle(self, *, force_connect: bool = False) -> bool:
         """One flush: collect, deliver; spool when the server is unreachable. True when
@@ -247,6 +310,10 @@ class Sender:
             self.cycle()
             self._leave_the_rest()
             return
+        if self._new_run and not self._opened_once and self._transport.name == "websocket":
+            # A short run (a fit per epoch, an RL loop's fit): one POST on the process's open
+            # HTTP connection costs far less than a WebSocket of its own.
+            self._transport = HttpTransport(self._config, self._hello, post=self._post)
         reach_for_s = self._config.close_timeout_s
         if self._outbox.spool is not None:
             reach_for_s = min(reach_for_s, 2.0)
@@ -261,7 +328,10 @@ class Sender:
         while not self._abandon.is_set():
             acked = self.acked_batches
             self._last_error = None
-            if self.cycle(force_connect=True) and self._end_run():
+            ended = self._deliver_with_end()
+            if ended is None:
+                ended = self.cycle(force_connect=True) and self._end_run()
+            if ended:
                 return
             now = self._clock.monotonic()
             if self.acked_batches > acked:
@@ -286,6 +356,30 @@ class Sender:
             "%d records still to send); waiting up to %.0f s more while it keeps acknowledging",
             self._config.server, self.acked_batches, self.pending_rows, self._deadline - now,
         )  # fmt: skip
+
+    def _deliver_with_end(self) -> bool | None:
+        """Over HTTP, what is left and the run's end in one request (Outbox.deliver_with_end):
+        True when both are stored, False when that failed, None when it does not apply."""
+        transport = self._transport
+        if not isinstance(transport, HttpTransport) or self._config.server_problem:
+            return None
+        self._outbox.collect()
+        end: dict[str, Any] = {"type": "end", "status": self._end_status}
+        try:
+            ended = self._outbox.deliver_with_end(transport, end, self._count_outcome)
+        except Exception as error:
+            log.debug("send failed: %s", error)
+            self._schedule_reconnect(error)
+            if self._reconnect.down:
+                self._outbox.spool_pending()
+            return False
+        if ended is None:
+            return None
+        self._on_reachable()
+        if not ended:
+            return self._end_run()  # the batches were refused: the end on its own
+        self._outbox.discard_delivered_spool()
+        return True
 
     def _end_run(self) -> bool:
         """Send the end (everything is delivered); True once the server acknowledged it."""
@@ -428,6 +522,7 @@ class Sender:
         except Exception as error:
             self._schedule_reconnect(error)
             return False
+        self._opened_once = True
         if welcome is not None:
             self._on_welcome(welcome)
         return True
