@@ -47,21 +47,36 @@ def top_once(server: ServerProcess, *args: str, **env: str) -> subprocess.Comple
 
 
 class Feeder:
-    """Keeps a scripted run stepping live: `dur`-second steps waiting `wait` for input, with
-    GPU readings, on the agent's clock (so steps/s is 1/dur whatever this machine's pace)."""
+    """Keeps a scripted run stepping live: `dur`-second steps waiting `wait` for input, on the
+    agent's clock (so steps/s is 1/dur whatever this machine's pace), with a reading of each
+    of its GPUs per batch (`gpus`: per GPU its utilization, SM activity and memory used)."""
 
-    def __init__(self, agent: ScriptedAgent, *, dur: float, wait: float, util: float) -> None:
-        self.agent, self.dur, self.wait, self.util = agent, dur, wait, util
+    def __init__(
+        self, agent: ScriptedAgent, *, dur: float, wait: float,
+        gpus: list[tuple[float, float | None, float]],
+    ) -> None:  # fmt: skip
+        self.agent, self.dur, self.wait, self.gpus = agent, dur, wait, gpus
         self.batches = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
+        agent, n = self.agent, 5
         while not self._stop.is_set():
-            self.agent.steps(5, dur=self.dur, wait=self.wait, device_util=self.util)
+            starts = [agent.t + i * self.dur for i in range(n)]
+            steps = {"step": list(range(agent.step, agent.step + n)), "t": starts,
+                     "dur": [self.dur] * n, "wait": [self.wait] * n,
+                     "batch_size": [32] * n}  # fmt: skip
+            device = {"t": [starts[-1]] * len(self.gpus), "gpu": list(range(len(self.gpus))),
+                      "util": [g[0] for g in self.gpus], "sm_util": [g[1] for g in self.gpus],
+                      "mem_used": [g[2] for g in self.gpus], "mem_total": [16e9] * len(self.gpus),
+                      "temp_c": [60.0] * len(self.gpus)}  # fmt: skip
+            agent.step += n
+            agent.t += n * self.dur
+            agent.send(steps=steps, device=device)
             self.batches += 1
-            self._stop.wait(5 * self.dur)
+            self._stop.wait(n * self.dur)
 
     def stop(self) -> None:
         self._stop.set()
@@ -78,8 +93,8 @@ def live_runs(server: ServerProcess) -> Iterator[tuple[str, str, int]]:
     ended.steps(10, dur=0.02, wait=0.0)
     ended.end("finished")
     feeders = [
-        Feeder(starved, dur=0.02, wait=0.012, util=35.0),
-        Feeder(fed, dur=0.04, wait=0.0, util=97.0),
+        Feeder(starved, dur=0.02, wait=0.012, gpus=[(35.0, 21.0, 4e9), (33.0, 19.0, 6e9)]),
+        Feeder(fed, dur=0.04, wait=0.0, gpus=[(97.0, None, 4e9)]),  # a GPU without GPM
     ]
     wait_for(lambda: all(f.batches >= 4 for f in feeders), what="both runs stepping")
     yield tag, f"starved-{tag}", starved.run_id
@@ -112,8 +127,10 @@ def test_once_prints_one_frame_of_the_running_runs(
     assert re.search(rf"fed-{tag}\s+s-{tag}\s+\d+\s+25\.0\s+40\.0\s", fed), fed
     assert "60.0%!!" in starved  # highly input-bound, said without colour
     assert "0.0%" in fed and "!" not in fed
-    assert re.search(r"\s0\s+35%\s+-\s+3\.7/15G$", starved), starved  # GPU 0, util, SM, mem
-    assert re.search(r"\s0\s+97%\s+-\s+3\.7/15G$", fed), fed
+    assert re.search(r"\s0\s+35%\s+21%\s+3\.7/15G$", starved), starved  # GPU 0, util, SM, mem
+    second = frame.splitlines()[frame.splitlines().index(starved) + 1]
+    assert re.fullmatch(r"\s+1\s+33%\s+19%\s+5\.6/15G", second), second  # its GPU 1
+    assert re.search(r"\s0\s+97%\s+-\s+3\.7/15G$", fed), fed  # no SM activity: not 0
     first, second = frame.index(f"starved-{tag}"), frame.index(f"fed-{tag}")
     assert first < second  # sorted by steps/s, fastest first
 
@@ -219,12 +236,12 @@ def test_top_in_an_80x24_terminal_sorts_filters_opens_and_quits(
     term = _top_in_tmux(tmux, server)
     frame = term.shows(f"fed-{tag}", "both runs on screen")
     assert frame.startswith("stoker top")
-    assert re.search(r"\s35%\s+-\s+3\.7/15G", _row(frame, starved_name))  # one line, unwrapped
+    assert re.search(r"\s35%\s+21%\s+3\.7/15G", _row(frame, starved_name))  # one line
     # The alert (scripted GPUs run at 60 °C) fires on the live socket and shows under its run.
     frame = term.shows(f"hot-{tag}", "the firing alert under its run")
     lines = frame.splitlines()
     alert_line = next(i for i, line in enumerate(lines) if f"hot-{tag}" in line)
-    assert starved_name in lines[alert_line - 1]
+    assert starved_name in lines[alert_line - 2] and "33%" in lines[alert_line - 1]
     (ARTIFACTS / "top-frame.txt").parent.mkdir(exist_ok=True)
     (ARTIFACTS / "top-frame.txt").write_text(frame)
     coloured = term.screen(escapes=True)
