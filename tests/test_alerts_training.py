@@ -191,11 +191,12 @@ def test_a_finished_run_fires_once_and_resolves_with_webhooks(
         scope="project", project=project,
     )  # fmt: skip
     try:
-        training = Training(server, _model(Pace(HOLD_S)), _data(), project=project, name="ends",
-                            steps=30)  # fmt: skip
+        training = Training(server, _model(Pace(HOLD_S)), _data().repeat(), project=project,
+                            name="ends")  # fmt: skip
         run_id = training.run_id()
+        wait_for(lambda: _steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
         assert _alerts(server, rule["id"]) == []  # nothing while it runs
-        training.thread.join(120)
+        training.stop()  # the fit returns normally: the run finished
         assert training.error is None
         alert = _fired_then_resolved(server, rule["id"])
         assert alert["run_id"] == run_id and "finished" in alert["message"]
@@ -294,6 +295,15 @@ def test_a_loss_going_nan_fires_and_resolves_when_the_run_ends(
     assert len(_alerts(server, rule["id"])) == 1
 
 
+def _paces(step_s: float) -> tuple[float, float]:
+    """The device hold of a run's normal steps and of its slowed ones, from the step time
+    measured here: the hold is most of a normal step (MARGIN x the measured compute), so the
+    CPU's load moves the step time little; a slowed step holds MARGIN + 1 times a whole
+    normal step, a drop of at least 75 % however loaded the machine."""
+    normal = MARGIN * step_s
+    return normal, (MARGIN + 1) * (normal + step_s)
+
+
 def test_throughput_drop_below_the_first_steps_fires_and_resolves(
     alert_server: ServerProcess,
 ) -> None:
@@ -302,10 +312,12 @@ def test_throughput_drop_below_the_first_steps_fires_and_resolves(
     pace = Pace(HOLD_S)
     model = _model(pace)
     step_s = measure_step_s(model, _data())
+    normal, slowed = _paces(step_s)
+    pace.hold_s = normal
     baseline_steps = 60
     rule = _rule(
         server, name="slower", metric="throughput_drop", comparison=">=", threshold=0.5,
-        baseline_s=baseline_steps * step_s, for_s=0.3, keep_firing_for_s=0.3,
+        baseline_s=baseline_steps * (normal + step_s), for_s=0.3, keep_firing_for_s=0.3,
         only_while_stepping=True, scope="project", project=project,
     )  # fmt: skip
     training = Training(server, model, _data().repeat(), project=project, name="slows")
@@ -315,13 +327,12 @@ def test_throughput_drop_below_the_first_steps_fires_and_resolves(
         wait_for(lambda: _steps_stored(server, run_id) >= baseline_steps + 300, timeout_s=120,
                  what="the first steps")  # fmt: skip
         assert _alerts(server, rule["id"]) == []
-        # The step becomes MARGIN + 1 times slower (a drop of at least 75 %).
-        pace.hold_s = HOLD_S + MARGIN * step_s
+        pace.hold_s = slowed
         fired = wait_for(
             lambda: _alerts(server, rule["id"], "firing"), timeout_s=120, what="the drop alert"
         )[0]
         assert fired["run_id"] == run_id and fired["value"] >= 0.5
-        pace.hold_s = HOLD_S  # back to its pace: the recent steps' median recovers
+        pace.hold_s = normal  # back to its pace: the recent steps' median recovers
         _fired_then_resolved(server, rule["id"])
     finally:
         training.stop()
@@ -334,6 +345,8 @@ def test_throughput_drop_below_a_baseline_run(alert_server: ServerProcess) -> No
     pace = Pace(HOLD_S)
     model = _model(pace)
     step_s = measure_step_s(model, _data())
+    normal, slowed = _paces(step_s)
+    pace.hold_s = normal
     fast = Training(server, model, _data(), project=project, name="baseline", steps=60)
     baseline_id = fast.run_id()
     fast.thread.join(120)
@@ -344,7 +357,7 @@ def test_throughput_drop_below_a_baseline_run(alert_server: ServerProcess) -> No
         threshold=0.5, baseline_run_id=baseline_id, keep_firing_for_s=0.3, scope="project",
         project=project, only_while_stepping=True,
     )  # fmt: skip
-    pace.hold_s = HOLD_S + MARGIN * step_s
+    pace.hold_s = slowed
     slow = Training(server, model, _data().repeat(), project=project, name="slow")
     try:
         run_id = slow.run_id()
