@@ -8,8 +8,9 @@ its default zoom. The run's summary, epoch metrics, events, alerts, pipeline rea
 profiles are not touched. A pinned run (`Run.pinned`) keeps its raw rows; a compacted run
 says so (`Run.compacted_at`), and so do its series.
 
-Compaction runs in small chunks through the writer, so ingest batches queued meanwhile are
-stored between two chunks and reads never wait on a long transaction. It is idempotent: a
+Compaction runs in small chunks (through the writer on SQLite, on a connection of its own
+on PostgreSQL) with a pause after each twice as long as the chunk took, so ingest batches
+are stored between two chunks and reads never wait on a long transaction. It is idempotent: a
 server stopped mid-way finishes the run on its next pass.
 """
 
@@ -33,8 +34,9 @@ log = logging.getLogger(__name__)
 
 # Samples kept per (rank, GPU) series of a compacted run: the charts' default max_points.
 KEEP_SAMPLES = 2000
-# Rows deleted per writer transaction.
-CHUNK_ROWS = 20_000
+# Rows deleted per transaction, and the pause after each, as a multiple of its duration.
+CHUNK_ROWS = 10_000
+PAUSE_RATIO = 2.0
 # Bytes per raw row (row, index and page overhead), as stored on SQLite: steps 63 (issue 30),
 # device samples with every field, host samples. `retention_size_bytes` bounds the raw rows'
 # estimated bytes: rollups, summaries and the rest are kept and small.
@@ -184,16 +186,42 @@ def mark_compacted(*, session: Session, run_id: int) -> Run | None:
     return run
 
 
-async def compact_run(writer: Any, run_id: int, usage: DiskUsage) -> Run | None:
-    """Reduce one run's raw rows, chunk by chunk through the writer; return the run."""
+class _Statements:
+    """Runs compaction's statements: on PostgreSQL on a connection of their own, beside
+    ingest (deleting an ended run's rows blocks no insert); on SQLite through the writer (one
+    writer at a time). After each it pauses `PAUSE_RATIO` times as long as the statement
+    took, so compaction never takes more than a third of the database's time."""
+
+    def __init__(self, writer: Any, engine: Any) -> None:
+        self._writer = writer
+        self._engine = engine
+        self._own_connection = engine.dialect.name == "postgresql"
+
+    async def run(self, fn: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        if self._own_connection:
+            result = await asyncio.to_thread(self._call, fn, kwargs)
+        else:
+            result = await self._writer.run(fn, **kwargs)
+        await asyncio.sleep((time.monotonic() - started) * PAUSE_RATIO)
+        return result
+
+    def _call(self, fn: Any, kwargs: dict[str, Any]) -> Any:
+        with Session(self._engine, expire_on_commit=False) as session:
+            return fn(session=session, **kwargs)
+
+
+async def compact_run(writer: Any, engine: Any, run_id: int, usage: DiskUsage) -> Run | None:
+    """Reduce one run's raw rows, chunk by chunk; return the run."""
+    statements = _Statements(writer, engine)
     deleted_rows = 0
     while True:
-        deleted = await writer.run(delete_steps_chunk, run_id=run_id)
+        deleted = await statements.run(delete_steps_chunk, run_id=run_id)
         deleted_rows += deleted
         if deleted < CHUNK_ROWS:
             break
     for table in ("devicesample", "hostsample"):
-        window = await writer.run(sample_windows, run_id=run_id, table=table)
+        window = await statements.run(sample_windows, run_id=run_id, table=table)
         if window is None:
             continue
         first, width, rows = window
@@ -202,7 +230,7 @@ async def compact_run(writer: Any, run_id: int, usage: DiskUsage) -> Run | None:
         chunks = max(1, math.ceil(rows / CHUNK_ROWS))
         step = max(1, math.ceil(KEEP_SAMPLES / chunks))
         for lo in range(0, KEEP_SAMPLES, step):
-            deleted_rows += await writer.run(
+            deleted_rows += await statements.run(
                 thin_samples_chunk, run_id=run_id, table=table, first=first, width=width,
                 lo=lo, hi=min(lo + step, KEEP_SAMPLES),
             )  # fmt: skip
@@ -240,7 +268,7 @@ async def retention_pass(*, writer: Any, engine: Any, settings: Any, usage: Disk
 
     due = await asyncio.to_thread(read)
     for run_id in due:
-        await compact_run(writer, run_id, usage)
+        await compact_run(writer, engine, run_id, usage)
     if due:
         await asyncio.to_thread(read)
     return due
