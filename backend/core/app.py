@@ -74,6 +74,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             detectors=Detectors(settings=settings, writer=writer, hub=hub, connections=connections),
         )
         app.state.stoker = state
+        state.telemetry.disk_gauges.writer = writer
         detectors = state.detectors
         # An alert rule's action "capture N steps of profile" (issue 31) takes the user's path.
         detectors.capture_profile = profiles.alert_capture(state)

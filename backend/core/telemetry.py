@@ -129,6 +129,7 @@ class DiskGauges(Collector):
 
     def __init__(self, usage: DiskUsage) -> None:
         self.usage = usage
+        self.writer: Any = None  # ingest.writer.Writer, set by the app: its disk-full state
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         u = self.usage
@@ -144,6 +145,17 @@ class DiskGauges(Collector):
         ):
             if value is not None:
                 yield GaugeMetricFamily(name, text, value=value)
+        if self.writer is not None:
+            yield GaugeMetricFamily(
+                "stoker_disk_full",
+                "1 while the database's disk is full and new rows are refused (agents spool)",
+                value=int(self.writer.disk_full),
+            )
+            yield GaugeMetricFamily(
+                "stoker_disk_full_refusals",
+                "Writes refused because the database's disk was full, since the server started",
+                value=self.writer.disk_full_refusals,
+            )
         yield GaugeMetricFamily(
             "stoker_retention_compacted_runs",
             "Runs compacted to rollups by this server since it started",
@@ -180,7 +192,8 @@ class Telemetry:
         self.live = LiveGauges()
         r.register(self.live)
         self.disk = DiskUsage()
-        r.register(DiskGauges(self.disk))
+        self.disk_gauges = DiskGauges(self.disk)
+        r.register(self.disk_gauges)
 
     def stored(self, batch: Batch) -> None:
         self.batches.inc()

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from backend.core.errors import StokerError
 from backend.ingest.store import BatchJob, store_batches
 
 T = TypeVar("T")
@@ -32,6 +33,30 @@ log = logging.getLogger(__name__)
 
 class StreamFailed(RuntimeError):
     """An earlier batch of the same stream failed; this one was not stored."""
+
+
+class DiskFull(StokerError):
+    """The database's disk is full: nothing was stored. 507, a server error, so agents keep
+    their rows (spooled) and send them again later."""
+
+    status_code = 507
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether a database error says the disk (or the database's size limit) is full."""
+    seen: BaseException | None = error
+    while seen is not None:
+        orig = getattr(seen, "orig", None)
+        for candidate in (seen, orig):
+            if candidate is None:
+                continue
+            if getattr(candidate, "sqlstate", None) == "53100":  # PostgreSQL disk_full
+                return True
+            text = str(candidate).lower()
+            if "database or disk is full" in text or "no space left on device" in text:
+                return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 StreamKey = tuple[int, str]  # (run id, stream)
@@ -65,6 +90,9 @@ class Writer:
         self._max_group = max_group
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._failed_streams: set[StreamKey] = set()  # touched only on the writer thread
+        # Disk-full state for /metrics (telemetry.DiskGauges): set by the writer thread.
+        self.disk_full = False
+        self.disk_full_refusals = 0
         self._thread = threading.Thread(target=self._loop, name="stoker-writer", daemon=True)
         self._thread.start()
 
@@ -138,13 +166,26 @@ class Writer:
                 kept.append(job)
         return kept
 
+    def _full(self, error: BaseException) -> BaseException:
+        """`error`, or DiskFull in its place when it says the disk is full."""
+        if not is_disk_full(error):
+            return error
+        if not self.disk_full:
+            log.error("the database's disk is full: refusing rows until there is room (%s)", error)
+        self.disk_full = True
+        self.disk_full_refusals += 1
+        return DiskFull(
+            "the database's disk is full: nothing was stored; the agent keeps its rows and "
+            "sends them again once there is room"
+        )
+
     def _call(self, job: _Job) -> None:
         assert job.fn is not None
         try:
             with Session(self._engine, expire_on_commit=False) as session:
                 result = job.fn(session=session, **job.kwargs)
         except BaseException as error:
-            _settle(job, error=error)
+            _settle(job, error=self._full(error))
         else:
             _settle(job, result)
 
@@ -160,12 +201,19 @@ class Writer:
                 batch = group[0].batch
                 assert batch is not None
                 self._failed_streams.add((batch.run_id, batch.stream))
-                _settle(group[0], error=error)
+                _settle(group[0], error=self._full(error))
+                return
+            if is_disk_full(error):  # one by one would fail the same way, each slowly
+                for job in group:
+                    assert job.batch is not None
+                    self._failed_streams.add((job.batch.run_id, job.batch.stream))
+                    _settle(job, error=self._full(error))
                 return
             log.warning("group of %d batches failed (%s); storing one by one", len(group), error)
             for job in group:
                 self._store([job])
             return
+        self.disk_full = False
         for job, result in zip(group, results, strict=True):
             _settle(job, result)
 

@@ -1,0 +1,127 @@
+"""A full disk is an event, not a crash (issue 30): SQLite on a small tmpfs. The server keeps
+serving reads, refuses rows with an answer agents retry (WebSocket close 1011, HTTP 507),
+says so in /metrics, and once there is room the agent's resent rows are all stored, once."""
+
+import asyncio
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from tests.conftest import require
+from tests.support import ServerProcess
+
+BATCH = 2_000
+
+
+def _mount(path: Path, size: str, *options: str) -> bool:
+    command = ["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *options]), "tmpfs"]
+    result = subprocess.run([*command, str(path)], capture_output=True)
+    return result.returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    require(_mount(disk, "3m"), "a tmpfs mount (root)")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _frame(seq: int) -> str:
+    steps = list(range((seq - 1) * BATCH, seq * BATCH))
+    return json.dumps(
+        {
+            "type": "batch",
+            "seq": seq,
+            "steps": {
+                "step": steps,
+                "t": [1.7e9 + s * 0.01 for s in steps],
+                "dur": [0.01 + (s % 7) * 1e-4 for s in steps],
+                "wait": [(s % 3) * 1e-4 for s in steps],
+            },
+        }
+    )
+
+
+async def _send(url: str, hello: dict, first_seq: int, last_seq: int) -> tuple[int, int, int]:
+    """Send batches first_seq..last_seq one at a time; return (the server's last_seq on
+    hello, the last acked seq, the close code if the server closed, else 0)."""
+    async with connect(url, max_size=None) as ws:
+        await ws.send(json.dumps(hello))
+        welcome = json.loads(await ws.recv())
+        acked = welcome["last_seq"]
+        for seq in range(max(first_seq, acked + 1), last_seq + 1):
+            try:
+                await ws.send(_frame(seq))
+                reply = json.loads(await ws.recv())
+            except ConnectionClosed as closed:
+                return welcome["last_seq"], acked, closed.rcvd.code if closed.rcvd else -1
+            assert reply["type"] == "ack" and reply["seq"] == seq, reply
+            acked = seq
+        return welcome["last_seq"], acked, 0
+
+
+def _metric(server: ServerProcess, name: str) -> float:
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    database = f"sqlite:///{small_disk / 'stoker.db'}"
+    server = ServerProcess(
+        data_dir=tmp_path / "server", env={"STOKER_DATABASE_URL": database}
+    ).start()
+    url = f"{server.ws_url}/api/v1/agent"
+    hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": "full"}
+    try:
+        # 3 MB hold far fewer than 200 batches of 2,000 steps.
+        total = 200
+        _, acked, code = asyncio.run(_send(url, hello, 1, total))
+        assert code == 1011, "the server closed with a retry-later code"
+        assert 0 < acked < total
+
+        assert httpx.get(f"{server.url}/healthz").status_code == 200
+        (run,) = server.get("/api/v1/runs")["data"]
+        assert run["summary"]["steps"] == acked * BATCH
+        assert server.get(f"/api/v1/runs/{run['id']}/steps")["total"] == acked * BATCH
+        assert _metric(server, "stoker_disk_full") == 1
+        assert _metric(server, "stoker_disk_full_refusals") >= 1
+        other = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex}
+        response = httpx.post(
+            f"{server.url}/api/v1/ingest",
+            json={"hello": other, "batches": [json.loads(_frame(1))]},
+            timeout=60,
+        )
+        assert response.status_code == 507, response.text
+        assert "disk is full" in response.json()["detail"]
+
+        # Room again: the agent reconnects, learns what is stored, sends the rest.
+        assert _mount(small_disk, "64m", "remount")
+        resumed_from, acked_again, code = asyncio.run(_send(url, hello, acked + 1, total))
+        assert resumed_from == acked and (acked_again, code) == (total, 0)
+        assert server.get(f"/api/v1/runs/{run['id']}")["summary"]["steps"] == total * BATCH
+        assert _metric(server, "stoker_disk_full") == 0
+    finally:
+        server.stop()
+    engine = create_engine(database)
+    with engine.connect() as connection:
+        rows, distinct = connection.execute(
+            text("SELECT count(*), count(DISTINCT step) FROM step")
+        ).one()
+    engine.dispose()
+    assert rows == distinct == total * BATCH
