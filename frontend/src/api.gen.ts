@@ -424,6 +424,11 @@ export interface components {
       fields: string[];
       /** Series */
       series: components["schemas"]["DeviceSeriesItem"][];
+      /**
+       * Compacted
+       * @default false
+       */
+      compacted?: boolean;
     };
     /** DeviceSeriesItem */
     DeviceSeriesItem: {
@@ -575,6 +580,11 @@ export interface components {
       fields: string[];
       /** Series */
       series: components["schemas"]["HostSeriesItem"][];
+      /**
+       * Compacted
+       * @default false
+       */
+      compacted?: boolean;
     };
     /** HostSeriesItem */
     HostSeriesItem: {
@@ -926,6 +936,13 @@ export interface components {
       ended_at: string | null;
       /** Last Seen At */
       last_seen_at: string | null;
+      /**
+       * Pinned
+       * @default false
+       */
+      pinned?: boolean;
+      /** Compacted At */
+      compacted_at?: string | null;
       /** Config */
       config: {
         [key: string]: unknown;
@@ -1028,6 +1045,8 @@ export interface components {
       tags?: string[] | null;
       /** Notes */
       notes?: string | null;
+      /** Pinned */
+      pinned?: boolean | null;
     };
     /** RunsPublic */
     RunsPublic: {
@@ -1122,6 +1141,13 @@ export interface components {
       dur_min?: number[] | null;
       /** Dur Max */
       dur_max?: number[] | null;
+      /**
+       * Compacted
+       * @default false
+       */
+      compacted?: boolean;
+      /** Finest Steps */
+      finest_steps?: number | null;
     };
     /**
      * UiSettings
