@@ -55,6 +55,26 @@ def test_a_condition_metric_does_not_hold_on_an_ended_run() -> None:
     assert [t.state for t in fired] == [AlertState.firing]
 
 
+def test_a_metric_gone_nan_as_the_run_ended_fires_once_at_once() -> None:
+    rule = _rule(1, AlertMetric.metric_nonfinite, 1.0, for_s=30.0, keep_firing_for_s=1.0)
+    engine = AlertEngine([rule])
+    key = (AlertMetric.metric_nonfinite, ("metric", "loss"))
+    # The NaN and the run's end came in one flush: the tick sees an ended run.
+    ended = _facts(False, {}, {key: 1.0})
+    ended.just_ended = True
+    fired = engine.evaluate([ended], now=0.0)
+    assert [(t.state, t.previous) for t in fired] == [(AlertState.firing, None)]
+    later = _facts(False, {}, {key: 1.0})  # no longer just ended: its values no longer hold
+    assert engine.evaluate([later], now=0.5) == []
+    resolved = engine.evaluate([later], now=1.5)
+    assert [t.state for t in resolved] == [AlertState.resolved]
+    # A condition rule (not a metric one) is not judged on a run that just ended.
+    util = AlertEngine([_rule(2, AlertMetric.gpu_util, 0.0)])
+    ended_util = _facts(False, {AlertMetric.gpu_util: 50.0})
+    ended_util.just_ended = True
+    assert util.evaluate([ended_util], now=0.0) == []
+
+
 def test_param_keys_name_the_metric_and_the_baseline() -> None:
     nan = _rule(1, AlertMetric.metric_nonfinite, 1.0)
     assert param_key(AlertMetric.metric_nonfinite, nan) == ("metric", "loss")

@@ -62,6 +62,9 @@ UNITS = {
 END_METRICS = frozenset(
     {AlertMetric.run_finished, AlertMetric.run_failed, AlertMetric.run_interrupted}
 )
+# Metrics whose last values on a run that just ended still count (once, firing at once): a
+# loss that went NaN in the run's last moments is news.
+FINAL_METRICS = frozenset({AlertMetric.metric_nonfinite, AlertMetric.metric_rise})
 # Metrics whose value depends on the rule's own parameters (see `param_key`).
 PARAM_METRICS = frozenset(
     {AlertMetric.metric_nonfinite, AlertMetric.metric_rise, AlertMetric.throughput_drop}
@@ -336,6 +339,8 @@ class RunFacts:
     values: dict[AlertMetric, float | None]
     # The parametrized metrics' values, by (metric, param_key): those the rules ask for.
     params: dict[tuple[AlertMetric, ParamKey], float | None] = field(default_factory=dict)
+    # The run ended since the last tick: its last metric values still count, once.
+    just_ended: bool = False
 
 
 @dataclass
@@ -417,6 +422,7 @@ class _Compiled:
     run_id: int | None
     param: tuple[AlertMetric, ParamKey] | None = None
     end: bool = False  # an END_METRICS rule: holds on a run no longer running, fires at once
+    final: bool = False  # a FINAL_METRICS rule: judged once more on a run that just ended
 
 
 @dataclass
@@ -443,6 +449,7 @@ class AlertEngine:
                 run_id=rule.run_id,
                 param=_param(rule),
                 end=AlertMetric(rule.metric) in END_METRICS,
+                final=AlertMetric(rule.metric) in FINAL_METRICS,
             )
             for rule in self.rules
             if rule.enabled and rule.id is not None
@@ -474,8 +481,11 @@ class AlertEngine:
                     value = run.params.get(compiled.param)
                 else:
                     value = run.values.get(metric)
+                # A loss that went NaN as the run ended (TerminateOnNaN, or in its last
+                # flush) still fires: once, at once, on the run's last values.
+                final = compiled.final and run.just_ended and not run.running
                 holds = (
-                    (run.running or compiled.end)
+                    (run.running or compiled.end or final)
                     and value is not None
                     and (run.stepping or not compiled.only_while_stepping)
                     and op(float(value), threshold)
@@ -485,7 +495,7 @@ class AlertEngine:
                     continue
                 seen.add(key)
                 transition = self._step(
-                    compiled.rule, run.run_id, holds, value, now, at_once=compiled.end
+                    compiled.rule, run.run_id, holds, value, now, at_once=compiled.end or final
                 )
                 if transition is not None:
                     transitions.append(transition)
@@ -548,7 +558,7 @@ class AlertEngine:
                     message=f"never fired: pending, cleared before it held for {rule.for_s:g} s",
                 )  # fmt: skip
             instance.last_true_at = now
-            if now - instance.active_since >= rule.for_s:
+            if now - instance.active_since >= rule.for_s or at_once:
                 instance.state = AlertState.firing
                 return Transition(
                     rule, run_id, AlertState.firing, AlertState.pending, value, instance

@@ -466,6 +466,7 @@ class Detectors:
             stepping=stepping,
             values=values,
             params=self._params(window, stepping),
+            just_ended=ended is not None,
         )
 
     def _evict(self, connected: set[int]) -> None:

@@ -14,6 +14,7 @@ import { emptySeries, seriesFromColumns, type StepSeries } from "../series";
 import type { CompareResponse, CompareRun } from "../types";
 import { errorMessage, statusBadge, type AppContext, type View } from "./common";
 import { EpochChartGrid } from "./epochCharts";
+import { cannotLoad } from "./loading";
 
 export class CompareView implements View {
   readonly el: HTMLElement;
@@ -125,7 +126,7 @@ export class CompareView implements View {
     const count = this.runs.length;
     this.render(diffFromServer(resp.differences.config, count), diffFromServer(resp.differences.environment, count), resp.missing);
     if (settingsError !== null) {
-      this.body.prepend(h("p", { class: "error", text: `Cannot load the server's settings (${errorMessage(settingsError)}).`, attrs: { "data-testid": "settings-error" } }));
+      this.body.prepend(h("p", { class: "error", text: cannotLoad("the server's settings", settingsError, false), attrs: { "data-testid": "settings-error" } }));
     }
     await Promise.all([this.loadSeries(), this.loadEpochs(), this.loadEnergies()]);
   }

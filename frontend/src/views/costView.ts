@@ -6,7 +6,8 @@ import { defaultSince, formatGpuHours, formatMoney, loadUiSettings, starvationPa
 import { h, replaceChildren } from "../dom";
 import { formatTimestamp } from "../format";
 import { RUNS_HREF, runHref } from "../router";
-import { emptyNote, errorMessage, panel, statusBadge, type AppContext, type View } from "./common";
+import { cannotLoad } from "./loading";
+import { emptyNote, panel, statusBadge, type AppContext, type View } from "./common";
 
 /** `YYYY-MM-DD` of a date (UTC), for the date input. */
 function dayOf(date: Date): string {
@@ -74,7 +75,7 @@ export class CostView implements View {
       ]);
       if (!this.abort.signal.aborted) this.render(data, settings);
     } catch (err) {
-      if (!this.abort.signal.aborted) replaceChildren(this.body, h("p", { class: "error", text: `Cannot load the starvation cost: ${errorMessage(err)}` }));
+      if (!this.abort.signal.aborted) replaceChildren(this.body, h("p", { class: "error", text: cannotLoad("the starvation cost", err, false) }));
     }
   }
 

@@ -18,6 +18,7 @@ import { RUNS_HREF } from "../router";
 import { isRun, runEnded } from "../runs";
 import type { Run } from "../types";
 import { errorMessage, every, type AppContext, type View } from "./common";
+import { cannotLoad } from "./loading";
 import { AlertsPanel } from "./run/alertsPanel";
 import { ConfigPanel } from "./run/configPanel";
 import { openRunEditForm } from "./run/editForm";
@@ -242,7 +243,7 @@ export class RunPageView implements View {
       if (this.destroyed) return;
       if (isNotFound(err)) this.showNotFound();
       else if (!this.run) {
-        replaceChildren(this.headerBox, h("p", { class: "error", text: `Cannot load run: ${errorMessage(err)}` }));
+        replaceChildren(this.headerBox, h("p", { class: "error", text: cannotLoad("the run", err, false) }));
       }
     }
   }
@@ -266,8 +267,7 @@ export class RunPageView implements View {
   private showSettingsFailure(): void {
     this.settingsError.hidden = this.settingsFailure === null;
     if (this.settingsFailure === null) return;
-    const retrying = this.run?.status === "running" ? "; retrying…" : ".";
-    setText(this.settingsError, `Cannot load the server's settings (${this.settingsFailure})${retrying}`);
+    setText(this.settingsError, cannotLoad("the server's settings", this.settingsFailure, this.run?.status === "running"));
   }
 
   /** Live steps arrived: re-read the server's starved stretches within a second (not per message). */

@@ -20,7 +20,8 @@ import { loadUiSettings } from "../cost";
 import type { RunEnergy } from "../energy";
 import { COST_HREF, runHref } from "../router";
 import type { Run, RunStatus } from "../types";
-import { errorMessage, every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
+import { every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
+import { cannotLoad } from "./loading";
 
 interface Column {
   key: string;
@@ -206,7 +207,7 @@ export class RunsListView implements View {
       () => this.render(),
       (err: unknown) => {
         if (this.destroyed) return; // left the page
-        setText(this.settingsError, `Cannot load the server's settings (${errorMessage(err)}).`);
+        setText(this.settingsError, cannotLoad("the server's settings", err, false));
         this.settingsError.hidden = false;
       },
     );
@@ -520,7 +521,7 @@ export class RunsListView implements View {
     if (runs.error) {
       replaceChildren(
         this.stateBox,
-        h("p", { class: "error", text: `Cannot load runs: ${runs.error}` }),
+        h("p", { class: "error", text: cannotLoad("runs", runs.error, false) }),
       );
       return;
     }

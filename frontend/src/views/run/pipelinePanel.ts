@@ -9,6 +9,7 @@ import type { ApiClient } from "../../api";
 import { h, replaceChildren, setText } from "../../dom";
 import { formatPercent } from "../../format";
 import { errorMessage } from "../common";
+import { cannotLoad, LivePoll } from "../loading";
 import {
   bufferFill,
   capacityBarPct,
@@ -27,7 +28,7 @@ export class PipelinePanel {
   private readonly body: HTMLElement;
   private readonly info: HTMLElement;
   private readonly error: HTMLElement;
-  private timer: ReturnType<typeof setInterval> | null = null;
+  private readonly poll = new LivePoll(() => void this.load(), PIPELINE_POLL_MS);
   private loading = false;
   /** Why the last read failed, or null. */
   private failure: string | null = null;
@@ -52,19 +53,12 @@ export class PipelinePanel {
 
   /** Poll while the run is live; one last read when it ends. */
   setLive(live: boolean): void {
-    if (live && this.timer === null) {
-      this.timer = setInterval(() => void this.load(), PIPELINE_POLL_MS);
-    } else if (!live && this.timer !== null) {
-      clearInterval(this.timer);
-      this.timer = null;
-      void this.load();
-    }
+    this.poll.setLive(live);
     this.showFailure();
   }
 
   destroy(): void {
-    if (this.timer !== null) clearInterval(this.timer);
-    this.timer = null;
+    this.poll.stop();
   }
 
   async load(): Promise<void> {
@@ -90,7 +84,7 @@ export class PipelinePanel {
   private showFailure(): void {
     this.error.hidden = this.failure === null;
     if (this.failure === null) return;
-    setText(this.error, `Cannot load the input pipeline (${this.failure})${this.timer !== null ? "; retrying…" : "."}`);
+    setText(this.error, cannotLoad("the input pipeline", this.failure, this.poll.polling));
     this.el.hidden = false;
   }
 

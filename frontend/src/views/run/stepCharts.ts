@@ -18,7 +18,7 @@ import { SeriesResource } from "../../seriesResource";
 import { StepTimeChart } from "../../stepChart";
 import { StepSync } from "../../stepSync";
 import type { MetricTrack, Run, StarvationResponse, StepColumns } from "../../types";
-import { errorMessage } from "../common";
+import { cannotLoad } from "../loading";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
 
 export interface StepChartsOptions {
@@ -164,7 +164,7 @@ export class StepCharts {
           this.showChartError("No step data for this run.");
           return false;
         }
-        this.showChartError(`Cannot load steps (${errorMessage(err)}); retrying…`);
+        this.showChartError(cannotLoad("steps", err, true));
         return true;
       },
     });
@@ -256,7 +256,7 @@ export class StepCharts {
     const state = this.metrics.state;
     const held = this.metrics.held ?? [];
     setAttrs(box.box, { "data-state": state });
-    if (state === "error") this.metricsChart?.setEmptyText("Cannot load metrics; retrying…");
+    if (state === "error") this.metricsChart?.setEmptyText(cannotLoad("metrics", null, true));
     else if (held.length === 0)
       this.metricsChart?.setEmptyText(this.run?.status === "running" ? "Waiting for logged metrics…" : "No metrics were logged for this run.");
     setText(box.info, held.map((m) => m.name).join(", "));

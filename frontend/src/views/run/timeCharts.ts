@@ -12,6 +12,7 @@ import { shouldRefine, spliceSamples } from "../../refine";
 import { lastSampleTime, mergeSamples, throttleRanges, type ShadeRange } from "../../samples";
 import { SeriesResource } from "../../seriesResource";
 import type { Run, SamplesData } from "../../types";
+import { cannotLoad } from "../loading";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
 
 const KINDS: TelemetryKind[] = ["gpu", "memory", "thermal", "host"];
@@ -115,7 +116,7 @@ export class TimeCharts {
     const state = this.samples.state;
     if (state === "error") {
       this.note.hidden = false;
-      setText(this.note, "Cannot load device and host samples; retrying…");
+      setText(this.note, cannotLoad("device and host samples", null, true));
       setAttrs(this.note, { "data-state": state });
     } else {
       this.note.hidden = true;

@@ -19,6 +19,7 @@ import {
   verdictWords,
 } from "../../verdict";
 import type { AppContext } from "../common";
+import { cannotLoad } from "../loading";
 
 export class VerdictBanner {
   readonly el: HTMLElement;
@@ -172,7 +173,7 @@ function renderWithoutDiagnosis(b: HTMLElement, state: "loading" | "ok" | "error
   const level = inputWaitLevel(s?.verdict);
   b.className = `verdict-banner tone-info`;
   setAttrs(b, { "data-verdict": state === "loading" ? "loading" : "unavailable", "data-source": "summary" });
-  const why = state === "loading" ? "Diagnosing…" : "Cannot load the diagnosis.";
+  const why = state === "loading" ? "Diagnosing…" : cannotLoad("the diagnosis", null, false);
   replaceChildren(
     b,
     h("div", { class: "verdict-head" }, h("h2", { class: "verdict-title", text: why, attrs: { "data-testid": "verdict-title" } })),
