@@ -14,14 +14,17 @@ import type {
   AlertRule,
   AlertRuleInput,
   CompareResponse,
+  DeviceSeries,
   Diagnosis,
+  HostSeries,
   ListPage,
+  MetricSeries,
   MetricTrack,
   Run,
   RunEvent,
   RunsPage,
   SamplesData,
-  StarvationResponse,
+  StarvedRanges,
   StepsResponse,
 } from "./types";
 
@@ -164,22 +167,22 @@ export class ApiClient {
       until_t: query.untilT,
     });
     const [host, device] = await Promise.all([
-      this.getJson<unknown>(`${run}/host${qs}`, signal),
-      this.getJson<unknown>(`${run}/samples${qs}`, signal),
+      this.getJson<HostSeries>(`${run}/host${qs}`, signal),
+      this.getJson<DeviceSeries>(`${run}/samples${qs}`, signal),
     ]);
-    return { device: normalizeSamples(device).device, host: normalizeSamples({ host }).host };
+    return normalizeSamples(device, host);
   }
 
   /** Server-computed starved step ranges (`/runs/{id}/starvation`). */
-  getStarvation(id: number, query: { threshold?: number; maxGap?: number } = {}, signal?: AbortSignal): Promise<StarvationResponse> {
-    return this.getJson<StarvationResponse>(
+  getStarvation(id: number, query: { threshold?: number; maxGap?: number } = {}, signal?: AbortSignal): Promise<StarvedRanges> {
+    return this.getJson<StarvedRanges>(
       `/runs/${encodeURIComponent(String(id))}/starvation${queryString({ threshold: query.threshold, max_gap: query.maxGap })}`,
       signal,
     );
   }
 
   async getMetrics(id: number, query: MetricsQuery, signal?: AbortSignal): Promise<MetricTrack[]> {
-    const raw = await this.getJson<unknown>(
+    const raw = await this.getJson<MetricSeries>(
       `/runs/${encodeURIComponent(String(id))}/metrics${queryString({
         max_points: query.maxPoints === undefined ? undefined : Math.max(2, Math.round(query.maxPoints)),
         after_step: query.afterStep,

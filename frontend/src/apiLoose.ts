@@ -1,7 +1,6 @@
-// Hand-written shapes for what the OpenAPI schema does not describe yet: routes
-// that return `dict[str, Any]` (samples, host, metrics, starvation)
-// and the live WebSocket's messages. When the backend declares response models
-// for them, `npm run gen:api` brings them into api.gen.ts and these go.
+// Hand-written shapes the OpenAPI schema does not describe: the live WebSocket's
+// messages, and the UI's normalized form of the sample and metric series
+// (the wire answers themselves are DeviceSeries, HostSeries and MetricSeries in api.gen.ts).
 
 import type { Alert, Diagnosis, Run, RunEvent, StepsResponse } from "./types";
 
@@ -28,7 +27,7 @@ export type LiveMessage =
 /** Messages the browser sends on `/api/v1/live`. */
 export type ClientMessage = { type: "subscribe"; run_id: number } | { type: "unsubscribe"; run_id: number };
 
-// ---- `GET /runs/{id}/samples`, `/host`, `/metrics`, normalized by samples.ts ----
+// ---- the answers of `GET /runs/{id}/samples`, `/host`, `/metrics` as samples.ts normalizes them ----
 
 /** One timed track (one GPU of one rank, or one host), columnar, `t` in unix seconds. */
 export interface SampleTrack {
@@ -61,15 +60,4 @@ export interface MetricTrack {
   value: (number | null)[];
   min: (number | null)[] | null;
   max: (number | null)[] | null;
-}
-
-// ---- `GET /runs/{id}/starvation` ----
-
-/** Stretches of steps whose input wait reached the threshold. */
-export interface StarvationResponse {
-  run_id: number;
-  threshold: number;
-  measured_steps: number;
-  starved_steps: number;
-  ranges: { start: number; end: number; t_start: number; t_end: number; steps: number; wait_share: number | null }[];
 }

@@ -55,13 +55,15 @@ describe("chart specs", () => {
     expect(metricsSpec().columns(tracks)).toEqual([[1, 2], [0.5, null], [2, 1]]);
   });
   it("telemetry charts pick their fields and give each GPU one color", () => {
-    const d = normalizeSamples({
-      device: [
-        { gpu: 0, t: [1, 2], util: [10, 20], mem_used: [1, 2], mem_total: [8, 8], temp_c: [50, 51] },
-        { gpu: 1, t: [1, 2], util: [30, 40] },
-      ],
-      host: [{ t: [1], proc_cpu: [100], rss: [1e9] }],
-    });
+    const d = normalizeSamples(
+      {
+        series: [
+          { gpu: 0, t: [1, 2], util: [10, 20], mem_used: [1, 2], mem_total: [8, 8], temp_c: [50, 51] },
+          { gpu: 1, t: [1, 2], util: [30, 40] },
+        ],
+      },
+      { series: [{ t: [1], proc_cpu: [100], rss: [1e9] }] },
+    );
     expect(telemetryChart("gpu", d).series.map((s) => s.label)).toEqual(["GPU 0 util", "GPU 1 util"]);
     expect(telemetryChart("memory", d).series.map((s) => s.label)).toEqual(["GPU 0 used (NVML)", "GPU 0 total"]);
     expect(telemetryChart("host", d).series.map((s) => s.label)).toEqual(["process CPU", "process RSS"]);
@@ -77,10 +79,10 @@ describe("chart specs", () => {
 });
 
 describe("memory axes", () => {
-  const d = normalizeSamples({
-    device: [{ gpu: 0, t: [1, 2], mem_used: [20 * 1024 ** 3, 21 * 1024 ** 3], mem_total: [40e9, 40e9] }],
-    host: [{ t: [1], proc_cpu: [100], rss: [1e9] }],
-  });
+  const d = normalizeSamples(
+    { series: [{ gpu: 0, t: [1, 2], mem_used: [20 * 1024 ** 3, 21 * 1024 ** 3], mem_total: [40e9, 40e9] }] },
+    { series: [{ t: [1], proc_cpu: [100], rss: [1e9] }] },
+  );
   it("use binary increments and GiB labels on the GPU memory and host charts", () => {
     for (const kind of ["memory", "host"] as const) {
       const o = telemetrySpec(kind).options(d, size, style);

@@ -60,8 +60,8 @@ describe("spliceSteps", () => {
 
 describe("spliceSamples", () => {
   it("splices matching tracks and fills band columns of raw detail rows from the value", () => {
-    const base = normalizeSamples({ device: [{ gpu: 0, t: [0, 10, 20], util: [1, 2, 3], util_min: [0, 0, 0], util_max: [5, 5, 5] }] });
-    const detail = normalizeSamples({ device: [{ gpu: 0, t: [9, 11, 12, 21], util: [7, 8, 9, 10] }] });
+    const base = normalizeSamples({ series: [{ gpu: 0, t: [0, 10, 20], util: [1, 2, 3], util_min: [0, 0, 0], util_max: [5, 5, 5] }] }, null);
+    const detail = normalizeSamples({ series: [{ gpu: 0, t: [9, 11, 12, 21], util: [7, 8, 9, 10] }] }, null);
     const out = spliceSamples(base, detail, 10, 20);
     expect(out.device[0]!.t).toEqual([0, 11, 12]);
     expect(out.device[0]!.cols.util).toEqual([1, 8, 9]);

@@ -14,60 +14,46 @@ import {
 } from "./samples";
 
 describe("normalizeSamples", () => {
-  it("reads per-track series under device and host", () => {
-    const d = normalizeSamples({
-      run_id: 1,
-      device: { series: [{ rank: 0, gpu: 1, t: [2, 1], util: [20, 10] }, { rank: 0, gpu: 0, t: [1], util: [5] }] },
-      host: { series: [{ rank: 0, t: [1, 2], proc_cpu: [50, "x"] }] },
-    });
+  it("reads the device and host answers' tracks", () => {
+    const d = normalizeSamples(
+      { series: [{ rank: 0, gpu: 1, total: 2, downsampled: false, t: [2, 1], util: [20, 10] }, { rank: 0, gpu: 0, total: 1, downsampled: false, t: [1], util: [5] }] },
+      { series: [{ rank: 0, total: 2, downsampled: false, t: [1, 2], proc_cpu: [50, "x"] }] },
+    );
     expect(d.device.map((t) => t.gpu)).toEqual([0, 1]);
     // rows sorted by time, values kept with their rows
     expect(d.device[1]!.t).toEqual([1, 2]);
     expect(d.device[1]!.cols.util).toEqual([10, 20]);
+    expect(d.device[1]!.total).toBe(2);
     expect(d.host[0]!.cols.proc_cpu).toEqual([50, null]);
     expect(d.host[0]!.gpu).toBeUndefined();
   });
 
-  it("splits flat wire columns into one track per GPU", () => {
-    const d = normalizeSamples({ device: { t: [1, 1, 2, 2], gpu: [0, 1, 0, 1], util: [1, 2, 3, 4] }, host: { t: [1], rss: [9] } });
-    expect(d.device).toHaveLength(2);
-    expect(d.device[1]!.cols.util).toEqual([2, 4]);
-    expect(d.host[0]!.cols.rss).toEqual([9]);
-  });
-
-  it("separates a single series list into devices and hosts by the gpu field", () => {
-    const d = normalizeSamples({ series: [{ gpu: 0, t: [1], util: [1] }, { t: [1], rss: [2] }] });
-    expect(d.device).toHaveLength(1);
-    expect(d.host).toHaveLength(1);
-  });
-
   it("marks tracks with _min/_max columns as downsampled", () => {
-    const d = normalizeSamples({ device: [{ gpu: 0, t: [1], util: [1], util_min: [0], util_max: [2] }] });
+    const d = normalizeSamples({ series: [{ gpu: 0, t: [1], util: [1], util_min: [0], util_max: [2] }] }, null);
     expect(d.device[0]!.downsampled).toBe(true);
   });
 
-  it("returns empty data for garbage", () => {
-    expect(normalizeSamples(null)).toEqual({ device: [], host: [] });
-    expect(normalizeSamples({ device: 3 })).toEqual({ device: [], host: [] });
+  it("returns empty data for a failed or malformed answer", () => {
+    expect(normalizeSamples(null, null)).toEqual({ device: [], host: [] });
+    expect(normalizeSamples({ series: [3, { t: "x" }] }, undefined)).toEqual({ device: [], host: [] });
   });
 });
 
 describe("normalizeMetrics", () => {
   it("reads per-name series", () => {
-    const m = normalizeMetrics({ names: ["loss"], series: [{ name: "loss", step: [2, 1], value: [0.5, 1], value_min: [0.4, 1], value_max: [0.6, 1] }] });
+    const m = normalizeMetrics({ series: [{ name: "loss", step: [2, 1], value: [0.5, 1], value_min: [0.4, 1], value_max: [0.6, 1] }] });
     expect(m[0]).toEqual({ name: "loss", step: [1, 2], value: [1, 0.5], min: [1, 0.4], max: [1, 0.6] });
   });
-  it("groups the flat wire form by name", () => {
-    const m = normalizeMetrics({ step: [1, 1, 2], name: ["loss", "acc", "loss"], value: [1, 0.5, null] });
-    expect(m.map((x) => x.name)).toEqual(["acc", "loss"]);
-    expect(m[1]!.value).toEqual([1, null]);
+  it("reads nothing from a failed or malformed answer", () => {
+    expect(normalizeMetrics(null)).toEqual([]);
+    expect(normalizeMetrics({ series: [{ name: "loss" }] })).toEqual([]);
   });
 });
 
 describe("mergeSamples", () => {
   it("appends only rows newer than the last held per track and adds new tracks", () => {
-    const held = normalizeSamples({ device: [{ gpu: 0, t: [1, 2], util: [1, 2] }] });
-    const inc = normalizeSamples({ device: [{ gpu: 0, t: [2, 3], util: [99, 3] }, { gpu: 1, t: [3], util: [7] }] });
+    const held = normalizeSamples({ series: [{ gpu: 0, t: [1, 2], util: [1, 2] }] }, null);
+    const inc = normalizeSamples({ series: [{ gpu: 0, t: [2, 3], util: [99, 3] }, { gpu: 1, t: [3], util: [7] }] }, null);
     const { data, added } = mergeSamples(held, inc);
     expect(added).toBe(2);
     expect(data.device[0]!.t).toEqual([1, 2, 3]);
@@ -76,15 +62,15 @@ describe("mergeSamples", () => {
     expect(lastSampleTime(data)).toBe(3);
   });
   it("extends the band of a downsampled track with raw rows' own values", () => {
-    const held = normalizeSamples({ device: [{ gpu: 0, t: [1], util: [5], util_min: [1], util_max: [9], downsampled: true }] });
-    const inc = normalizeSamples({ device: [{ gpu: 0, t: [2], util: [7] }] });
+    const held = normalizeSamples({ series: [{ gpu: 0, t: [1], util: [5], util_min: [1], util_max: [9], downsampled: true }] }, null);
+    const inc = normalizeSamples({ series: [{ gpu: 0, t: [2], util: [7] }] }, null);
     const { data } = mergeSamples(held, inc);
     expect(data.device[0]!.cols.util_min).toEqual([1, 7]);
     expect(data.device[0]!.cols.util_max).toEqual([9, 7]);
   });
   it("pads columns that only one side has", () => {
-    const held = normalizeSamples({ device: [{ gpu: 0, t: [1], util: [1] }] });
-    const inc = normalizeSamples({ device: [{ gpu: 0, t: [2], temp_c: [60] }] });
+    const held = normalizeSamples({ series: [{ gpu: 0, t: [1], util: [1] }] }, null);
+    const inc = normalizeSamples({ series: [{ gpu: 0, t: [2], temp_c: [60] }] }, null);
     const { data } = mergeSamples(held, inc);
     expect(data.device[0]!.cols.util).toEqual([1, null]);
     expect(data.device[0]!.cols.temp_c).toEqual([null, 60]);
@@ -118,7 +104,7 @@ describe("joinTracks", () => {
 
 describe("telemetryColumns", () => {
   it("keeps only fields with values and labels them per GPU", () => {
-    const d = normalizeSamples({ device: [{ gpu: 0, t: [1], util: [50], mem_util: [null] }, { gpu: 1, t: [1], util: [60] }] });
+    const d = normalizeSamples({ series: [{ gpu: 0, t: [1], util: [50], mem_util: [null] }, { gpu: 1, t: [1], util: [60] }] }, null);
     const c = telemetryColumns(d.device, [
       { field: "util", unit: "%", name: "util" },
       { field: "mem_util", unit: "%", name: "mem" },
@@ -127,7 +113,7 @@ describe("telemetryColumns", () => {
     expect(c.data).toEqual([[1], [50], [60]]);
   });
   it("adds band columns after all lines for downsampled fields", () => {
-    const d = normalizeSamples({ device: [{ gpu: 0, t: [1, 2], util: [5, 6], util_min: [1, 2], util_max: [9, 9], downsampled: true }] });
+    const d = normalizeSamples({ series: [{ gpu: 0, t: [1, 2], util: [5, 6], util_min: [1, 2], util_max: [9, 9], downsampled: true }] }, null);
     const c = telemetryColumns(d.device, [{ field: "util", unit: "%", name: "util", band: true }]);
     expect(c.series[0]!.band).toEqual([2, 3]);
     expect(c.data).toEqual([[1, 2], [5, 6], [9, 9], [1, 2]]);
@@ -140,7 +126,7 @@ describe("throttle", () => {
     expect(throttleNames(0x4 | 0x40)).toEqual(["power cap", "HW thermal"]);
   });
   it("merges consecutive throttled samples into ranges ending at the next sample", () => {
-    const d = normalizeSamples({ device: [{ gpu: 0, t: [0, 1, 2, 3, 4], throttle: [0, 4, 4, 0, 32] }] });
+    const d = normalizeSamples({ series: [{ gpu: 0, t: [0, 1, 2, 3, 4], throttle: [0, 4, 4, 0, 32] }] }, null);
     expect(throttleRanges(d.device)).toEqual([
       { from: 1, to: 3, label: "GPU 0: power cap" },
       { from: 4, to: 4, label: "GPU 0: SW thermal" },

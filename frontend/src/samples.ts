@@ -2,12 +2,10 @@
 // what the server sends, merging live increments, and building chart columns.
 // Pure (no DOM), unit-tested.
 //
-// The server's shapes are read defensively. Accepted for samples:
-//   {device: {series: [track...]}, host: {series: [track...]}}   (per-track arrays)
-//   {device: [track...], host: [track...]}
-//   {device: {t: [...], gpu: [...], util: [...]}, host: {t: [...], ...}}   (flat wire columns)
-//   {series: [track...]}   (tracks with `gpu` are devices, the others hosts)
-// where a track is `{rank?, gpu?, t: [...], <field>: [...], <field>_min?: [...], ...}`.
+// The server's answers (DeviceSeries, HostSeries, MetricSeries in api.gen.ts) are
+// `{series: [track...]}`, where a device or host track is
+// `{rank, gpu?, total, downsampled, t: [...], <field>: [...], <field>_min?: [...], ...}`;
+// their rows are read defensively (non-finite values become null).
 
 import type { MetricTrack, SampleTrack, SamplesData } from "./types";
 
@@ -28,7 +26,7 @@ function numCol(v: unknown, n: number): Col {
   return out;
 }
 
-const TRACK_META = new Set(["t", "rank", "gpu", "total", "downsampled", "run_id", "host", "name", "step", "fields"]);
+const TRACK_META = new Set(["t", "rank", "gpu", "total", "downsampled"]);
 
 /** One track object → SampleTrack (rows sorted by t, rows without a finite t dropped). */
 export function normalizeTrack(raw: unknown): SampleTrack | null {
@@ -57,39 +55,12 @@ export function normalizeTrack(raw: unknown): SampleTrack | null {
   return track;
 }
 
-/** Flat wire columns with a `gpu` (and maybe `rank`) column → one track per (rank, gpu). */
-export function splitFlat(raw: Record<string, unknown>, key: "gpu" | null): SampleTrack[] {
-  const t = Array.isArray(raw.t) ? raw.t : [];
-  const groups = new Map<string, number[]>();
-  for (let i = 0; i < t.length; i++) {
-    const rank = num(Array.isArray(raw.rank) ? raw.rank[i] : 0) ?? 0;
-    const gpu = key ? (num(Array.isArray(raw.gpu) ? raw.gpu[i] : 0) ?? 0) : null;
-    const id = `${rank}:${gpu ?? ""}`;
-    let g = groups.get(id);
-    if (!g) groups.set(id, (g = []));
-    g.push(i);
-  }
-  const out: SampleTrack[] = [];
-  for (const [id, rows] of groups) {
-    const [rank, gpu] = id.split(":");
-    const obj: Record<string, unknown> = { rank: Number(rank), downsampled: raw.downsampled };
-    if (key && gpu !== "") obj.gpu = Number(gpu);
-    for (const [k, v] of Object.entries(raw)) {
-      if (k === "rank" || k === "gpu" || !Array.isArray(v)) continue;
-      obj[k] = rows.map((i) => v[i]);
-    }
-    const tr = normalizeTrack(obj);
-    if (tr) out.push(tr);
-  }
-  return out;
-}
+/** The series of an answer (`DeviceSeries`, `HostSeries`), read defensively; null when it failed. */
+export type SeriesAnswer = { series?: readonly unknown[] } | null | undefined;
 
-function tracksOf(raw: unknown, kind: "device" | "host"): SampleTrack[] {
-  if (Array.isArray(raw)) return raw.map(normalizeTrack).filter((x): x is SampleTrack => x !== null);
-  if (!isObj(raw)) return [];
-  if (Array.isArray(raw.series)) return tracksOf(raw.series, kind);
-  if (Array.isArray(raw.t)) return splitFlat(raw, kind === "device" ? "gpu" : null);
-  return [];
+function tracksOf(answer: SeriesAnswer): SampleTrack[] {
+  const list = Array.isArray(answer?.series) ? answer.series : [];
+  return list.map(normalizeTrack).filter((x): x is SampleTrack => x !== null);
 }
 
 /** Sort tracks by rank then GPU, so colors stay put between fetches. */
@@ -97,45 +68,15 @@ function byIdentity(a: SampleTrack, b: SampleTrack): number {
   return a.rank - b.rank || (a.gpu ?? -1) - (b.gpu ?? -1);
 }
 
-export function normalizeSamples(raw: unknown): SamplesData {
-  if (!isObj(raw)) return { device: [], host: [] };
-  let device: SampleTrack[];
-  let host: SampleTrack[];
-  if ("device" in raw || "host" in raw || "devices" in raw || "hosts" in raw) {
-    device = tracksOf(raw.device ?? raw.devices, "device");
-    host = tracksOf(raw.host ?? raw.hosts, "host");
-  } else {
-    const all = tracksOf(raw, "device");
-    device = all.filter((t) => t.gpu !== undefined);
-    host = all.filter((t) => t.gpu === undefined);
-  }
-  return { device: device.sort(byIdentity), host: host.sort(byIdentity) };
+/** The device (`GET /runs/{id}/samples`) and host (`GET /runs/{id}/host`) answers as tracks. */
+export function normalizeSamples(device: SeriesAnswer, host: SeriesAnswer): SamplesData {
+  return { device: tracksOf(device).sort(byIdentity), host: tracksOf(host).sort(byIdentity) };
 }
 
-/** Metrics from `{series: [{name, step, value, value_min?, value_max?}]}` or flat `{step, name, value}`. */
-export function normalizeMetrics(raw: unknown): MetricTrack[] {
-  if (isObj(raw) && "metrics" in raw) return normalizeMetrics(raw.metrics);
-  const list: unknown[] = Array.isArray(raw) ? raw : isObj(raw) && Array.isArray(raw.series) ? raw.series : [];
+/** The step series of a `MetricSeries` answer (`{series: [{name, axis, step, value, value_min?, value_max?}]}`). */
+export function normalizeMetrics(answer: SeriesAnswer): MetricTrack[] {
   const out: MetricTrack[] = [];
-  if (list.length === 0 && isObj(raw) && Array.isArray(raw.name) && Array.isArray(raw.step)) {
-    // Flat wire form: one row per (step, name).
-    const byName = new Map<string, { step: number[]; value: Col }>();
-    const names = raw.name as unknown[];
-    const steps = raw.step as unknown[];
-    const values = Array.isArray(raw.value) ? raw.value : [];
-    for (let i = 0; i < names.length; i++) {
-      const st = num(steps[i]);
-      if (st === null) continue;
-      const name = String(names[i]);
-      let m = byName.get(name);
-      if (!m) byName.set(name, (m = { step: [], value: [] }));
-      m.step.push(st);
-      m.value.push(num(values[i]));
-    }
-    for (const [name, m] of byName) out.push(sortMetric({ name, step: m.step, value: m.value, min: null, max: null }));
-    return out.sort((a, b) => a.name.localeCompare(b.name));
-  }
-  for (const item of list) {
+  for (const item of Array.isArray(answer?.series) ? answer.series : []) {
     // Epoch series (`axis: "epoch"`) are drawn by epoch (see epochs.ts), not on the step chart.
     if (!isObj(item) || !Array.isArray(item.step) || item.axis === "epoch") continue;
     const n = item.step.length;

@@ -1,7 +1,7 @@
 // Names for the shapes of the public Stoker API (`/api/v1`). They are aliases of
 // the types generated from the server's OpenAPI schema (api.gen.ts, made by
 // `npm run gen:api` from the committed openapi.json). What the schema does not
-// describe yet is hand-written in apiLoose.ts and re-exported from here.
+// describe is hand-written in apiLoose.ts and re-exported from here.
 
 import type { components } from "./api.gen";
 
@@ -41,6 +41,10 @@ export type AlertRuleInput = Schemas["AlertRuleCreate"];
 export type AlertRule = Schemas["AlertRulePublic"];
 export type Alert = Schemas["AlertPublic"];
 export type RunEvent = Schemas["RunEventPublic"];
+export type StarvedRanges = Schemas["StarvedRanges"];
+export type DeviceSeries = Schemas["DeviceSeries"];
+export type HostSeries = Schemas["HostSeries"];
+export type MetricSeries = Schemas["MetricSeries"];
 
 export interface ListPage<T> {
   data: T[];
@@ -54,6 +58,5 @@ export type {
   MetricTrack,
   SamplesData,
   SampleTrack,
-  StarvationResponse,
   StepColumns,
 } from "./apiLoose";

@@ -17,7 +17,7 @@ import { seriesFromColumns, type StepSeries } from "../../series";
 import { SeriesResource } from "../../seriesResource";
 import { StepTimeChart } from "../../stepChart";
 import { StepSync } from "../../stepSync";
-import type { MetricTrack, Run, StarvationResponse, StepColumns } from "../../types";
+import type { MetricTrack, Run, StarvedRanges, StepColumns } from "../../types";
 import { cannotLoad } from "../loading";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
 
@@ -181,7 +181,7 @@ export class StepCharts {
   }
 
   /** The server's starved stretches; returns them in wall-clock time for the GPU charts. */
-  setStarvation(resp: StarvationResponse): ShadeRange[] {
+  setStarvation(resp: StarvedRanges): ShadeRange[] {
     const ranges = rangesFromStarvation(resp);
     this.starved = ranges.steps;
     this.starvedKey.title = starvedTitle(resp.threshold);
