@@ -26,6 +26,7 @@ from backend.core.state import AppState
 from backend.ingest import profiles as store
 from backend.ingest.profile_analysis import analyse
 from backend.live.agents import AgentLink
+from backend.live.messages import ProfileMessage
 
 ProfileId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 Rank = Annotated[int, Query(ge=0, le=100_000, description="the worker's rank (its hello's)")]
@@ -54,9 +55,8 @@ class StatusReport(BaseModel):
 
 
 def _announce(state: AppState, profile: ProfilePublic) -> None:
-    state.hub.broadcast_relayed(
-        {"type": "profile", "run_id": profile.run_id, "profile": profile.model_dump(mode="json")}
-    )
+    message = ProfileMessage(run_id=profile.run_id, profile=profile)
+    state.hub.broadcast_relayed(message.model_dump(mode="json"))
 
 
 @router.post("", status_code=202, dependencies=[ViewerAuth])

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from backend.core.models import AlertPublic, RunEventPublic
+from backend.core.models import AlertPublic, ProfilePublic, RunEventPublic
 from backend.diagnosis.verdict import Diagnosis
 
 
@@ -70,6 +70,15 @@ class AlertMessage(BaseModel):
     alert: AlertPublic
 
 
+class ProfileMessage(BaseModel):
+    """A profiler capture changed status, to every browser of this process: it is not relayed
+    to other processes, since its analysis can exceed a PostgreSQL notification."""
+
+    type: Literal["profile"] = "profile"
+    run_id: int
+    profile: ProfilePublic = Field(description="as GET /runs/{id}/profiles/{pid} returns it")
+
+
 LiveMessage = (
     RunMessage
     | StepsMessage
@@ -78,6 +87,7 @@ LiveMessage = (
     | VerdictMessage
     | EventMessage
     | AlertMessage
+    | ProfileMessage
 )
 # Verdicts, alerts and events go to every browser (LiveHub.broadcast).
 Broadcast = VerdictMessage | EventMessage | AlertMessage
