@@ -135,3 +135,48 @@ describe("alerts that never fired", () => {
     expect(gone.map((a) => a.id)).toEqual([2]);
   });
 });
+
+describe("issue 31: run ends, metrics, throughput and the profile action", () => {
+  it("sends a NaN-loss rule with its metric name, defaulting to loss", () => {
+    const named = validateRuleForm(form({ metric: "metric_nonfinite", comparison: ">=", threshold: "1", metric_name: "val_loss" })).rule!;
+    expect(named).toMatchObject({ metric: "metric_nonfinite", metric_name: "val_loss", baseline_run_id: null, profile_steps: null });
+    expect(validateRuleForm(form({ metric: "metric_rise", threshold: "2" })).rule!.metric_name).toBe("loss");
+    expect(validateRuleForm(form({ metric: "gpu_util", metric_name: "loss" })).rule!.metric_name).toBeNull();
+  });
+  it("converts a throughput drop from % and keeps its baseline", () => {
+    const own = validateRuleForm(form({ metric: "throughput_drop", threshold: "30", baseline_s: "90" })).rule!;
+    expect(own).toMatchObject({ threshold: 0.3, baseline_s: 90, baseline_run_id: null });
+    const other = validateRuleForm(form({ metric: "throughput_drop", threshold: "30", baseline_run_id: "4" })).rule!;
+    expect(other.baseline_run_id).toBe(4);
+    expect(validateRuleForm(form({ metric: "throughput_drop", baseline_run_id: "x" })).errors.baseline_run_id).toBeTruthy();
+    expect(validateRuleForm(form({ metric: "throughput_drop", baseline_s: "-3" })).errors.baseline_s).toBeTruthy();
+  });
+  it("carries the profile action and refuses a bad step count", () => {
+    expect(validateRuleForm(form({ profile_steps: "20" })).rule!.profile_steps).toBe(20);
+    expect(validateRuleForm(form({ profile_steps: "0" })).errors.profile_steps).toBeTruthy();
+    expect(validateRuleForm(form({ profile_steps: "2.5" })).errors.profile_steps).toBeTruthy();
+  });
+  it("describes the new rules, their baseline and their action", () => {
+    const base = { comparison: ">=" as const, for_s: 0, scope: "all" as const, project: null, run_id: null };
+    expect(describeRule({ ...base, metric: "run_failed", threshold: 1 })).toBe("Run failed or its process died (1 = yes) >= 1 · all runs");
+    expect(describeRule({ ...base, metric: "metric_nonfinite", threshold: 1, metric_name: "val_loss" })).toContain("(val_loss)");
+    expect(describeRule({ ...base, metric: "throughput_drop", threshold: 0.3, baseline_run_id: 4 })).toContain("vs run #4 >= 30 %");
+    expect(describeRule({ ...base, metric: "throughput_drop", threshold: 0.3, baseline_s: 60 })).toContain("vs its first 60 s");
+    expect(describeRule({ ...base, metric: "input_wait_share", threshold: 0.5, profile_steps: 20 })).toMatch(/then profile 20 steps$/);
+  });
+  it("round-trips a rule's new fields through the form", () => {
+    const rule = {
+      id: 3, builtin: null, name: "drop", metric: "throughput_drop", comparison: ">=", threshold: 0.3, for_s: 0, keep_firing_for_s: 0,
+      only_while_stepping: true, scope: "all", project: null, run_id: null, channels: [{ type: "browser" }], enabled: true,
+      metric_name: null, baseline_run_id: 9, baseline_s: null, profile_steps: 10, created_at: "", updated_at: "",
+    } as unknown as AlertRule;
+    const f = ruleToForm(rule);
+    expect([f.threshold, f.baseline_run_id, f.profile_steps]).toEqual(["30", "9", "10"]);
+    expect(validateRuleForm(f).rule).toMatchObject({ baseline_run_id: 9, profile_steps: 10, threshold: 0.3 });
+  });
+  it("keeps the profile an alert captured from a live message", () => {
+    const alert = alertFromMessage({ type: "alert", alert: { id: 5, run_id: 2, state: "firing", rule_name: "starved", profile_id: 8 } });
+    expect(alert!.profile_id).toBe(8);
+    expect(alertFromMessage({ type: "alert", alert: { id: 5, run_id: 2, state: "firing" } })!.profile_id).toBeNull();
+  });
+});

@@ -32,7 +32,20 @@ export const ALERT_METRICS: MetricInfo[] = [
   // NVML GPM (Hopper and newer): no value, so never firing, on GPUs without GPM.
   { metric: "sm_util", label: "SM active (GPM)", unit: "%", factor: 1, comparison: "<", threshold: 40, min: 0, max: 100 },
   { metric: "tensor_util", label: "Tensor active (GPM)", unit: "%", factor: 1, comparison: "<", threshold: 5, min: 0, max: 100 },
+  // How a run ended: an event (fires once when the run ends that way, then resolves).
+  { metric: "run_finished", label: "Run finished (1 = yes)", unit: "", factor: 1, comparison: ">=", threshold: 1, min: 0, max: 1 },
+  { metric: "run_failed", label: "Run failed or its process died (1 = yes)", unit: "", factor: 1, comparison: ">=", threshold: 1, min: 0, max: 1 },
+  { metric: "run_interrupted", label: "Run interrupted (1 = yes)", unit: "", factor: 1, comparison: ">=", threshold: 1, min: 0, max: 1 },
+  // A named batch or epoch metric (the rule's metric_name, "loss" by default).
+  { metric: "metric_nonfinite", label: "Metric is NaN or infinite (1 = yes)", unit: "", factor: 1, comparison: ">=", threshold: 1, min: 0, max: 1 },
+  { metric: "metric_rise", label: "Metric over its best (factor)", unit: "×", factor: 1, comparison: ">=", threshold: 2, min: 0 },
+  { metric: "throughput_drop", label: "Throughput drop below baseline", unit: "%", factor: 0.01, comparison: ">=", threshold: 30, min: 0, max: 100 },
 ];
+
+/** Metrics whose rule names the batch or epoch metric it watches. */
+export const NAMED_METRICS = ["metric_nonfinite", "metric_rise"];
+/** Metrics whose rule names its throughput baseline. */
+export const BASELINE_METRICS = ["throughput_drop"];
 
 export const COMPARISONS: Comparison[] = ["<", "<=", ">", ">="];
 export const SCOPES: AlertScope[] = ["all", "project", "run"];
@@ -54,6 +67,13 @@ export interface RuleForm {
   webhook_url: string;
   webhook_format: string;
   enabled: boolean;
+  /** The batch/epoch metric a NaN or rise rule watches ("" = loss). */
+  metric_name: string;
+  /** Throughput baseline: a run's id, or (empty) the run's own first `baseline_s` seconds. */
+  baseline_run_id: string;
+  baseline_s: string;
+  /** The action: capture this many steps of profile when the alert fires ("" = none). */
+  profile_steps: string;
 }
 
 export function emptyRuleForm(): RuleForm {
@@ -70,6 +90,10 @@ export function emptyRuleForm(): RuleForm {
     webhook_url: "",
     webhook_format: "json",
     enabled: true,
+    metric_name: "",
+    baseline_run_id: "",
+    baseline_s: "",
+    profile_steps: "",
   };
 }
 
@@ -94,6 +118,10 @@ export function ruleToForm(rule: AlertRule): RuleForm {
     webhook_url: hook?.url ?? "",
     webhook_format: hook?.format ?? "json",
     enabled: rule.enabled !== false,
+    metric_name: rule.metric_name ?? "",
+    baseline_run_id: rule.baseline_run_id == null ? "" : String(rule.baseline_run_id),
+    baseline_s: rule.baseline_s == null ? "" : String(rule.baseline_s),
+    profile_steps: rule.profile_steps == null ? "" : String(rule.profile_steps),
   };
 }
 
@@ -142,6 +170,21 @@ export function validateRuleForm(f: RuleForm): { rule: AlertRuleInput | null; er
     }
     if (!ok) errors.webhook_url = "Enter an http:// or https:// URL, or leave empty.";
   }
+  const metricName = f.metric_name.trim();
+  if (metricName.length > 100) errors.metric_name = "At most 100 characters.";
+  const positiveInt = (text: string, key: "baseline_run_id" | "profile_steps", what: string): number | null => {
+    if (text.trim() === "") return null;
+    const v = parseNumber(text);
+    if (v === null || !Number.isSafeInteger(v) || v < 1) errors[key] = `Enter ${what} (a positive whole number), or leave empty.`;
+    return v;
+  };
+  const baselineRun = BASELINE_METRICS.includes(f.metric) ? positiveInt(f.baseline_run_id, "baseline_run_id", "the baseline run's id") : null;
+  let baselineS: number | null = null;
+  if (BASELINE_METRICS.includes(f.metric) && f.baseline_s.trim() !== "") {
+    baselineS = parseNumber(f.baseline_s);
+    if (baselineS === null || baselineS <= 0 || baselineS > 86_400) errors.baseline_s = "Between 0 and 86400 seconds, or leave empty (120).";
+  }
+  const profileSteps = positiveInt(f.profile_steps, "profile_steps", "a number of steps");
   if (Object.keys(errors).length > 0 || !info || threshold === null || forS === null) return { rule: null, errors };
   const channels: AlertRuleInput["channels"] = [{ type: "browser" }];
   if (url) channels.push({ type: "webhook", url, format: f.webhook_format === "slack" ? "slack" : "json" });
@@ -157,21 +200,33 @@ export function validateRuleForm(f: RuleForm): { rule: AlertRuleInput | null; er
       run_id: f.scope === "run" ? runId : null,
       channels,
       enabled: f.enabled,
+      metric_name: NAMED_METRICS.includes(f.metric) ? metricName || "loss" : null,
+      baseline_run_id: baselineRun,
+      baseline_s: baselineS,
+      profile_steps: profileSteps,
     },
     errors,
   };
 }
 
-/** "GPU utilization < 70 % for 30 s · all runs". */
-export function describeRule(rule: Pick<AlertRule, "metric" | "comparison" | "threshold" | "for_s" | "scope" | "project" | "run_id">): string {
+type DescribedRule = Pick<AlertRule, "metric" | "comparison" | "threshold" | "for_s" | "scope" | "project" | "run_id"> &
+  Partial<Pick<AlertRule, "metric_name" | "baseline_run_id" | "baseline_s" | "profile_steps">>;
+
+/** "GPU utilization < 70 % for 30 s · all runs", with its baseline and action when it has them. */
+export function describeRule(rule: DescribedRule): string {
   const info = metricInfo(rule.metric);
   const v = info ? clean(rule.threshold / info.factor) : rule.threshold;
   const unit = info?.unit ? (info.unit === "%" ? " %" : ` ${info.unit}`) : "";
-  const cond = `${info?.label ?? rule.metric} ${rule.comparison} ${v}${unit}`;
+  const named = NAMED_METRICS.includes(rule.metric) ? ` (${rule.metric_name || "loss"})` : "";
+  let baseline = "";
+  if (BASELINE_METRICS.includes(rule.metric))
+    baseline = rule.baseline_run_id != null ? ` vs run #${rule.baseline_run_id}` : ` vs its first ${rule.baseline_s ?? 120} s`;
+  const cond = `${info?.label ?? rule.metric}${named}${baseline} ${rule.comparison} ${v}${unit}`;
   const dur = rule.for_s ? ` for ${rule.for_s} s` : "";
   const scope =
     rule.scope === "project" ? `project ${formatValue(rule.project)}` : rule.scope === "run" ? `run #${rule.run_id}` : "all runs";
-  return `${cond}${dur} · ${scope}`;
+  const action = rule.profile_steps ? ` · then profile ${rule.profile_steps} steps` : "";
+  return `${cond}${dur} · ${scope}${action}`;
 }
 
 const STATE_ORDER: Record<AlertState, number> = { firing: 0, pending: 1, resolved: 2 };
@@ -218,6 +273,7 @@ export function alertFromMessage(msg: Record<string, unknown>): Alert | null {
     fired_at: typeof raw.fired_at === "string" ? raw.fired_at : null,
     resolved_at: typeof raw.resolved_at === "string" ? raw.resolved_at : null,
     deliveries: Array.isArray(raw.deliveries) ? (raw.deliveries as Alert["deliveries"]) : [],
+    profile_id: typeof raw.profile_id === "number" ? raw.profile_id : null,
   };
 }
 

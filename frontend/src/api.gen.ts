@@ -196,7 +196,7 @@ export interface components {
      * AlertMetric
      * @enum {string}
      */
-    AlertMetric: "gpu_util" | "input_wait_share" | "step_time" | "samples_per_s" | "memory_share" | "temperature" | "no_data" | "stalled" | "straggler_ratio" | "sm_util" | "tensor_util";
+    AlertMetric: "gpu_util" | "input_wait_share" | "step_time" | "samples_per_s" | "memory_share" | "temperature" | "no_data" | "stalled" | "straggler_ratio" | "sm_util" | "tensor_util" | "run_finished" | "run_failed" | "run_interrupted" | "metric_nonfinite" | "metric_rise" | "throughput_drop";
     /** AlertPublic */
     AlertPublic: {
       /** Id */
@@ -225,6 +225,8 @@ export interface components {
       deliveries: {
           [key: string]: unknown;
         }[];
+      /** Profile Id */
+      profile_id?: number | null;
     };
     /** AlertRuleCreate */
     AlertRuleCreate: {
@@ -262,6 +264,14 @@ export interface components {
        * @default true
        */
       enabled?: boolean;
+      /** Metric Name */
+      metric_name?: string | null;
+      /** Baseline Run Id */
+      baseline_run_id?: number | null;
+      /** Baseline S */
+      baseline_s?: number | null;
+      /** Profile Steps */
+      profile_steps?: number | null;
     };
     /** AlertRulePublic */
     AlertRulePublic: {
@@ -301,6 +311,14 @@ export interface components {
        * @default true
        */
       enabled?: boolean;
+      /** Metric Name */
+      metric_name?: string | null;
+      /** Baseline Run Id */
+      baseline_run_id?: number | null;
+      /** Baseline S */
+      baseline_s?: number | null;
+      /** Profile Steps */
+      profile_steps?: number | null;
       /** Id */
       id: number;
       /** Builtin */
@@ -339,6 +357,14 @@ export interface components {
       channels?: ((components["schemas"]["BrowserChannel"] | components["schemas"]["WebhookChannel"])[]) | null;
       /** Enabled */
       enabled?: boolean | null;
+      /** Metric Name */
+      metric_name?: string | null;
+      /** Baseline Run Id */
+      baseline_run_id?: number | null;
+      /** Baseline S */
+      baseline_s?: number | null;
+      /** Profile Steps */
+      profile_steps?: number | null;
     };
     /** AlertRulesPublic */
     AlertRulesPublic: {
@@ -742,6 +768,8 @@ export interface components {
       input_share_stoker: number | null;
       /** Workers */
       workers?: components["schemas"]["ProfileWorker"][];
+      /** Alert Id */
+      alert_id?: number | null;
     };
     /** ProfileRequest */
     ProfileRequest: {

@@ -4,10 +4,12 @@
 
 import {
   ALERT_METRICS,
+  BASELINE_METRICS,
   COMPARISONS,
   describeRule,
   emptyRuleForm,
   metricInfo,
+  NAMED_METRICS,
   ruleToForm,
   splitCleared,
   validateRuleForm,
@@ -266,6 +268,13 @@ export class AlertsView implements View {
         field("comparison", "Condition", select(COMPARISONS.map((c) => [c, c]))),
         field("threshold", "Threshold", input("number", { step: "any", inputmode: "decimal" }), this.unitEl),
       ),
+      field("metric_name", "Batch or epoch metric", input("text", { maxlength: "100", placeholder: "loss" })),
+      h(
+        "div",
+        { class: "field-row" },
+        field("baseline_run_id", "Baseline run id (optional)", input("number", { min: "1", step: "1" })),
+        field("baseline_s", "Else its own first (seconds)", input("number", { step: "any", min: "0", placeholder: "120" })),
+      ),
       field("for_s", "For (seconds it must hold)", input("number", { step: "any", min: "0", max: "86400" })),
       field("scope", "Applies to", select([["all", "all runs"], ["project", "one project"], ["run", "one run"]], () => this.onScopeChange())),
       field("project", "Project", input("text", { maxlength: "200" })),
@@ -276,6 +285,7 @@ export class AlertsView implements View {
         field("webhook_url", "Webhook URL (optional)", input("url", { placeholder: "https://hooks.slack.com/…" })),
         field("webhook_format", "Payload", select([["json", "JSON"], ["slack", "Slack"]])),
       ),
+      field("profile_steps", "When it fires, profile this many steps (optional)", input("number", { min: "1", step: "1" })),
       field("enabled", "Enabled", enabled),
       this.formError,
       h("div", { class: "form-actions" }, this.cancelButton, this.submitButton),
@@ -301,6 +311,10 @@ export class AlertsView implements View {
       webhook_url: v("webhook_url"),
       webhook_format: v("webhook_format"),
       enabled: (this.inputs.enabled as HTMLInputElement).checked,
+      metric_name: v("metric_name"),
+      baseline_run_id: v("baseline_run_id"),
+      baseline_s: v("baseline_s"),
+      profile_steps: v("profile_steps"),
     };
   }
 
@@ -324,8 +338,13 @@ export class AlertsView implements View {
   }
 
   private showUnit(): void {
-    const info = metricInfo(this.inputs.metric!.value);
+    const metric = this.inputs.metric!.value;
+    const info = metricInfo(metric);
     setText(this.unitEl, info?.unit ?? "");
+    // The fields only some metrics take.
+    this.fieldRows.metric_name!.hidden = !NAMED_METRICS.includes(metric);
+    this.fieldRows.baseline_run_id!.hidden = !BASELINE_METRICS.includes(metric);
+    this.fieldRows.baseline_s!.hidden = !BASELINE_METRICS.includes(metric);
   }
 
   private onScopeChange(): void {

@@ -70,6 +70,18 @@ export function panel(title: string, id: string, body: Node[], tools: Node[] = [
   );
 }
 
+/** The link from an alert (or its event) to the profile its rule captured when it fired. */
+export function profileLink(runId: number, profileId: number, testId: string): HTMLElement {
+  return h(
+    "a",
+    {
+      class: "alert-profile",
+      text: `Profile #${profileId} captured when it fired`,
+      attrs: { href: `#/runs/${runId}`, "data-testid": testId, "data-profile-id": profileId, title: "The run page shows the profile" },
+    },
+  );
+}
+
 /** A list of alerts (run page history and alerts view); with `runName`, each links to its run. */
 export function alertList(alerts: Alert[], nowMs: number, runName?: (id: number) => string | null): HTMLElement {
   return h(
@@ -89,6 +101,7 @@ export function alertList(alerts: Alert[], nowMs: number, runName?: (id: number)
           { class: "alert-body" },
           h("div", { class: "alert-title" }, h("strong", { text: a.rule_name }), runName ? h("a", { class: "alert-run", text: name ?? `run #${a.run_id}`, attrs: { href: `#/runs/${a.run_id}` } }) : null),
           a.message ? h("div", { class: "alert-message", text: a.message }) : null,
+          a.profile_id != null ? profileLink(a.run_id, a.profile_id, "alert-profile") : null,
         ),
         h("span", { class: "alert-when muted", text: formatRelativeTime(when, nowMs), attrs: { title: formatTimestamp(when) } }),
       );

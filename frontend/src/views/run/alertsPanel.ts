@@ -5,7 +5,7 @@
 import { h, replaceChildren } from "../../dom";
 import { formatRelativeTime, formatTimestamp } from "../../format";
 import type { RunEvent } from "../../types";
-import { alertList, type AppContext } from "../common";
+import { alertList, profileLink, type AppContext } from "../common";
 
 export class AlertsPanel {
   readonly el = h("div");
@@ -21,10 +21,13 @@ export class AlertsPanel {
     this.signal = signal;
   }
 
-  /** A live event; ignored when it is another run's or already held. */
+  /** A live event; ignored when it is another run's; one already held is replaced (an alert's
+   * firing event gains the profile its rule captured). */
   addLive(event: RunEvent): void {
-    if (event.run_id !== this.runId || this.events.some((e) => e.id === event.id && event.id !== 0)) return;
-    this.events = [event, ...this.events].slice(0, 500);
+    if (event.run_id !== this.runId) return;
+    const held = this.events.findIndex((e) => e.id === event.id && event.id !== 0);
+    if (held >= 0) this.events = this.events.map((e, i) => (i === held ? event : e));
+    else this.events = [event, ...this.events].slice(0, 500);
     this.render();
   }
 
@@ -84,6 +87,7 @@ export class AlertsPanel {
             h("span", { class: "alert-when muted", text: formatRelativeTime(e.at, now), attrs: { title: formatTimestamp(e.at) } }),
             h("span", { class: "event-kind", text: e.kind }),
             h("span", { text: e.message }),
+            typeof e.data?.profile_id === "number" ? profileLink(this.runId, e.data.profile_id, "event-profile") : null,
           ),
         ),
       ),

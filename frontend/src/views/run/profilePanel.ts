@@ -48,6 +48,8 @@ export interface Profile {
   input_share_profiler: number | null;
   input_share_stoker: number | null;
   workers?: ProfileWorker[];
+  /** The alert whose rule asked for this capture (issue 31); null when a user did. */
+  alert_id?: number | null;
 }
 
 const POLL_MS = 1000;
@@ -249,6 +251,10 @@ export class ProfilePanel {
       { attrs: { "data-testid": "profile-result", "data-status": p.status } },
       h("p", { class: p.status === "failed" ? "error" : "muted", text: p.status === "failed" ? p.error ?? "The capture failed." : status, attrs: { "data-testid": "profile-status" } }),
     );
+    if (p.alert_id != null)
+      box.append(
+        h("p", { class: "muted", text: `Captured by alert #${p.alert_id}, when it fired (its rule's action; see Alert history).`, attrs: { "data-testid": "profile-alert", "data-alert-id": p.alert_id } }),
+      );
     const workers = workersOf(p);
     if (workers) box.append(this.workersTable(p, workers));
     if (p.status !== "ready") return box;
