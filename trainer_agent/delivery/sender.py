@@ -108,6 +108,7 @@ class _Workers:
                         return
                 continue  # `run` took this worker just now: its work is in the inbox
             work()
+            del work  # nothing of the run it sent (its session, the callback) outlives it here
             with self._lock:
                 self._idle.append(inbox)
 
