@@ -2,7 +2,8 @@
 
 Every function runs inside one transaction; a batch's rows and its seq cursor are committed
 together, so an acknowledged batch is durable and a replayed one is recognised. Rows go in
-through the driver's `executemany` (no per-row ORM work): this is the ingest hot path.
+through the driver's `executemany` on SQLite, and one binary COPY per table for a whole
+group of batches on PostgreSQL (no per-row ORM work): this is the ingest hot path.
 """
 
 from collections.abc import Iterable, Sequence
@@ -123,6 +124,7 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
     """
     connection = session.connection()
     mark = placeholder(connection)
+    copies: Copies = {}  # PostgreSQL: the group's rows per table, one COPY each
     cursors: dict[tuple[int, str], int] = {}
     runs: dict[int, dict[str, Any]] = {}
     results: list[dict[str, Any] | None] = []
@@ -147,9 +149,10 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
                 "stats": row.stats, "name": row.name, "tags": row.tags, "notes": row.notes,
                 "status": row.status, "dirty_streams": set(),
             }  # fmt: skip
-        run["stats"] = _store_rows(connection, job, run["stats"])
+        run["stats"] = _store_rows(connection, job, run["stats"], copies)
         run["dirty_streams"].add(job.stream)
         results.append(run)
+    _copy_all(connection, copies)
     now = utc_now()
     for run_id, run in runs.items():
         run["summary"] = stored_summary(run["stats"])
@@ -169,12 +172,15 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
     return [None if r is None else {k: r[k] for k in BATCH_RUN_FIELDS} for r in results]
 
 
-def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) -> dict[str, Any]:
-    """Insert one batch's rows and return the run's statistics updated with them."""
+def _store_rows(
+    connection: Connection, job: BatchJob, stats: dict[str, Any], copies: "Copies"
+) -> dict[str, Any]:
+    """Insert one batch's rows (on PostgreSQL, add them to `copies`) and return the run's
+    statistics updated with them."""
     batch, run_id, rank = job.batch, job.run_id, job.rank
     steps = batch.steps
     if steps is not None and len(steps):
-        _insert(connection, "step", steps, run_id=run_id, rank=rank)
+        _insert(connection, "step", steps, run_id=run_id, rank=rank, copies=copies)
         # One numpy copy of each column serves the rollups and the statistics.
         step = np.asarray(steps.step, dtype=np.int64)
         t = np.asarray(steps.t, dtype=np.float64)
@@ -187,10 +193,10 @@ def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) ->
             stats, rank=rank, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size
         )
     if batch.metrics is not None and len(batch.metrics):
-        _insert(connection, "metric", batch.metrics, run_id=run_id, rank=rank)
+        _insert(connection, "metric", batch.metrics, run_id=run_id, rank=rank, copies=copies)
         stats = add_metrics(stats, values=batch.metrics.value)
     if batch.device is not None and len(batch.device):
-        _insert(connection, "devicesample", batch.device, run_id=run_id, rank=rank)
+        _insert(connection, "devicesample", batch.device, run_id=run_id, rank=rank, copies=copies)
         stats = add_device_samples(
             stats,
             util=batch.device.column("util"),
@@ -203,7 +209,7 @@ def _store_rows(connection: Connection, job: BatchJob, stats: dict[str, Any]) ->
             energy_integrated=batch.device.column("energy_integrated"),
         )
     if batch.host is not None and len(batch.host):
-        _insert(connection, "hostsample", batch.host, run_id=run_id, rank=rank)
+        _insert(connection, "hostsample", batch.host, run_id=run_id, rank=rank, copies=copies)
     if batch.epochs is not None and len(batch.epochs):
         stats = _store_epochs(connection, run_id=run_id, epochs=batch.epochs, stats=stats)
     if batch.pipeline is not None and len(batch.pipeline):
@@ -249,26 +255,22 @@ def _store_epochs(
     return {**stats, "epoch_metrics": summaries}
 
 
+# PostgreSQL: rows waiting for their COPY, by table and the columns they carry.
+Copies = dict[tuple[str, tuple[str, ...]], list[Iterable[tuple]]]
+
+
 def _insert(
-    connection: Connection, table: str, columns: Columns, *, run_id: int, rank: int
-) -> None:
+    connection: Connection, table: str, columns: Columns, *, run_id: int, rank: int,
+    copies: Copies,
+) -> None:  # fmt: skip
     """Insert a columnar section as rows: one driver-level executemany of plain tuples, or on
-    PostgreSQL one binary COPY (no text to format or parse, no statement per row)."""
+    PostgreSQL rows kept for the group's COPY of the table (see `_copy_all`)."""
     names = [name for name, value in columns.__dict__.items() if value is not None]
     values = [getattr(columns, name) for name in names]
     n = len(values[0])
     rows = zip(repeat(run_id, n), repeat(rank, n), *values, strict=True)
     if connection.dialect.name == "postgresql":
-        cursor = connection.connection.cursor()
-        try:
-            with cursor.copy(
-                f"COPY {table} (run_id, rank, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(_copy_types(table, tuple(names)))
-                for row in rows:
-                    copy.write_row(row)
-        finally:
-            cursor.close()
+        copies.setdefault((table, tuple(names)), []).append(rows)
         return
     mark = placeholder(connection)
     sql = (
@@ -276,6 +278,23 @@ def _insert(
         f"VALUES ({', '.join([mark] * (len(names) + 2))})"
     )
     _executemany(connection, sql, rows)
+
+
+def _copy_all(connection: Connection, copies: Copies) -> None:
+    """One binary COPY per table (and set of columns) for a whole group of batches: no text
+    to format or parse, no statement per row or per batch."""
+    for (table, names), parts in copies.items():
+        cursor = connection.connection.cursor()
+        try:
+            with cursor.copy(
+                f"COPY {table} (run_id, rank, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(_copy_types(table, names))
+                for rows in parts:
+                    for row in rows:
+                        copy.write_row(row)
+        finally:
+            cursor.close()
 
 
 @cache
