@@ -1,5 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { BYTE_INCRS, LIGHT_PALETTE, SERIES_COLORS, lineChartOptions, rangeFor, withAlpha } from "./chartOptions";
+import { BYTE_INCRS } from "./charts/axes";
+import { lineChartOptions } from "./charts/lineChartOptions";
+import { LIGHT_PALETTE, SERIES_COLORS, withAlpha } from "./charts/palette";
+import { rangeFor } from "./charts/scales";
 import { isRatioMetric, metricsSpec, overlaySpec, telemetryChart, telemetrySpec, throughputSpec } from "./chartSpecs";
 import { normalizeMetrics, normalizeSamples } from "./samples";
 import { seriesFromColumns } from "./series";

@@ -1,21 +1,13 @@
 // Chart specs (data → uPlot options and columns) for the run page's and the
-// compare view's charts, built on the pure option builders in chartOptions.ts.
+// compare view's charts, built on the pure option builders in charts/.
 // No DOM: unit-tested.
 
 import type uPlot from "uplot";
-import {
-  BYTE_INCRS,
-  DECIMAL_INCRS,
-  STEP_INCRS,
-  formatBytesTick,
-  formatStepTick,
-  lineChartOptions,
-  singleXRange,
-  tickLabels,
-  withAlpha,
-  type AxisSpec,
-  type LineSpec,
-} from "./chartOptions";
+import { BYTE_INCRS, DECIMAL_INCRS, STEP_INCRS, formatBytesTick, formatStepTick, tickLabels, type AxisSpec } from "./charts/axes";
+import { lineChartOptions } from "./charts/lineChartOptions";
+import type { LineSpec } from "./charts/lines";
+import { withAlpha } from "./charts/palette";
+import { singleXRange } from "./charts/scales";
 import { overlayColumns, type Align } from "./compare";
 import { throughputColumns } from "./derive";
 import { formatDuration, formatMs, formatMsTick, formatRate } from "./format";

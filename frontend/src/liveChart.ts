@@ -18,7 +18,8 @@
 // `data-x-range` the visible x range.
 
 import uPlot from "uplot";
-import { isFullRange, paletteFromVars, seriesColorsFromVars, type ChartPalette } from "./chartOptions";
+import { paletteFromVars, seriesColorsFromVars, type ChartPalette } from "./charts/palette";
+import { isFullRange } from "./charts/scales";
 import type { ShadeRange } from "./samples";
 import { THEME_EVENT } from "./theme";
 

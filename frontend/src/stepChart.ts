@@ -3,7 +3,7 @@
 // starved stretches shaded. See liveChart.ts for the chart's life cycle.
 
 import type uPlot from "uplot";
-import { stepTimeOptions } from "./chartOptions";
+import { stepTimeOptions } from "./charts/stepTimeOptions";
 import { LiveChart, type ChartGroup, type ZoomRange } from "./liveChart";
 import type { ShadeRange } from "./samples";
 import { chartColumns, seriesShape, type StepSeries } from "./series";

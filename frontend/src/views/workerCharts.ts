@@ -5,7 +5,8 @@
 
 import type uPlot from "uplot";
 import type { ApiClient } from "../api";
-import { formatStepTick, lineChartOptions } from "../chartOptions";
+import { formatStepTick } from "../charts/axes";
+import { lineChartOptions } from "../charts/lineChartOptions";
 import { overlayColumns } from "../compare";
 import { h, replaceChildren, setAttrs } from "../dom";
 import { formatCount, formatMs, formatMsTick, formatPercent } from "../format";

@@ -1,80 +1,6 @@
 import { describe, expect, it } from "vitest";
-import {
-  BYTE_INCRS,
-  DECIMAL_INCRS,
-  LIGHT_PALETTE,
-  STEP_INCRS,
-  axisSplits,
-  formatBytesTick,
-  pickIncr,
-  durationRange,
-  formatStepTick,
-  incrDecimals,
-  isFullRange,
-  paletteFromVars,
-  rangeFor,
-  seriesLayout,
-  singleXRange,
-  stepTimeOptions,
-  tickLabels,
-} from "./chartOptions";
-import { appendNewer, chartColumns, emptySeries, seriesShape } from "./series";
-
-const base = { width: 800, height: 300, palette: LIGHT_PALETTE };
-
-describe("stepTimeOptions", () => {
-  it("builds a step-indexed chart of step time alone", () => {
-    const o = stepTimeOptions({ ...base, shape: { wait: false, band: false } });
-    expect(o.series.map((s) => s.label)).toEqual(["step", "step time"]);
-    expect(o.scales?.x?.time).toBe(false);
-    expect(o.bands).toBeUndefined();
-    expect(o.width).toBe(800);
-    expect(o.height).toBe(300);
-  });
-
-  it("adds input wait as a second series when measured", () => {
-    const o = stepTimeOptions({ ...base, shape: { wait: true, band: false } });
-    expect(o.series.map((s) => s.label)).toEqual(["step", "step time", "input wait"]);
-    expect(o.series[2]!.stroke).toBe(LIGHT_PALETTE.wait);
-  });
-
-  it("draws the min/max of downsampled buckets as a band", () => {
-    const o = stepTimeOptions({ ...base, shape: { wait: true, band: true } });
-    expect(o.series).toHaveLength(5);
-    expect(o.bands).toEqual([{ series: [4, 3], fill: LIGHT_PALETTE.band }]);
-  });
-
-  it("has one series per data column for every shape", () => {
-    for (const wait of [false, true]) {
-      for (const band of [false, true]) {
-        const s = emptySeries();
-        appendNewer(s, {
-          step: [1],
-          t: [0],
-          dur: [0.1],
-          wait: [wait ? 0.01 : null],
-          ...(band ? { dur_min: [0.05], dur_max: [0.2] } : {}),
-        });
-        const shape = seriesShape(s);
-        expect(shape).toEqual({ wait, band });
-        const o = stepTimeOptions({ ...base, shape });
-        expect(o.series.length).toBe(chartColumns(s, shape).length);
-        expect(seriesLayout(shape).count).toBe(o.series.length);
-      }
-    }
-  });
-
-  it("zooms by dragging along x only", () => {
-    const o = stepTimeOptions({ ...base, shape: { wait: false, band: false } });
-    expect(o.cursor?.drag).toEqual({ x: true, y: false, setScale: true });
-  });
-
-  it("clamps sizes to at least one pixel", () => {
-    const o = stepTimeOptions({ ...base, width: 0, height: -5, shape: { wait: false, band: false } });
-    expect(o.width).toBe(1);
-    expect(o.height).toBe(1);
-  });
-});
+import { BYTE_INCRS, DECIMAL_INCRS, STEP_INCRS, axisSplits, formatBytesTick, pickIncr, formatStepTick, incrDecimals, tickLabels } from "./axes";
+import { durationRange, rangeFor, singleXRange } from "./scales";
 
 describe("axis helpers", () => {
   it("labels step ticks compactly", () => {
@@ -89,54 +15,6 @@ describe("axis helpers", () => {
   it("anchors duration ranges at zero with headroom", () => {
     expect(durationRange(null, 80, 100)).toEqual([0, 108]);
     expect(durationRange(null, null, null)).toEqual([0, 1]);
-  });
-});
-
-describe("isFullRange", () => {
-  it("is true when the scale covers all data (following live)", () => {
-    expect(isFullRange(1, 100, 1, 100)).toBe(true);
-    expect(isFullRange(0, 101, 1, 100)).toBe(true);
-  });
-  it("is false when the user zoomed into part of the data", () => {
-    expect(isFullRange(10, 50, 1, 100)).toBe(false);
-    expect(isFullRange(1, 99, 1, 100)).toBe(false);
-  });
-  it("treats missing scales or data as following", () => {
-    expect(isFullRange(null, null, 1, 2)).toBe(true);
-    expect(isFullRange(1, 2, null, null)).toBe(true);
-  });
-});
-
-describe("paletteFromVars", () => {
-  it("takes set CSS variables and falls back for the rest", () => {
-    const p = paletteFromVars((name) => (name === "--chart-step" ? " #123456 " : ""));
-    expect(p.step).toBe("#123456");
-    expect(p.wait).toBe(LIGHT_PALETTE.wait);
-  });
-});
-
-import { outlierAwareRange, robustMax } from "./chartOptions";
-
-describe("robustMax", () => {
-  it("ignores a lone huge value (the compiling first step)", () => {
-    const vals = [1500, ...Array.from({ length: 99 }, (_, i) => 40 + (i % 5))];
-    expect(robustMax(vals)).toBeCloseTo(44 * 1.25);
-  });
-  it("keeps the maximum when the data has no outliers or few points", () => {
-    expect(robustMax(Array.from({ length: 50 }, (_, i) => i))).toBe(49);
-    expect(robustMax([1, 100])).toBe(100);
-    expect(robustMax([null, undefined])).toBeNull();
-  });
-  it("looks only at the visible index window", () => {
-    const vals = [1000, ...Array.from({ length: 30 }, () => 10)];
-    expect(robustMax(vals, 1, 30)).toBe(10);
-  });
-  it("caps the step-time range at the robust maximum", () => {
-    const data = [Array.from({ length: 100 }, (_, i) => i), [2000, ...Array.from({ length: 99 }, () => 50)]];
-    const range = outlierAwareRange([1]) as (u: unknown, min: number, max: number) => [number, number];
-    const [lo, hi] = range({ data, series: [{}, { idxs: [0, 99] }] }, 50, 2000);
-    expect(lo).toBe(0);
-    expect(hi).toBeCloseTo(50 * 1.25 * 1.08);
   });
 });
 
