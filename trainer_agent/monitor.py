@@ -79,8 +79,9 @@ class Monitor:
         self._run_key = run_key
         self.session: RunSession | None = None
         self._step = 0
-        # The step in progress: (step, asked for its batch, got it, batch size).
-        self._open: tuple[int, float, float, int | None] | None = None
+        # The step in progress: (step, asked for its batch, got it, batch size, whether the
+        # step before was ready on the device when asked and when got; None: not known).
+        self._open: tuple[int, float, float, int | None, bool | None, bool | None] | None = None
         self._ready = _ReadyWatch()
         self._next_log_step = 0
         self._guard = Guard(
@@ -155,13 +156,16 @@ class Monitor:
                 except Exception as error:
                     self._guard.trip("iterate", error)
                     break
+                before = self._ready.ready(self._step - 1)
                 try:
                     element = next(iterator)
                 except StopIteration:
                     return
                 try:
                     got = time.perf_counter()
-                    self._open = (self._step, asked, got, batch_size_of(element))
+                    after = self._ready.ready(self._step - 1)
+                    size = batch_size_of(element)
+                    self._open = (self._step, asked, got, size, before, after)
                     self._step += 1
                 except Exception as error:
                     self._guard.trip("iterate", error)
@@ -190,6 +194,8 @@ class Monitor:
             self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
             for name, value in scalars.items():
                 try:
+                    if hasattr(value, "detach"):  # a PyTorch tensor that needs grad
+                        value = value.detach()
                     session.record_metric(max(0, step), name, float(value))
                 except (TypeError, ValueError):
                     continue
@@ -231,11 +237,17 @@ class Monitor:
         opened, self._open = self._open, None
         if opened is None or self.session is None:
             return
-        step, asked, got, size = opened
+        step, asked, got, size, before, after = opened
         # Under asynchronous dispatch (JAX) the device may still run the step before while
         # the batch is fetched: only the time it sat idle is waiting.
-        free = self._ready.done_at(step - 1)
-        wait = max(0.0, got - max(asked, free)) if free is not None else got - asked
+        done = self._ready.done_at(step - 1)
+        if before is None or before:  # not known, or the device was idle all along
+            wait = got - asked
+        elif not after:  # the device computed all along
+            wait = 0.0
+        else:  # it finished during the fetch: when, the watching thread says
+            free = done if done is not None and asked <= done <= got else (asked + got) / 2
+            wait = got - free
         self._record_step(StepRow(step, asked, now - asked, wait, size))
 
     def _record_step(self, row: StepRow) -> None:
@@ -258,6 +270,7 @@ class _ReadyWatch:
         self._done: dict[int, float] = {}
         self._pending: set[int] = set()
         self._thread: threading.Thread | None = None
+        self._latest: tuple[int, Any] | None = None
 
     def watch(self, step: int, values: Iterable[Any]) -> None:
         if step in self._pending or step in self._done:
@@ -269,7 +282,18 @@ class _ReadyWatch:
             self._thread = threading.Thread(target=self._run, name="stoker-ready", daemon=True)
             self._thread.start()
         self._pending.add(step)
+        self._latest = (step, value)
         self._queue.put((step, value))
+
+    def ready(self, step: int) -> bool | None:
+        """Whether step's logged output is ready now (None: not known); never blocks."""
+        latest = self._latest
+        if latest is None or latest[0] != step:
+            return None
+        try:
+            return bool(latest[1].is_ready())
+        except Exception:
+            return None
 
     def done_at(self, step: int) -> float | None:
         """When step's outputs were ready; +inf when still computing; None when unknown."""

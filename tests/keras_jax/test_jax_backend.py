@@ -115,7 +115,8 @@ def test_monitor_times_a_plain_jax_loop(jax_server: ServerProcess) -> None:
     (run,) = _finished_runs(jax_server, "jax-monitor", 1)
     assert run["summary"]["steps"] == 20
     waits, _ = _waits(jax_server, run)
-    assert len(waits) == 20 and min(waits) > 0  # each batch slept before it was handed over
+    # Each batch sleeps 2 ms before it is handed over, against a step of a few µs of compute.
+    assert len(waits) == 20 and sum(waits) > 0.5 * 20 * 0.002
     assert "tensorflow" not in sys.modules
 
 
