@@ -268,11 +268,11 @@ export class ProfilePanel {
     if (a.breakdown_ms) box.append(this.breakdown(a.breakdown_ms));
     if (a.iterators?.length) {
       box.append(
-        table("Input pipeline (per iterator)", ["Iterator", "Count", "Total", "Self"], a.iterators.map((it) => [it.name, String(it.count ?? ""), formatMs(it.ms), formatMs(it.self_ms)]), "profile-iterators"),
+        table("Input pipeline (per iterator)", ["Iterator", "Count", "Total", "Self"], a.iterators.map((it) => [it.name, String(it.count ?? ""), formatMs(it.ms), formatMs(it.self_ms)]), "profile-iterators", 0),
       );
     }
     if (a.top_ops?.length) {
-      box.append(table("Top ops (self time)", ["Where", "Type", "Op", "Count", "Self"], a.top_ops.map((op) => [op.where, op.type, op.name, String(op.count ?? ""), formatMs(op.self_ms)]), "profile-ops"));
+      box.append(table("Top ops (self time)", ["Where", "Type", "Op", "Count", "Self"], a.top_ops.map((op) => [op.where, op.type, op.name, String(op.count ?? ""), formatMs(op.self_ms)]), "profile-ops", 2));
     }
     if (!workers) box.append(this.download(p));
     return box;
@@ -429,12 +429,13 @@ function mergedHeading(count: number): HTMLElement[] {
   ];
 }
 
-function table(caption: string, head: string[], rows: string[][], testId: string): HTMLElement {
+/** A table of the analysis; the cells of column `names` (TensorFlow's long op and iterator names) wrap. */
+function table(caption: string, head: string[], rows: string[][], testId: string, names?: number): HTMLElement {
   return h(
     "table",
     { class: "table", attrs: { "data-testid": testId } },
     h("caption", { text: caption }),
     h("thead", null, h("tr", null, ...head.map((c) => h("th", { text: c })))),
-    h("tbody", null, ...rows.map((r) => h("tr", null, ...r.map((c) => h("td", { text: c }))))),
+    h("tbody", null, ...rows.map((r) => h("tr", null, ...r.map((c, i) => h("td", { class: i === names ? "name" : "", text: c }))))),
   );
 }
