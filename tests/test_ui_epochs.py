@@ -137,7 +137,8 @@ def test_compare_view_shows_runs_of_one_epoch_at_their_epoch(
     shared_server: ServerProcess, page: Any, artifacts: Path
 ) -> None:
     """One epoch each: a point at epoch 0 in a one-epoch span, not on an axis from 0 to 100 (the
-    y labels' precision, which kept repeating "0.82", is covered by chartOptions.test.ts)."""
+    y labels' precision, which kept repeating "0.82", is covered by
+    frontend/src/charts/axes.test.ts)."""
     project = f"ui-one-epoch-{uuid.uuid4().hex[:8]}"
     a = _training(shared_server, "one-epoch-a", project, {"val_loss": [0.8212]})
     b = _training(shared_server, "one-epoch-b", project, {"val_loss": [0.8208]})

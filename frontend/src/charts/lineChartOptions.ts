@@ -2,7 +2,7 @@
 // overlays, epochs): axes, scales and series from their descriptions (pure, unit-tested).
 
 import type uPlot from "uplot";
-import { MISSING, formatCount } from "../format";
+import { MISSING, formatCount } from "../app/format";
 import { axisStyle, formatStepTick, STEP_INCRS, type AxisSpec } from "./axes";
 import type { LineSpec } from "./lines";
 import type { ChartPalette } from "./palette";

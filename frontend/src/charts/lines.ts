@@ -1,9 +1,9 @@
 // Chart series: a line's description, and where the step-time chart's optional series sit.
 //
-// Column order of the step-time chart matches `chartColumns` in series.ts:
+// Column order of the step-time chart matches `chartColumns` in state/series.ts:
 //   0 step index (x), 1 step time ms, [2 input wait ms], [min ms, max ms].
 
-import type { SeriesShape } from "../series";
+import type { SeriesShape } from "../state/series";
 
 export interface LineSpec {
   label: string;

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { LIGHT_PALETTE } from "./palette";
 import { seriesLayout } from "./lines";
 import { stepTimeOptions } from "./stepTimeOptions";
-import { appendNewer, chartColumns, emptySeries, seriesShape } from "../series";
+import { appendNewer, chartColumns, emptySeries, seriesShape } from "../state/series";
 
 const base = { width: 800, height: 300, palette: LIGHT_PALETTE };
 

@@ -2,8 +2,8 @@
 // downsampled buckets (pure, unit-tested).
 
 import type uPlot from "uplot";
-import { MISSING, formatCount, formatMs, formatMsTick } from "../format";
-import type { SeriesShape } from "../series";
+import { MISSING, formatCount, formatMs, formatMsTick } from "../app/format";
+import type { SeriesShape } from "../state/series";
 import { axisStyle, formatStepTick, STEP_INCRS } from "./axes";
 import { seriesLayout } from "./lines";
 import { withAlpha, type ChartPalette } from "./palette";

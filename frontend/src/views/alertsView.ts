@@ -15,10 +15,10 @@ import {
   validateRuleForm,
   type RuleErrors,
   type RuleForm,
-} from "../alerts";
-import { ApiError } from "../api";
-import { h, replaceChildren, setAttrs, setText } from "../dom";
-import type { AlertRule } from "../types";
+} from "../state/alerts";
+import { ApiError } from "../api/client";
+import { h, replaceChildren, setAttrs, setText } from "../app/dom";
+import type { AlertRule } from "../api/types";
 import { alertList, errorMessage, every, type AppContext, type View } from "./common";
 
 type FieldName = keyof RuleForm;

@@ -1,13 +1,13 @@
 // Pieces shared by the views (runs list, run page, alerts, compare).
 
-import { neverFired, type AlertsStore } from "../alerts";
-import type { ApiClient } from "../api";
-import { h } from "../dom";
-import { formatRelativeTime, formatTimestamp, statusLabel } from "../format";
-import type { LiveClient } from "../liveClient";
-import type { RunsStore } from "../runs";
-import type { InputWaitLevel } from "../verdict";
-import type { Alert, RunStatus } from "../types";
+import { neverFired, type AlertsStore } from "../state/alerts";
+import type { ApiClient } from "../api/client";
+import { h } from "../app/dom";
+import { formatRelativeTime, formatTimestamp, statusLabel } from "../app/format";
+import type { LiveClient } from "../api/liveClient";
+import type { RunsStore } from "../state/runs";
+import type { InputWaitLevel } from "../state/verdict";
+import type { Alert, RunStatus } from "../api/types";
 
 /** What every view gets from the app. */
 export interface AppContext {

@@ -2,16 +2,16 @@
 // times (aligned by step or by elapsed time), a summary table with the best
 // value of each row marked, and the config and environment keys that differ.
 
-import { overlaySpec, type OverlayData } from "../chartSpecs";
-import { compareMetrics, compareRows, diffFromServer, type Align, type DiffRow } from "../compare";
-import { loadUiSettings } from "../cost";
-import { h, replaceChildren, setAttrs, setText } from "../dom";
-import type { RunEnergy } from "../energy";
-import { epochCompareMetrics, epochMetricNames, overlayEpochChart } from "../epochs";
-import { LiveChart } from "../liveChart";
-import { RUNS_HREF, runHref } from "../router";
-import { emptySeries, seriesFromColumns, type StepSeries } from "../series";
-import type { CompareResponse, CompareRun } from "../types";
+import { overlaySpec, type OverlayData } from "../charts/chartSpecs";
+import { compareMetrics, compareRows, diffFromServer, type Align, type DiffRow } from "../state/compare";
+import { loadUiSettings } from "../state/cost";
+import { h, replaceChildren, setAttrs, setText } from "../app/dom";
+import type { RunEnergy } from "../state/energy";
+import { epochCompareMetrics, epochMetricNames, overlayEpochChart } from "../state/epochs";
+import { LiveChart } from "../charts/liveChart";
+import { RUNS_HREF, runHref } from "../app/router";
+import { emptySeries, seriesFromColumns, type StepSeries } from "../state/series";
+import type { CompareResponse, CompareRun } from "../api/types";
 import { errorMessage, statusBadge, type AppContext, type View } from "./common";
 import { EpochChartGrid } from "./epochCharts";
 import { cannotLoad } from "./loading";

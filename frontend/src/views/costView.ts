@@ -2,10 +2,10 @@
 // (7 days ago by default), per project and per run, costliest first
 // (`GET /starvation`), priced when the server sets a GPU-hour price.
 
-import { defaultSince, formatGpuHours, formatMoney, loadUiSettings, starvationPath, type Price, type Starvation } from "../cost";
-import { h, replaceChildren } from "../dom";
-import { formatTimestamp } from "../format";
-import { RUNS_HREF, runHref } from "../router";
+import { defaultSince, formatGpuHours, formatMoney, loadUiSettings, starvationPath, type Price, type Starvation } from "../state/cost";
+import { h, replaceChildren } from "../app/dom";
+import { formatTimestamp } from "../app/format";
+import { RUNS_HREF, runHref } from "../app/router";
 import { cannotLoad } from "./loading";
 import { emptyNote, panel, statusBadge, type AppContext, type View } from "./common";
 

@@ -2,10 +2,10 @@
 // the charts handed to `update`: the run page's train-against-val charts and
 // the compare view's overlays use it alike.
 
-import { epochSpec } from "../chartSpecs";
-import { h, replaceChildren, setAttrs, setText } from "../dom";
-import { epochPointCount, type EpochChart } from "../epochs";
-import { LiveChart } from "../liveChart";
+import { epochSpec } from "../charts/chartSpecs";
+import { h, replaceChildren, setAttrs, setText } from "../app/dom";
+import { epochPointCount, type EpochChart } from "../state/epochs";
+import { LiveChart } from "../charts/liveChart";
 
 interface Panel {
   section: HTMLElement;

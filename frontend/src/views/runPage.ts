@@ -11,12 +11,12 @@
 //   alertsPanel.ts      alert history and events
 //   environmentPanel.ts, configPanel.ts, editForm.ts
 
-import { loadUiSettings } from "../cost";
-import { isNotFound } from "../api";
-import { h, replaceChildren, setText } from "../dom";
-import { RUNS_HREF } from "../router";
-import { isRun, runEnded } from "../runs";
-import type { Run } from "../types";
+import { loadUiSettings } from "../state/cost";
+import { isNotFound } from "../api/client";
+import { h, replaceChildren, setText } from "../app/dom";
+import { RUNS_HREF } from "../app/router";
+import { isRun, runEnded } from "../state/runs";
+import type { Run } from "../api/types";
 import { errorMessage, every, type AppContext, type View } from "./common";
 import { cannotLoad } from "./loading";
 import { AlertsPanel } from "./run/alertsPanel";
@@ -27,7 +27,7 @@ import { EpochPanel } from "./run/epochPanel";
 import { PipelinePanel } from "./run/pipelinePanel";
 import { ProfilePanel } from "./run/profilePanel";
 import { renderFedLine, renderRunFigures, renderRunHeader } from "./run/header";
-import type { RunEnergy } from "../energy";
+import type { RunEnergy } from "../state/energy";
 import { StepCharts } from "./run/stepCharts";
 import { TimeCharts } from "./run/timeCharts";
 import { VerdictBanner } from "./run/verdictBanner";

@@ -1,8 +1,8 @@
 // `#/` — every run, newest first, kept current by the live socket.
 
-import { compareHref } from "../compare";
-import { h, replaceChildren, setAttrs, setText } from "../dom";
-import { bestEpochValue, epochCell, epochGoal, epochMetricNames, epochMetricsOf } from "../epochs";
+import { compareHref } from "../state/compare";
+import { h, replaceChildren, setAttrs, setText } from "../app/dom";
+import { bestEpochValue, epochCell, epochGoal, epochMetricNames, epochMetricsOf } from "../state/epochs";
 import {
   DEFAULT_SORT,
   matchesFilter,
@@ -14,12 +14,12 @@ import {
   sortRuns,
   type RunSort,
   type RunSortKey,
-} from "../runs";
-import { readStorage, writeStorage } from "../storage";
-import { loadUiSettings } from "../cost";
-import type { RunEnergy } from "../energy";
-import { COST_HREF, runHref } from "../router";
-import type { Run, RunStatus } from "../types";
+} from "../state/runs";
+import { readStorage, writeStorage } from "../app/storage";
+import { loadUiSettings } from "../state/cost";
+import type { RunEnergy } from "../state/energy";
+import { COST_HREF, runHref } from "../app/router";
+import type { Run, RunStatus } from "../api/types";
 import { every, statusBadge, tagList, waitLevelClass, type AppContext, type View } from "./common";
 import { cannotLoad } from "./loading";
 

@@ -1,6 +1,6 @@
 // The token form shown when the server answers 401.
 
-import { h } from "../dom";
+import { h } from "../app/dom";
 
 /** Show a modal form asking for the access token; resolves with what was entered. */
 export function promptForToken(reason: "required" | "rejected"): Promise<string> {

@@ -4,16 +4,16 @@
 // GET /runs/{id}/steps?rank=N, at most every REFRESH_MS while the run steps.
 
 import type uPlot from "uplot";
-import type { ApiClient } from "../api";
+import type { ApiClient } from "../api/client";
 import { formatStepTick } from "../charts/axes";
 import { lineChartOptions } from "../charts/lineChartOptions";
-import { overlayColumns } from "../compare";
-import { h, replaceChildren, setAttrs } from "../dom";
-import { formatCount, formatMs, formatMsTick, formatPercent } from "../format";
-import { LiveChart, type ChartSpec } from "../liveChart";
-import { seriesFromColumns, type StepSeries } from "../series";
-import type { Run, StepsResponse, WorkerSummary } from "../types";
-import { slowestRank, workerLabel } from "../workers";
+import { overlayColumns } from "../state/compare";
+import { h, replaceChildren, setAttrs } from "../app/dom";
+import { formatCount, formatMs, formatMsTick, formatPercent } from "../app/format";
+import { LiveChart, type ChartSpec } from "../charts/liveChart";
+import { seriesFromColumns, type StepSeries } from "../state/series";
+import type { Run, StepsResponse, WorkerSummary } from "../api/types";
+import { slowestRank, workerLabel } from "./workerRanks";
 
 const REFRESH_MS = 5000;
 const MAX_POINTS = 800;

@@ -2,9 +2,9 @@
 // store) and its events (verdict changes, alert transitions), loaded once and
 // kept current by live `event` messages.
 
-import { h, replaceChildren } from "../../dom";
-import { formatRelativeTime, formatTimestamp } from "../../format";
-import type { RunEvent } from "../../types";
+import { h, replaceChildren } from "../../app/dom";
+import { formatRelativeTime, formatTimestamp } from "../../app/format";
+import type { RunEvent } from "../../api/types";
 import { alertList, profileLink, type AppContext } from "../common";
 
 export class AlertsPanel {

@@ -1,9 +1,9 @@
 // The run page's config and raw-environment tables (flattened dotted keys),
 // redrawn only when their content changes.
 
-import { h, replaceChildren } from "../../dom";
-import { flattenEntries } from "../../runs";
-import type { Run } from "../../types";
+import { h, replaceChildren } from "../../app/dom";
+import { flattenEntries } from "../../state/runs";
+import type { Run } from "../../api/types";
 
 export class ConfigPanel {
   readonly el = h("div", { class: "details" });

@@ -1,9 +1,9 @@
 // The run page's edit form (name, tags, notes): validated in the browser,
 // saved with `PATCH /runs/{id}`; the server's answer goes through `onSaved`.
 
-import { h, replaceChildren, setText } from "../../dom";
-import { validateRunEdit } from "../../runs";
-import type { Run } from "../../types";
+import { h, replaceChildren, setText } from "../../app/dom";
+import { validateRunEdit } from "../../state/runs";
+import type { Run } from "../../api/types";
 import { errorMessage, type AppContext } from "../common";
 
 /** Opens the form in `box` (hidden until then), filled from `run`. */

@@ -2,9 +2,9 @@
 // the agent reported (TF/CUDA builds, precision, strategy, …) and its GPUs.
 // Redrawn only when what it shows changes.
 
-import { h, replaceChildren } from "../../dom";
-import { environmentSummary } from "../../environment";
-import type { Run } from "../../types";
+import { h, replaceChildren } from "../../app/dom";
+import { environmentSummary } from "./environment";
+import type { Run } from "../../api/types";
 
 export class EnvironmentPanel {
   readonly el = h("div");

@@ -1,10 +1,10 @@
 // The run page's epoch metrics group: re-fetched (`axis=epoch`) whenever the
 // run's summary says an epoch arrived; hidden while the run has none.
 
-import type { ApiClient } from "../../api";
-import { h, setAttrs } from "../../dom";
-import { epochMetricsOf, epochSignature, formatEpochValue, runEpochCharts } from "../../epochs";
-import type { Run } from "../../types";
+import type { ApiClient } from "../../api/client";
+import { h, setAttrs } from "../../app/dom";
+import { epochMetricsOf, epochSignature, formatEpochValue, runEpochCharts } from "../../state/epochs";
+import type { Run } from "../../api/types";
 import { EpochChartGrid } from "../epochCharts";
 
 export class EpochPanel {

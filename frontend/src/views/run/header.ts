@@ -1,12 +1,12 @@
 // The run page's header (name, status, project, times, tags, notes, and the
 // edit / export / delete actions) and its row of summary figures.
 
-import { fedEstimate, fedSentence } from "../../cost";
-import { h, replaceChildren, setText } from "../../dom";
-import { energyFigures, type RunEnergy } from "../../energy";
-import { formatTimestamp } from "../../format";
-import { runDurationSeconds, runSummaryFigures } from "../../runs";
-import type { Run } from "../../types";
+import { fedEstimate, fedSentence } from "../../state/cost";
+import { h, replaceChildren, setText } from "../../app/dom";
+import { energyFigures, type RunEnergy } from "../../state/energy";
+import { formatTimestamp } from "../../app/format";
+import { runDurationSeconds, runSummaryFigures } from "../../state/runs";
+import type { Run } from "../../api/types";
 import { statusBadge, tagList } from "../common";
 
 export interface RunActions {

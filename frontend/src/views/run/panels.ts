@@ -1,7 +1,7 @@
 // Building blocks of the run page's chart groups: a chart panel and the
 // "Live / Resume live / Reset zoom" button of a group of synced charts.
 
-import { h, setAttrs, setText } from "../../dom";
+import { h, setAttrs, setText } from "../../app/dom";
 
 export interface ChartBox {
   section: HTMLElement;

@@ -5,9 +5,9 @@
 // its fix. Re-read every few seconds while the run is live.
 // Every user-controlled text (function names, reasons) goes through textContent.
 
-import type { ApiClient } from "../../api";
-import { h, replaceChildren, setText } from "../../dom";
-import { formatPercent } from "../../format";
+import type { ApiClient } from "../../api/client";
+import { h, replaceChildren, setText } from "../../app/dom";
+import { formatPercent } from "../../app/format";
 import { errorMessage } from "../common";
 import { cannotLoad, LivePoll } from "../loading";
 import {
@@ -19,7 +19,7 @@ import {
   type PipelineStage,
   parsePipeline,
   stageLabel,
-} from "../../pipeline";
+} from "./pipeline";
 
 export const PIPELINE_POLL_MS = 4000;
 

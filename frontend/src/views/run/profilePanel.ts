@@ -5,10 +5,10 @@
 // A capture of several workers (a distributed run) also lists each worker's own figures
 // (profileWorkers.ts) and marks the one that starves the job.
 
-import type { ApiClient } from "../../api";
-import { h, replaceChildren } from "../../dom";
-import { formatMs, formatPercent } from "../../format";
-import { type ProfileWorker, keepWorkerShares, waitingForWorkerShares, workerRows, starvingWorker } from "../../profileWorkers";
+import type { ApiClient } from "../../api/client";
+import { h, replaceChildren } from "../../app/dom";
+import { formatMs, formatPercent } from "../../app/format";
+import { type ProfileWorker, keepWorkerShares, waitingForWorkerShares, workerRows, starvingWorker } from "./profileWorkers";
 import { errorMessage } from "../common";
 
 type ProfileStatus = "requested" | "capturing" | "uploading" | "ready" | "failed";

@@ -4,20 +4,20 @@
 // series follows the live stream (StepSync); steps and metrics are each a
 // SeriesResource, so a zoom into downsampled data is refined the same way.
 
-import { isNotFound, type ApiClient } from "../../api";
-import { metricsSpec, throughputSpec, type ThroughputData } from "../../chartSpecs";
-import { uiSettings } from "../../cost";
-import { batchSizeOf, rangesFromStarvation, throughputCaption } from "../../derive";
-import { h, setAttrs, setText } from "../../dom";
-import { formatCount } from "../../format";
-import { ChartGroup, LiveChart, type ZoomRange } from "../../liveChart";
-import { metricsDownsampled, shouldRefine, spliceMetrics, spliceSteps, stepRangeQuery } from "../../refine";
-import { lastMetricStep, mergeMetrics, type ShadeRange } from "../../samples";
-import { seriesFromColumns, type StepSeries } from "../../series";
-import { SeriesResource } from "../../seriesResource";
-import { StepTimeChart } from "../../stepChart";
-import { StepSync } from "../../stepSync";
-import type { MetricTrack, Run, StarvedRanges, StepColumns } from "../../types";
+import { isNotFound, type ApiClient } from "../../api/client";
+import { metricsSpec, throughputSpec, type ThroughputData } from "../../charts/chartSpecs";
+import { uiSettings } from "../../state/cost";
+import { batchSizeOf, rangesFromStarvation, throughputCaption } from "../../state/derive";
+import { h, setAttrs, setText } from "../../app/dom";
+import { formatCount } from "../../app/format";
+import { ChartGroup, LiveChart, type ZoomRange } from "../../charts/liveChart";
+import { metricsDownsampled, shouldRefine, spliceMetrics, spliceSteps, stepRangeQuery } from "../../state/refine";
+import { lastMetricStep, mergeMetrics, type ShadeRange } from "../../state/samples";
+import { seriesFromColumns, type StepSeries } from "../../state/series";
+import { SeriesResource } from "../../state/seriesResource";
+import { StepTimeChart } from "./stepTimeChart";
+import { StepSync } from "../../state/stepSync";
+import type { MetricTrack, Run, StarvedRanges, StepColumns } from "../../api/types";
 import { cannotLoad } from "../loading";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
 

@@ -4,14 +4,14 @@
 // host samples are one SeriesResource: polled while the run is live, refined
 // on zoom.
 
-import type { ApiClient } from "../../api";
-import { telemetryChart, telemetrySpec, type TelemetryKind } from "../../chartSpecs";
-import { h, setAttrs, setText } from "../../dom";
-import { ChartGroup, LiveChart, type ZoomRange } from "../../liveChart";
-import { shouldRefine, spliceSamples } from "../../refine";
-import { lastSampleTime, mergeSamples, throttleRanges, type ShadeRange } from "../../samples";
-import { SeriesResource } from "../../seriesResource";
-import type { Run, SamplesData } from "../../types";
+import type { ApiClient } from "../../api/client";
+import { telemetryChart, telemetrySpec, type TelemetryKind } from "../../charts/chartSpecs";
+import { h, setAttrs, setText } from "../../app/dom";
+import { ChartGroup, LiveChart, type ZoomRange } from "../../charts/liveChart";
+import { shouldRefine, spliceSamples } from "../../state/refine";
+import { lastSampleTime, mergeSamples, throttleRanges, type ShadeRange } from "../../state/samples";
+import { SeriesResource } from "../../state/seriesResource";
+import type { Run, SamplesData } from "../../api/types";
 import { cannotLoad } from "../loading";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
 

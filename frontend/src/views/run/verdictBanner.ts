@@ -2,9 +2,9 @@
 // and live `verdict` messages, the newer one winning) with its evidence and
 // advice; before one is known, what the run summary alone says.
 
-import { h, replaceChildren, setAttrs } from "../../dom";
-import { formatCount, formatInputWait } from "../../format";
-import type { Diagnosis, GpuFinding, Run } from "../../types";
+import { h, replaceChildren, setAttrs } from "../../app/dom";
+import { formatCount, formatInputWait } from "../../app/format";
+import type { Diagnosis, GpuFinding, Run } from "../../api/types";
 import {
   deviceWord,
   evidenceText,
@@ -17,7 +17,7 @@ import {
   verdictHeadline,
   verdictTone,
   verdictWords,
-} from "../../verdict";
+} from "../../state/verdict";
 import type { AppContext } from "../common";
 import { cannotLoad } from "../loading";
 
