@@ -20,6 +20,7 @@ import { ApiError } from "../api/client";
 import { h, replaceChildren, setAttrs, setText } from "../app/dom";
 import type { AlertRule } from "../api/types";
 import { alertList, errorMessage, every, type AppContext, type View } from "./common";
+import { cannotLoad } from "./loading";
 
 type FieldName = keyof RuleForm;
 
@@ -125,7 +126,7 @@ export class AlertsView implements View {
     this.clearedPanel.hidden = cleared.length === 0 || store.status !== "loaded";
     replaceChildren(this.clearedBox, cleared.length ? alertList(cleared.slice(0, 200), this.ctx.now(), runName) : null);
     let body: Node;
-    if (store.status === "error") body = h("p", { class: "error", text: `Cannot load alerts: ${store.error ?? ""}` });
+    if (store.status === "error") body = h("p", { class: "error", text: cannotLoad("alerts", store.error, false) });
     else if (store.status === "loading") body = h("p", { class: "muted", text: "Loading alerts…" });
     else if (list.length === 0) body = h("p", { class: "muted", text: "No alerts yet. Alerts appear here when a rule fires.", attrs: { "data-testid": "alerts-empty" } });
     else body = alertList(list, this.ctx.now(), runName);
@@ -167,7 +168,7 @@ export class AlertsView implements View {
       this.rules = Array.isArray(page?.data) ? page.data : [];
     } catch (err) {
       if (this.destroyed) return;
-      this.showFormError(`Cannot load rules: ${errorMessage(err)}`);
+      this.showFormError(cannotLoad("the alert rules", err, false));
     }
     this.renderRules();
   }

@@ -10,6 +10,7 @@ import { h, replaceChildren } from "../../app/dom";
 import { formatMs, formatPercent } from "../../app/format";
 import { type ProfileWorker, keepWorkerShares, waitingForWorkerShares, workerRows, starvingWorker } from "./profileWorkers";
 import { errorMessage } from "../common";
+import { cannotLoad } from "../loading";
 
 type ProfileStatus = "requested" | "capturing" | "uploading" | "ready" | "failed";
 
@@ -148,7 +149,7 @@ export class ProfilePanel {
       else this.render();
     } catch (err) {
       if (this.signal.aborted) return; // left the page
-      this.loadError = `Cannot load the run's profiles (${errorMessage(err)})`;
+      this.loadError = errorMessage(err);
       this.render();
       if (this.live) this.retryLoad();
     }
@@ -232,7 +233,7 @@ export class ProfilePanel {
     replaceChildren(
       this.body,
       this.loadError
-        ? h("p", { class: "error", text: `${this.loadError}${this.live ? "; retrying…" : "."}`, attrs: { role: "status", "data-testid": "profile-load-error" } })
+        ? h("p", { class: "error", text: cannotLoad("the run's profiles", this.loadError, this.live), attrs: { role: "status", "data-testid": "profile-load-error" } })
         : null,
       this.error ? h("p", { class: "error", text: this.error, attrs: { role: "alert", "data-testid": "profile-error" } }) : null,
       p !== null
