@@ -111,10 +111,10 @@ def check_server(value: str, source: str) -> ServerSetting:
                 notice=f"{setting.setting} is a WebSocket URL; using {candidate} "
                 f"(write {candidate} to silence this)",
             )
-    why = _url_problem(value)
-    if why is None:
+    problem = _url_problem(value)
+    if problem is None:
         return ServerSetting(url=value.rstrip("/"), source=source, given=value)
-    return _refused(value, source, why)
+    return _refused(value, source, problem)
 
 
 def _refused(value: str, source: str, why: str) -> ServerSetting:

@@ -193,7 +193,7 @@ def check_cuda_versions(tf_cuda: str | None, nvml: Nvml) -> Check:
     if have is None:
         return Check(
             WARN, name, f"TensorFlow needs CUDA {tf_cuda}; the driver's CUDA version is unknown",
-            "install an NVIDIA driver that supports CUDA " + tf_cuda,
+            f"install an NVIDIA driver that supports CUDA {tf_cuda}",
         )  # fmt: skip
     if have >= needed:
         return Check(PASS, name, f"driver supports CUDA {driver_cuda}, TensorFlow needs {tf_cuda}")

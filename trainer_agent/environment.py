@@ -10,6 +10,7 @@ import platform
 import socket
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from trainer_agent.job import job_rank, job_world_size
@@ -154,7 +155,7 @@ def tensorflow_facts() -> dict[str, Any]:
         physical = _safe(lambda: tf.config.list_physical_devices("GPU")) or []
         facts["tf_gpus"] = [d.name for d in physical]
         facts["memory_growth"] = {
-            d.name: _safe(lambda d=d: tf.config.experimental.get_memory_growth(d)) for d in physical
+            d.name: _safe(partial(tf.config.experimental.get_memory_growth, d)) for d in physical
         }
         facts["op_determinism"] = _safe(
             lambda: tf.config.experimental.is_op_determinism_enabled()

@@ -145,6 +145,7 @@ class GpmReader:
 
     # --- internals ----------------------------------------------------------------------------
     def _take(self, sample: Any) -> bool:
+        args: tuple[Any, ...]
         if self._instance is None:
             function, args = "nvmlGpmSampleGet", (self._handle, sample)
         else:

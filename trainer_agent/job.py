@@ -59,8 +59,9 @@ def job_rank() -> int:
         if value.isdigit():
             return int(value)
     config = tf_config()
-    task = config.get("task") if isinstance(config.get("task"), dict) else {}
-    cluster = config.get("cluster") if isinstance(config.get("cluster"), dict) else {}
+    raw_task, raw_cluster = config.get("task"), config.get("cluster")
+    task: dict[str, Any] = raw_task if isinstance(raw_task, dict) else {}
+    cluster: dict[str, Any] = raw_cluster if isinstance(raw_cluster, dict) else {}
     me = (task.get("type"), task.get("index"))
     tasks = _training_tasks(cluster)
     if me in tasks:

@@ -15,6 +15,7 @@ from sqlalchemy import and_, func, or_
 from sqlmodel import Session, col, select
 
 from backend.api.queries import summary_number
+from backend.core.db import select_columns
 from backend.core.deps import SessionDep, SettingsDep, ViewerAuth
 from backend.core.models import Run, RunStatus
 from backend.diagnosis.levels import INPUT_BOUND, InputBoundThresholds
@@ -88,7 +89,7 @@ def starvation_totals(
         .order_by(lost_sum.desc(), col(Run.project))
     ).all()
     runs = session.exec(
-        select(Run.id, Run.name, Run.project, Run.status, Run.started_at, lost, wait)
+        select_columns(Run.id, Run.name, Run.project, Run.status, Run.started_at, lost, wait)
         .where(*where)
         .order_by(lost.desc(), col(Run.id).desc())
         .limit(limit)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import Session, col, select
 
 from backend.api.queries import get_run
+from backend.core.db import select_columns
 from backend.core.deps import RunId, SessionDep, SettingsDep, ViewerAuth
 from backend.core.models import DeviceSample, Run, RunStatus, Step
 from backend.diagnosis.energy import split_energy
@@ -65,7 +66,7 @@ def run_energy(
     *, session: Session, run_id: int, price_per_kwh: float | None, currency: str
 ) -> RunEnergy:
     device = session.exec(
-        select(
+        select_columns(
             DeviceSample.rank,
             DeviceSample.gpu,
             DeviceSample.t,

@@ -7,7 +7,7 @@ revision on start (see docs/migrations.md to add one).
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
@@ -15,7 +15,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection, Engine
-from sqlmodel import Session, create_engine
+from sqlmodel import Session, create_engine, select
+from sqlmodel.sql.expression import Select
 
 from backend.core import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 from backend.core.settings import Settings
@@ -95,3 +96,9 @@ def session_scope(engine: Engine) -> Iterator[Session]:
 def placeholder(connection: Connection) -> str:
     """The DBAPI parameter marker of the connection's driver, for driver-level SQL."""
     return "?" if connection.dialect.paramstyle == "qmark" else "%s"
+
+
+def select_columns(*columns: Any) -> Select[*tuple[Any, ...]]:
+    """`sqlmodel.select` of more than four columns. It takes any number, but its typed
+    overloads stop at four; past four, the rows' values are typed Any."""
+    return cast("Select[*tuple[Any, ...]]", select(*columns))

@@ -17,7 +17,7 @@ wait and compute with the window counts. Within a window the power is taken as c
 which is what a reading every second can know.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,7 +75,7 @@ def step_intervals(
 
 def split_energy(
     device: Sequence[tuple[int, int, float, float]],
-    steps: dict[int, tuple[Sequence[float], Sequence[float], Sequence[float | None]]],
+    steps: Mapping[int, tuple[Sequence[float], Sequence[float], Sequence[float | None]]],
 ) -> EnergySplit:
     """Split energy by phase.
 
@@ -85,8 +85,8 @@ def split_energy(
     """
     result = EnergySplit()
     by_gpu: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for rank, gpu, t, joules in device:
-        by_gpu.setdefault((rank, gpu), []).append((t, joules))
+    for rank, gpu, at, joules in device:
+        by_gpu.setdefault((rank, gpu), []).append((at, joules))
     intervals = {rank: step_intervals(*columns) for rank, columns in steps.items()}
     for (rank, gpu), rows in sorted(by_gpu.items()):
         rows.sort()

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from backend.core.db import select_columns
 from backend.core.models import DeviceSample, HostSample, Run, RunStatus, Step
 from backend.diagnosis.stragglers import worker_hosts
 from backend.diagnosis.window import RunWindow, WholeRun
@@ -42,7 +43,7 @@ def starved_ranges(
     Steps without a measured wait are neither starved nor fed. Ranges separated by at most
     `max_gap` fed steps are merged, so the UI can shade a noisy stretch as one band.
     """
-    where = [Step.run_id == run_id, Step.rank == rank, col(Step.wait).is_not(None)]
+    where = [col(Step.run_id) == run_id, col(Step.rank) == rank, col(Step.wait).is_not(None)]
     measured = session.exec(select(func.count()).select_from(Step).where(*where)).one()
     rows = session.exec(
         select(Step.step, Step.t, Step.dur, Step.wait)
@@ -51,6 +52,7 @@ def starved_ranges(
     ).all()
     ranges: list[dict[str, Any]] = []
     for step, t, dur, wait in rows:
+        assert wait is not None  # the query keeps measured steps only
         if ranges and step - ranges[-1]["end"] <= max_gap + 1:
             current = ranges[-1]
             current["end"] = step
@@ -101,11 +103,11 @@ def window_from_db(
     last_t = run.stats.get("last_t")
     if last_t is not None:
         rows = session.exec(
-            select(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
+            select_columns(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
             .where(Step.run_id == run.id, Step.t >= last_t - window_s - 1)
             .order_by(col(Step.rank), col(Step.step))
         ).all()
-        for rank, group in groupby(rows, key=lambda r: r.rank):
+        for rank, group in groupby(rows, key=lambda r: r[0]):
             _, step, t, dur, wait, batch_size = (list(c) for c in zip(*group, strict=True))
             window.add_steps(
                 now=0.0, step=step, t=t, dur=dur, wait=wait, batch_size=batch_size, rank=rank

@@ -165,8 +165,9 @@ def apply_transition(
     now: datetime = utc_now()
     alert = session.get(Alert, alert_id) if alert_id is not None else None
     if alert is None:
+        rule = session.get(AlertRule, rule_id) if rule_id is not None else None
         alert = Alert(
-            rule_id=rule_id if rule_id is not None and session.get(AlertRule, rule_id) else None,
+            rule_id=rule.id if rule is not None else None,
             run_id=run_id,
             rule_name=rule_name,
             state=state,

@@ -8,6 +8,7 @@ import sys
 import termios
 import tty
 from types import TracebackType
+from typing import Any
 
 ESCAPE_WAIT_S = 0.05
 # Escape sequences of the keys `top` uses; any other key is its own character.
@@ -54,7 +55,7 @@ class KeyReader:
         self.queue = queue
         self.arrived = arrived
         self.fd = sys.stdin.fileno() if fd is None else fd
-        self._saved: list | None = None  # type: ignore[type-arg]
+        self._saved: list[Any] | None = None
         self._pending = ""
 
     def __enter__(self) -> "KeyReader":

@@ -143,7 +143,7 @@ def _unix(iso: str | None) -> float | None:
     return moment.timestamp()
 
 
-def _detail(body: bytes | None) -> str:
+def _detail(body: bytes | bytearray | None) -> str:
     try:
         return str(json.loads(body or b"")["detail"])
     except (ValueError, KeyError, TypeError):

@@ -181,8 +181,9 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
     for row, chosen in lines[start : start + room]:
         style = "reverse" if chosen else ""  # reverse video, also without colour
         if len(row) == 1:
-            tables += [table, row[0].copy()]
-            tables[-1].truncate(screen.width, overflow="ellipsis")  # type: ignore[attr-defined]
+            alert = row[0].copy()
+            alert.truncate(screen.width, overflow="ellipsis")
+            tables += [table, alert]
             table = _runs_table(screen, header=False)
         else:
             table.add_row(*row, style=style)
