@@ -9,7 +9,8 @@ NODE_MODULES := frontend/node_modules/.package-lock.json
 AGENT_FIT_TESTS := tests/test_agent_fit.py tests/test_epoch_metrics_fit.py \
 	tests/test_agent_guard.py tests/test_stamp_ring.py tests/test_input_wait.py tests/test_autolog.py
 TF_OLDEST := 2.15.1
-OWN_PROCESS_TESTS := tests/test_diagnosis_keras.py
+# Run each in a pytest process of its own (see the test target).
+OWN_PROCESS_TESTS := tests/test_diagnosis_keras.py tests/test_profile_capture.py
 TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow (issue 29).
 JAX_VENV := $(VENV)/jax
@@ -26,10 +27,14 @@ test: build
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	cd frontend && npm test
-	$(BIN)/pytest -ra --ignore=$(OWN_PROCESS_TESTS)
-	# In a process of its own: after the rest of the suite, its parallel map read 0.6 of the
-	# step as wait (serial-like) twice, alone never; the state left behind is not yet found.
-	$(BIN)/pytest -ra $(OWN_PROCESS_TESTS)
+	$(BIN)/pytest -ra $(addprefix --ignore=,$(OWN_PROCESS_TESTS))
+	# Each in a process of its own. test_diagnosis_keras: after the rest of the suite, its
+	# parallel map read 0.6 of the step as wait (serial-like) twice, alone never.
+	# test_profile_capture: twice in CI, the next test's event loop hung for 60 s inside a
+	# garbage collection, finalizing (never returning) what the profiled fits had left; no
+	# test of it or of the product has hung alone. The state left behind is not yet found.
+	status=0; for f in $(OWN_PROCESS_TESTS); do $(BIN)/pytest -ra $$f || status=1; done; \
+	exit $$status
 	$(MAKE) test-tf-matrix
 	$(MAKE) test-jax
 

@@ -1,7 +1,11 @@
 """A real, small Keras training that reports to Stoker; run by tests in its own process.
 
 Usage: python -m tests.train_script --server URL --name NAME [--epochs N] [--batches N]
-       [--batch-delay-s S] [--fail-at-batch N]
+       [--batch-delay-s S] [--fail-at-batch N] [--stop-file PATH]
+
+With --stop-file, the data repeats and training stops at the end of the first batch that finds
+PATH (so a test can keep it going as long as its premise needs, on any machine); the last line
+printed gives the steps trained.
 """
 
 import argparse
@@ -22,6 +26,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--batch-delay-s", type=float, default=0.0)
     parser.add_argument("--fail-at-batch", type=int, default=-1, help="raise in this batch")
+    parser.add_argument("--stop-file", default=None, help="stop once this file exists")
     args = parser.parse_args()
 
     import numpy as np
@@ -46,6 +51,8 @@ def main() -> None:
             return out, by
 
         dataset = dataset.map(delay)
+    if args.stop_file is not None:
+        dataset = dataset.repeat()
     model = tf.keras.Sequential(
         [tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(16, activation="relu"),
          tf.keras.layers.Dense(1)]
@@ -61,8 +68,24 @@ def main() -> None:
                     raise RuntimeError("loss diverged")
 
         callbacks.append(Diverge())
-    model.fit(callback.wrap(dataset), epochs=args.epochs, callbacks=callbacks, verbose=0)
-    print(json.dumps({"steps": args.epochs * args.batches}), flush=True)
+
+    class StepCounter(tf.keras.callbacks.Callback):
+        """Counts the steps trained; with --stop-file, stops once the file exists."""
+
+        steps = 0
+
+        def on_train_batch_end(self, batch: int, logs: object = None) -> None:
+            self.steps += 1
+            if args.stop_file is not None and os.path.exists(args.stop_file):
+                self.model.stop_training = True
+
+    counter = StepCounter()
+    callbacks.append(counter)
+    model.fit(
+        callback.wrap(dataset), epochs=args.epochs, callbacks=callbacks, verbose=0,
+        steps_per_epoch=args.batches if args.stop_file is not None else None,
+    )  # fmt: skip
+    print(json.dumps({"steps": counter.steps}), flush=True)
 
 
 if __name__ == "__main__":
