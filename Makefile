@@ -26,6 +26,7 @@ serve: build
 test: build
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	cd frontend && npm test
 	$(BIN)/pytest -ra $(addprefix --ignore=,$(OWN_PROCESS_TESTS))
 	# Each in a process of its own. test_diagnosis_keras: after the rest of the suite, its

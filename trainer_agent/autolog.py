@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trainer_agent import log_once
 from trainer_agent.guard import FAULT_ENV, InjectedFault
@@ -45,7 +45,7 @@ _lock = threading.RLock()
 # The StokerCallback arguments of every patched fit; None while autolog is off.
 _options: dict[str, Any] | None = None
 # Keras module name -> (its Model class, the `fit` in that class's own __dict__ before).
-_patched: dict[str, tuple[type, Any]] = {}
+_patched: dict[str, tuple[Any, Any]] = {}
 _hook: "_PatchOnImport | None" = None
 _inside_fit = threading.local()
 
@@ -230,7 +230,9 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         else:
             return None
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _PatchingLoader(spec.loader, fullname)
+            # A Loader by what it does, not by inheritance: whatever else is asked of it is
+            # the wrapped loader's (`__getattr__`), which inherited defaults would hide.
+            spec.loader = cast(importlib.abc.Loader, _PatchingLoader(spec.loader, fullname))
         return spec
 
 

@@ -103,6 +103,9 @@ class StokerHooks:
     async_safe = True
     # tf_keras: hand the batch logs over as tensors; only every n-th step's are converted.
     _supports_tf_logs = True
+    # Set by the Keras callback base the concrete class adds (`set_model`, `set_params`).
+    model: Any
+    params: dict[str, Any]
 
     def __init__(
         self,

@@ -308,7 +308,7 @@ def _single_device_map() -> Any:
 
     # Named as tf.data's own map dataset: the pipeline readers (pipeline.py,
     # pipeline_model.py) know Stoker's stamping stage as a map over a zip.
-    class _MapDataset(dataset_ops.UnaryDataset):  # type: ignore[misc]
+    class _MapDataset(dataset_ops.UnaryDataset):
         def __init__(self, input_dataset: Any, function: Any) -> None:
             self._input_dataset = input_dataset
             self._name = None

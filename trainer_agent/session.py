@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from trainer_agent.config import AgentConfig
@@ -215,7 +215,7 @@ class RunSession:
     def record_metric(self, step: int, name: str, value: float | None) -> None:
         self.recorder.metrics.append(step, name[:100], value)
 
-    def record_epoch(self, epoch: int, step: int, metrics: dict[str, float | None]) -> None:
+    def record_epoch(self, epoch: int, step: int, metrics: Mapping[str, float | None]) -> None:
         """An epoch's metrics (Keras's epoch logs, validation included), ended at `step`."""
         t = time.time()
         for name, value in metrics.items():

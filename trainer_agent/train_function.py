@@ -166,7 +166,7 @@ def _returns_wrapper(
 
 def unwatch_train_function(model: Any) -> None:
     """Put Keras's own train function back (a no-op when Stoker's wrapper is not there)."""
-    current = getattr(model, "train_function", None)
+    current: Any = getattr(model, "train_function", None)
     original = getattr(current, STOKER_ORIGINAL, None)
     if original is None:
         return

@@ -97,15 +97,10 @@ async def start_capture(
 
     reached = await state.agents.send_all(run_id, command, ranks=set(ranks))
     if missed := sorted(set(ranks) - set(reached)):
-        profile = (
-            await state.writer.run(
-                store.fail,
-                pid=profile.id,
-                error="profile failed: the agent went away",
-                ranks=missed,
-            )
-            or profile
+        failed = await state.writer.run(
+            store.fail, pid=profile.id, error="profile failed: the agent went away", ranks=missed
         )
+        profile = failed or profile
     _announce(state, profile)
     # A stale capture given up on just now (or one whose analysis a restart cut) that has
     # traces in: analyse what there is.

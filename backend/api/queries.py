@@ -3,14 +3,15 @@
 import csv
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC
 from typing import Any, Literal
 
-from sqlalchemy import Float, Integer, Text, cast, func, literal_column, text
+from sqlalchemy import ColumnClause, Float, Integer, Text, cast, func, literal_column, text
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
+from backend.core.db import select_columns
 from backend.core.errors import BadRequest, RunNotFound
 from backend.core.models import (
     DeviceSample,
@@ -265,7 +266,7 @@ def step_series(
         width = -(-(last_step - first_step + 1) // max_points)
         bucket = (col(Step.step) - first_step) // width
         query = (
-            select(
+            select_columns(
                 # A bucket sits at its last step, so live steps merged after it are all newer.
                 func.max(Step.step),
                 func.max(Step.t),
@@ -283,7 +284,7 @@ def step_series(
         # A literal divisor: GROUP BY and ORDER BY then name the same expression, one sort.
         bucket = literal_column(f"steprollup.bucket / {per_bucket}")
         query = (
-            select(
+            select_columns(
                 func.max(StepRollup.step_max),
                 func.max(StepRollup.t_max),
                 func.sum(StepRollup.dur_sum) / func.sum(StepRollup.n),
@@ -295,17 +296,17 @@ def step_series(
             .group_by(bucket)
             .order_by(bucket)
         )
-    rows = session.exec(query).all()
+    buckets = session.exec(query).all()
     return StepSeries(
         run_id=run_id,
         total=total,
         downsampled=True,
-        step=[r[0] for r in rows],
-        t=[r[1] for r in rows],
-        dur=[float(r[2]) for r in rows],
-        wait=[None if r[5] is None else float(r[5]) for r in rows],
-        dur_min=[r[3] for r in rows],
-        dur_max=[r[4] for r in rows],
+        step=[r[0] for r in buckets],
+        t=[r[1] for r in buckets],
+        dur=[float(r[2]) for r in buckets],
+        wait=[None if r[5] is None else float(r[5]) for r in buckets],
+        dur_min=[r[3] for r in buckets],
+        dur_max=[r[4] for r in buckets],
     )
 
 
@@ -339,9 +340,9 @@ def _compacted_step_series(
         if after_step is None and before_step is None:
             tier = max((w for w in ROLLUP_WIDTHS if w <= needed), default=finest)
         per_bucket = max(1, int(-(-needed // tier)))
-    bucket = literal_column(f"steprollup.bucket / {per_bucket}")
+    bucket: ColumnClause[Any] = literal_column(f"steprollup.bucket / {per_bucket}")
     rows = session.exec(
-        select(
+        select_columns(
             func.max(StepRollup.step_max),
             func.max(StepRollup.t_max),
             func.sum(StepRollup.dur_sum) / func.sum(StepRollup.n),
@@ -491,7 +492,7 @@ def _compacted(session: Session, run_id: int) -> dict[str, Any]:
 MetricAxis = Literal["step", "epoch"]
 
 
-def step_aggregation(environment: dict[str, Any]) -> str:
+def step_aggregation(environment: Mapping[str, Any]) -> str:
     """What a step series' values are: Keras `fit` (its environment carries `fit_params`)
     logs the running mean of each metric over the epoch so far; a custom loop logs values."""
     return "running_mean_over_epoch" if "fit_params" in environment else "value"
@@ -618,7 +619,7 @@ def steps_csv(*, session: Session, run_id: int) -> Iterator[str]:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["rank", "step", "t", "dur", "wait", "batch_size"])
     query = (
-        select(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
+        select_columns(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
         .where(Step.run_id == run_id)
         .order_by(col(Step.rank), col(Step.step), col(Step.id))
         .execution_options(yield_per=10_000)

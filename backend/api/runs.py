@@ -132,7 +132,7 @@ def export_steps(run_id: RunId, session: SessionDep) -> StreamingResponse:
     )
 
 
-@router.get("/runs/{run_id}/samples")
+@router.get("/runs/{run_id}/samples", response_model=DeviceSeries)
 def read_device_samples(
     run_id: RunId,
     session: SessionDep,
@@ -141,7 +141,7 @@ def read_device_samples(
     fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
     since_t: SinceT = None,
     until_t: UntilT = None,
-) -> DeviceSeries:
+) -> dict[str, Any]:
     """Device (GPU) samples per rank and GPU over wall-clock time, downsampled."""
     get_run(session=session, run_id=run_id)
     return device_series(
@@ -150,7 +150,7 @@ def read_device_samples(
     )  # fmt: skip
 
 
-@router.get("/runs/{run_id}/host")
+@router.get("/runs/{run_id}/host", response_model=HostSeries)
 def read_host_samples(
     run_id: RunId,
     session: SessionDep,
@@ -158,7 +158,7 @@ def read_host_samples(
     fields: Annotated[str | None, Query(max_length=500, description="comma-separated")] = None,
     since_t: SinceT = None,
     until_t: UntilT = None,
-) -> HostSeries:
+) -> dict[str, Any]:
     """Host samples (CPU, memory) per rank over wall-clock time, downsampled."""
     get_run(session=session, run_id=run_id)
     return host_series(
@@ -167,7 +167,7 @@ def read_host_samples(
     )  # fmt: skip
 
 
-@router.get("/runs/{run_id}/metrics")
+@router.get("/runs/{run_id}/metrics", response_model=MetricSeries)
 def read_metrics(
     run_id: RunId,
     session: SessionDep,
@@ -177,7 +177,7 @@ def read_metrics(
     after_step: AfterStep = None,
     before_step: BeforeStep = None,
     axis: Annotated[MetricAxis | None, Query(description="only step or only epoch series")] = None,
-) -> MetricSeries:
+) -> dict[str, Any]:
     """Logged scalars (loss, accuracy, ...) one series per `name` (repeatable): by step, each
     marked with its `aggregation` (Keras fit logs running means over the epoch), and the
     epoch-end values (val_loss, ...) by epoch."""
@@ -188,11 +188,11 @@ def read_metrics(
     )  # fmt: skip
 
 
-@router.get("/compare")
+@router.get("/compare", response_model=RunComparison)
 def compare(
     session: SessionDep,
     runs: Annotated[str, Query(max_length=1000, description="comma-separated run ids")],
-) -> RunComparison:
+) -> dict[str, Any]:
     """Summaries of several runs side by side, and the config/environment keys that differ.
     Ids with no run (deleted, or never there) are listed in `missing`, not refused: a saved
     compare link still shows the runs that remain, and says which are gone. Malformed ids: 422."""

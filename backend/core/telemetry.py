@@ -7,7 +7,7 @@ scrape never touches the database.
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -74,7 +74,7 @@ class LiveGauges(Collector):
             gauges.step_time_s = duration_sum / len(durations)
             wait = batch.steps.wait
             if wait is not None and None not in wait:  # the usual case, summed in C
-                wait_sum, total = sum(wait), duration_sum
+                wait_sum, total = sum(cast("list[float]", wait)), duration_sum
             else:
                 waited = [
                     (w, d) for w, d in zip(wait or (), durations, strict=False) if w is not None
@@ -118,8 +118,9 @@ class LiveGauges(Collector):
             for (rank, gpu), values in list(g.gpus.items()):
                 gl = [*labels, str(rank), str(gpu)]
                 for key, family in families:
-                    if values.get(key) is not None:
-                        family.add_metric(gl, values[key])
+                    value = values.get(key)
+                    if value is not None:
+                        family.add_metric(gl, value)
         yield from (step, wait, steps)
         yield from (family for _, family in families)
 

@@ -108,6 +108,10 @@ RuleRunId = Annotated[int, Field(ge=1, le=2**31 - 1)]
 MetricName = Annotated[str, StringConstraints(min_length=1, max_length=100), AfterValidator(no_nul)]
 
 
+def _browser_only() -> list[Channel]:
+    return [BrowserChannel(type="browser")]
+
+
 class _RuleFields(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -130,9 +134,7 @@ class AlertRuleCreate(_RuleFields):
     scope: AlertScope = AlertScope.all
     project: RuleText | None = None
     run_id: RuleRunId | None = None
-    channels: list[Channel] = Field(
-        default_factory=lambda: [BrowserChannel(type="browser")], max_length=20
-    )
+    channels: list[Channel] = Field(default_factory=_browser_only, max_length=20)
     enabled: bool = True
     metric_name: MetricName | None = None
     baseline_run_id: RuleRunId | None = None

@@ -346,6 +346,7 @@ class Detectors:
                 and (idle is None or idle < stall_floor)
             )
             if unchanged:  # nothing new arrived and it cannot have stalled yet
+                assert previous is not None
                 facts.append(self._facts(window, previous, now))
                 continue
             window.dirty = False

@@ -97,7 +97,7 @@ def _analyse(paths: list[Path]) -> tuple[dict[str, Any], float | None, tuple[int
     share = waited / total if total else None
     numbered = [row["step"] for row in steps if row["step"] is not None]
     properties = step_table.get("p", {})
-    ops = [
+    ops: list[dict[str, Any]] = [
         {
             "where": op.get("host_or_device"), "type": op.get("type"),
             "name": op.get("operation"), "count": op.get("occurrences"),

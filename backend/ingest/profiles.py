@@ -119,6 +119,15 @@ def ready_to_analyse(profile: Profile) -> bool:
     return statuses <= TERMINAL and ProfileStatus.ready in statuses
 
 
+def _analysed_steps(
+    analysis: dict[str, Any], first: int | None, last: int | None
+) -> tuple[int, int] | None:
+    """[first, last] of the analysed steps: the trace's own range, else the capture's; None
+    while either end is unknown."""
+    first, last = analysis.get("step_range") or (first, last)
+    return None if first is None or last is None else (first, last)
+
+
 def public(profile: Profile, session: Session | None = None) -> ProfilePublic:
     """The profile as shown; with `session`, Stoker's input shares over the analysed steps
     are filled in once those steps are stored (the agent may deliver them after the trace)."""
@@ -127,15 +136,15 @@ def public(profile: Profile, session: Session | None = None) -> ProfilePublic:
     )
     if session is None or profile.status != ProfileStatus.ready:
         return shown
-    steps = profile.analysis.get("step_range") or (profile.first_step, profile.last_step)
+    steps = _analysed_steps(profile.analysis, profile.first_step, profile.last_step)
     lowest = min((w.rank for w in shown.workers), default=0)
-    if shown.input_share_stoker is None and None not in steps:
+    if shown.input_share_stoker is None and steps is not None:
         shown.input_share_stoker = stoker_input_share(
             session=session, run_id=profile.run_id, first=steps[0], last=steps[1], rank=lowest
         )
     for worker in shown.workers:
-        own = worker.analysis.get("step_range") or (worker.first_step, worker.last_step)
-        if worker.input_share_stoker is None and worker.status == "ready" and None not in own:
+        own = _analysed_steps(worker.analysis, worker.first_step, worker.last_step)
+        if worker.input_share_stoker is None and worker.status == "ready" and own is not None:
             worker.input_share_stoker = stoker_input_share(
                 session=session, run_id=profile.run_id, first=own[0], last=own[1],
                 rank=worker.rank,

@@ -62,7 +62,9 @@ def database_bytes(connection: Connection) -> int:
         pages = connection.exec_driver_sql("PRAGMA page_count").scalar() or 0
         size = connection.exec_driver_sql("PRAGMA page_size").scalar() or 0
         return int(pages) * int(size)
-    return int(connection.exec_driver_sql("SELECT pg_database_size(current_database())").scalar())
+    return int(
+        connection.exec_driver_sql("SELECT pg_database_size(current_database())").scalar_one()
+    )
 
 
 def directory_bytes(path: Path) -> int:
@@ -103,6 +105,7 @@ def due_runs(
     kept_bytes = 0
     connection = session.connection()
     for run_id, ended_at, last_seen_at, started_at in newest_first:
+        assert run_id is not None  # a stored run's key
         moment = ended_at or last_seen_at or started_at
         if max_age_s > 0 and now - _aware(moment) > timedelta(seconds=max_age_s):
             due.append(run_id)

@@ -159,11 +159,11 @@ async def _serve_agent(
                 await websocket.send_json(refused.to_json())
                 continue
             if isinstance(frame, End):
-                stored = writer.submit(
+                ended = writer.submit(
                     end_run, run_id=run.id, status=RunStatus(frame.status),
                     stream=hello.stream, unsent_steps=frame.unsent_steps, rank=hello.rank,
                 )  # fmt: skip
-                await in_flight.put(_InFlight(frame, stored))
+                await in_flight.put(_InFlight(frame, ended))
                 continue
             if frame.row_count() > settings.max_batch_rows:
                 telemetry.rejects.labels("too_many_rows").inc()
@@ -312,10 +312,10 @@ async def ingest_http(request: Request, state: StateDep) -> IngestResult:
             push_live_steps(hub, run.id, batch, payload.hello.rank)
             publish_stored_batch(state, public, batch, payload.hello.rank)
     if payload.end is not None:
-        run = await writer.run(
+        ended = await writer.run(
             end_run, run_id=run.id, status=RunStatus(payload.end.status),
             stream=payload.hello.stream, unsent_steps=payload.end.unsent_steps,
             rank=payload.hello.rank,
         )  # fmt: skip
-        publish_run_ended(state, run)
+        publish_run_ended(state, ended)
     return IngestResult(run_id=run.id, acked=acked)

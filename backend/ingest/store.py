@@ -10,13 +10,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sqlalchemy import BigInteger, Boolean, Float, Integer, bindparam, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Connection
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, SQLModel, col, select
 
 from backend.core.db import placeholder
 from backend.core.lifecycle import end_worker, job_status, join_worker
@@ -104,12 +104,12 @@ def store_batch(
 
 # Built once: SQLAlchemy caches their compiled form, and building an expression per batch
 # cost more than executing it.
-_RUN_STATE = sa_select(Run.stats, Run.name, Run.tags, Run.notes, Run.status).where(
-    Run.id == bindparam("run_id")  # type: ignore[arg-type]
-)
+_RUN_STATE = sa_select(
+    col(Run.stats), col(Run.name), col(Run.tags), col(Run.notes), col(Run.status)
+).where(col(Run.id) == bindparam("run_id"))
 _RUN_UPDATE = (
     update(Run)
-    .where(Run.id == bindparam("run_id"))  # type: ignore[arg-type]
+    .where(col(Run.id) == bindparam("run_id"))
     .values(stats=bindparam("stats"), summary=bindparam("summary"), last_seen_at=bindparam("now"))
 )
 
@@ -242,7 +242,9 @@ def _store_epochs(
     touched += [n for n in dict.fromkeys(epochs.name) if n not in summaries][: max(room, 0)]
     if not touched:
         return stats
-    config = connection.execute(sa_select(Run.config).where(Run.id == run_id)).scalar() or {}
+    config = (
+        connection.execute(sa_select(col(Run.config)).where(col(Run.id) == run_id)).scalar() or {}
+    )
     for name in touched:
         rows = connection.exec_driver_sql(
             "SELECT epoch, value FROM epochmetric "
@@ -325,7 +327,9 @@ def _executemany(connection: Connection, sql: str, rows: Iterable[Sequence[Any]]
     """
     cursor = connection.connection.cursor()
     try:
-        cursor.executemany(sql, rows)
+        # sqlite3 and psycopg take any iterable of rows (the callers' are lazy zips); the
+        # DBAPI protocol's type asks for a sequence.
+        cursor.executemany(sql, cast("Sequence[Sequence[Any]]", rows))
     finally:
         cursor.close()
 

@@ -38,11 +38,11 @@ class TimedSteps:
 
 
 def timed_steps(
-    step: Sequence[int],
-    t: Sequence[float],
-    dur: Sequence[float],
-    wait: Sequence[float | None],
-    batch_size: Sequence[int | None],
+    step: Sequence[int] | np.ndarray,
+    t: Sequence[float] | np.ndarray,
+    dur: Sequence[float] | np.ndarray,
+    wait: Sequence[float | None] | np.ndarray,
+    batch_size: Sequence[int | None] | np.ndarray,
 ) -> TimedSteps:
     """Every step but step 0, which traces and compiles the train function: not steady state."""
     timed = np.asarray(step, dtype=np.int64) != 0
@@ -56,11 +56,11 @@ def timed_steps(
 def add_steps(
     stats: dict[str, Any],
     *,
-    steps: Sequence[int],
-    t: Sequence[float],
-    dur: Sequence[float],
-    wait: Sequence[float | None],
-    batch_size: Sequence[int | None],
+    steps: Sequence[int] | np.ndarray,
+    t: Sequence[float] | np.ndarray,
+    dur: Sequence[float] | np.ndarray,
+    wait: Sequence[float | None] | np.ndarray,
+    batch_size: Sequence[int | None] | np.ndarray,
 ) -> dict[str, Any]:
     """Return `stats` updated with one batch of steps. Step 0 (tracing, compilation) is skipped.
 
@@ -109,11 +109,11 @@ def add_worker_steps(
     stats: dict[str, Any],
     *,
     rank: int,
-    steps: Sequence[int],
-    t: Sequence[float],
-    dur: Sequence[float],
-    wait: Sequence[float | None],
-    batch_size: Sequence[int | None],
+    steps: Sequence[int] | np.ndarray,
+    t: Sequence[float] | np.ndarray,
+    dur: Sequence[float] | np.ndarray,
+    wait: Sequence[float | None] | np.ndarray,
+    batch_size: Sequence[int | None] | np.ndarray,
 ) -> dict[str, Any]:
     """Return `stats` with one batch of worker `rank`'s steps added to that worker's own
     statistics (`stats["workers"][rank]["timing"]`, the shape `add_steps` keeps)."""
@@ -278,7 +278,7 @@ def _timing(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _gpm_means(stats: dict[str, Any]) -> dict[str, float | None]:
+def _gpm_means(stats: dict[str, Any]) -> dict[str, Any]:
     """`<field>_mean` of each GPM field over the rows that had it; null for a run without."""
     return {
         f"{name}_mean": stats[f"{name}_sum"] / stats[f"{name}_count"]

@@ -19,7 +19,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -195,7 +195,9 @@ class Writer:
             return
         try:
             with Session(self._engine, expire_on_commit=False) as session:
-                results = store_batches(session=session, jobs=[j.batch for j in group])
+                # Every job of a group carries a batch (_refuse_failed asserted it).
+                jobs = cast("list[BatchJob]", [j.batch for j in group])
+                results = store_batches(session=session, jobs=jobs)
         except BaseException as error:
             if len(group) == 1:
                 batch = group[0].batch

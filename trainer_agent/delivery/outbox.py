@@ -173,12 +173,12 @@ class Outbox:
                 self.spooled_steps -= sum(step_rows(batch) for batch in batches)
                 for batch, outcome in zip(batches, outcomes, strict=True):
                     on_outcome(batch, outcome)
-        for group in transport.groups(list(self._pending), _encoded_size):
-            outcomes = transport.send(group, deadline)
-            for batch, outcome in zip(group, outcomes, strict=True):
+        for pending in transport.groups(list(self._pending), _encoded_size):
+            outcomes = transport.send(pending, deadline)
+            for sent, outcome in zip(pending, outcomes, strict=True):
                 self._pending.popleft()
-                self._pending_rows -= batch_rows(batch)
-                on_outcome(batch, outcome)
+                self._pending_rows -= batch_rows(sent)
+                on_outcome(sent, outcome)
 
     def deliver_with_end(
         self, transport: HttpTransport, end: dict[str, Any], on_outcome: OnOutcome

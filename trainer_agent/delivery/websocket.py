@@ -42,7 +42,7 @@ def _private_ping_connection() -> type:
     """
     from websockets.sync.client import ClientConnection
 
-    class PrivatePingConnection(ClientConnection):  # type: ignore[misc]
+    class PrivatePingConnection(ClientConnection):
         def ping(self, data: Any = None, *, ack_on_close: bool = False) -> Any:
             if data is None:
                 data = os.urandom(4)
@@ -127,7 +127,7 @@ class WebSocketTransport:
         outcomes: list[str | None] = []
         for batch in batches:
             self._socket().send(wire.dumps_text(batch))
-            reply = self._await_reply(lambda m, seq=batch["seq"]: m.get("seq") == seq, deadline)
+            reply = self._await_reply(functools.partial(_is_reply_to, batch["seq"]), deadline)
             outcomes.append(str(reply) if reply.get("type") == "error" else None)
         return outcomes
 
@@ -184,3 +184,7 @@ class WebSocketTransport:
                 return message
             if message.get("type") == "error" and "seq" not in message:
                 raise ConnectionError(f"server error: {message.get('message')}")
+
+
+def _is_reply_to(seq: int, message: dict[str, Any]) -> bool:
+    return message.get("seq") == seq
