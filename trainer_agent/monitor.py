@@ -235,7 +235,7 @@ class Monitor:
 
     def _close_step(self, now: float) -> None:
         opened, self._open = self._open, None
-        if opened is None or self.session is None:
+        if opened is None:
             return
         step, asked, got, size, before, after = opened
         # Under asynchronous dispatch (JAX) the device may still run the step before while
@@ -251,8 +251,9 @@ class Monitor:
         self._record_step(StepRow(step, asked, now - asked, wait, size))
 
     def _record_step(self, row: StepRow) -> None:
-        assert self.session is not None
-        self.session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
+        """Hand a timed step to the run (none before `start`, or once the monitor is disabled)."""
+        if self.session is not None:
+            self.session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
 
 
 def _untimed(iterable: Iterable[T]) -> Iterator[T]:
