@@ -2,7 +2,6 @@
 serving reads, refuses rows with an answer agents retry (WebSocket close 1011, HTTP 507),
 says so in /metrics, and once there is room the agent's resent rows are all stored, once."""
 
-import asyncio
 import json
 import subprocess
 import uuid
@@ -16,7 +15,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.conftest import require
-from tests.support import ServerProcess
+from tests.support import ServerProcess, run_coroutine
 
 BATCH = 2_000
 
@@ -91,7 +90,7 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
     try:
         # 3 MB hold far fewer than 200 batches of 2,000 steps.
         total = 200
-        _, acked, code = asyncio.run(_send(url, hello, 1, total))
+        _, acked, code = run_coroutine(_send(url, hello, 1, total))
         assert code == 1011, "the server closed with a retry-later code"
         assert 0 < acked < total
 
@@ -112,7 +111,7 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
 
         # Room again: the agent reconnects, learns what is stored, sends the rest.
         assert _mount(small_disk, "64m", "remount")
-        resumed_from, acked_again, code = asyncio.run(_send(url, hello, acked + 1, total))
+        resumed_from, acked_again, code = run_coroutine(_send(url, hello, acked + 1, total))
         assert resumed_from == acked and (acked_again, code) == (total, 0)
         assert server.get(f"/api/v1/runs/{run['id']}")["summary"]["steps"] == total * BATCH
         assert _metric(server, "stoker_disk_full") == 0
