@@ -55,42 +55,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 import tensorflow as tf
 
+from bench.capturing import CapturingCallback, CapturingMonitor
 from tests.gpu_like import DeviceHold
-from trainer_agent.callback import StokerCallback
 from trainer_agent.input_wait import StepRow
-from trainer_agent.monitor import Monitor
 
 SUITES = ("keras", "tf_keras", "mirrored")
 BATCH = 64
 FEATURES = 256
 TARGET_PP = 3.0
-
-
-class CapturingCallback(StokerCallback):
-    """Keeps the step rows it would send; no server is involved."""
-
-    def __init__(self) -> None:
-        super().__init__(server="http://127.0.0.1:9")
-        self._agent_config.close_timeout_s = 0.1
-        self.rows: list[StepRow] = []
-
-    def on_train_begin(self, logs=None) -> None:  # type: ignore[no-untyped-def]
-        super().on_train_begin(logs)
-        self.rows = []
-
-    def _record(self, rows: list[StepRow]) -> None:
-        self.rows.extend(rows)
-
-
-class CapturingMonitor(Monitor):
-    """`Monitor.iterate`'s step rows, kept here; no server is involved."""
-
-    def __init__(self) -> None:
-        super().__init__(server="http://127.0.0.1:9")
-        self.rows: list[StepRow] = []
-
-    def _record_step(self, row: StepRow) -> None:
-        self.rows.append(row)
 
 
 def make_model(regime: str, hold_s: float, steps_per_execution: int = 1) -> tf.keras.Model:

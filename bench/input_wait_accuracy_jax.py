@@ -34,41 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench.capturing import CapturingCallback, CapturingMonitor
 from tests.keras_jax.device_hold import Batches, generator, held_model
-from trainer_agent.callback import StokerCallback
 from trainer_agent.input_wait import StepRow
-from trainer_agent.monitor import Monitor
 
 BATCH = 32
 FEATURES = 64
 TARGET_PP = 5.0
-
-
-class CapturingCallback(StokerCallback):
-    """Keeps the step rows it would send; no server is involved."""
-
-    def __init__(self) -> None:
-        super().__init__(server="http://127.0.0.1:9")
-        self._agent_config.close_timeout_s = 0.1
-        self.rows: list[StepRow] = []
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        super().on_train_begin(logs)
-        self.rows = []
-
-    def _record(self, rows: list[StepRow]) -> None:
-        self.rows.extend(rows)
-
-
-class CapturingMonitor(Monitor):
-    def __init__(self) -> None:
-        super().__init__(server="http://127.0.0.1:9")
-        self.config.close_timeout_s = 0.1
-        self.rows: list[StepRow] = []
-        self.start()
-
-    def _record_step(self, row: StepRow) -> None:
-        self.rows.append(row)
 
 
 @dataclass
@@ -142,7 +114,7 @@ def run_loop(x: np.ndarray, delay_s: float, hold_s: float) -> list[StepRow]:
 
         _LOOP_STEPS[hold_s] = step
     step = _LOOP_STEPS[hold_s]
-    monitor = CapturingMonitor()
+    monitor = CapturingMonitor(start=True)
     w = jnp.zeros((FEATURES, 1))
     for xb, yb in monitor.iterate(generator(x, BATCH, delay_s)):
         w, loss = step(w, xb, yb)

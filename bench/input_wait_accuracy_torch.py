@@ -31,9 +31,8 @@ import keras
 import numpy as np
 import torch
 
-from trainer_agent.callback import StokerCallback
+from bench.capturing import CapturingCallback, CapturingMonitor
 from trainer_agent.input_wait import StepRow
-from trainer_agent.monitor import Monitor
 
 BATCH, FEATURES, STEPS = 32, 16, 40
 
@@ -46,27 +45,6 @@ class Hold(keras.layers.Layer):
     def call(self, x: Any) -> Any:
         time.sleep(self.hold_s)
         return x
-
-
-class CapturingCallback(StokerCallback):
-    def __init__(self) -> None:
-        super().__init__(server="http://127.0.0.1:9")
-        self._agent_config.close_timeout_s = 0.1
-        self.rows: list[StepRow] = []
-
-    def _record(self, rows: list[StepRow]) -> None:
-        self.rows.extend(rows)
-
-
-class CapturingMonitor(Monitor):
-    def __init__(self) -> None:
-        super().__init__(server="http://127.0.0.1:9")
-        self.config.close_timeout_s = 0.1
-        self.rows: list[StepRow] = []
-        self.start()
-
-    def _record_step(self, row: StepRow) -> None:
-        self.rows.append(row)
 
 
 class Batches(keras.utils.PyDataset):
@@ -127,7 +105,7 @@ def fit(model: Any, data: Any, **kwargs: Any) -> list[StepRow]:
 def loop(model: Any, data: Any) -> list[StepRow]:
     """A plain PyTorch loop under Monitor.iterate (Keras's layers, torch's optimizer)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    monitor = CapturingMonitor()
+    monitor = CapturingMonitor(start=True)
     for xb, yb in monitor.iterate(data):
         optimizer.zero_grad()
         loss = torch.mean((model(torch.as_tensor(xb)) - torch.as_tensor(yb)) ** 2)
