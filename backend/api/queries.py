@@ -280,22 +280,10 @@ def step_series(
             .order_by(bucket)
         )
     else:
-        per_bucket = int(-(-needed // tier))
-        # A literal divisor: GROUP BY and ORDER BY then name the same expression, one sort.
-        bucket = literal_column(f"steprollup.bucket / {per_bucket}")
-        query = (
-            select_columns(
-                func.max(StepRollup.step_max),
-                func.max(StepRollup.t_max),
-                func.sum(StepRollup.dur_sum) / func.sum(StepRollup.n),
-                func.min(StepRollup.dur_min),
-                func.max(StepRollup.dur_max),
-                func.sum(StepRollup.wait_sum) / func.nullif(func.sum(StepRollup.wait_n), 0),
-            )
-            .where(StepRollup.run_id == run_id, StepRollup.rank == rank, StepRollup.width == tier)
-            .group_by(bucket)
-            .order_by(bucket)
-        )
+        query = _merged_rollups(
+            int(-(-needed // tier)),
+            StepRollup.run_id == run_id, StepRollup.rank == rank, StepRollup.width == tier,
+        )  # fmt: skip
     buckets = session.exec(query).all()
     return StepSeries(
         run_id=run_id,
@@ -307,6 +295,27 @@ def step_series(
         wait=[None if r[5] is None else float(r[5]) for r in buckets],
         dur_min=[r[3] for r in buckets],
         dur_max=[r[4] for r in buckets],
+    )
+
+
+def _merged_rollups(per_bucket: int, *where: Any) -> Any:
+    """Step rollups of one tier (`where` picks run, rank, tier and range) merged `per_bucket`
+    at a time: each merged bucket sits at its last step, with the mean, min and max duration
+    and the mean wait of the steps it holds."""
+    # A literal divisor: GROUP BY and ORDER BY then name the same expression, one sort.
+    bucket: ColumnClause[Any] = literal_column(f"steprollup.bucket / {per_bucket}")
+    return (
+        select_columns(
+            func.max(StepRollup.step_max),
+            func.max(StepRollup.t_max),
+            func.sum(StepRollup.dur_sum) / func.sum(StepRollup.n),
+            func.min(StepRollup.dur_min),
+            func.max(StepRollup.dur_max),
+            func.sum(StepRollup.wait_sum) / func.nullif(func.sum(StepRollup.wait_n), 0),
+        )
+        .where(*where)
+        .group_by(bucket)
+        .order_by(bucket)
     )
 
 
@@ -340,20 +349,7 @@ def _compacted_step_series(
         if after_step is None and before_step is None:
             tier = max((w for w in ROLLUP_WIDTHS if w <= needed), default=finest)
         per_bucket = max(1, int(-(-needed // tier)))
-    bucket: ColumnClause[Any] = literal_column(f"steprollup.bucket / {per_bucket}")
-    rows = session.exec(
-        select_columns(
-            func.max(StepRollup.step_max),
-            func.max(StepRollup.t_max),
-            func.sum(StepRollup.dur_sum) / func.sum(StepRollup.n),
-            func.min(StepRollup.dur_min),
-            func.max(StepRollup.dur_max),
-            func.sum(StepRollup.wait_sum) / func.nullif(func.sum(StepRollup.wait_n), 0),
-        )
-        .where(*where, StepRollup.width == tier)
-        .group_by(bucket)
-        .order_by(bucket)
-    ).all()
+    rows = session.exec(_merged_rollups(per_bucket, *where, StepRollup.width == tier)).all()
     return StepSeries(
         run_id=run_id,
         total=int(total),
