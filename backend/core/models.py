@@ -473,6 +473,9 @@ class AlertMetric(StrEnum):
     # The share by which throughput (steps per second, from the median step time) fell below
     # the run's own first `baseline_s` seconds, or below run `baseline_run_id`'s: 0.3 = 30 %
     throughput_drop = "throughput_drop"
+    # The free share of the data directory's disk, 0..1 (issue 30): a server rule, not a
+    # run's; its alerts have no run
+    disk_free_share = "disk_free_share"
 
 
 class Comparison(StrEnum):
@@ -538,13 +541,14 @@ class AlertRulesPublic(SQLModel):
 
 
 class Alert(SQLModel, table=True):
-    """One episode of one rule on one run: pending, then perhaps firing, then resolved."""
+    """One episode of one rule on one run (or on the server: no run): pending, then perhaps
+    firing, then resolved."""
 
     __table_args__ = (Index("ix_alert_run_state", "run_id", "state"),)
 
     id: int | None = Field(default=None, primary_key=True)
     rule_id: int | None = Field(default=None, foreign_key="alert_rule.id", ondelete="SET NULL")
-    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
+    run_id: int | None = Field(default=None, foreign_key="run.id", ondelete="CASCADE")
     rule_name: str = Field(max_length=200)
     state: AlertState = Field(index=True)
     value: float | None = None
@@ -561,7 +565,7 @@ class Alert(SQLModel, table=True):
 class AlertPublic(SQLModel):
     id: int
     rule_id: int | None
-    run_id: int
+    run_id: int | None  # None: a server alert (disk)
     rule_name: str
     state: AlertState
     value: float | None
