@@ -13,6 +13,7 @@ from backend.core.models import AlertMetric, AlertRule, AlertState, Comparison, 
 from backend.core.settings import Settings
 from backend.diagnosis.alerting import (
     DEFAULT_RULES,
+    DISK_RULES,
     END_AND_METRIC_RULES,
     AlertEngine,
     AlertRuleCreate,
@@ -138,14 +139,14 @@ def test_a_database_seeded_before_issue_31_gains_the_new_rules_once(
             rule.threshold, rule.updated_at = 0.3, utc_now()
             session.add(rule)
             session.commit()
-        assert seed_default_rules(session=session) == len(END_AND_METRIC_RULES)
+        assert seed_default_rules(session=session) == len(END_AND_METRIC_RULES) + len(DISK_RULES)
         assert seed_default_rules(session=session) == 0  # once
         rules = {r.builtin: r for r in session.exec(select(AlertRule)).all()}
     engine.dispose()
-    new = {spec["builtin"] for spec in END_AND_METRIC_RULES}
+    new = {spec["builtin"] for spec in END_AND_METRIC_RULES + DISK_RULES}
     assert set(rules) == {"low_gpu_util", "highly_input_bound", "stalled", *new}
     assert {b for b, r in rules.items() if r.enabled} == {
-        "low_gpu_util", "highly_input_bound", "stalled", "run_failed",
+        "low_gpu_util", "highly_input_bound", "stalled", "run_failed", "disk_low",
     }  # fmt: skip
     # The profile action comes to the input-bound rule only if the user never edited it.
     assert rules["highly_input_bound"].profile_steps == (None if edited else 20)

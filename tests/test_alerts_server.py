@@ -68,9 +68,10 @@ def test_default_rules_are_created_once_and_stay_deleted(tmp_path: Path, databas
     try:
         rules = _rules(server)
         assert {r["builtin"] for r in rules} == {"low_gpu_util", "highly_input_bound", "stalled",
-                                                 *END_AND_METRIC}  # fmt: skip
+                                                 "disk_low", *END_AND_METRIC}  # fmt: skip
         enabled = {r["builtin"] for r in rules if r["enabled"]}
-        assert enabled == {"low_gpu_util", "highly_input_bound", "stalled", "run_failed"}
+        assert enabled == {"low_gpu_util", "highly_input_bound", "stalled", "run_failed",
+                           "disk_low"}  # fmt: skip
         assert _builtin(server, "highly_input_bound")["profile_steps"] == 20
         low = _builtin(server, "low_gpu_util")
         assert (low["metric"], low["comparison"], low["threshold"], low["for_s"]) == (
@@ -84,7 +85,7 @@ def test_default_rules_are_created_once_and_stay_deleted(tmp_path: Path, databas
     again = ServerProcess(data_dir=tmp_path / "server", env=env).start()
     try:
         assert {r["builtin"] for r in _rules(again)} == {"low_gpu_util", "highly_input_bound",
-                                                         *END_AND_METRIC}  # fmt: skip
+                                                         "disk_low", *END_AND_METRIC}  # fmt: skip
     finally:
         again.stop()
 

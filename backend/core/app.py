@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from backend import __version__
-from backend.api import alerts, cost, diagnosis, energy, pipeline, profiles, runs
+from backend.api import alerts, cost, diagnosis, disk, energy, pipeline, profiles, runs
 from backend.core.db import make_engine
 from backend.core.deps import ViewerAuth
 from backend.core.errors import StokerError
@@ -162,6 +162,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(profiles.router)
     app.include_router(cost.router)
     app.include_router(energy.router)
+    app.include_router(disk.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> Health:

@@ -90,13 +90,17 @@ class Settings(BaseSettings):
     retention_time_s: float = Field(default=365 * 86400.0, ge=0)
     retention_size_bytes: int = Field(default=0, ge=0)
     retention_interval_s: float = Field(default=600.0, gt=0)
+    # The data directory's disk is "nearly full" (the UI's banner) below either figure: a share
+    # of the disk or a size ("1GB"); 0 turns one off. The default alert rule uses the share.
+    disk_low_free_share: float = Field(default=0.05, ge=0, le=1)
+    disk_low_free_bytes: int = Field(default=10**9, ge=0)
 
     @field_validator("retention_time_s", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return _with_unit(value, _DURATION_UNITS)
 
-    @field_validator("retention_size_bytes", mode="before")
+    @field_validator("retention_size_bytes", "disk_low_free_bytes", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         return _with_unit(value, _SIZE_UNITS)

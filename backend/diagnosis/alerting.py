@@ -55,6 +55,7 @@ UNITS = {
     AlertMetric.metric_nonfinite: "",
     AlertMetric.metric_rise: "x",
     AlertMetric.throughput_drop: "",
+    AlertMetric.disk_free_share: "",
 }
 # How a run ended: events, not conditions. Such a rule holds at the tick the end is seen (on a
 # run no longer running), fires at once (its for_s is not waited), and resolves after its
@@ -69,6 +70,10 @@ FINAL_METRICS = frozenset({AlertMetric.metric_nonfinite, AlertMetric.metric_rise
 PARAM_METRICS = frozenset(
     {AlertMetric.metric_nonfinite, AlertMetric.metric_rise, AlertMetric.throughput_drop}
 )
+# Metrics of the server, not of a run (issue 30): their rules are judged once per tick on the
+# server's own facts (run id SERVER_RUN_ID), and their alerts belong to no run.
+SERVER_METRICS = frozenset({AlertMetric.disk_free_share})
+SERVER_RUN_ID = 0
 DEFAULT_METRIC_NAME = "loss"
 DEFAULT_BASELINE_S = 120.0  # "the run's own first minutes"
 ParamKey = tuple[str, str | int | float]
@@ -268,6 +273,21 @@ END_AND_METRIC_RULES: list[dict[str, Any]] = [
 ]
 
 
+# Issue 30: a disk that fills refuses new rows (agents spool them). On by default: told at 5 %
+# free, while there is still room to act.
+DISK_RULES: list[dict[str, Any]] = [
+    {
+        "builtin": "disk_low",
+        "name": "Disk nearly full (under 5 % free where the data directory is)",
+        "metric": AlertMetric.disk_free_share,
+        "comparison": Comparison.lt,
+        "threshold": 0.05,
+        "for_s": 60.0,
+        "keep_firing_for_s": 60.0,
+    },
+]
+
+
 def _seed(session: Session, marker: str, specs: list[dict[str, Any]]) -> int:
     if session.get(SeedMarker, marker) is not None:
         return 0
@@ -310,7 +330,8 @@ def seed_default_rules(*, session: Session) -> int:
         if upgraded is not None and not marked and _as_seeded(upgraded):
             upgraded.profile_steps = PROFILE_STEPS_ON_INPUT_BOUND
             session.add(upgraded)
-    return created + _seed(session, "default_alert_rules_31", END_AND_METRIC_RULES)
+    created += _seed(session, "default_alert_rules_31", END_AND_METRIC_RULES)
+    return created + _seed(session, "default_alert_rules_30", DISK_RULES)
 
 
 def load_rules(*, session: Session) -> list[AlertRule]:
@@ -576,10 +597,14 @@ class AlertEngine:
         return None
 
 
-def alert_message(rule: AlertRule, state: AlertState, value: float | None, run_name: str) -> str:
+def alert_message(
+    rule: AlertRule, state: AlertState, value: float | None, run_name: str | None
+) -> str:
+    """The alert's one line; `run_name` None: a server alert."""
     verb = {
         AlertState.pending: "pending",
         AlertState.firing: "FIRING",
         AlertState.resolved: "resolved",
     }[state]
-    return f"[{verb}] {rule.name} on run {run_name!r}: {describe_condition(rule, value)}"
+    where = "on the server" if run_name is None else f"on run {run_name!r}"
+    return f"[{verb}] {rule.name} {where}: {describe_condition(rule, value)}"

@@ -12,6 +12,7 @@ import asyncio
 import bisect
 import logging
 import math
+import shutil
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -33,6 +34,8 @@ from backend.core.settings import Settings
 from backend.diagnosis.alerting import (
     DEFAULT_BASELINE_S,
     END_METRICS,
+    SERVER_METRICS,
+    SERVER_RUN_ID,
     AlertEngine,
     ParamKey,
     RunFacts,
@@ -167,6 +170,7 @@ class Detectors:
         self._metric_names: set[str] = set()
         self._first_horizon_s = DEFAULT_BASELINE_S
         self.capture_profile: CaptureProfile | None = None
+        self._server_rules = False  # an enabled rule watches the server (SERVER_METRICS)
 
     # -- fed by ingest (event loop, never blocks) ------------------------------------------
 
@@ -276,6 +280,9 @@ class Detectors:
 
     def _set_rules(self, rules: Iterable[AlertRule]) -> None:
         self.engine.set_rules(rules)
+        self._server_rules = any(
+            r.enabled and AlertMetric(r.metric) in SERVER_METRICS for r in self.engine.rules
+        )
         wanted = self.engine.wanted_params()
         self._metric_names = {str(key[1]) for _, key in wanted if key[0] == "metric"}
         firsts = [float(key[1]) for _, key in wanted if key[0] == "first"]
@@ -356,6 +363,8 @@ class Detectors:
             if (previous is None or previous.verdict != diagnosis.verdict) and not first_and_empty:
                 changes.append((diagnosis, previous))
             facts.append(self._facts(window, diagnosis, now))
+        if self._server_rules:
+            facts.append(self._server_facts())
         transitions = self.engine.evaluate(facts, now=now)
         for diagnosis, previous in changes:
             await self._publish_verdict(diagnosis, previous)
@@ -470,6 +479,21 @@ class Detectors:
             just_ended=ended is not None,
         )
 
+    def _server_facts(self) -> RunFacts:
+        """The server's own values (issue 30): the free share of the data directory's disk."""
+        try:
+            usage = shutil.disk_usage(self.settings.data_dir)
+            free: float | None = usage.free / usage.total if usage.total else None
+        except OSError:
+            free = None
+        return RunFacts(
+            run_id=SERVER_RUN_ID,
+            project="",
+            running=True,
+            stepping=True,
+            values={AlertMetric.disk_free_share: free},
+        )
+
     def _evict(self, connected: set[int]) -> None:
         for run_id, window in list(self.windows.items()):
             if window.running or run_id in connected or self.engine.active_for(run_id):
@@ -499,8 +523,9 @@ class Detectors:
 
     async def _publish_transition(self, transition: Transition) -> None:
         rule, instance = transition.rule, transition.instance
+        run_id = None if transition.run_id == SERVER_RUN_ID else transition.run_id
         window = self.windows.get(transition.run_id)
-        run_name = window.name if window else str(transition.run_id)
+        run_name = window.name if window else str(run_id) if run_id is not None else None
         message = alert_message(rule, transition.state, transition.value, run_name)
         note = transition.message
         if not note and AlertMetric(rule.metric) == AlertMetric.run_failed:
@@ -511,7 +536,7 @@ class Detectors:
             apply_transition,
             alert_id=instance.alert_id,
             rule_id=rule.id,
-            run_id=transition.run_id,
+            run_id=run_id,
             rule_name=rule.name,
             state=transition.state,
             value=transition.value,
@@ -521,11 +546,12 @@ class Detectors:
             return
         alert, event = stored
         instance.alert_id = alert.id
-        if transition.state == AlertState.firing and rule.profile_steps:
+        if event is not None and transition.state == AlertState.firing and rule.profile_steps:
             alert, event = await self._capture_profile(rule, transition.run_id, alert, event)
         alert_json = alert.model_dump(mode="json")
         self.hub.broadcast(AlertMessage(alert=alert))
-        self.hub.broadcast(EventMessage(run_id=transition.run_id, event=event))
+        if event is not None:  # a server alert has no run, and no run event
+            self.hub.broadcast(EventMessage(run_id=transition.run_id, event=event))
         # A run's end is an event: its alert resolving later is not news worth a message.
         notify = transition.state == AlertState.firing or (
             transition.state == AlertState.resolved
@@ -537,7 +563,10 @@ class Detectors:
         webhooks = [c for c in rule.channels if c.get("type") == "webhook" and c.get("url")]
         if not webhooks:
             return
-        run = await self.writer.run(run_brief, run_id=transition.run_id) or {}
+        run: dict[str, Any] = {}  # a server alert concerns no run
+        if run_id is not None:
+            brief = await self.writer.run(run_brief, run_id=run_id)
+            run = brief or {}
         for channel in webhooks:
             fmt = channel.get("format", "json")
             build = slack_payload if fmt == "slack" else json_payload

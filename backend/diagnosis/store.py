@@ -153,14 +153,15 @@ def apply_transition(
     session: Session,
     alert_id: int | None,
     rule_id: int | None,
-    run_id: int,
+    run_id: int | None,
     rule_name: str,
     state: AlertState,
     value: float | None,
     message: str,
-) -> tuple[AlertPublic, RunEventPublic] | None:
-    """Store one alert state change and its run event. None when the run is gone."""
-    if session.get(Run, run_id) is None:
+) -> tuple[AlertPublic, RunEventPublic | None] | None:
+    """Store one alert state change and its run event (a server alert, `run_id` None, has no
+    run and no event). None when the run is gone."""
+    if run_id is not None and session.get(Run, run_id) is None:
         return None
     now: datetime = utc_now()
     alert = session.get(Alert, alert_id) if alert_id is not None else None
@@ -183,6 +184,10 @@ def apply_transition(
     session.add(alert)
     session.flush()
     assert alert.id is not None
+    if run_id is None:
+        session.commit()
+        session.refresh(alert)
+        return alert_public(alert), None
     event = RunEvent(
         run_id=run_id,
         kind="alert",

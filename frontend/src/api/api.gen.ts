@@ -172,6 +172,10 @@ export interface paths {
      */
     get: operations["read_energy_api_v1_runs__run_id__energy_get"];
   };
+  "/api/v1/disk": {
+    /** Read Disk */
+    get: operations["read_disk_api_v1_disk_get"];
+  };
   "/healthz": {
     /**
      * Healthz
@@ -196,7 +200,7 @@ export interface components {
      * AlertMetric
      * @enum {string}
      */
-    AlertMetric: "gpu_util" | "input_wait_share" | "step_time" | "samples_per_s" | "memory_share" | "temperature" | "no_data" | "stalled" | "straggler_ratio" | "sm_util" | "tensor_util" | "run_finished" | "run_failed" | "run_interrupted" | "metric_nonfinite" | "metric_rise" | "throughput_drop";
+    AlertMetric: "gpu_util" | "input_wait_share" | "step_time" | "samples_per_s" | "memory_share" | "temperature" | "no_data" | "stalled" | "straggler_ratio" | "sm_util" | "tensor_util" | "run_finished" | "run_failed" | "run_interrupted" | "metric_nonfinite" | "metric_rise" | "throughput_drop" | "disk_free_share";
     /** AlertPublic */
     AlertPublic: {
       /** Id */
@@ -204,7 +208,7 @@ export interface components {
       /** Rule Id */
       rule_id: number | null;
       /** Run Id */
-      run_id: number;
+      run_id: number | null;
       /** Rule Name */
       rule_name: string;
       state: components["schemas"]["AlertState"];
@@ -517,6 +521,29 @@ export interface components {
       environment: {
         [key: string]: unknown[];
       };
+    };
+    /** DiskPublic */
+    DiskPublic: {
+      /** Database Bytes */
+      database_bytes: number | null;
+      /** Profiles Bytes */
+      profiles_bytes: number | null;
+      /** Free Bytes */
+      free_bytes: number | null;
+      /** Total Bytes */
+      total_bytes: number | null;
+      /** Full */
+      full: boolean;
+      /** Low */
+      low: boolean;
+      /** Refusals */
+      refusals: number;
+      /** Low Free Share */
+      low_free_share: number;
+      /** Low Free Bytes */
+      low_free_bytes: number;
+      /** Sqlite */
+      sqlite: boolean;
     };
     /**
      * EpochMetricSummary
@@ -2298,6 +2325,17 @@ export interface operations {
       422: {
         content: {
           "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /** Read Disk */
+  read_disk_api_v1_disk_get: {
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["DiskPublic"];
         };
       };
     };

@@ -139,15 +139,16 @@ export class App {
   /** A browser notification for an alert that started firing, when the user allowed them. */
   private notify(alert: Alert): void {
     if (typeof Notification === "undefined" || Notification.permission !== "granted") return;
-    const run = this.ctx.runs.get(alert.run_id);
+    const runId = alert.run_id; // null: a server alert (disk)
+    const run = runId == null ? undefined : this.ctx.runs.get(runId);
     try {
       const n = new Notification(`Stoker: ${alert.rule_name}`, {
-        body: `${run ? run.name : `run #${alert.run_id}`}: ${alert.message}`,
+        body: `${runId == null ? "server" : run ? run.name : `run #${runId}`}: ${alert.message}`,
         tag: `stoker-alert-${alert.id}`,
       });
       n.onclick = () => {
         window.focus();
-        location.hash = `#/runs/${alert.run_id}`;
+        location.hash = runId == null ? "#/alerts" : `#/runs/${runId}`;
       };
     } catch {
       /* notifications unavailable (e.g. insecure context) */

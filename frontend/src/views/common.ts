@@ -89,7 +89,8 @@ export function alertList(alerts: Alert[], nowMs: number, runName?: (id: number)
     { class: "alerts-list", attrs: { "data-testid": "alerts-list" } },
     ...alerts.map((a) => {
       const when = a.resolved_at ?? a.fired_at ?? a.started_at;
-      const name = runName?.(a.run_id);
+      const runId = a.run_id; // null: a server alert (disk), which links to no run
+      const name = runId == null ? null : runName?.(runId);
       // Never fired (pending, cleared before the rule's `for`): its own look, not "resolved".
       const state = neverFired(a) ? "cleared" : a.state;
       return h(
@@ -99,9 +100,9 @@ export function alertList(alerts: Alert[], nowMs: number, runName?: (id: number)
         h(
           "div",
           { class: "alert-body" },
-          h("div", { class: "alert-title" }, h("strong", { text: a.rule_name }), runName ? h("a", { class: "alert-run", text: name ?? `run #${a.run_id}`, attrs: { href: `#/runs/${a.run_id}` } }) : null),
+          h("div", { class: "alert-title" }, h("strong", { text: a.rule_name }), runName && runId != null ? h("a", { class: "alert-run", text: name ?? `run #${runId}`, attrs: { href: `#/runs/${runId}` } }) : null, runId == null ? h("span", { class: "alert-run muted", text: "server" }) : null),
           a.message ? h("div", { class: "alert-message", text: a.message }) : null,
-          a.profile_id != null ? profileLink(a.run_id, a.profile_id, "alert-profile") : null,
+          a.profile_id != null && runId != null ? profileLink(runId, a.profile_id, "alert-profile") : null,
         ),
         h("span", { class: "alert-when muted", text: formatRelativeTime(when, nowMs), attrs: { title: formatTimestamp(when) } }),
       );
