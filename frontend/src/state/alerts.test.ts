@@ -68,6 +68,10 @@ describe("describeRule", () => {
     expect(describeRule(rule)).toBe("Input-wait share >= 20 % for 60 s · project cifar");
     expect(describeRule({ ...rule, metric: "gpu_util", comparison: "<", threshold: 70, for_s: 0, scope: "all" })).toBe("GPU utilization < 70 % · all runs");
   });
+  it("says a disk rule watches the server, in percent", () => {
+    const disk = { ...rule, metric: "disk_free_share" as const, comparison: "<" as const, threshold: 0.05, for_s: 60, scope: "all" as const };
+    expect(describeRule(disk)).toBe("Free disk space (data directory) < 5 % for 60 s · the server");
+  });
 });
 
 const alert = (over: Partial<Alert>): Alert => ({

@@ -40,12 +40,16 @@ export const ALERT_METRICS: MetricInfo[] = [
   { metric: "metric_nonfinite", label: "Metric is NaN or infinite (1 = yes)", unit: "", factor: 1, comparison: ">=", threshold: 1, min: 0, max: 1 },
   { metric: "metric_rise", label: "Metric over its best (factor)", unit: "×", factor: 1, comparison: ">=", threshold: 2, min: 0 },
   { metric: "throughput_drop", label: "Throughput drop below baseline", unit: "%", factor: 0.01, comparison: ">=", threshold: 30, min: 0, max: 100 },
+  // The server's, not a run's: its alerts belong to no run.
+  { metric: "disk_free_share", label: "Free disk space (data directory)", unit: "%", factor: 0.01, comparison: "<", threshold: 5, min: 0, max: 100 },
 ];
 
 /** Metrics whose rule names the batch or epoch metric it watches. */
 export const NAMED_METRICS = ["metric_nonfinite", "metric_rise"];
 /** Metrics whose rule names its throughput baseline. */
 export const BASELINE_METRICS = ["throughput_drop"];
+/** Metrics of the server (its disk), judged once, not per run: their scope is the server. */
+export const SERVER_METRICS = ["disk_free_share"];
 
 export const COMPARISONS: Comparison[] = ["<", "<=", ">", ">="];
 export const SCOPES: AlertScope[] = ["all", "project", "run"];
@@ -223,8 +227,9 @@ export function describeRule(rule: DescribedRule): string {
     baseline = rule.baseline_run_id != null ? ` vs run #${rule.baseline_run_id}` : ` vs its first ${rule.baseline_s ?? 120} s`;
   const cond = `${info?.label ?? rule.metric}${named}${baseline} ${rule.comparison} ${v}${unit}`;
   const dur = rule.for_s ? ` for ${rule.for_s} s` : "";
-  const scope =
-    rule.scope === "project" ? `project ${formatValue(rule.project)}` : rule.scope === "run" ? `run #${rule.run_id}` : "all runs";
+  const scope = SERVER_METRICS.includes(rule.metric)
+    ? "the server"
+    : rule.scope === "project" ? `project ${formatValue(rule.project)}` : rule.scope === "run" ? `run #${rule.run_id}` : "all runs";
   const action = rule.profile_steps ? ` · then profile ${rule.profile_steps} steps` : "";
   return `${cond}${dur} · ${scope}${action}`;
 }
