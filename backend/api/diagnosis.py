@@ -6,8 +6,15 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from backend.api.pipeline import with_bottleneck
-from backend.api.queries import get_run
-from backend.core.deps import DetectorsDep, RunId, SessionDep, SettingsDep, ViewerAuth
+from backend.core.deps import (
+    DetectorsDep,
+    RunDep,
+    RunExists,
+    RunId,
+    SessionDep,
+    SettingsDep,
+    ViewerAuth,
+)
 from backend.core.models import Run, RunEventsPublic, RunStatus
 from backend.diagnosis.gpu_use import gpu_findings
 from backend.diagnosis.history import StarvedRanges, starved_ranges, window_from_db
@@ -21,6 +28,7 @@ router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAut
 @router.get("/runs/{run_id}/diagnosis")
 async def read_diagnosis(
     run_id: RunId,
+    run: RunDep,
     session: SessionDep,
     settings: SettingsDep,
     detectors: DetectorsDep,
@@ -35,7 +43,6 @@ async def read_diagnosis(
     and its input-wait figure and verdict are the whole run's (`window_label` "whole run"),
     the figure its summary shows.
     """
-    run = await run_in_threadpool(get_run, session=session, run_id=run_id)
     running = run.status == RunStatus.running
     if window_s is None and running:
         # Judged here, on the event loop that feeds the window, not in a worker thread.
@@ -66,7 +73,7 @@ def _said_once(diagnosis: Diagnosis) -> Diagnosis:
     return diagnosis.model_copy(update={"advice": once(diagnosis.advice)})
 
 
-@router.get("/runs/{run_id}/starvation")
+@router.get("/runs/{run_id}/starvation", dependencies=[RunExists])
 def read_starvation(
     run_id: RunId,
     session: SessionDep,
@@ -75,18 +82,16 @@ def read_starvation(
     max_gap: Annotated[int, Query(ge=0, le=10_000)] = 0,
 ) -> StarvedRanges:
     """Step ranges whose input wait is at least `threshold` of step time, for shading."""
-    get_run(session=session, run_id=run_id)
     return starved_ranges(
         session=session, run_id=run_id, threshold=threshold, rank=rank, max_gap=max_gap
     )
 
 
-@router.get("/runs/{run_id}/events")
+@router.get("/runs/{run_id}/events", dependencies=[RunExists])
 def read_events(
     run_id: RunId,
     session: SessionDep,
     kind: Annotated[str | None, Query(max_length=50)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
 ) -> RunEventsPublic:
-    get_run(session=session, run_id=run_id)
     return list_events(session=session, run_id=run_id, kind=kind, limit=limit)

@@ -16,9 +16,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlmodel import Session, col, select
 
-from backend.api.queries import get_run
 from backend.core.db import select_columns
-from backend.core.deps import RunId, SessionDep, SettingsDep, ViewerAuth
+from backend.core.deps import RunDep, RunId, SessionDep, SettingsDep, ViewerAuth
 from backend.core.models import DeviceSample, Run, RunStatus, Step
 from backend.diagnosis.energy import split_energy
 
@@ -128,9 +127,10 @@ def run_energy(
 
 
 @router.get("/runs/{run_id}/energy")
-def read_energy(run_id: RunId, session: SessionDep, settings: SettingsDep) -> RunEnergy:
+def read_energy(
+    run_id: RunId, run: RunDep, session: SessionDep, settings: SettingsDep
+) -> RunEnergy:
     """The run's GPU energy, and how much of it was burned while steps waited for input."""
-    run = get_run(session=session, run_id=run_id)
     key = _cache_key(run, settings.energy_price_kwh, settings.currency)
     if key is not None:
         with _cache_lock:

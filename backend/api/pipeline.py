@@ -7,8 +7,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 from sqlmodel import Session, col, select
 
-from backend.api.queries import get_run
-from backend.core.deps import RunId, SessionDep, ViewerAuth
+from backend.core.deps import RunId, SessionDep, ViewerAuth, get_run
 from backend.core.models import Step
 from backend.diagnosis.bottleneck import (
     Bottleneck,

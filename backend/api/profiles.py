@@ -12,14 +12,13 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 from sqlmodel import Session
 
-from backend.core.deps import AgentAuth, RunId, SessionDep, StateDep, ViewerAuth
-from backend.core.errors import BadRequest, RunNotFound
+from backend.core.deps import AgentAuth, RunDep, RunId, SessionDep, StateDep, ViewerAuth
+from backend.core.errors import BadRequest
 from backend.core.models import (
     MAX_INT64,
     ProfilePublic,
     ProfilesPublic,
     ProfileStatus,
-    Run,
     RunStatus,
 )
 from backend.core.state import AppState
@@ -61,12 +60,9 @@ def _announce(state: AppState, profile: ProfilePublic) -> None:
 
 @router.post("", status_code=202, dependencies=[ViewerAuth])
 async def request_profile(
-    run_id: RunId, body: ProfileRequest, state: StateDep, session: SessionDep
+    run_id: RunId, run: RunDep, body: ProfileRequest, state: StateDep
 ) -> ProfilePublic:
     settings = state.settings
-    run = session.get(Run, run_id)
-    if run is None:
-        raise RunNotFound(run_id)
     if body.steps > settings.profile_max_steps:
         raise BadRequest(f"steps: at most {settings.profile_max_steps} (the server's limit)")
     running = run.status == RunStatus.running

@@ -12,7 +12,7 @@ from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from backend.core.db import select_columns
-from backend.core.errors import BadRequest, RunNotFound
+from backend.core.errors import BadRequest
 from backend.core.models import (
     DeviceSample,
     EpochMetric,
@@ -189,13 +189,6 @@ def _iso(moment: Any) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value)
-
-
-def get_run(*, session: Session, run_id: int) -> Run:
-    run = session.get(Run, run_id)
-    if run is None:
-        raise RunNotFound(run_id)
-    return run
 
 
 def _bucket_of(session: Session, expression: Any) -> Any:
@@ -617,7 +610,7 @@ def steps_csv(*, session: Session, run_id: int) -> Iterator[str]:
     query = (
         select_columns(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
         .where(Step.run_id == run_id)
-        .order_by(col(Step.rank), col(Step.step), col(Step.id))
+        .order_by(col(Step.rank), col(Step.step), col(Step.t))
         .execution_options(yield_per=10_000)
     )
     for i, row in enumerate(session.exec(query), start=1):

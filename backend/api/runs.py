@@ -12,7 +12,6 @@ from backend.api.queries import (
     MetricAxis,
     compare_runs,
     device_series,
-    get_run,
     host_series,
     list_runs_json,
     metric_series,
@@ -21,7 +20,7 @@ from backend.api.queries import (
     step_series,
     steps_csv,
 )
-from backend.core.deps import HubDep, RunId, SessionDep, ViewerAuth, WriterDep
+from backend.core.deps import HubDep, RunDep, RunExists, RunId, SessionDep, ViewerAuth, WriterDep
 from backend.core.errors import RunNotFound
 from backend.core.models import (
     DeviceSeries,
@@ -73,8 +72,8 @@ def read_runs(
 
 
 @router.get("/runs/{run_id}")
-def read_run(run_id: RunId, session: SessionDep) -> RunPublic:
-    return run_public(get_run(session=session, run_id=run_id))
+def read_run(run: RunDep) -> RunPublic:
+    return run_public(run)
 
 
 @router.patch("/runs/{run_id}")
@@ -98,7 +97,7 @@ async def remove_run(run_id: RunId, writer: WriterDep, hub: HubDep) -> Response:
     return Response(status_code=204)
 
 
-@router.get("/runs/{run_id}/steps")
+@router.get("/runs/{run_id}/steps", dependencies=[RunExists])
 def read_steps(
     run_id: RunId,
     session: SessionDep,
@@ -108,17 +107,15 @@ def read_steps(
     rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
 ) -> StepSeries:
     """Steps of one rank; `after_step` / `before_step` (exclusive) bound a zoomed range."""
-    get_run(session=session, run_id=run_id)
     return step_series(
         session=session, run_id=run_id, max_points=max_points, after_step=after_step,
         before_step=before_step, rank=rank,
     )  # fmt: skip
 
 
-@router.get("/runs/{run_id}/steps.csv", response_class=StreamingResponse)
+@router.get("/runs/{run_id}/steps.csv", response_class=StreamingResponse, dependencies=[RunExists])
 def export_steps(run_id: RunId, session: SessionDep) -> StreamingResponse:
     """All steps of a run as CSV (rank, step, t, dur, wait, batch_size)."""
-    get_run(session=session, run_id=run_id)
     engine = session.get_bind()
 
     def chunks() -> Any:
@@ -132,7 +129,7 @@ def export_steps(run_id: RunId, session: SessionDep) -> StreamingResponse:
     )
 
 
-@router.get("/runs/{run_id}/samples", response_model=DeviceSeries)
+@router.get("/runs/{run_id}/samples", response_model=DeviceSeries, dependencies=[RunExists])
 def read_device_samples(
     run_id: RunId,
     session: SessionDep,
@@ -143,14 +140,13 @@ def read_device_samples(
     until_t: UntilT = None,
 ) -> dict[str, Any]:
     """Device (GPU) samples per rank and GPU over wall-clock time, downsampled."""
-    get_run(session=session, run_id=run_id)
     return device_series(
         session=session, run_id=run_id, max_points=max_points, gpu=gpu, fields=fields,
         since_t=since_t, until_t=until_t,
     )  # fmt: skip
 
 
-@router.get("/runs/{run_id}/host", response_model=HostSeries)
+@router.get("/runs/{run_id}/host", response_model=HostSeries, dependencies=[RunExists])
 def read_host_samples(
     run_id: RunId,
     session: SessionDep,
@@ -160,14 +156,13 @@ def read_host_samples(
     until_t: UntilT = None,
 ) -> dict[str, Any]:
     """Host samples (CPU, memory) per rank over wall-clock time, downsampled."""
-    get_run(session=session, run_id=run_id)
     return host_series(
         session=session, run_id=run_id, max_points=max_points, fields=fields, since_t=since_t,
         until_t=until_t,
     )  # fmt: skip
 
 
-@router.get("/runs/{run_id}/metrics", response_model=MetricSeries)
+@router.get("/runs/{run_id}/metrics", response_model=MetricSeries, dependencies=[RunExists])
 def read_metrics(
     run_id: RunId,
     session: SessionDep,
@@ -181,7 +176,6 @@ def read_metrics(
     """Logged scalars (loss, accuracy, ...) one series per `name` (repeatable): by step, each
     marked with its `aggregation` (Keras fit logs running means over the epoch), and the
     epoch-end values (val_loss, ...) by epoch."""
-    get_run(session=session, run_id=run_id)
     return metric_series(
         session=session, run_id=run_id, max_points=max_points, names=name or (), rank=rank,
         after_step=after_step, before_step=before_step, axis=axis,

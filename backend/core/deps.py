@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
-from backend.core.errors import Forbidden, StokerError, Unauthorized
+from backend.core.errors import Forbidden, RunNotFound, StokerError, Unauthorized
+from backend.core.models import Run
 from backend.core.settings import Settings
 from backend.core.state import AppState, app_settings, app_state
 from backend.diagnosis.detectors import Detectors
@@ -45,6 +46,19 @@ SessionDep = Annotated[Session, Depends(get_session)]
 WriterDep = Annotated[Writer, Depends(get_writer)]
 HubDep = Annotated[LiveHub, Depends(get_hub)]
 DetectorsDep = Annotated[Detectors, Depends(get_detectors)]
+
+
+def get_run(session: SessionDep, run_id: RunId) -> Run:
+    """The run `run_id`, or a 404. The dependency behind `RunDep`, and a plain call."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+# The path's run; a route that only needs it to exist (else 404) lists `RunExists`.
+RunDep = Annotated[Run, Depends(get_run)]
+RunExists = Depends(get_run)
 
 
 def presented_token(conn: HTTPConnection) -> str | None:
