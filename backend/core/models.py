@@ -173,9 +173,12 @@ class RunUpdate(SQLModel):
 class Step(SQLModel, table=True):
     """One training step of one worker (rank). Narrow on purpose: there are millions."""
 
+    # No surrogate key (migration 0013): its sequence and index were a third of PostgreSQL's
+    # cost per row. (run_id, rank, step) is not unique (a restarted worker counts from 0
+    # again), so the database has no primary key; the ORM identifies a row by these three.
     __table_args__ = (Index("ix_step_run_rank_step", "run_id", "rank", "step"),)
+    __mapper_args__ = {"primary_key": ["run_id", "rank", "step"]}
 
-    id: int | None = _row_id()
     run_id: int  # no foreign key (migration 0011: checked row by row, it halved ingest)
     rank: int = 0
     step: int = _big()

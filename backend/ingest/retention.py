@@ -131,9 +131,13 @@ def delete_steps_chunk(*, session: Session, run_id: int, limit: int = CHUNK_ROWS
     """Delete up to `limit` raw step rows of a run; return how many went."""
     connection = session.connection()
     mark = placeholder(connection)
+    # step has no key of its own (migration 0013): rows are picked by their physical address.
+    if connection.dialect.name == "postgresql":
+        where = f"ctid = ANY(ARRAY(SELECT ctid FROM step WHERE run_id = {mark} LIMIT {mark}))"
+    else:
+        where = f"rowid IN (SELECT rowid FROM step WHERE run_id = {mark} LIMIT {mark})"
     deleted = connection.exec_driver_sql(
-        f"DELETE FROM step WHERE id IN (SELECT id FROM step WHERE run_id = {mark} LIMIT {mark})",
-        (run_id, limit),
+        f"DELETE FROM step WHERE {where}", (run_id, limit)
     ).rowcount
     session.commit()
     return int(deleted or 0)
