@@ -9,14 +9,21 @@ from pydantic import ValidationError
 from sqlmodel import Session, select
 
 from backend.core.db import make_engine
-from backend.core.models import AlertMetric, AlertRule, AlertState, Comparison, SeedMarker, utc_now
+from backend.core.models import (
+    AlertMetric,
+    AlertRule,
+    AlertRuleCreate,
+    AlertState,
+    Comparison,
+    SeedMarker,
+    utc_now,
+)
 from backend.core.settings import Settings
 from backend.diagnosis.alerting import (
     DEFAULT_RULES,
     DISK_RULES,
     END_AND_METRIC_RULES,
     AlertEngine,
-    AlertRuleCreate,
     RunFacts,
     param_key,
     seed_default_rules,

@@ -5,8 +5,14 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Response
 
 from backend.core.deps import DetectorsDep, OptionalRunIdQuery, SessionDep, ViewerAuth, WriterDep
-from backend.core.models import AlertRulePublic, AlertRulesPublic, AlertsPublic, AlertState
-from backend.diagnosis.alerting import AlertRuleCreate, AlertRuleUpdate
+from backend.core.models import (
+    AlertRuleCreate,
+    AlertRulePublic,
+    AlertRulesPublic,
+    AlertRuleUpdate,
+    AlertsPublic,
+    AlertState,
+)
 from backend.diagnosis.store import create_rule, delete_rule, list_alerts, list_rules, update_rule
 
 RuleId = Annotated[int, Path(ge=1, le=2**31 - 1)]

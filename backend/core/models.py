@@ -1,17 +1,26 @@
 """Tables and API shapes. One family per entity: Base (shared), table, Public (output)."""
 
+import math
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, computed_field
+from pydantic import (
+    AfterValidator,
+    AnyHttpUrl,
+    BaseModel,
+    ConfigDict,
+    StringConstraints,
+    computed_field,
+    model_validator,
+)
 from pydantic import Field as PydanticField
 from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
+from backend.core.text import Tag, no_nul
 from backend.diagnosis.levels import Verdict, run_verdict
-from backend.ingest.protocol import Tag, no_nul
 
 # Portable column types. Steps and row ids can pass 2**31 over a long life, so they are
 # 64-bit on PostgreSQL; on SQLite an `INTEGER PRIMARY KEY` is already 64-bit and is the rowid
@@ -536,6 +545,89 @@ class AlertRulePublic(AlertRuleBase):
     builtin: str | None
     created_at: datetime
     updated_at: datetime
+
+
+class BrowserChannel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["browser"]
+
+
+class WebhookChannel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["webhook"]
+    url: AnyHttpUrl
+    format: Literal["json", "slack"] = "json"
+
+
+Channel = Annotated[BrowserChannel | WebhookChannel, PydanticField(discriminator="type")]
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("threshold must be a finite number")
+    return value
+
+
+# What a user's rule may hold: text both databases can store (PostgreSQL text cannot hold
+# NUL), ids in a row id's range, a finite threshold, channels of a known type.
+RuleText = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_nul)]
+RuleRunId = Annotated[int, PydanticField(ge=1, le=2**31 - 1)]
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=100), AfterValidator(no_nul)]
+Threshold = Annotated[float, AfterValidator(_finite)]
+
+
+def _browser_only() -> list[Channel]:
+    return [BrowserChannel(type="browser")]
+
+
+def check_scope(scope: AlertScope, project: str | None, run_id: int | None) -> None:
+    if scope == AlertScope.project and not project:
+        raise ValueError("scope 'project' needs a 'project' name")
+    if scope == AlertScope.run and run_id is None:
+        raise ValueError("scope 'run' needs a 'run_id'")
+
+
+# `POST /alert-rules`: the base's fields, checked as a user's input.
+class AlertRuleCreate(AlertRuleBase):
+    # SQLModel types model_config as its own ConfigDict subtype.
+    model_config = ConfigDict(extra="forbid")  # type: ignore[assignment]
+
+    name: RuleText
+    threshold: Threshold
+    project: RuleText | None = None
+    run_id: RuleRunId | None = None
+    # Checked channels; stored as their JSON (the table's `channels`).
+    channels: list[Channel] = PydanticField(  # type: ignore[assignment]
+        default_factory=_browser_only, max_length=20
+    )
+    metric_name: MetricName | None = None
+    baseline_run_id: RuleRunId | None = None
+
+    @model_validator(mode="after")
+    def _scope_names_its_target(self) -> "AlertRuleCreate":
+        check_scope(self.scope, self.project, self.run_id)
+        return self
+
+
+# `PATCH /alert-rules/{id}`: every field optional, only the ones sent change. The overrides
+# make the base's required fields optional, which the type checker cannot accept.
+class AlertRuleUpdate(AlertRuleBase):
+    model_config = ConfigDict(extra="forbid")  # type: ignore[assignment]
+
+    name: RuleText | None = None  # type: ignore[assignment]
+    metric: AlertMetric | None = None  # type: ignore[assignment]
+    comparison: Comparison | None = None  # type: ignore[assignment]
+    threshold: Threshold | None = None  # type: ignore[assignment]
+    for_s: float | None = PydanticField(default=None, ge=0, le=86_400)  # type: ignore[assignment]
+    keep_firing_for_s: float | None = PydanticField(default=None, ge=0, le=86_400)  # type: ignore[assignment]
+    only_while_stepping: bool | None = None  # type: ignore[assignment]
+    scope: AlertScope | None = None  # type: ignore[assignment]
+    project: RuleText | None = None
+    run_id: RuleRunId | None = None
+    channels: list[Channel] | None = PydanticField(default=None, max_length=20)  # type: ignore[assignment]
+    enabled: bool | None = None  # type: ignore[assignment]
+    metric_name: MetricName | None = None
+    baseline_run_id: RuleRunId | None = None
 
 
 class AlertRulesPublic(SQLModel):

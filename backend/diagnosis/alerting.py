@@ -8,21 +8,10 @@ are computed once per run per tick. The engine is pure: it returns transitions, 
 caller stores, pushes and delivers them.
 """
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import (
-    AfterValidator,
-    AnyHttpUrl,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    field_validator,
-    model_validator,
-)
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -35,7 +24,6 @@ from backend.core.models import (
     SeedMarker,
 )
 from backend.diagnosis.levels import HIGHLY_INPUT_BOUND
-from backend.ingest.protocol import no_nul
 
 UNITS = {
     AlertMetric.gpu_util: "%",
@@ -89,93 +77,6 @@ def param_key(metric: AlertMetric, rule: Any) -> ParamKey | None:
             return ("run", int(rule.baseline_run_id))
         return ("first", float(rule.baseline_s or DEFAULT_BASELINE_S))
     return None
-
-
-# -- REST shapes -----------------------------------------------------------------------------
-
-
-class BrowserChannel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["browser"]
-
-
-class WebhookChannel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["webhook"]
-    url: AnyHttpUrl
-    format: Literal["json", "slack"] = "json"
-
-
-Channel = Annotated[BrowserChannel | WebhookChannel, Field(discriminator="type")]
-# Text both databases can store (PostgreSQL text cannot hold NUL), and ids in a row id's range.
-RuleText = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(no_nul)]
-RuleRunId = Annotated[int, Field(ge=1, le=2**31 - 1)]
-MetricName = Annotated[str, StringConstraints(min_length=1, max_length=100), AfterValidator(no_nul)]
-
-
-def _browser_only() -> list[Channel]:
-    return [BrowserChannel(type="browser")]
-
-
-class _RuleFields(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @field_validator("threshold", check_fields=False)
-    @classmethod
-    def _finite(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError("threshold must be a finite number")
-        return value
-
-
-class AlertRuleCreate(_RuleFields):
-    name: RuleText
-    metric: AlertMetric
-    comparison: Comparison
-    threshold: float
-    for_s: float = Field(default=0.0, ge=0, le=86_400)
-    keep_firing_for_s: float = Field(default=0.0, ge=0, le=86_400)
-    only_while_stepping: bool = False
-    scope: AlertScope = AlertScope.all
-    project: RuleText | None = None
-    run_id: RuleRunId | None = None
-    channels: list[Channel] = Field(default_factory=_browser_only, max_length=20)
-    enabled: bool = True
-    metric_name: MetricName | None = None
-    baseline_run_id: RuleRunId | None = None
-    baseline_s: float | None = Field(default=None, gt=0, le=86_400)
-    profile_steps: int | None = Field(default=None, ge=1, le=100_000)
-
-    @model_validator(mode="after")
-    def _scope_names_its_target(self) -> "AlertRuleCreate":
-        check_scope(self.scope, self.project, self.run_id)
-        return self
-
-
-class AlertRuleUpdate(_RuleFields):
-    name: RuleText | None = None
-    metric: AlertMetric | None = None
-    comparison: Comparison | None = None
-    threshold: float | None = None
-    for_s: float | None = Field(default=None, ge=0, le=86_400)
-    keep_firing_for_s: float | None = Field(default=None, ge=0, le=86_400)
-    only_while_stepping: bool | None = None
-    scope: AlertScope | None = None
-    project: RuleText | None = None
-    run_id: RuleRunId | None = None
-    channels: list[Channel] | None = Field(default=None, max_length=20)
-    enabled: bool | None = None
-    metric_name: MetricName | None = None
-    baseline_run_id: RuleRunId | None = None
-    baseline_s: float | None = Field(default=None, gt=0, le=86_400)
-    profile_steps: int | None = Field(default=None, ge=1, le=100_000)
-
-
-def check_scope(scope: AlertScope, project: str | None, run_id: int | None) -> None:
-    if scope == AlertScope.project and not project:
-        raise ValueError("scope 'project' needs a 'project' name")
-    if scope == AlertScope.run and run_id is None:
-        raise ValueError("scope 'run' needs a 'run_id'")
 
 
 # -- default rules ---------------------------------------------------------------------------

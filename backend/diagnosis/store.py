@@ -13,8 +13,10 @@ from backend.core.models import (
     Alert,
     AlertPublic,
     AlertRule,
+    AlertRuleCreate,
     AlertRulePublic,
     AlertRulesPublic,
+    AlertRuleUpdate,
     AlertScope,
     AlertsPublic,
     AlertState,
@@ -22,9 +24,9 @@ from backend.core.models import (
     RunEvent,
     RunEventPublic,
     RunEventsPublic,
+    check_scope,
     utc_now,
 )
-from backend.diagnosis.alerting import AlertRuleCreate, AlertRuleUpdate, check_scope
 
 
 class AlertRuleNotFound(StokerError):

@@ -15,18 +15,10 @@ from pydantic import (
     model_validator,
 )
 
+from backend.core.text import Tag, no_nul
+
 PROTOCOL_VERSION = 1
 MAX_INT64 = 2**63 - 1
-
-
-def no_nul(text: str) -> str:
-    """Text both databases can store: NUL dropped (PostgreSQL text cannot hold it, and no real
-    name or tag contains one); lone surrogates (not encodable as UTF-8) refused."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("text must be valid Unicode (no lone surrogates)") from None
-    return text.replace("\x00", "")
 
 
 def clean_json(value: Any) -> Any:
@@ -43,7 +35,6 @@ def clean_json(value: Any) -> Any:
 
 
 ShortText = Annotated[str, StringConstraints(max_length=200), AfterValidator(no_nul)]
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=100), AfterValidator(no_nul)]
 JsonObject = Annotated[dict[str, Any], AfterValidator(clean_json)]
 Int64 = Annotated[int, Field(ge=0, le=MAX_INT64)]
 # Checked by pydantic-core itself: a Python validator per value cost more than the parsing.
