@@ -16,6 +16,7 @@ import type {
   CompareResponse,
   DeviceSeries,
   Diagnosis,
+  DiskUse,
   HostSeries,
   ListPage,
   MetricSeries,
@@ -221,6 +222,11 @@ export class ApiClient {
     return this.sendJson<unknown>("DELETE", `/alert-rules/${encodeURIComponent(String(id))}`);
   }
 
+  /** Disk use: database and profile sizes, free space, full or nearly full (issue 30). */
+  getDisk(signal?: AbortSignal): Promise<DiskUse> {
+    return this.getJson<DiskUse>("/disk", signal);
+  }
+
   listAlerts(query: { runId?: number; state?: string; limit?: number } = {}, signal?: AbortSignal): Promise<ListPage<Alert>> {
     return this.getJson<ListPage<Alert>>(
       `/alerts${queryString({ run_id: query.runId, state: query.state, limit: query.limit })}`,
@@ -263,7 +269,7 @@ export class ApiClient {
     return res.blob();
   }
 
-  updateRun(id: number, patch: { name?: string; tags?: string[]; notes?: string }): Promise<Run> {
+  updateRun(id: number, patch: { name?: string; tags?: string[]; notes?: string; pinned?: boolean }): Promise<Run> {
     return this.sendJson<Run>("PATCH", `/runs/${encodeURIComponent(String(id))}`, patch);
   }
 

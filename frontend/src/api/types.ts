@@ -45,6 +45,7 @@ export type StarvedRanges = Schemas["StarvedRanges"];
 export type DeviceSeries = Schemas["DeviceSeries"];
 export type HostSeries = Schemas["HostSeries"];
 export type MetricSeries = Schemas["MetricSeries"];
+export type DiskUse = Schemas["DiskPublic"];
 
 export interface ListPage<T> {
   data: T[];

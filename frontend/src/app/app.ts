@@ -6,6 +6,7 @@ import type { ConnectionState } from "../api/liveClient";
 import { ALERTS_HREF, parseRoute, RUNS_HREF, type Route } from "./router";
 import { effectiveTheme, nextTheme, parseTheme, THEME_EVENT, THEME_KEY, type ThemeChoice } from "./theme";
 import type { Alert } from "../api/types";
+import { diskBanner, DISK_POLL_MS } from "../state/disk";
 import { AlertsView } from "../views/alertsView";
 import { errorMessage, type AppContext, type View } from "../views/common";
 import { CompareView } from "../views/compareView";
@@ -30,6 +31,8 @@ export class App {
   private readonly alertsLink: HTMLAnchorElement;
   private readonly alertsCount: HTMLElement;
   private readonly themeButton: HTMLButtonElement;
+  /** While the database's disk is full or nearly full (issue 30). */
+  private readonly diskBanner: HTMLElement;
   private theme: ThemeChoice = "auto";
 
   constructor(root: HTMLElement, ctx: AppContext) {
@@ -71,6 +74,7 @@ export class App {
       this.statusEl,
       this.themeButton,
     );
+    this.diskBanner = h("div", { class: "disk-banner", attrs: { role: "alert", hidden: true, "data-testid": "disk-banner" } });
     root.replaceChildren(
       h("a", {
         class: "skip-link",
@@ -85,6 +89,7 @@ export class App {
         },
       }),
       header,
+      this.diskBanner,
       this.main,
     );
   }
@@ -98,7 +103,10 @@ export class App {
     live.on("deleted", ({ runId }) => runs.remove(runId));
     live.on("alert", (alert) => {
       if (alerts.upsert(alert)) this.notify(alert);
+      if (alert.run_id == null) void this.loadDisk(); // a server (disk) alert changed
     });
+    this.ctx.disk.subscribe(() => this.showDisk());
+    setInterval(() => void this.loadDisk(), DISK_POLL_MS);
     alerts.subscribe(() => this.showAlertCount());
     live.on("open", ({ reconnect }) => {
       if (reconnect) void this.loadAlerts();
@@ -117,6 +125,27 @@ export class App {
     live.start();
     void this.loadRuns();
     void this.loadAlerts();
+    void this.loadDisk();
+  }
+
+  /** Read the disk figures; a failed read keeps the last ones (reads are retried at the next poll). */
+  async loadDisk(): Promise<void> {
+    try {
+      this.ctx.disk.set(await this.ctx.api.getDisk());
+    } catch (err) {
+      console.info("stoker: disk figures unavailable:", errorMessage(err));
+    }
+  }
+
+  private showDisk(): void {
+    const banner = diskBanner(this.ctx.disk.current);
+    this.diskBanner.hidden = banner === null;
+    if (!banner) {
+      this.diskBanner.replaceChildren();
+      return;
+    }
+    setAttrs(this.diskBanner, { "data-level": banner.level });
+    this.diskBanner.replaceChildren(h("strong", { text: banner.title }), " ", h("span", { text: banner.body }));
   }
 
   /** (Re)load recent alerts. */

@@ -3,6 +3,7 @@
 import "uplot/dist/uPlot.min.css";
 import "./style.css";
 import { AlertsStore } from "../state/alerts";
+import { DiskStore } from "../state/disk";
 import { ApiClient, sessionTokenStore } from "../api/client";
 import { App } from "./app";
 import { LiveClient, liveUrl } from "../api/liveClient";
@@ -29,4 +30,4 @@ const runs = new RunsStore();
 
 const root = document.getElementById("app");
 if (!root) throw new Error("stoker: #app element missing from index.html");
-new App(root, { api, live, runs, alerts: new AlertsStore(), now: () => Date.now() }).start();
+new App(root, { api, live, runs, alerts: new AlertsStore(), disk: new DiskStore(), now: () => Date.now() }).start();

@@ -5,6 +5,7 @@ import type { ApiClient } from "../api/client";
 import { h } from "../app/dom";
 import { formatRelativeTime, formatTimestamp, statusLabel } from "../app/format";
 import type { LiveClient } from "../api/liveClient";
+import type { DiskStore } from "../state/disk";
 import type { RunsStore } from "../state/runs";
 import type { InputWaitLevel } from "../state/verdict";
 import type { Alert, RunStatus } from "../api/types";
@@ -15,6 +16,8 @@ export interface AppContext {
   live: LiveClient;
   runs: RunsStore;
   alerts: AlertsStore;
+  /** Disk use, read by the shell (banner) every DISK_POLL_MS; the runs page shows it too. */
+  disk: DiskStore;
   /** Current time in ms (injectable so views render relative times consistently). */
   now: () => number;
 }

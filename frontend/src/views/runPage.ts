@@ -381,6 +381,7 @@ export class RunPageView implements View {
       edit: () => this.openEdit(),
       exportCsv: () => void this.exportCsv(),
       remove: () => void this.deleteRun(),
+      togglePin: () => void this.togglePin(),
     });
     renderRunFigures(this.figuresBox, run, this.ctx.now(), this.energy);
     renderFedLine(this.fedLine, run, this.ctx.now());
@@ -433,6 +434,16 @@ export class RunPageView implements View {
       setTimeout(() => URL.revokeObjectURL(url), 10_000);
     } catch (e) {
       this.showActionError(`Export failed: ${errorMessage(e)}`);
+    }
+  }
+
+  private async togglePin(): Promise<void> {
+    if (!this.run) return;
+    try {
+      const updated = await this.ctx.api.updateRun(this.runId, { pinned: !this.run.pinned });
+      if (isRun(updated) && !this.ctx.runs.upsert(updated)) this.showRun({ ...updated });
+    } catch (e) {
+      this.showActionError(`${this.run.pinned ? "Unpin" : "Pin"} failed: ${errorMessage(e)}`);
     }
   }
 

@@ -17,6 +17,7 @@ import {
 } from "../state/runs";
 import { readStorage, writeStorage } from "../app/storage";
 import { loadUiSettings } from "../state/cost";
+import { diskSummary, diskSummaryTitle } from "../state/disk";
 import type { RunEnergy } from "../state/energy";
 import { COST_HREF, runHref } from "../app/router";
 import type { Run, RunStatus } from "../api/types";
@@ -80,6 +81,8 @@ export class RunsListView implements View {
   private readonly stateBox: HTMLElement;
   /** Why the server's settings (the GPU-hour price of the lost GPU time column) could not be read. */
   private readonly settingsError: HTMLElement;
+  /** Disk use (database, profiles, free space), as the shell last read it. */
+  private readonly diskLine: HTMLElement;
   private destroyed = false;
   private readonly countEl: HTMLElement;
   private readonly filterInput: HTMLInputElement;
@@ -180,6 +183,7 @@ export class RunsListView implements View {
     );
     this.stateBox = h("div", { class: "state-box", attrs: { "aria-live": "polite" } });
     this.settingsError = h("p", { class: "error", attrs: { role: "status", hidden: true, "data-testid": "settings-error" } });
+    this.diskLine = h("p", { class: "disk-use muted", attrs: { hidden: true, "data-testid": "disk-use" } });
     this.el = h(
       "section",
       { class: "page runs-page", attrs: { "aria-labelledby": "runs-heading" } },
@@ -199,7 +203,10 @@ export class RunsListView implements View {
       this.stateBox,
       this.settingsError,
       h("div", { class: "more-row" }, this.moreButton),
+      this.diskLine,
     );
+    this.cleanups.push(ctx.disk.subscribe(() => this.showDisk()));
+    this.showDisk();
     this.cleanups.push(ctx.runs.subscribe((changed) => (changed ? this.renderRun(changed) : this.render())));
     this.cleanups.push(every(10_000, () => this.render()));
     this.render();
@@ -211,6 +218,14 @@ export class RunsListView implements View {
         this.settingsError.hidden = false;
       },
     );
+  }
+
+  private showDisk(): void {
+    const d = this.ctx.disk.current;
+    this.diskLine.hidden = d === null;
+    if (!d) return;
+    setText(this.diskLine, `Disk: ${diskSummary(d)}`);
+    setAttrs(this.diskLine, { title: diskSummaryTitle(d), "data-state": d.full ? "full" : d.low ? "low" : "ok" });
   }
 
   destroy(): void {

@@ -13,6 +13,8 @@ export interface RunActions {
   edit: () => void;
   exportCsv: () => void;
   remove: () => void;
+  /** Pin or unpin: retention keeps a pinned run's raw rows (issue 30). */
+  togglePin: () => void;
 }
 
 export function renderRunHeader(box: HTMLElement, run: Run, actions: RunActions): void {
@@ -27,6 +29,7 @@ export function renderRunHeader(box: HTMLElement, run: Run, actions: RunActions)
       h(
         "div",
         { class: "run-actions" },
+        pinButton(run, actions.togglePin),
         h("button", { text: "Edit", attrs: { type: "button", "data-testid": "run-edit-button", "aria-label": "Edit name, tags and notes" }, on: { click: actions.edit } }),
         h("button", { text: "Export CSV", attrs: { type: "button", "data-testid": "export-csv", "aria-label": "Download all steps as CSV" }, on: { click: actions.exportCsv } }),
         h("button", { class: "danger", text: "Delete", attrs: { type: "button", "data-testid": "run-delete", "aria-label": "Delete this run" }, on: { click: actions.remove } }),
@@ -41,10 +44,34 @@ export function renderRunHeader(box: HTMLElement, run: Run, actions: RunActions)
       run.ended_at
         ? h("span", { class: "meta" }, h("span", { class: "meta-label", text: "ended" }), h("span", { class: "mono", text: formatTimestamp(run.ended_at) }))
         : null,
+      run.compacted_at
+        ? h(
+            "span",
+            { class: "meta", attrs: { "data-testid": "run-compacted", title: "Retention removed this run's raw steps and most samples; its charts show the rollups kept, summaries and epochs are whole" } },
+            h("span", { class: "meta-label", text: "compacted" }),
+            h("span", { class: "mono", text: formatTimestamp(run.compacted_at) }),
+          )
+        : null,
       Array.isArray(run.tags) && run.tags.length > 0 ? tagList(run.tags.map(String)) : null,
     ),
     run.notes ? h("p", { class: "run-notes", text: run.notes, attrs: { "data-testid": "run-notes" } }) : null,
   );
+}
+
+/** The pin toggle: pressed while retention keeps the run's raw rows whatever its age. */
+function pinButton(run: Run, toggle: () => void): HTMLElement {
+  const pinned = run.pinned === true;
+  const title = pinned
+    ? "Pinned: retention keeps this run's raw rows. Click to unpin."
+    : run.compacted_at
+      ? "Pin: retention has already reduced this run to rollups; pinning keeps what is left"
+      : "Pin: retention keeps this run's raw rows, whatever its age";
+  return h("button", {
+    class: pinned ? "pin on" : "pin",
+    text: pinned ? "Pinned" : "Pin",
+    attrs: { type: "button", "aria-pressed": pinned ? "true" : "false", "data-testid": "run-pin", title },
+    on: { click: toggle },
+  });
 }
 
 export function renderRunFigures(box: HTMLElement, run: Run, nowMs: number, energy: RunEnergy | null = null): void {

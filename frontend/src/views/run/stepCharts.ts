@@ -15,9 +15,10 @@ import { metricsDownsampled, shouldRefine, spliceMetrics, spliceSteps, stepRange
 import { lastMetricStep, mergeMetrics, type ShadeRange } from "../../state/samples";
 import { seriesFromColumns, type StepSeries } from "../../state/series";
 import { SeriesResource } from "../../state/seriesResource";
+import { retentionNote } from "../../state/retention";
 import { StepTimeChart } from "./stepTimeChart";
 import { StepSync } from "../../state/stepSync";
-import type { MetricTrack, Run, StarvedRanges, StepColumns } from "../../api/types";
+import type { MetricTrack, Run, StarvedRanges, StepColumns, StepsResponse } from "../../api/types";
 import { cannotLoad } from "../loading";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
 
@@ -56,6 +57,11 @@ export class StepCharts {
   /** Starved stretches by step, as the server computed them (exact, not from downsampled buckets). */
   private starved: ShadeRange[] = [];
   private readonly starvedKey: HTMLElement;
+  /** Retention reduced the run's steps to rollups no finer than `finestSteps` (issue 30). */
+  private compacted = false;
+  private finestSteps: number | null = null;
+  private zoom: ZoomRange | null = null;
+  private readonly retentionNoteEl: HTMLElement;
 
   constructor(opts: StepChartsOptions) {
     this.opts = opts;
@@ -63,7 +69,7 @@ export class StepCharts {
     this.steps = new SeriesResource<StepSeries>(
       {
         wantsDetail: (held, r, width) => shouldRefine(held.step, held.downsampled, r.min, r.max, width),
-        fetchDetail: async (r, width, sig) => seriesFromColumns(await api.getSteps(runId, stepRangeQuery(r.min, r.max, width), sig)),
+        fetchDetail: async (r, width, sig) => seriesFromColumns(this.noteCompaction(await api.getSteps(runId, stepRangeQuery(r.min, r.max, width), sig))),
         splice: (base, detail, r) => spliceSteps(base, detail, r.min, r.max),
       },
       { widthPx: () => this.chart?.widthPx ?? 800, signal, onChange: () => this.onStepsRefined() },
@@ -88,6 +94,7 @@ export class StepCharts {
     });
     this.chartInfo = h("span", { class: "chart-info muted", attrs: { "data-testid": "chart-info" } });
     this.chartError = h("p", { class: "chart-error error", attrs: { role: "status", hidden: true } });
+    this.retentionNoteEl = h("span", { class: "retention-note", attrs: { role: "status", hidden: true, "data-testid": "retention-note" } });
     this.followButton = h("button", {
       class: "follow on",
       text: "Live",
@@ -110,6 +117,7 @@ export class StepCharts {
         { class: "panel-head" },
         h("h2", { text: "Step time", attrs: { id: "step-time-heading" } }),
         this.chartInfo,
+        this.retentionNoteEl,
         h("div", { class: "spacer" }),
         this.starvedKey,
         h("span", { class: "hint muted", text: "drag to zoom · double-click to reset · y axis ignores rare outliers" }),
@@ -154,7 +162,7 @@ export class StepCharts {
       onZoom,
     });
     this.sync = new StepSync({
-      fetchSteps: (query) => api.getSteps(runId, query, signal),
+      fetchSteps: async (query) => this.noteCompaction(await api.getSteps(runId, query, signal)),
       // One point per CSS pixel: downsampled buckets keep their min/max band.
       maxPoints: () => Math.max(200, this.chart?.widthPx ?? 800),
       onChange: (series) => this.onSeries(series),
@@ -212,7 +220,25 @@ export class StepCharts {
     this.metricsChart?.destroy();
   }
 
+  /** Keep what an answer says of retention (the flag and the rollups' resolution). */
+  private noteCompaction(resp: StepsResponse): StepsResponse {
+    if (resp.compacted) {
+      this.compacted = true;
+      this.finestSteps = resp.finest_steps ?? this.finestSteps;
+    }
+    return resp;
+  }
+
+  private showRetentionNote(): void {
+    const compacted = this.compacted || Boolean(this.run?.compacted_at);
+    const note = retentionNote(compacted, this.finestSteps, this.zoom, this.chart?.widthPx ?? 800);
+    this.retentionNoteEl.hidden = note === null;
+    setText(this.retentionNoteEl, note ?? "");
+  }
+
   private onZoom(range: ZoomRange | null): void {
+    this.zoom = range;
+    this.showRetentionNote();
     this.steps.setZoom(range);
     this.metrics.setZoom(range);
     this.opts.onZoom();
@@ -242,6 +268,7 @@ export class StepCharts {
     if (!series) return;
     this.chart?.setSeries(series);
     this.throughputChart?.setData({ series, batchSize: batchSizeOf(this.run?.config) });
+    this.showRetentionNote();
     this.showThroughputCaption();
   }
 
