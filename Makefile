@@ -12,7 +12,7 @@ TF_OLDEST := 2.15.1
 # Run each in a pytest process of its own (see the test target).
 OWN_PROCESS_TESTS := tests/test_diagnosis_keras.py tests/test_profile_capture.py
 TF_OLDEST_VENV := $(VENV)/tf2.15
-# The agent on Keras 3's JAX backend, in a venv without TensorFlow (issue 29).
+# The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
 
 .PHONY: demo serve test test-tf-matrix test-jax build lint format clean api-types corpus
@@ -41,7 +41,7 @@ test: build
 
 test-tf-matrix: $(INSTALLED) $(TF_OLDEST_VENV)/.installed
 	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra $(AGENT_FIT_TESTS)
-	# The two-worker MultiWorkerMirroredStrategy fit of issue 18 on TF 2.15's own tf.keras.
+	# The two-worker MultiWorkerMirroredStrategy fit (one run for the whole job) on TF 2.15's own tf.keras.
 	# (Its straggler test stays on the newest TF: on 2.15 the job's collective step outlasts
 	# the delay that test derives from a worker's own step, so no worker starves.)
 	$(TF_OLDEST_VENV)/bin/pytest -ra $(AGENT_FIT_TESTS) tests/test_multiworker.py -k "not straggler"

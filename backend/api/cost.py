@@ -1,4 +1,4 @@
-"""What starvation costs (issue 15 §3): lost GPU-hours per project and per run, and the UI's
+"""What starvation costs: lost GPU-hours per project and per run, and the UI's
 settings (price, input-bound thresholds).
 
 A run's cost is its summary's `lost_gpu_s` (seconds its steps waited on input, times the

@@ -63,7 +63,7 @@ async def read_diagnosis(
 
 
 def _with_gpu_findings(diagnosis: Diagnosis, run: Run) -> Diagnosis:
-    """The busy-but-under-used findings of the run so far (issue 27 §3)."""
+    """The busy-but-under-used findings of the run so far."""
     findings = gpu_findings(run.summary or {}, run.environment or {})
     return diagnosis.model_copy(update={"gpu_findings": findings})
 

@@ -1,4 +1,4 @@
-"""Disk use for the UI (issue 30): database and profile sizes, free space, and whether the disk
+"""Disk use for the UI: database and profile sizes, free space, and whether the disk
 is full (new rows refused, agents spool them) or nearly full.
 
 Measured at each request (an SQLite PRAGMA or pg_database_size, a walk of the profile

@@ -1,4 +1,4 @@
-"""GET /runs/{id}/energy: the run's GPU energy, split by what its steps were doing (issue 27).
+"""GET /runs/{id}/energy: the run's GPU energy, split by what its steps were doing.
 
 The split reads every step and energy row of the run. The runs list asks for it for every
 run it shows, so an ended run's answer is kept (in this process, for the last

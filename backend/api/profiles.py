@@ -1,4 +1,4 @@
-"""Profiler captures from the browser (issue 19): ask a run's agents for one, follow it, read
+"""Profiler captures from the browser: ask a run's agents for one, follow it, read
 its analysis, download its traces. Every connected agent (worker) of the run is asked; each
 reports its status and uploads its trace here too, tagged with its rank."""
 
@@ -73,7 +73,7 @@ async def start_capture(
     state: AppState, run_id: int, *, steps: int, running: bool, alert_id: int | None = None
 ) -> ProfilePublic:
     """Ask every connected agent of a live run for a capture of `steps` steps: a user's request,
-    or an alert rule's action (`alert_id`, issue 31). 409 when the run is not live or a capture
+    or an alert rule's action (`alert_id`). 409 when the run is not live or a capture
     of it is in progress."""
     settings = state.settings
     ranks = state.agents.ranks(run_id)

@@ -71,7 +71,7 @@ def _run_filters(
 
 # `best:<name>` (or `-best:<name>`) sorts runs by the best value of an epoch metric.
 BEST_SORT_PREFIX = "best:"
-# Numeric summary fields the runs list sorts by (the starvation cost, issue 15 §3).
+# Numeric summary fields the runs list sorts by (the starvation cost).
 SUMMARY_SORT_KEYS = ("input_wait_s", "lost_gpu_s")
 RUN_SORT_PATTERN = (
     r"^-?(started_at|name|project|status|last_seen_at|id|"
@@ -473,7 +473,7 @@ def host_series(
 
 def _compacted(session: Session, run_id: int) -> dict[str, Any]:
     """A sample series' retention flag: `compacted` when retention thinned the run's samples
-    to `KEEP_SAMPLES` per series, so zooming in shows no finer detail (issue 30)."""
+    to `KEEP_SAMPLES` per series, so zooming in shows no finer detail."""
     compacted_at = session.exec(select(Run.compacted_at).where(Run.id == run_id)).first()
     return {"compacted": compacted_at is not None}
 

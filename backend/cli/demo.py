@@ -6,7 +6,7 @@ pipeline (the GPU, or here the CPU, starves), so the two runs can be watched and
 Both datasets go through `cb.wrap`, so input wait is measured; the starved run gets the
 highly input-bound verdict, its advice and an alert, the fed one does not. The starved run
 stays live for a few minutes (or until Ctrl-C) so that it can be watched, and its alert
-captures a profile of its steps by itself (the demo rule's action, issue 31).
+captures a profile of its steps by itself (the demo rule's action).
 """
 
 import os

@@ -115,14 +115,14 @@ class RunSummary(SQLModel):
     step_time_ms_p95: float | None = None
     input_wait_share: float | None = None
     # Seconds the steps of all workers were blocked on input, and those seconds times the GPUs
-    # each worker trains on: the GPU time starvation cost (issue 15 §3).
+    # each worker trains on: the GPU time starvation cost.
     input_wait_s: float = 0.0
     lost_gpu_s: float = 0.0
     gpu_util_mean: float | None = None
     samples_per_s: float | None = None
     peak_memory_bytes: float | None = None
     peak_tf_memory_bytes: float | None = None
-    # NVML GPM means over the run (issue 27): null where the GPUs have no GPM, never 0.
+    # NVML GPM means over the run: null where the GPUs have no GPM, never 0.
     sm_util_mean: float | None = None
     sm_occupancy_mean: float | None = None
     tensor_util_mean: float | None = None
@@ -175,7 +175,7 @@ class RunUpdate(SQLModel):
     )
     tags: list[Tag] | None = Field(default=None, max_length=100)
     notes: Annotated[str, AfterValidator(no_nul)] | None = Field(default=None, max_length=10_000)
-    # Retention keeps a pinned run's raw rows (issue 30).
+    # Retention keeps a pinned run's raw rows.
     pinned: bool | None = None
 
 
@@ -279,7 +279,7 @@ class DeviceSample(SQLModel, table=True):
     throttle: int | None = _big(default=None)
     pcie_tx_bps: float | None = None
     pcie_rx_bps: float | None = None
-    # NVML GPM, percent (issue 27): null where unsupported, never 0.
+    # NVML GPM, percent: null where unsupported, never 0.
     sm_util: float | None = None
     sm_occupancy: float | None = None
     tensor_util: float | None = None
@@ -329,7 +329,7 @@ class StepSeries(SQLModel):
     dur_min: list[float] | None = None
     dur_max: list[float] | None = None
     # Retention reduced the run's raw steps to rollups: no point is finer than
-    # `finest_steps` steps (issue 30).
+    # `finest_steps` steps.
     compacted: bool = False
     finest_steps: int | None = None
 
@@ -353,7 +353,7 @@ class DeviceSeries(BaseModel):
     run_id: int
     fields: list[str]
     series: list[DeviceSeriesItem]
-    # Retention thinned the run's samples (issue 30): zooming in shows no finer detail.
+    # Retention thinned the run's samples: zooming in shows no finer detail.
     compacted: bool = False
 
 
@@ -367,7 +367,7 @@ class HostSeries(BaseModel):
     run_id: int
     fields: list[str]
     series: list[HostSeriesItem]
-    # Retention thinned the run's samples (issue 30): zooming in shows no finer detail.
+    # Retention thinned the run's samples: zooming in shows no finer detail.
     compacted: bool = False
 
 
@@ -426,7 +426,7 @@ class Health(BaseModel):
     version: str
 
 
-# --- Diagnosis and alerts (issue 5) -------------------------------------------------------
+# --- Diagnosis and alerts -----------------------------------------------------------------
 
 
 class RunEvent(SQLModel, table=True):
@@ -467,11 +467,11 @@ class AlertMetric(StrEnum):
     stalled = "stalled"  # 1 while the run's verdict is `stalled`, else 0
     # Slowest worker's own step time over the median worker's (see diagnosis.own_step_times)
     straggler_ratio = "straggler_ratio"
-    # NVML GPM (issue 27), percent, mean over the devices' recent samples; no value (never 0)
+    # NVML GPM, percent, mean over the devices' recent samples; no value (never 0)
     # on GPUs without GPM
     sm_util = "sm_util"
     tensor_util = "tensor_util"
-    # How a run ended (issue 31): 1 at the moment it ended that way (an event: the alert fires
+    # How a run ended: 1 at the moment it ended that way (an event: the alert fires
     # once, then resolves after keep_firing_for_s). `run_failed` includes a process that died
     # without saying so (its run interrupted by the reaper, its agent gone).
     run_finished = "run_finished"
@@ -485,7 +485,7 @@ class AlertMetric(StrEnum):
     # The share by which throughput (steps per second, from the median step time) fell below
     # the run's own first `baseline_s` seconds, or below run `baseline_run_id`'s: 0.3 = 30 %
     throughput_drop = "throughput_drop"
-    # The free share of the data directory's disk, 0..1 (issue 30): a server rule, not a
+    # The free share of the data directory's disk, 0..1: a server rule, not a
     # run's; its alerts have no run
     disk_free_share = "disk_free_share"
 
@@ -522,7 +522,7 @@ class AlertRuleBase(SQLModel):
     run_id: int | None = None
     channels: list[dict[str, Any]] = _json(default_factory=lambda: [{"type": "browser"}])
     enabled: bool = True
-    # Issue 31: the metric `metric_nonfinite` / `metric_rise` watch (default "loss"); the
+    # The metric `metric_nonfinite` / `metric_rise` watch (default "loss"); the
     # throughput baseline (`baseline_run_id`, else the run's own first `baseline_s` seconds);
     # the action "capture `profile_steps` steps of profile" when the alert fires (null: none).
     metric_name: str | None = Field(default=None, max_length=100)
@@ -653,7 +653,7 @@ class Alert(SQLModel, table=True):
     resolved_at: datetime | None = None
     # One entry per webhook delivery attempt series: url, event, status, attempts, error.
     deliveries: list[dict[str, Any]] = _json(default_factory=list)
-    # The profile this alert's rule captured when it fired (issue 31), if any.
+    # The profile this alert's rule captured when it fired, if any.
     profile_id: int | None = None
 
 
@@ -686,7 +686,7 @@ class SeedMarker(SQLModel, table=True):
     at: datetime = Field(default_factory=utc_now)
 
 
-# --- Profiler captures (issue 19) ---------------------------------------------------------
+# --- Profiler captures --------------------------------------------------------------------
 
 
 class ProfileStatus(StrEnum):
@@ -718,7 +718,7 @@ class Profile(SQLModel, table=True):
     input_share_stoker: float | None = None
     # Each asked worker's part, by rank (str): ProfileWorker's fields.
     workers: dict[str, Any] = _json(default_factory=dict)
-    # The alert whose rule asked for this capture (issue 31); null when a user did.
+    # The alert whose rule asked for this capture; null when a user did.
     alert_id: int | None = None
 
 
@@ -768,7 +768,7 @@ class ProfilesPublic(SQLModel):
 
 
 class PipelineRead(SQLModel, table=True):
-    """One read of a run's tf.data autotuning model (issue 15): its stages, source first.
+    """One read of a run's tf.data autotuning model: its stages, source first.
 
     Only the latest `MAX_PIPELINE_READS` reads of a run are kept (backend/ingest/store.py).
     """

@@ -57,15 +57,15 @@ class Settings(BaseSettings):
     # A running run's summary is pushed to browsers at most this often.
     live_run_interval_s: float = Field(default=1.0, ge=0.0, le=60.0)
     log_level: str = "info"
-    # What one GPU-hour costs, to show starvation's lost GPU-hours as money in the UI (issue 15
-    # §3); unset shows hours only. `currency` is the symbol written before the amount.
+    # What one GPU-hour costs, to show starvation's lost GPU-hours as money in the UI;
+    # unset shows hours only. `currency` is the symbol written before the amount.
     gpu_hour_price: float | None = Field(default=None, ge=0)
     currency: str = Field(default="$", max_length=8)
-    # What one kWh costs (issue 27): the run page shows GPU energy, and the energy burned while
+    # What one kWh costs: the run page shows GPU energy, and the energy burned while
     # starved, as money; unset shows joules and kWh only.
     energy_price_kwh: float | None = Field(default=None, ge=0)
 
-    # Diagnosis and alerts (issue 5): tests shorten these.
+    # Diagnosis and alerts: tests shorten these.
     diagnosis_window_s: float = Field(default=30.0, gt=0)
     diagnosis_min_steps: int = Field(default=20, ge=1)
     stall_min_s: float = Field(default=60.0, gt=0)
@@ -77,13 +77,13 @@ class Settings(BaseSettings):
     webhook_backoff_s: float = Field(default=1.0, ge=0)
     webhook_queue_size: int = Field(default=1000, ge=1)
 
-    # Profiler captures from the browser (issue 19).
+    # Profiler captures from the browser.
     profile_max_steps: int = Field(default=200, ge=1)
     profile_max_s: float = Field(default=120.0, gt=0)  # the agent stops a capture after this
     profile_max_trace_bytes: int = Field(default=200 * 2**20, ge=1)
     profile_quota_bytes: int = Field(default=2 * 2**30, ge=0)  # stored traces, oldest evicted
 
-    # Retention (issue 30, backend.ingest.retention), like Prometheus's retention.time/.size:
+    # Retention (backend.ingest.retention), like Prometheus's retention.time/.size:
     # an ended run older than retention_time_s, or beyond retention_size_bytes of raw rows
     # (newest runs kept first), keeps its summary and rollups but loses its raw steps and most
     # samples. 0 turns a limit off; "90d", "12h", "50GB", "500MiB" are understood.

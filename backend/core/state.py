@@ -26,7 +26,7 @@ class AppState:
     connections: AgentConnections
     telemetry: Telemetry
     detectors: Detectors
-    # Profiler traces being analysed (issue 19): one analysis at a time per profile.
+    # Profiler traces being analysed: one analysis at a time per profile.
     analyses: AnalysisRuns = field(default_factory=AnalysisRuns)
 
 

@@ -126,7 +126,7 @@ class LiveGauges(Collector):
 
 
 class DiskGauges(Collector):
-    """Disk use and retention, as the retention pass last measured them (issue 30)."""
+    """Disk use and retention, as the retention pass last measured them."""
 
     def __init__(self, usage: DiskUsage) -> None:
         self.usage = usage

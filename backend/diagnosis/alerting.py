@@ -58,7 +58,7 @@ FINAL_METRICS = frozenset({AlertMetric.metric_nonfinite, AlertMetric.metric_rise
 PARAM_METRICS = frozenset(
     {AlertMetric.metric_nonfinite, AlertMetric.metric_rise, AlertMetric.throughput_drop}
 )
-# Metrics of the server, not of a run (issue 30): their rules are judged once per tick on the
+# Metrics of the server, not of a run: their rules are judged once per tick on the
 # server's own facts (run id SERVER_RUN_ID), and their alerts belong to no run.
 SERVER_METRICS = frozenset({AlertMetric.disk_free_share})
 SERVER_RUN_ID = 0
@@ -121,7 +121,7 @@ DEFAULT_RULES: list[dict[str, Any]] = [
 ]
 
 
-# Issue 31: how training ends and misbehaves. Off by default except "failed": a finished or
+# How training ends and misbehaves. Off by default except "failed": a finished or
 # interrupted run, or a loss going wrong, is something some users want told and others not.
 END_AND_METRIC_RULES: list[dict[str, Any]] = [
     {
@@ -174,7 +174,7 @@ END_AND_METRIC_RULES: list[dict[str, Any]] = [
 ]
 
 
-# Issue 30: a disk that fills refuses new rows (agents spool them). On by default: told at 5 %
+# A disk that fills refuses new rows (agents spool them). On by default: told at 5 %
 # free, while there is still room to act.
 DISK_RULES: list[dict[str, Any]] = [
     {
@@ -218,8 +218,8 @@ def _as_seeded(rule: AlertRule) -> bool:
 def seed_default_rules(*, session: Session) -> int:
     """Create the default rules on first start; once created they are the user's to edit.
 
-    Each set is seeded once (its own marker), so a database from before issue 31 gains the
-    run-end and metric rules, and its input-bound rule the profile action unless the user
+    Each set is seeded once (its own marker), so a database created before the run-end and metric
+    rules existed gains them, and its input-bound rule the profile action unless the user
     edited that rule."""
     fresh = session.get(SeedMarker, "default_alert_rules") is None
     created = _seed(session, "default_alert_rules", DEFAULT_RULES)

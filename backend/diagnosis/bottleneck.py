@@ -1,4 +1,4 @@
-"""Which stage of a tf.data pipeline starves the steps, and what to change there (issue 15).
+"""Which stage of a tf.data pipeline starves the steps, and what to change there.
 
 Each stage's capacity, in steps per second, is its parallelism over its own time per element,
 divided by the elements it produces per step (a stage before `batch` produces a batch's worth

@@ -160,7 +160,7 @@ class Detectors:
         )
         self.ticks = 0
         self.last_tick_s = 0.0
-        # Issue 31: how runs ended (seen by the next tick), their watched metrics, their first
+        # How runs ended (seen by the next tick), their watched metrics, their first
         # steps, baseline runs' step times, and how a firing alert captures a profile.
         self._ends: dict[int, tuple[AlertMetric, str]] = {}
         self._end_notes: dict[int, str] = {}  # why a run counts as failed, when not said
@@ -480,7 +480,7 @@ class Detectors:
         )
 
     def _server_facts(self) -> RunFacts:
-        """The server's own values (issue 30): the free share of the data directory's disk."""
+        """The server's own values: the free share of the data directory's disk."""
         try:
             usage = shutil.disk_usage(self.settings.data_dir)
             free: float | None = usage.free / usage.total if usage.total else None

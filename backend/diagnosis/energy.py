@@ -1,4 +1,4 @@
-"""A run's GPU energy split by what its steps were doing (issue 27 §2).
+"""A run's GPU energy split by what its steps were doing.
 
 Each GPU reports its energy since the run's first reading (`energy_j`, cumulative: NVML's
 counter, or power integrated where the driver has none). Between two consecutive readings of

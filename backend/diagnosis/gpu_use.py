@@ -1,4 +1,4 @@
-"""A GPU that looks busy but is under-used (issue 27 §3): four findings with evidence and advice.
+"""A GPU that looks busy but is under-used: four findings with evidence and advice.
 
 From the run's summary (NVML utilization, GPM means, peak memory) and its environment (the
 GPUs' compute capability and memory, TensorFlow's precision policy, XLA, steps per

@@ -220,7 +220,7 @@ def link_profile(
     *, session: Session, alert_id: int, event_id: int, profile_id: int | None, error: str = ""
 ) -> tuple[AlertPublic, RunEventPublic] | None:
     """The profile an alert's firing captured (or why none was): on the alert and on its
-    firing event (issue 31)."""
+    firing event."""
     alert = session.get(Alert, alert_id)
     event = session.get(RunEvent, event_id)
     if alert is None or event is None:

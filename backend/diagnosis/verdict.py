@@ -65,7 +65,7 @@ class Diagnosis(BaseModel):
     steps_in_window: int
     evidence: list[Evidence]
     advice: list[str]
-    # A GPU busy but under-used (issue 27 §3): launch-bound, Tensor Cores idle, out of memory
+    # A GPU busy but under-used: launch-bound, Tensor Cores idle, out of memory
     # ahead, memory growth off; each with its evidence and what to try. GET /diagnosis only.
     gpu_findings: list[GpuFinding] = []
 

@@ -44,7 +44,7 @@ def slack_payload(alert: dict[str, Any], *, event: str, run: dict[str, Any]) -> 
         {"type": "mrkdwn", "text": f"*State*\n{event}"},
         {"type": "mrkdwn", "text": f"*Value*\n{alert.get('value')}"},
     ]
-    if alert.get("profile_id") is not None:  # the rule's action captured one (issue 31)
+    if alert.get("profile_id") is not None:  # the rule's action captured one
         fields.append({"type": "mrkdwn", "text": f"*Profile*\n#{alert['profile_id']} captured"})
     return {
         "text": text,

@@ -1,4 +1,4 @@
-"""Storing and reading a run's tf.data model reads (the `pipeline` wire section, issue 15).
+"""Storing and reading a run's tf.data model reads (the `pipeline` wire section).
 
 A read is one row; a run keeps its latest `MAX_PIPELINE_READS` (at the agent's default 5 s
 interval, almost three hours), older ones are deleted as new ones arrive.

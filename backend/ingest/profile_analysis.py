@@ -1,4 +1,4 @@
-"""What xprof (the optional `stoker[profile]` extra) says about a trace (issue 19).
+"""What xprof (the optional `stoker[profile]` extra) says about a trace.
 
 Only xprof's own converters read the trace; nothing here parses it. Its tools answer with
 Google DataTable JSON: the input-pipeline analyzer's second table has one row per marked

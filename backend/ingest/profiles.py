@@ -1,4 +1,4 @@
-"""Profiler captures on the server (issue 19): their rows, their trace files, the quota.
+"""Profiler captures on the server: their rows, their trace files, the quota.
 
 A capture asks every connected agent (worker) of the run; each is one entry of the profile's
 `workers`, by rank, and uploads its own trace. A trace arrives in chunks (`store_chunk`) into

@@ -172,7 +172,7 @@ class DeviceColumns(Columns):
     throttle: list[Int64 | None] | None = None
     pcie_tx_bps: OptionalCounts = None
     pcie_rx_bps: OptionalCounts = None
-    # NVML GPM (Hopper and newer; issue 27), percent over the window since the previous row;
+    # NVML GPM (Hopper and newer), percent over the window since the previous row;
     # null where the GPU or the metric is unsupported, never 0.
     sm_util: OptionalCounts = None
     sm_occupancy: OptionalCounts = None

@@ -1,4 +1,4 @@
-"""Retention (issue 30), in the manner of Prometheus's `retention.time` and `retention.size`.
+"""Retention, in the manner of Prometheus's `retention.time` and `retention.size`.
 
 An ended run older than `retention_time_s`, or beyond `retention_size_bytes` of raw rows
 (newest runs kept first), is compacted: its raw step rows are deleted (the step rollups the
@@ -37,7 +37,7 @@ KEEP_SAMPLES = 2000
 # Rows deleted per transaction, and the pause after each, as a multiple of its duration.
 CHUNK_ROWS = 10_000
 PAUSE_RATIO = 2.0
-# Bytes per raw row (row, index and page overhead), as stored on SQLite: steps 63 (issue 30),
+# Bytes per raw row (row, index and page overhead), as stored on SQLite: steps 63 (measured),
 # device samples with every field, host samples. `retention_size_bytes` bounds the raw rows'
 # estimated bytes: rollups, summaries and the rest are kept and small.
 ROW_BYTES = {"step": 63, "devicesample": 190, "hostsample": 60}

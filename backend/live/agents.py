@@ -9,7 +9,7 @@ rank and a way to send it a command. Two things use it, from the event loop only
   subscribes to the run and when the last one leaves, and tells an agent that connects to
   a watched run at once. (Only browsers and agents connected to this process count; with
   several server processes a browser on another one sees the 1 s pace.)
-- commands for every worker of the run, e.g. `profile` (issue 19): `send_all` reaches each
+- commands for every worker of the run, e.g. `profile`: `send_all` reaches each
   connected agent and says which ranks received it.
 
 Every send is bounded (`send_timeout_s`): an agent whose socket does not take a message in

@@ -21,7 +21,7 @@ export type LiveMessage =
   | { type: "alert"; alert: Alert }
   | { type: "event"; event: RunEvent }
   | { type: "run_deleted"; run_id: number }
-  /** A profiler capture changed status (issue 19); `profile` as GET /runs/{id}/profiles/{pid}. */
+  /** A profiler capture changed status; `profile` as GET /runs/{id}/profiles/{pid}. */
   | { type: "profile"; run_id: number; profile: Record<string, unknown> };
 
 /** Messages the browser sends on `/api/v1/live`. */

@@ -222,7 +222,7 @@ export class ApiClient {
     return this.sendJson<unknown>("DELETE", `/alert-rules/${encodeURIComponent(String(id))}`);
   }
 
-  /** Disk use: database and profile sizes, free space, full or nearly full (issue 30). */
+  /** Disk use: database and profile sizes, free space, full or nearly full. */
   getDisk(signal?: AbortSignal): Promise<DiskUse> {
     return this.getJson<DiskUse>("/disk", signal);
   }

@@ -31,7 +31,7 @@ export class App {
   private readonly alertsLink: HTMLAnchorElement;
   private readonly alertsCount: HTMLElement;
   private readonly themeButton: HTMLButtonElement;
-  /** While the database's disk is full or nearly full (issue 30). */
+  /** While the database's disk is full or nearly full. */
   private readonly diskBanner: HTMLElement;
   private theme: ThemeChoice = "auto";
 

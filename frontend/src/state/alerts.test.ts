@@ -140,7 +140,7 @@ describe("alerts that never fired", () => {
   });
 });
 
-describe("issue 31: run ends, metrics, throughput and the profile action", () => {
+describe("run ends, metrics, throughput and the profile action", () => {
   it("sends a NaN-loss rule with its metric name, defaulting to loss", () => {
     const named = validateRuleForm(form({ metric: "metric_nonfinite", comparison: ">=", threshold: "1", metric_name: "val_loss" })).rule!;
     expect(named).toMatchObject({ metric: "metric_nonfinite", metric_name: "val_loss", baseline_run_id: null, profile_steps: null });

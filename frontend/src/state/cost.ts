@@ -1,4 +1,4 @@
-// What starvation costs (issue 15 §3): lost GPU time, its price, and how much
+// What starvation costs: lost GPU time, its price, and how much
 // sooner a run would have finished had its input kept up. Pure formatting plus
 // the server's UI settings (`GET /settings/ui`, read once): the price, and the
 // input-bound thresholds the server judges by.

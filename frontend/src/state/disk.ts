@@ -1,4 +1,4 @@
-// Disk use (`GET /api/v1/disk`, issue 30): the runs page's one-line summary and the banner
+// Disk use (`GET /api/v1/disk`): the runs page's one-line summary and the banner
 // every page shows while the database's disk is full or nearly full. Pure, unit-tested.
 
 import type { DiskUse } from "../api/types";

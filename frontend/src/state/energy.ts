@@ -1,4 +1,4 @@
-// GPU energy (issue 27): a run's joules or kWh, how much of it was burned while the steps
+// GPU energy: a run's joules or kWh, how much of it was burned while the steps
 // waited for input, and its price where the server sets one (STOKER_ENERGY_PRICE_KWH).
 // Also the run's GPM figures (what the SMs really did) beside its utilization.
 

@@ -83,7 +83,7 @@ export function verdictHeadline(v: Verdict, device: "GPU" | "device" = "GPU"): s
   }
 }
 
-/** The `gpu_findings` of a diagnosis from the wire (issue 27): well-formed ones only. */
+/** The `gpu_findings` of a diagnosis from the wire: well-formed ones only. */
 export function parseGpuFindings(raw: unknown): GpuFinding[] {
   if (typeof raw !== "object" || raw === null) return [];
   const list = (raw as Record<string, unknown>).gpu_findings;

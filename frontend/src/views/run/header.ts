@@ -13,7 +13,7 @@ export interface RunActions {
   edit: () => void;
   exportCsv: () => void;
   remove: () => void;
-  /** Pin or unpin: retention keeps a pinned run's raw rows (issue 30). */
+  /** Pin or unpin: retention keeps a pinned run's raw rows. */
   togglePin: () => void;
 }
 

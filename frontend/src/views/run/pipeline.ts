@@ -1,4 +1,4 @@
-// The run's tf.data pipeline (`GET /runs/{id}/pipeline`, issue 15): parsing the
+// The run's tf.data pipeline (`GET /runs/{id}/pipeline`): parsing the
 // answer and the figures the pipeline view shows. Pure: tested by pipeline.test.ts.
 
 export interface PipelineStage {

@@ -1,4 +1,4 @@
-// The run page's input pipeline view (issue 15): the stages of the run's tf.data
+// The run page's input pipeline view: the stages of the run's tf.data
 // pipeline from the source to the model, from tf.data's own autotuning model, with
 // each stage's capacity (steps/s it could feed, against what the steps would take
 // when fed) and buffer fill; the stage that starves the steps is highlighted with

@@ -1,4 +1,4 @@
-// The run page's profiler panel (issue 19): "Profile N steps" asks the run's agent for a
+// The run page's profiler panel: "Profile N steps" asks the run's agent for a
 // TensorFlow profiler capture, follows it (requested → capturing → uploading → ready or
 // failed) and shows xprof's analysis beside Stoker's own input wait. All text goes in
 // through text nodes (dom.h): names of ops and iterators come from the trace.
@@ -49,7 +49,7 @@ export interface Profile {
   input_share_profiler: number | null;
   input_share_stoker: number | null;
   workers?: ProfileWorker[];
-  /** The alert whose rule asked for this capture (issue 31); null when a user did. */
+  /** The alert whose rule asked for this capture; null when a user did. */
   alert_id?: number | null;
 }
 

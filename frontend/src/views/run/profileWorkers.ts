@@ -1,4 +1,4 @@
-// The workers of a profiler capture (issue 19, a distributed run): each worker's row of the
+// The workers of a profiler capture (a distributed run): each worker's row of the
 // run page's Profiler panel, and which worker starves the job. Pure, unit-tested; drawn by
 // views/run/profilePanel.ts.
 

@@ -57,7 +57,7 @@ export class StepCharts {
   /** Starved stretches by step, as the server computed them (exact, not from downsampled buckets). */
   private starved: ShadeRange[] = [];
   private readonly starvedKey: HTMLElement;
-  /** Retention reduced the run's steps to rollups no finer than `finestSteps` (issue 30). */
+  /** Retention reduced the run's steps to rollups no finer than `finestSteps`. */
   private compacted = false;
   private finestSteps: number | null = null;
   private zoom: ZoomRange | null = null;
