@@ -1,4 +1,4 @@
-"""pipeline reads (tf.data autotuning model per run, issue 15)
+"""pipeline reads (tf.data autotuning model per run)
 
 Revision ID: 0006
 Revises: 0005

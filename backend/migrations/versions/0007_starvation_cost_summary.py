@@ -1,4 +1,4 @@
-"""starvation cost in stored run summaries (issue 15 §3)
+"""starvation cost in stored run summaries
 
 Runs stored before the summary had `input_wait_s` and `lost_gpu_s` get them from their
 running statistics (which always held the wait sums), so ended runs show their cost, sort by

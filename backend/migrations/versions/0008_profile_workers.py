@@ -1,4 +1,4 @@
-"""profile workers: each worker's part of a capture (issue 19, several workers)
+"""profile workers: each worker's part of a capture (several workers)
 
 Revision ID: 0008
 Revises: 0007

@@ -1,4 +1,4 @@
-"""gpm and energy device fields (issue 27)
+"""gpm and energy device fields
 
 Device rows gain NVML GPM metrics (SM utilization, SM occupancy, tensor, DRAM bandwidth,
 FP32 and FP16 pipe utilization; null where unsupported) and the GPU's energy since the run's

@@ -1,4 +1,4 @@
-"""alerts for run ends, metrics and throughput, and the profile action (issue 31)
+"""alerts for run ends, metrics and throughput, and the profile action
 
 Alert metrics gain run_finished, run_failed, run_interrupted, metric_nonfinite, metric_rise
 and throughput_drop. Rules gain the metric they watch (metric_name), a throughput baseline

@@ -1,4 +1,4 @@
-"""retention: pinned and compacted runs; raw rows without a foreign key (issue 30)
+"""retention: pinned and compacted runs; raw rows without a foreign key
 
 A run gains `pinned` (retention keeps its raw rows) and `compacted_at` (when its raw steps
 and samples were reduced to rollups; null while every raw row is kept).

@@ -1,4 +1,4 @@
-"""server alerts: the disk free-space alert metric, alerts that belong to no run (issue 30)
+"""server alerts: the disk free-space alert metric, alerts that belong to no run
 
 Alert metrics gain disk_free_share (the free share of the data directory's disk). Such a rule
 watches the server, not a run: its alerts have no run (alert.run_id null).

@@ -1,4 +1,4 @@
-"""step without its surrogate key (issue 30)
+"""step without its surrogate key
 
 The step table loses `id`: on PostgreSQL its sequence and primary-key index were about a
 third of the database's cost per ingested row (binary COPY into a copy of the table without
