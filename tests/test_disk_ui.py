@@ -29,15 +29,22 @@ from tests.test_disk_full import _mount, _send
 expect = pytest.importorskip("playwright.sync_api").expect
 
 
-def _ingest(server: ServerProcess, name: str, *, steps: int) -> httpx.Response:
-    """A finished run of `steps` steps through the HTTP ingest, as an agent sends it."""
+def _ingest(
+    server: ServerProcess, name: str, *, steps: int, samples: bool = False
+) -> httpx.Response:
+    """A finished run of `steps` steps of 50 ms through the HTTP ingest, as an agent sends it;
+    with `samples`, a GPU reading every half second."""
     t0 = time.time() - 3600
-    batch = {
+    batch: dict[str, Any] = {
         "type": "batch", "seq": 1,
         "steps": {"step": list(range(steps)), "t": [t0 + i * 0.05 for i in range(steps)],
                   "dur": [0.05 + (i % 7) * 1e-3 for i in range(steps)],
                   "wait": [(i % 3) * 1e-3 for i in range(steps)]},
     }  # fmt: skip
+    if samples:
+        n = int(steps * 0.05 / 0.5)
+        batch["device"] = {"t": [t0 + i * 0.5 for i in range(n)], "gpu": [0] * n,
+                           "util": [60.0 + (i % 20) for i in range(n)]}  # fmt: skip
     hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": name,
              "project": "disk"}  # fmt: skip
     body = {"hello": hello, "batches": [batch], "end": {"type": "end", "status": "finished"}}
@@ -177,7 +184,7 @@ def test_compacted_run_chart_says_when_finer_detail_is_gone(
     retention_server: ServerProcess, page: Any, artifacts: Path
 ) -> None:
     steps = 40_000
-    response = _ingest(retention_server, "compacted", steps=steps)
+    response = _ingest(retention_server, "compacted", steps=steps, samples=True)
     assert response.status_code == 200, response.text
     run_id = response.json()["run_id"]
     wait_for(
@@ -211,3 +218,21 @@ def test_compacted_run_chart_says_when_finer_detail_is_gone(
     page.screenshot(path=str(artifacts / "ui-disk-compacted-zoom.png"))
     chart.locator(".u-over").dblclick()  # back to the default zoom
     expect(note).to_be_hidden()
+
+    # The samples, thinned to 2,000 over the run's 2,000 s: 4 % of it holds 80 of them.
+    gpu = page.get_by_test_id("gpu-util-chart").locator(".u-over")
+    gpu.scroll_into_view_if_needed()
+    samples_note = page.get_by_test_id("samples-retention-note")
+    expect(samples_note).to_be_hidden()
+    box = gpu.bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.48, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.50, y, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.52, y, steps=5)
+    page.mouse.up()
+    expect(samples_note).to_have_text(
+        "Finer detail removed by retention: this run's samples were thinned."
+    )
+    page.screenshot(path=str(artifacts / "ui-disk-compacted-samples.png"))

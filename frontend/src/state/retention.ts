@@ -18,3 +18,19 @@ export function retentionNote(
   if (points >= Math.max(16, widthPx / 2)) return null;
   return `Finer detail removed by retention: this run keeps one point per ${finest} steps.`;
 }
+
+/**
+ * The note a zoomed time chart of a compacted run shows: retention thinned its samples, so a
+ * zoom that holds fewer samples than half the chart's pixels (the refined data already) has
+ * no finer ones to give. Null otherwise.
+ */
+export function thinnedSamplesNote(
+  compacted: boolean,
+  zoom: { min: number; max: number } | null,
+  visibleSamples: number,
+  widthPx: number,
+): string | null {
+  if (!compacted || !zoom || !(zoom.max > zoom.min)) return null;
+  if (visibleSamples >= Math.max(16, widthPx / 2)) return null;
+  return "Finer detail removed by retention: this run's samples were thinned.";
+}

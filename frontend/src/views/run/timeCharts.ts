@@ -8,7 +8,8 @@ import type { ApiClient } from "../../api/client";
 import { telemetryChart, telemetrySpec, type TelemetryKind } from "../../charts/chartSpecs";
 import { h, setAttrs, setText } from "../../app/dom";
 import { ChartGroup, LiveChart, type ZoomRange } from "../../charts/liveChart";
-import { shouldRefine, spliceSamples } from "../../state/refine";
+import { shouldRefine, spliceSamples, visibleCount } from "../../state/refine";
+import { thinnedSamplesNote } from "../../state/retention";
 import { lastSampleTime, mergeSamples, throttleRanges, type ShadeRange } from "../../state/samples";
 import { SeriesResource } from "../../state/seriesResource";
 import type { Run, SamplesData } from "../../api/types";
@@ -31,6 +32,9 @@ export class TimeCharts {
   private following = true;
   private throttles: ShadeRange[] = [];
   private starvedTime: ShadeRange[] = [];
+  private zoom: ZoomRange | null = null;
+  /** Retention thinned a compacted run's samples (issue 30): said once zoomed past them. */
+  private readonly retentionNoteEl: HTMLElement;
 
   constructor(api: ApiClient, runId: number, signal: AbortSignal) {
     this.samples = new SeriesResource<SamplesData>(
@@ -63,10 +67,11 @@ export class TimeCharts {
       host: chartPanel("Host CPU and memory", "host-heading", "host-chart", "Host and process CPU and memory over time"),
     };
     this.note = h("p", { class: "muted empty-note", attrs: { "data-testid": "samples-note", hidden: true } });
+    this.retentionNoteEl = h("span", { class: "retention-note", attrs: { role: "status", hidden: true, "data-testid": "samples-retention-note" } });
     this.el = h(
       "div",
       { class: "chart-group", attrs: { "aria-label": "Charts by wall-clock time", role: "region" } },
-      h("div", { class: "group-head" }, h("h2", { class: "group-title", text: "By wall-clock time" }), h("div", { class: "spacer" }), this.followButton),
+      h("div", { class: "group-head" }, h("h2", { class: "group-title", text: "By wall-clock time" }), this.retentionNoteEl, h("div", { class: "spacer" }), this.followButton),
       this.note,
       h("div", { class: "chart-grid" }, ...KINDS.map((k) => this.boxes[k].section)),
     );
@@ -108,6 +113,8 @@ export class TimeCharts {
   }
 
   private onZoom(range: ZoomRange | null): void {
+    this.zoom = range;
+    this.showRetentionNote();
     this.samples.setZoom(range);
     this.refine.schedule();
   }
@@ -137,9 +144,20 @@ export class TimeCharts {
         );
       if (c.series.length > 0) chart.setData(data);
     }
+    this.showRetentionNote();
     setText(this.boxes.gpu.info, data.device.length > 0 ? `${data.device.length} GPU${data.device.length > 1 ? "s" : ""}` : "");
     setText(this.boxes.thermal.info, this.throttles.length > 0 ? `throttled ${this.throttles.length}×` : "");
     this.boxes.thermal.box.setAttribute("data-throttle-ranges", String(this.throttles.length));
+  }
+
+  private showRetentionNote(): void {
+    const data = this.samples.data ?? EMPTY;
+    const track = data.device[0] ?? data.host[0];
+    const z = this.zoom;
+    const visible = track && z ? visibleCount(track.t, z.min, z.max) : 0;
+    const note = thinnedSamplesNote(Boolean(this.run?.compacted_at), z, visible, this.charts.get("gpu")?.widthPx ?? 600);
+    this.retentionNoteEl.hidden = note === null;
+    setText(this.retentionNoteEl, note ?? "");
   }
 
   private showFollow(follow: boolean): void {
