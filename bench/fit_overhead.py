@@ -14,7 +14,7 @@ per fit is its intercept minus plain's, its per-step cost its slope minus plain'
 median paired difference at each step count is printed beside them, and the time the hooks
 that open and end a run take on the training thread (on_train_begin, on_train_end).
 
-With `--pairs N` it prints instead the issue-24 measurement, a fit as users who call fit()
+With `--pairs N` it prints instead the per-fit measurement, a fit as users who call fit()
 many times make it: N back-to-back pairs of 5-step fits of a `tf.data` pipeline, each a
 plain fit and a monitored one next to each other (in a random order), in three
 configurations shuffled within each round:
@@ -52,7 +52,7 @@ from trainer_agent import StokerCallback
 
 BATCH = 8
 TARGET_FIXED_MS = 30.0
-# --pairs: the fit of issue 24 and its target.
+# --pairs: the per-fit measurement (back-to-back short fits) and its target.
 PAIR_STEPS = 5
 TARGET_PAIR_MS = 10.0
 
@@ -116,7 +116,7 @@ def quartiles_ms(values: list[float]) -> str:
 
 
 def pairs_main(pairs: int) -> None:
-    """Issue 24's measurement: back-to-back pairs of 5-step fits, plain against monitored."""
+    """The per-fit measurement: back-to-back pairs of 5-step fits, plain against monitored."""
     work = Path(tempfile.mkdtemp(prefix="stoker-fit-pairs-"))
     os.environ["STOKER_SPOOL_DIR"] = str(work / "spool")
     server = ServerProcess(data_dir=work / "server").start()
@@ -213,7 +213,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--steps", default="2,8,32,128")
     parser.add_argument(
-        "--pairs", type=int, default=0, help="issue 24's pairs of 5-step fits instead"
+        "--pairs", type=int, default=0, help="pairs of 5-step fits (the per-fit cost) instead"
     )
     args = parser.parse_args()
     if args.pairs:

@@ -1,4 +1,4 @@
-"""One command that checks Stoker on a real NVIDIA GPU (issue 27 §7), or on the CPU against the
+"""One command that checks Stoker on a real NVIDIA GPU, or on the CPU against the
 fake NVML (`--fake`, what CI runs).
 
 No TensorFlow: the agent's `Monitor` is driven from a PyTorch loop (on the GPU) or a plain

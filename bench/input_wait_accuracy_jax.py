@@ -1,4 +1,4 @@
-"""How accurate is the measured input wait on Keras 3's JAX backend? (issue 29)
+"""How accurate is the measured input wait on Keras 3's JAX backend?
 
 The JAX twin of bench/input_wait_accuracy.py (which imports TensorFlow; this one must run
 where TensorFlow is not installed). Same method: truth is (step period of a scenario - step

@@ -1,4 +1,4 @@
-"""How accurate is the measured input wait on Keras 3's PyTorch backend? (issue 29)
+"""How accurate is the measured input wait on Keras 3's PyTorch backend?
 
 The method of bench/input_wait_accuracy.py: truth is (step period of a scenario - step
 period of the same source with no delay) / step period of the scenario; measured is Σ wait /

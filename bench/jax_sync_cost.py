@@ -1,4 +1,4 @@
-"""What does an occasional sync cost a JAX loop? (issue 29: step times under async dispatch)
+"""What does an occasional sync cost a JAX loop? (step times under async dispatch)
 
 `Monitor.log` converts the scalars of every `every_n_batches`-th step (default 50): a sync,
 which stops Python from running ahead of the device. This times 200 steps of a small XLA step

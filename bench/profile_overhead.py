@@ -1,7 +1,7 @@
-"""Issue 19's figures on the demo model: `stoker demo` trains a starved and a fed run; each is
-profiled for `--steps` steps from the API while it trains. Prints, per run, the capture's
-overhead (median step during vs before, start and stop cost), the trace size per step and the
-profiler's input share beside Stoker's over the same steps.
+"""What a profiler capture costs on the demo model: `stoker demo` trains a starved and a fed run;
+each is profiled for `--steps` steps from the API while it trains. Prints, per run, the
+capture's overhead (median step during vs before, start and stop cost), the trace size per step
+and the profiler's input share beside Stoker's over the same steps.
 
     .venv/bin/python bench/profile_overhead.py [--steps 20] [--epochs 20]
 """

@@ -1,4 +1,4 @@
-"""Retention's cost to ingest and queries (issue 30): the same load with and without a
+"""Retention's cost to ingest and queries: the same load with and without a
 compaction running.
 
 A server stores `--old-runs` ended runs of `--old-steps` steps (and one device sample per

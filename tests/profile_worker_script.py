@@ -1,6 +1,6 @@
 """A Keras fit on the CPU monitored by Stoker, in its own process, until a file appears.
 
-For the issue-19 tests that need a training process of their own (it exits while its trace
+For the profiler-capture tests that need a training process of their own (it exits while its trace
 waits in the spool) or several (two workers of one run: the same `STOKER_RUN_KEY`, each its
 own `STOKER_RANK`). Prints the run's id once the server welcomed it.
 

@@ -1,4 +1,4 @@
-"""Advice that knows the pipeline (issue 25): never to add what is there, each thing once, and
+"""Advice that knows the pipeline: never to add what is there, each thing once, and
 what is left once the input side is parallel and prefetched; one figure and one word."""
 
 import re

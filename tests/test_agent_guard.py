@@ -256,7 +256,7 @@ def test_plain_int_reads_ints_tensors_variables_and_distributed_values() -> None
     per_replica = strategy.run(lambda: tf.constant(5))
     assert type(mirrored).__name__ == "MirroredVariable"
     with pytest.raises(TypeError):
-        int(mirrored)  # what the callback did before (issue 18)
+        int(mirrored)  # what the callback did before
     values = [2, np.int64(4), tf.constant(7), tf.Variable(8), mirrored, per_replica]
     assert [plain_int(v) for v in values] == [2, 4, 7, 8, 3, 5]
     assert plain_int(None) is None

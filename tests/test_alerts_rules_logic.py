@@ -1,5 +1,5 @@
-"""Issue 31's alert logic without a server: run-end events, metric tracks, the first-steps
-baseline, and rule validation."""
+"""The alert logic for how training ends and misbehaves, without a server: run-end events,
+metric tracks, the first-steps baseline, and rule validation."""
 
 import math
 from pathlib import Path
@@ -134,7 +134,8 @@ def test_a_database_seeded_before_issue_31_gains_the_new_rules_once(
 ) -> None:
     engine = make_engine(Settings(data_dir=tmp_path))
     with Session(engine) as session:
-        # As a server before issue 31 seeded it: its three rules and its marker only.
+        # As a server from before the run-end and metric rules seeded it: its three rules and
+        # its marker only.
         for spec in DEFAULT_RULES:
             session.add(AlertRule(**{k: v for k, v in spec.items() if k != "profile_steps"}))
         session.add(SeedMarker(key="default_alert_rules"))

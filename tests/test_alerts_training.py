@@ -1,4 +1,4 @@
-"""Issue 31: alerts for how training ends and misbehaves, on real Keras training against a real
+"""Alerts for how training ends and misbehaves, on real Keras training against a real
 `stoker serve` (SQLite and PostgreSQL): a finished run, a crashed process (the training child
 killed), a NaN loss, a throughput drop, and an input-bound run whose alert captures a profile.
 

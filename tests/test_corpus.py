@@ -1,4 +1,4 @@
-"""Issue 24: each public script of tests/corpus/manifest.json marked `"ci": true` runs plain and
+"""Each public script of tests/corpus/manifest.json marked `"ci": true` runs plain and
 under `stoker run` against one real `stoker serve` (bench/corpus.py does the work and prints the
 same checks for the whole corpus). A difference fails the test: exit code, a hang, the History
 (losses within 1e-5), one finished run per fit with Keras's batch count, or wall time beyond

@@ -1,4 +1,4 @@
-"""What the public-script corpus (tests/corpus, issue 24) found wrong, kept in CI by scripts of
+"""What the public-script corpus (tests/corpus) found wrong, kept in CI by scripts of
 our own of the same shapes (tests/examples/corpus_*.py): the public scripts themselves are never
 committed and cannot run in CI. Each script runs plain and under `stoker run` against a real
 `stoker serve`, and must behave the same.

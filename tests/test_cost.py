@@ -1,4 +1,4 @@
-"""What starvation costs (issue 15 §3): input_wait_s and lost_gpu_s in run summaries, the runs
+"""What starvation costs: input_wait_s and lost_gpu_s in run summaries, the runs
 list and compare; GET /starvation totals; the GPU-hour price setting. Scripted agents send
 steps with known waits over the real wire to a real server, on SQLite and PostgreSQL."""
 

@@ -1,4 +1,4 @@
-"""Migration 0007 gives runs stored before issue 15 §3 their starvation cost, from the wait sums
+"""Migration 0007 gives runs stored before the starvation cost existed that cost, from the wait sums
 their running statistics always held; on SQLite and PostgreSQL."""
 
 from typing import Any

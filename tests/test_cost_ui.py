@@ -1,5 +1,5 @@
 """The starvation cost in real headless Chromium against a real `stoker serve` with a GPU-hour
-price (issue 15 §3). Runs are fed through the HTTP ingest, as an agent sends them:
+price. Runs are fed through the HTTP ingest, as an agent sends them:
 
 - the runs list shows each run's lost GPU time, priced, and sorts by it; its input-bound
   levels are the server's (the summary's verdict), at a threshold too;

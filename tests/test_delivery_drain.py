@@ -1,4 +1,4 @@
-"""Delivery at a run's end (issue 20): the agent drains while the server acknowledges, says
+"""Delivery at a run's end: the agent drains while the server acknowledges, says
 truly what happened when it cannot, and what it leaves in the spool reaches the server with
 no command, sent by the next agent that starts with the same spool directory."""
 

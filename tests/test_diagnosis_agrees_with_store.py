@@ -1,4 +1,4 @@
-"""The diagnosis is judged on what is stored (issue 13, section 4).
+"""The diagnosis is judged on what is stored.
 
 Once a batch is acknowledged, `GET /runs/{id}/diagnosis` must not answer from a verdict the
 detectors computed before that batch arrived, nor from an in-memory window that missed steps

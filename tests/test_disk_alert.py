@@ -1,4 +1,4 @@
-"""The disk alert (issue 30) against a real `stoker serve`: the seeded rule on the free share of
+"""The disk alert against a real `stoker serve`: the seeded rule on the free share of
 the data directory's disk fires while the real free share is under its threshold and resolves
 once the threshold is lowered under it; the alert belongs to no run, is pushed live and
 delivered to webhooks like any other."""

@@ -1,4 +1,4 @@
-"""Epoch metrics (issue 17) through the real wire on SQLite and PostgreSQL: the `epochs`
+"""Epoch metrics through the real wire on SQLite and PostgreSQL: the `epochs`
 batch section's validation, idempotent and resumed re-sends, the metrics API's epoch series
 and step aggregation, the summary's last/best values (and the config override), the runs
 list sorted by a best epoch metric, and the compare answer."""

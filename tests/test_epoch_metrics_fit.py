@@ -1,5 +1,5 @@
 """Epoch and validation metrics from real Keras fits and a custom loop, and step counts that
-match Keras's batches when the dataset's cardinality is unknown (issue 17)."""
+match Keras's batches when the dataset's cardinality is unknown."""
 
 from typing import Any
 

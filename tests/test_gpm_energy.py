@@ -1,4 +1,4 @@
-"""GPM and energy through the real nvidia-ml-py binding and the fake libnvidia-ml (issue 27).
+"""GPM and energy through the real nvidia-ml-py binding and the fake libnvidia-ml.
 
 The fake implements GPM with nvml.h's structs (version fields, per-metric nvmlReturn, the
 100 ms counter refresh) and the energy counter as power integrated over time, so these tests

@@ -1,4 +1,4 @@
-"""`bench/gpu_check.py --fake` (issue 27 §7): the real-GPU check, run on the CPU against the
+"""`bench/gpu_check.py --fake`: the real-GPU check, run on the CPU against the
 fake NVML through the real binding and a real server it starts, passes, with every section
 judged (NVML readings, GPM plausibility, starvation truth, the low-utilization rule firing
 and resolving, energy per phase) and none skipped."""

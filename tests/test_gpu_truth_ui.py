@@ -1,10 +1,11 @@
-"""Issue 27 on the run page, in real headless Chromium against a real `stoker serve` with a
-price per kWh: a run on a Hopper GPU (GPM rows, energy) shows SM active and tensor active
-beside GPU utilization, its GPU energy and the energy burned while starved (priced), and the
-launch-bound finding under the verdict; a run on a GPU without GPM shows no GPM figure (not
-0 %). The runs list shows each run's GPU energy, what was burned while starved, priced, and
-dashes (with their reason) for a run without GPU readings. Runs are fed through the HTTP
-ingest, as an agent sends them. Screenshots: test-artifacts/ui-gpu-truth*.png."""
+"""The GPU figures (SM and tensor activity, energy) on the run page, in real headless Chromium
+against a real `stoker serve` with a price per kWh: a run on a Hopper GPU (GPM rows, energy)
+shows SM active and tensor active beside GPU utilization, its GPU energy and the energy burned
+while starved (priced), and the launch-bound finding under the verdict; a run on a GPU without
+GPM shows no GPM figure (not 0 %). The runs list shows each run's GPU energy, what was burned
+while starved, priced, and dashes (with their reason) for a run without GPU readings. Runs are
+fed through the HTTP ingest, as an agent sends them. Screenshots:
+test-artifacts/ui-gpu-truth*.png."""
 
 import re
 import time

@@ -1,4 +1,4 @@
-"""Only the GPUs the run uses (issue 27 §5), through the real binding and the fake NVML: a
+"""Only the GPUs the run uses, through the real binding and the fake NVML: a
 process given no GPU says why, once, and goes on (`NVIDIA_VISIBLE_DEVICES=void`, where NVML
 sees no GPU, or `CUDA_VISIBLE_DEVICES` hiding every GPU); MIG devices, named or found on a GPU
 in MIG mode, and one answering NoPermission; NVML's process list choosing the GPUs."""

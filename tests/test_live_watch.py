@@ -1,5 +1,5 @@
 """Live by default: a browser watching a run makes its agent send every 50 ms; when the last
-browser leaves, the agent goes back to its 1 s pace (issue 20)."""
+browser leaves, the agent goes back to its 1 s pace."""
 
 import itertools
 import json

@@ -1,4 +1,4 @@
-"""A missing reading never feeds an alert rule as 0 (issue 27 §5).
+"""A missing reading never feeds an alert rule as 0.
 
 A real loop in a child process samples the fake NVML through the real binding; the GPU
 answers no utilization at all (a MIG instance answers NOT_SUPPORTED; a driver can fail), so

@@ -1,5 +1,5 @@
 """Two real workers of a `MultiWorkerMirroredStrategy` job on loopback, each in its own
-process: a tf.keras fit with `StokerCallback` (issue 18: the callback crashed both on
+process: a tf.keras fit with `StokerCallback` (the callback once crashed both on
 `int(MirroredVariable)`), or a custom loop with `strategy.run` and `Monitor`. The workers of
 one job report into one run, with each rank's steps, and a worker whose pipeline starves
 the job is named by the diagnosis."""

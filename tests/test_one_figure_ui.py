@@ -1,4 +1,4 @@
-"""One figure, one word (issue 25), in real headless Chromium against a real `stoker serve`: a
+"""One figure, one word, in real headless Chromium against a real `stoker serve`: a
 finished run's input wait reads the same on the run page's banner and card, in the runs list
 and on the compare page, each saying it covers the whole run, with the same verdict words, as
 the API's diagnosis and summary give them. The run has no GPU: the page speaks of the device.

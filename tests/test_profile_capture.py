@@ -1,4 +1,4 @@
-"""Issue 19: a TensorFlow profiler capture asked for over the API, taken by the agent of a
+"""A TensorFlow profiler capture asked for over the API, taken by the agent of a
 real Keras fit on the CPU, uploaded, and analysed by xprof beside Stoker's own input wait."""
 
 import os

@@ -1,4 +1,4 @@
-"""Issue 19 on the server's side of the agents: a profile command reaches every connected
+"""Profiler captures on the server's side of the agents: a profile command reaches every connected
 agent at once, an agent whose socket stalls is not waited for, and a profile whose analysis
 is asked for again while it runs (a lost worker's trace came in) is analysed once more."""
 

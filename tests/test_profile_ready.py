@@ -1,6 +1,6 @@
 """A profile is `ready` only once everything shown with it is computed: its analysis and
 Stoker's own input share over the same steps, although the agent's steps arrive after its
-trace (issue 25)."""
+trace."""
 
 import asyncio
 import threading

@@ -1,4 +1,4 @@
-"""Issue 19, beyond one live process: a trace survives its process in the agent's spool and
+"""Profiler captures, beyond one live process: a trace survives its process in the agent's spool and
 is delivered later (by the next agent, or `stoker upload`), and a run of two workers is
 profiled on both, each uploading its own trace into the one profile."""
 

@@ -1,4 +1,4 @@
-"""Issue 19 in headless Chromium: the run page's "Profile N steps" button, its progress and
+"""Profiler captures in headless Chromium: the run page's "Profile N steps" button, its progress and
 its result (xprof's analysis beside Stoker's input wait), and a failure's message."""
 
 import time

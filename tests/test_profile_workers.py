@@ -1,4 +1,4 @@
-"""Issue 19's profile of several workers, in the store: a profile follows its workers, and a
+"""A profile of several workers, in the store: a profile follows its workers, and a
 worker the server presumed gone may still deliver its (spooled) trace later."""
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Retention (issue 30) on both databases, through a real server: old ended runs lose their
+"""Retention on both databases, through a real server: old ended runs lose their
 raw steps (their charts read the rollups and look the same at the default zoom) and most
 samples; summaries and epoch metrics stay; pinned and running runs keep everything; the size
 limit keeps the newest runs; /metrics shows disk use."""

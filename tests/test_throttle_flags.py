@@ -1,4 +1,4 @@
-"""Throttle (clock-event) reasons as named flags (issue 27 §4): the bitmask NVML gives, read
+"""Throttle (clock-event) reasons as named flags: the bitmask NVML gives, read
 through the real binding from the fake library, named by the agent's table; a slow worker
 whose GPU is throttled is named for it in the straggler line, not for its input."""
 

@@ -1,4 +1,4 @@
-"""Epoch metrics in real headless Chromium against a real `stoker serve` (issue 17). Runs are fed
+"""Epoch metrics in real headless Chromium against a real `stoker serve`. Runs are fed
 through the HTTP ingest with an `epochs` section, as an agent sends them:
 
 - the run page draws "Epoch metrics": `loss` against `val_loss` by epoch on one chart;

@@ -1,4 +1,4 @@
-"""The run page's input pipeline view (issue 15) in real headless Chromium against a real
+"""The run page's input pipeline view in real headless Chromium against a real
 `stoker serve`, with runs fed through the HTTP ingest as an agent sends them (a `pipeline`
 section per read of tf.data's model):
 

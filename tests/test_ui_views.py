@@ -1,4 +1,4 @@
-"""The UI views of issue 6 in real headless Chromium against a real `stoker serve`.
+"""The UI views in real headless Chromium against a real `stoker serve`.
 
 - the run page's verdict banner turns to highly input-bound for a real starved Keras training
   (serial map with an injected per-batch delay, no prefetch), with evidence and advice;

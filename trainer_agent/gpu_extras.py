@@ -1,4 +1,4 @@
-"""What a device row gains beyond `Nvml.reading` (issue 27): GPM metrics and the run's energy.
+"""What a device row gains beyond `Nvml.reading`: GPM metrics and the run's energy.
 
 `DeviceExtras` is made by the sampler's `DeviceSource` when it finds the GPUs (on the sampler
 thread) and read once per GPU per tick. GPM readers are kept per process and device, not per

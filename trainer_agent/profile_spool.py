@@ -1,4 +1,4 @@
-"""Profiler traces kept in the agent's spool until the server has them (issue 19).
+"""Profiler traces kept in the agent's spool until the server has them.
 
 A capture writes straight into the spool: `<run directory>/profiles/<pid>.r<rank>/`, where the run
 directory is `<spool_dir>/<run_key>` for rank 0 and `<spool_dir>/<run_key>.r<rank>` for the others,

@@ -17,7 +17,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "t", "gpu", "util", "mem_util", "mem_used", "mem_total", "proc_mem",
         "tf_mem_current", "tf_mem_peak", "temp_c", "power_w", "power_limit_w",
         "sm_clock_mhz", "throttle", "pcie_tx_bps", "pcie_rx_bps",
-        # issue 27: NVML GPM (trainer_agent/gpm.py) and energy (trainer_agent/energy.py)
+        # NVML GPM (trainer_agent/gpm.py) and energy (trainer_agent/energy.py)
         "sm_util", "sm_occupancy", "tensor_util", "dram_bw_util", "fp32_util", "fp16_util",
         "energy_j", "energy_integrated",
     ),
