@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from tests.support import REPO, ServerProcess, free_port
-from trainer_agent.config import AgentConfig, check_server
+from trainer_agent.config import AgentConfig, RunOptions, check_server
 
 STOKER = [sys.executable, "-m", "backend.cli"]
 UNREACHABLE_WORDS = ("cannot reach", "unreachable", "when it is back")
@@ -86,11 +86,10 @@ def test_host_and_port_without_a_scheme_is_read_as_http() -> None:
 def test_the_callback_argument_is_said_once_per_process_and_never_raises(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    arguments = dict(run_name="r", project="p", config=None, tags=None, token=None,
-                     sample_interval_s=None, all_gpus=None)  # fmt: skip
+    options = RunOptions(run_name="r", project="p", server="htp://unit-test-host:1")
     with caplog.at_level("WARNING", logger="trainer_agent"):
         for _ in range(3):  # autolog makes a callback for every fit
-            config = AgentConfig.from_arguments(server="htp://unit-test-host:1", **arguments)
+            config = AgentConfig.from_options(options)
     assert config.server_problem is not None
     said = [r.getMessage() for r in caplog.records if "unit-test-host" in r.getMessage()]
     assert said == [

@@ -47,7 +47,7 @@ class Recorder:
 def _captured(profiler: Profiler, size: int) -> Capture:
     """A capture placed in the spool whose profiler wrote a trace of `size` bytes."""
     capture = Capture(id=7, steps=5, max_s=60.0, rank=1)
-    profiler._place(capture, "run-key-of-test")
+    profiler.requests._place(capture, "run-key-of-test")
     written = capture.directory / profile_spool.CAPTURE / "plugins" / "profile" / "x"
     written.mkdir(parents=True)
     (written / "host.xplane.pb").write_bytes(b"x" * size)
@@ -64,7 +64,7 @@ def test_trace_over_the_spool_bound_is_sent_from_outside_it_and_said_once(
     capture = _captured(profiler, size=1000)
     assert capture.spooled and capture.directory.is_relative_to(tmp_path / "spool")
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
-        profiler._upload(capture, overhead={"steps": 5})
+        profiler.uploader._upload(capture, overhead={"steps": 5})
     assert "does not fit in the spool" in caplog.text
     assert not list((tmp_path / "spool").rglob("*.xplane.pb"))  # left the spool
     urls = [url for url, _ in post.calls]
@@ -84,7 +84,7 @@ def test_trace_within_the_bound_is_delivered_from_the_spool_then_deleted(tmp_pat
     profiler = Profiler(config, lambda: 3, post=post)
     capture = _captured(profiler, size=1000)
     directory = capture.directory
-    profiler._upload(capture, overhead={"steps": 5})
+    profiler.uploader._upload(capture, overhead={"steps": 5})
     assert [kwargs["params"].get("offset") for _, kwargs in post.calls] == [None, 0]
     assert post.calls[0][1]["json"]["first_step"] == 10
     assert not directory.exists() and not (tmp_path / "spool" / "run-key-of-test").exists()
@@ -124,12 +124,12 @@ def test_a_failure_after_the_capture_is_reported_and_leaves_nothing_behind(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(profile_spool, "write_status", disk_full)
-    profiler._busy.acquire()
-    profiler._upload(capture, overhead={"steps": 5})
+    profiler.requests._slot.acquire()
+    profiler.uploader._upload(capture, overhead={"steps": 5})
     (url, kwargs), *_ = post.calls
     assert url.endswith("/profiles/7/status") and kwargs["json"]["status"] == "failed"
     assert "No space left on device" in kwargs["json"]["error"]
-    assert not directory.exists() and not profiler._busy.locked()
+    assert not directory.exists() and not profiler.requests._slot.locked()
 
 
 def test_a_profiler_that_cannot_stop_frees_the_slot_and_reports(tmp_path: Path) -> None:
@@ -137,14 +137,17 @@ def test_a_profiler_that_cannot_stop_frees_the_slot_and_reports(tmp_path: Path) 
     post = Recorder()
     profiler = Profiler(AgentConfig(server="http://server", spool_dir=None), lambda: 3, post=post)
     profiler.request({"id": 7, "steps": 1, "rank": 0})
-    capture = profiler._requested
+    capture = profiler.requests.pending
     assert capture is not None
-    profiler._active, profiler._requested = capture, None  # as if started: stop() will raise
+    profiler.capture.active, profiler.requests.pending = (
+        capture,
+        None,
+    )  # as if started: stop() will raise
     capture.steps_done = 1
     profiler.step_begin(step=5, now=1.0)
     from tests.support import wait_for
 
-    wait_for(lambda: not profiler._busy.locked(), timeout_s=30, what="the slot freed")
+    wait_for(lambda: not profiler.requests._slot.locked(), timeout_s=30, what="the slot freed")
     statuses = [kwargs["json"] for _, kwargs in post.calls]
     assert statuses and statuses[-1]["status"] == "failed"
 
@@ -268,14 +271,15 @@ def test_the_upload_thread_retries_on_its_clock_and_stops_at_exit_keeping_the_tr
     profiler = Profiler(config, lambda: 3, post=away, clock=clock)
     capture = _captured(profiler, size=10)
     profiler.undelivered[capture.id] = capture
-    profiler._send(lambda: profiler._upload(capture, overhead={"steps": 5}))
+    profiler.uploader.send(lambda: profiler.uploader._upload(capture, overhead={"steps": 5}))
     wait_for(lambda: len(clock.waits) >= 3, timeout_s=10, what="three retries")
     assert clock.waits[0] <= 0.5 and profiler.server_away  # the backoff's first delays
+    worker = profiler.uploader.thread
+    assert worker is not None
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         wait_for_uploads([profiler], cap_s=0.0)
-    assert profiler._worker is not None
-    profiler._worker.join(timeout=5)
-    assert not profiler._worker.is_alive()
+    worker.join(timeout=5)
+    assert not worker.is_alive() and profiler.uploader.thread is None
     assert "is not delivered yet; it is kept in" in caplog.text
     assert (capture.directory / profile_spool.TRACE).exists()
     with profile_spool.claimed(capture.directory) as mine:

@@ -20,15 +20,15 @@ import functools
 import importlib.abc
 import importlib.machinery
 import logging
-import os
 import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from trainer_agent import log_once
-from trainer_agent.guard import FAULT_ENV, InjectedFault
+from trainer_agent.config import RunArguments, RunOptions, takes_run_options
+from trainer_agent.guard import FAULT_ENV, InjectedFault, test_fault
 
 if TYPE_CHECKING:
     import inspect
@@ -37,43 +37,33 @@ log = logging.getLogger("trainer_agent")
 
 # The modules whose `Model.fit` is patched.
 KERAS_MODULES = ("keras", "tf_keras")
-# `STOKER_TEST_FAULT=autolog` (tests only) makes the patch itself raise before the fit.
+# `STOKER_TEST_FAULT=autolog` (tests only; read by `autolog()`) makes the patch itself raise
+# before the fit.
 AUTOLOG_FAULT = "autolog"
 
 _MISSING = object()
 _lock = threading.RLock()
-# The StokerCallback arguments of every patched fit; None while autolog is off.
-_options: dict[str, Any] | None = None
+# The StokerCallback options of every patched fit; None while autolog is off.
+_options: RunOptions | None = None
 # Keras module name -> (its Model class, the `fit` in that class's own __dict__ before).
 _patched: dict[str, tuple[Any, Any]] = {}
 _hook: "_PatchOnImport | None" = None
 _inside_fit = threading.local()
 
 
-def autolog(
-    run_name: str | None = None,
-    project: str = "default",
-    tags: list[str] | None = None,
-    config: dict[str, Any] | None = None,
-    server: str | None = None,
-    *,
-    disable: bool = False,
-    token: str | None = None,
-    every_n_batches: int = 50,
-    sample_interval_s: float | None = None,
-    all_gpus: bool | None = None,
-) -> None:
+@takes_run_options
+def autolog(*, disable: bool = False, **options: Unpack[RunArguments]) -> None:
     """Monitor every `Model.fit` of this process with a `StokerCallback` (one run per `fit`).
 
-    The arguments are the callback's (see `StokerCallback`). `disable=True` restores Keras's
-    own `fit`.
+    Takes the callback's keyword arguments (`trainer_agent.config.RunOptions`).
+    `disable=True` restores Keras's own `fit`.
 
     Example:
         import trainer_agent
         trainer_agent.autolog(project="cifar10", tags=["baseline"])
         model.fit(train_ds, epochs=3)  # streamed to Stoker, input wait measured
     """
-    global _options, _hook
+    global _options, _hook, _prepare
     with _lock:
         if disable:
             _options = None
@@ -82,12 +72,8 @@ def autolog(
             for name in list(_patched):
                 _restore(name)
             return
-        _options = {
-            "run_name": run_name or "", "project": project, "tags": list(tags or []),
-            "config": dict(config or {}), "server": server, "token": token,
-            "every_n_batches": every_n_batches, "sample_interval_s": sample_interval_s,
-            "all_gpus": all_gpus,
-        }  # fmt: skip
+        _options = RunOptions.of("autolog", options)
+        _prepare = _failing_call if test_fault() == AUTOLOG_FAULT else _monitored_call
         for name in KERAS_MODULES:
             module = sys.modules.get(name)
             if module is not None:
@@ -141,7 +127,7 @@ def _patched_fit(original: Callable[..., Any], keras_name: str) -> Callable[...,
         if options is None or getattr(_inside_fit, "active", False):
             return original(self, *args, **kwargs)
         try:
-            call = _monitored_call(original, keras_name, self, args, kwargs, options)
+            call = _prepare(original, keras_name, self, args, kwargs, options)
         except Exception as error:
             log_once.warn_once(
                 "fit", "Stoker autolog steps aside: this fit runs unmonitored (%s: %s)",
@@ -173,12 +159,10 @@ def _monitored_call(
     model: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    options: dict[str, Any],
+    options: RunOptions,
 ) -> "inspect.BoundArguments | None":
     """The fit's arguments with a `StokerCallback` added and `x` wrapped, or None to leave
     the call as it is (the caller passed its own callback, or an error Keras will report)."""
-    if os.environ.get(FAULT_ENV) == AUTOLOG_FAULT:
-        raise InjectedFault(f"{FAULT_ENV}={AUTOLOG_FAULT}")
     try:
         bound = _signature(original).bind(model, *args, **kwargs)
     except TypeError:
@@ -203,7 +187,7 @@ def _monitored_call(
         raise TypeError(f"callbacks is a {type(given).__name__}, not a list")
     if any(isinstance(callback, StokerHooks) for callback in callbacks):
         return None  # the script monitors this fit itself
-    callback = make_callback(**options)
+    callback = make_callback(**options.arguments())
     bound.arguments["callbacks"] = [*callbacks, callback]
     x = bound.arguments.get("x")
     tf = sys.modules.get("tensorflow")
@@ -211,6 +195,15 @@ def _monitored_call(
         # On JAX and PyTorch the callback times each fetch in Python instead.
         bound.arguments["x"] = callback.wrap(x)
     return bound
+
+
+def _failing_call(*args: Any) -> "inspect.BoundArguments | None":
+    """`_monitored_call` under `STOKER_TEST_FAULT=autolog` (tests only)."""
+    raise InjectedFault(f"{FAULT_ENV}={AUTOLOG_FAULT}")
+
+
+# What the patched fit calls to monitor itself (`_failing_call` under the test fault).
+_prepare: Callable[..., "inspect.BoundArguments | None"] = _monitored_call
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

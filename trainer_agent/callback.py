@@ -6,9 +6,9 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, Unpack
 
-from trainer_agent.config import AgentConfig
+from trainer_agent.config import AgentConfig, RunArguments, RunOptions, takes_run_options
 from trainer_agent.environment import collect_later, plain_int
 from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.input_wait import (
@@ -76,30 +76,21 @@ class StokerHooks:
     the server is down, training is unaffected. Each `fit()` call is one run. If the agent
     itself fails, it logs why once, ends its run and stays off; training goes on.
 
-    Args:
-        run_name: Name shown in the UI. Defaults to a short random id.
-        project: Groups runs for filtering and comparison.
-        server: Server URL; defaults to `STOKER_SERVER`, then `http://127.0.0.1:8470`.
-        config: Your hyperparameters, shown and compared across runs.
-        tags: Labels for filtering.
-        token: Agent token when the server requires one (default: `STOKER_AGENT_TOKEN`).
-        every_n_batches: Keep the scalar logs (loss, metrics) of every n-th step.
-        sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
-            then 1 s; at least 0.1 s).
-        all_gpus: Report every GPU, not only those this process can use
-            (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
-        run_key: Joins every worker of a distributed job into one run (default:
-            `STOKER_RUN_KEY`, else derived from `TF_CONFIG`; see `trainer_agent.job`).
+    Takes the keyword arguments of `trainer_agent.config.RunOptions` (the same as `Monitor`
+    and `autolog`): run_name, project, tags, config, server, token, run_key, every_n_batches,
+    sample_interval_s, all_gpus.
 
     Example:
         cb = StokerCallback(run_name="bs256", project="cifar10", config={"batch_size": 256})
         model.fit(cb.wrap(train_ds), epochs=3, callbacks=[cb])
     """
 
-    # The batch-end hook only appends to a locked buffer, so Keras may dispatch it from
-    # another thread (backends that support that, JAX and PyTorch; with TensorFlow all hooks
-    # are synchronous). It may then run after the next batch-begin: there, the steps' ends
-    # are stamped by the train-function wrapper on the training thread (`_train_returned`).
+    # Keras may run the batch-end hook on a thread pool (backends that allow it, JAX and
+    # PyTorch; with TensorFlow all hooks are synchronous), possibly after the next
+    # batch-begin. It only appends to locked buffers and dicts there; the steps' ends are
+    # stamped by the train-function wrapper on the training thread (`_train_returned`), which
+    # also closes the profiler's step marker: the profiler leaves a marker alone off the
+    # thread that opened it (tests/test_profiler_threads.py drives it so).
     async_safe = True
     # tf_keras: hand the batch logs over as tensors; only every n-th step's are converted.
     _supports_tf_logs = True
@@ -107,32 +98,12 @@ class StokerHooks:
     model: Any
     params: dict[str, Any]
 
-    def __init__(
-        self,
-        run_name: str = "",
-        project: str = "default",
-        server: str | None = None,
-        config: dict[str, Any] | None = None,
-        tags: list[str] | None = None,
-        token: str | None = None,
-        every_n_batches: int = 50,
-        sample_interval_s: float | None = None,
-        all_gpus: bool | None = None,
-        run_key: str | None = None,
-    ) -> None:
+    @takes_run_options
+    def __init__(self, **options: Unpack[RunArguments]) -> None:
         super().__init__()
-        self._agent_config = AgentConfig.from_arguments(
-            run_name=run_name,
-            project=project,
-            server=server,
-            config=config,
-            tags=tags,
-            token=token,
-            sample_interval_s=sample_interval_s,
-            all_gpus=all_gpus,
-        )
-        self.every_n_batches = max(1, int(every_n_batches))
-        self._run_key = run_key
+        self.options = RunOptions.of(type(self).__name__, options)
+        self._agent_config = AgentConfig.from_options(self.options)
+        self.every_n_batches = self.options.every_n_batches
         self._ring: StampRing | None = None
         # What `wrap` learned of the training pipeline: its description (for the diagnosis's
         # advice) and its functions' names (for the pipeline view's stages); None unwrapped.
@@ -164,8 +135,8 @@ class StokerHooks:
             self,
             {name: None for name in GUARDED_HOOKS} | {"wrap": _unwrapped},
             on_disable=self._end_disabled_run,
+            contained={"wrap": self._unstamped},
         )
-        self._fault = self._guard.fault  # tests only; one cheap check per hook
 
     @property
     def run_session(self) -> RunSession | None:
@@ -177,8 +148,6 @@ class StokerHooks:
         The elements are unchanged. Wrap the dataset you pass to `fit` as the training data.
         """
         try:
-            if self._fault is not None:
-                self._guard.inject("wrap")
             cached = _last_wrapped.get(dataset, self._ring)
             if cached is not None:
                 self._ring, wrapped, self._input_pipeline, self._function_names = cached
@@ -187,15 +156,7 @@ class StokerHooks:
                 self._ring = StampRing()
             wrapped = self._ring.wrap(dataset)
         except Exception as error:
-            # The fit is still monitored (step times, samplers); only its input wait is not.
-            self._ring = self._input_pipeline = self._function_names = None
-            warn_once(
-                f"wrap:{type(error).__name__}",
-                "Stoker: input wait is not measured for this fit: its dataset cannot be "
-                "stamped (%s: %s). Step times and device metrics are still recorded.",
-                type(error).__name__, error,
-            )  # fmt: skip
-            return dataset
+            return self._unstamped(error, dataset)
         try:
             self._input_pipeline = describe_pipeline(dataset)
             self._function_names = function_names(dataset)
@@ -210,10 +171,20 @@ class StokerHooks:
         )
         return wrapped
 
+    def _unstamped(self, error: BaseException, dataset: Any) -> Any:
+        """The dataset could not be stamped: the fit is still monitored (step times, samplers);
+        only its input wait is not."""
+        self._ring = self._input_pipeline = self._function_names = None
+        warn_once(
+            f"wrap:{type(error).__name__}",
+            "Stoker: input wait is not measured for this fit: its dataset cannot be "
+            "stamped (%s: %s). Step times and device metrics are still recorded.",
+            type(error).__name__, error,
+        )  # fmt: skip
+        return dataset
+
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         try:
-            if self._fault is not None:
-                self._guard.inject("on_train_begin")
             self._begin_run()
         except Exception as error:
             self._guard.trip("on_train_begin", error)
@@ -234,7 +205,7 @@ class StokerHooks:
             environment=environment,
             rank=job_rank(),
             nvml=nvml,
-            run_key=job_run_key(self._agent_config.run_name, self._run_key),
+            run_key=job_run_key(self._agent_config.run_name, self.options.run_key),
         )
         self._session.before_abnormal_close = self._hand_over_completed_steps
         self._session.start()
@@ -261,8 +232,6 @@ class StokerHooks:
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         try:
-            if self._fault is not None:
-                self._guard.inject("on_train_batch_begin")
             now = time.perf_counter()
             self._close(now, by_begin=True)
             if self._session is None:
@@ -287,8 +256,6 @@ class StokerHooks:
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         try:
-            if self._fault is not None:
-                self._guard.inject("on_train_batch_end")
             if self._timing == "hooks" and self._open is not None:
                 self._open.returned = time.perf_counter()  # it trained: its compute ended
             elif self._timing == "returns":  # its logs are converted: its outputs are ready
@@ -315,6 +282,9 @@ class StokerHooks:
         """Training thread, JAX and PyTorch: a train-function call returned at `now`, having
         fetched `fetched` (JAX; PyTorch's epoch iterator fetched before the batch-begin)."""
         try:
+            session = self._session
+            if session is not None:  # on the training thread, where the marker was opened
+                session.profiler.step_end()
             execution = self._open
             if execution is None:
                 return
@@ -329,8 +299,6 @@ class StokerHooks:
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
         try:
-            if self._fault is not None:
-                self._guard.inject("on_test_begin")
             # Validation runs after the epoch's last step; it must not count as step time.
             self._close(time.perf_counter())
         except Exception as error:
@@ -338,8 +306,6 @@ class StokerHooks:
 
     def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
         try:
-            if self._fault is not None:
-                self._guard.inject("on_test_end")
             # fit's own validation arrives as val_* in the epoch logs; a standalone
             # evaluate() during the run is kept beside the epoch in progress.
             if self._session is not None and logs and not _in_fit_validation(self.model):
@@ -350,8 +316,6 @@ class StokerHooks:
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         try:
-            if self._fault is not None:
-                self._guard.inject("on_epoch_end")
             now = time.perf_counter()
             self._close(now)
             self._flush_pending(now)
@@ -369,8 +333,6 @@ class StokerHooks:
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         try:
-            if self._fault is not None:
-                self._guard.inject("on_train_end")
             now = time.perf_counter()
             self._close(now)
             self._flush_pending(now)

@@ -5,9 +5,10 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 from trainer_agent.spool import DEFAULT_MAX_BYTES, default_spool_dir
@@ -46,6 +47,113 @@ class ServerSetting:
         if self.source.startswith("--"):
             return f"{self.source} {self.given!r}"
         return f"{self.source.rstrip('=')}={self.given!r}"
+
+
+class RunArguments(TypedDict, total=False):
+    """The keyword arguments `StokerCallback`, `Monitor` and `autolog` accept alike: the fields
+    of `RunOptions` (the type checker reads this; `RunOptions.of` checks them at run time)."""
+
+    run_name: str | None
+    project: str | None
+    tags: Sequence[str] | None
+    config: Mapping[str, Any] | None
+    server: str | None
+    token: str | None
+    run_key: str | None
+    every_n_batches: int
+    sample_interval_s: float | None
+    all_gpus: bool | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What a monitored run is called and where it goes: one type for the keyword arguments of
+    `StokerCallback`, `Monitor` and `autolog` (and what `stoker run` hands to autolog).
+
+    Args:
+        run_name: Name shown in the UI. Defaults to a short random id.
+        project: Groups runs for filtering and comparison.
+        tags: Labels for filtering.
+        config: Your hyperparameters, shown and compared across runs.
+        server: Server URL; defaults to `STOKER_SERVER`, then `http://127.0.0.1:8470`.
+        token: Agent token when the server requires one (default: `STOKER_AGENT_TOKEN`).
+        run_key: Joins every worker of a distributed job into one run (default:
+            `STOKER_RUN_KEY`, else derived from `TF_CONFIG`; see `trainer_agent.job`).
+        every_n_batches: Keep the scalar logs (loss, metrics) of every n-th step.
+        sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
+            then 1 s; at least 0.1 s).
+        all_gpus: Report every GPU, not only those this process can use
+            (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
+    """
+
+    run_name: str = ""
+    project: str = "default"
+    tags: tuple[str, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    server: str | None = None
+    token: str | None = None
+    run_key: str | None = None
+    every_n_batches: int = 50
+    sample_interval_s: float | None = None
+    all_gpus: bool | None = None
+
+    @classmethod
+    def of(cls, owner: str, arguments: Mapping[str, Any]) -> "RunOptions":
+        """The options from `owner`'s keyword arguments; None means the default. An unknown
+        name raises a `TypeError` that lists the names `owner` accepts."""
+        unknown = sorted(set(arguments) - set(RUN_OPTION_NAMES))
+        if unknown:
+            raise TypeError(
+                f"{owner}() got an unexpected keyword argument {unknown[0]!r}; "
+                f"it accepts {', '.join(RUN_OPTION_NAMES)}"
+            )
+        given = {name: value for name, value in arguments.items() if value is not None}
+        if "tags" in given:
+            tags = given["tags"]
+            given["tags"] = (tags,) if isinstance(tags, str) else tuple(str(tag) for tag in tags)
+        if "config" in given:
+            given["config"] = dict(given["config"])
+        if "every_n_batches" in given:
+            given["every_n_batches"] = max(1, int(given["every_n_batches"]))
+        return cls(**given)
+
+    def arguments(self) -> dict[str, Any]:
+        """The options as keyword arguments (for `StokerCallback(**options.arguments())`)."""
+        return {name: getattr(self, name) for name in RUN_OPTION_NAMES}
+
+    def changed(self) -> dict[str, Any]:
+        """The options that differ from the defaults, as JSON-ready values."""
+        default = RunOptions()
+        changed = {
+            n: getattr(self, n) for n in RUN_OPTION_NAMES if getattr(self, n) != getattr(default, n)
+        }
+        if "tags" in changed:
+            changed["tags"] = list(changed["tags"])
+        if "config" in changed:
+            changed["config"] = dict(changed["config"])
+        return changed
+
+
+RUN_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RunOptions))
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def takes_run_options(function: _F) -> _F:
+    """Show `function`'s `**options` as the `RunOptions` fields, keyword-only, in its signature
+    (for `help()` and editors); the function itself is returned unchanged."""
+    import inspect
+
+    signature = inspect.signature(function)
+    kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    defaults = RunOptions()
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=getattr(defaults, name))
+        for name in RUN_OPTION_NAMES
+        if name not in signature.parameters
+    ]
+    function.__signature__ = signature.replace(parameters=[*kept, *options])  # type: ignore[attr-defined]
+    return function
 
 
 def _url_problem(value: str) -> str | None:
@@ -241,34 +349,24 @@ class AgentConfig:
     )
 
     @classmethod
-    def from_arguments(
-        cls,
-        *,
-        run_name: str,
-        project: str,
-        server: str | None,
-        config: dict[str, Any] | None,
-        tags: list[str] | None,
-        token: str | None,
-        sample_interval_s: float | None,
-        all_gpus: bool | None,
-    ) -> "AgentConfig":
-        """The callback's and Monitor's arguments, with `STOKER_*` variables filling the gaps.
+    def from_options(cls, options: RunOptions) -> "AgentConfig":
+        """The callback's and Monitor's options, with `STOKER_*` variables filling the gaps.
 
         A server URL without a scheme (`host:port`) is read as `http://host:port`, said once;
         one that is not a URL at all is said once, and the agent then sends nothing (its runs
         stay in the spool for `stoker upload`). Neither raises into training."""
-        setting = server_setting(server)
+        setting = server_setting(options.server)
+        all_gpus = options.all_gpus
         agent = cls(
             server=setting.url,
             server_source=setting.source,
             server_problem=setting.problem,
-            token=resolve_token(token),
-            run_name=run_name,
-            project=project,
-            tags=list(tags or []),
-            config=dict(config or {}),
-            sample_interval_s=resolve_interval_s(sample_interval_s),
+            token=resolve_token(options.token),
+            run_name=options.run_name,
+            project=options.project,
+            tags=list(options.tags),
+            config=dict(options.config),
+            sample_interval_s=resolve_interval_s(options.sample_interval_s),
             all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
         )
         if setting.notice:

@@ -14,7 +14,8 @@ no-ops on the instance (so later calls cost one empty function call and no flag 
 on the healthy path), and lets the owner end its run with the server. Training goes on.
 
 `STOKER_TEST_FAULT=<hook name>` (tests only, off by default; read when the owner is built)
-makes that hook raise `InjectedFault` at its start, inside its guard.
+replaces that hook on the instance by one that fails with `InjectedFault` the way the hook's
+own guard would handle it. Without the variable nothing is installed: the hooks carry no check.
 """
 
 import logging
@@ -34,6 +35,12 @@ class InjectedFault(RuntimeError):
     """The error a hook named by `STOKER_TEST_FAULT` raises."""
 
 
+def test_fault() -> str | None:
+    """The hook `STOKER_TEST_FAULT` names (tests only), or None; read where a fault would be
+    installed, never on a hook's path."""
+    return os.environ.get(FAULT_ENV) or None
+
+
 def _noop(*args: Any, **kwargs: Any) -> None:
     return None
 
@@ -46,6 +53,14 @@ class Guard:
         noops: Hook name → what the hook becomes once disabled (default: returns None).
         on_disable: Called once with the reason, after the hooks are switched off, to end the
             owner's run; an error in it is logged, never raised.
+        contained: Hook name → what handles a test fault in that hook, for hooks that handle
+            their own errors without disabling the owner (called with the error and the
+            hook's arguments).
+
+    Tests only: when `STOKER_TEST_FAULT` names one of the hooks, that hook is replaced on the
+    owner by one that fails: its error goes to `contained[hook]` (with the hook's arguments)
+    when the hook handles its own errors without disabling the owner, else to `trip`, and the
+    call then returns what the disabled hook returns.
     """
 
     def __init__(
@@ -53,18 +68,27 @@ class Guard:
         owner: object,
         noops: dict[str, Callable[..., Any] | None],
         on_disable: Callable[[str], None],
+        *,
+        contained: dict[str, Callable[..., Any]] | None = None,
     ) -> None:
         self._owner = owner
         self._noops = {name: replacement or _noop for name, replacement in noops.items()}
         self._on_disable = on_disable
-        self.fault: str | None = os.environ.get(FAULT_ENV) or None
         self.disabled = False
         self.reason: str | None = None
+        fault = test_fault()
+        if fault in self._noops:
+            setattr(owner, fault, self._failing(fault, (contained or {}).get(fault)))
 
-    def inject(self, hook: str) -> None:
-        """Raise the test fault if `STOKER_TEST_FAULT` names `hook`."""
-        if self.fault == hook:
-            raise InjectedFault(f"{FAULT_ENV}={hook}")
+    def _failing(self, hook: str, contained: Callable[..., Any] | None) -> Callable[..., Any]:
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            error = InjectedFault(f"{FAULT_ENV}={hook}")
+            if contained is not None:
+                return contained(error, *args, **kwargs)
+            self.trip(hook, error)
+            return getattr(self._owner, hook)(*args, **kwargs)  # now the disabled hook
+
+        return failing
 
     def trip(self, hook: str, error: BaseException) -> None:
         """Disable the owner: log once, turn its hooks into no-ops, let it end its run."""

@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
-from trainer_agent.config import AgentConfig
+from trainer_agent.config import AgentConfig, RunArguments, RunOptions, takes_run_options
 from trainer_agent.environment import collect
 from trainer_agent.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.input_wait import StepRow, batch_size_of
@@ -30,20 +30,9 @@ class Monitor:
     step only, so tensors are converted (a device sync) rarely. If the monitor itself fails,
     it logs why once, ends its run and stays off; your loop and its data go on untouched.
 
-    Args:
-        run_name: Name shown in the UI.
-        project: Groups runs for filtering and comparison.
-        server: Server URL; defaults to `STOKER_SERVER`, then `http://127.0.0.1:8470`.
-        config: Your hyperparameters.
-        tags: Labels for filtering.
-        token: Agent token when the server requires one.
-        every_n_batches: Keep the scalars of every n-th step.
-        sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
-            then 1 s; at least 0.1 s).
-        all_gpus: Report every GPU, not only those this process can use
-            (`CUDA_VISIBLE_DEVICES`); default `STOKER_ALL_GPUS`.
-        run_key: Joins every worker of a distributed job into one run (default:
-            `STOKER_RUN_KEY`, else derived from `TF_CONFIG`; see `trainer_agent.job`).
+    Takes the keyword arguments of `trainer_agent.config.RunOptions` (the same as
+    `StokerCallback` and `autolog`): run_name, project, tags, config, server, token, run_key,
+    every_n_batches, sample_interval_s, all_gpus.
 
     Example:
         with Monitor(run_name="custom-loop", server="http://127.0.0.1:8470") as mon:
@@ -52,31 +41,11 @@ class Monitor:
                 mon.log(loss=loss)
     """
 
-    def __init__(
-        self,
-        run_name: str = "",
-        project: str = "default",
-        server: str | None = None,
-        config: dict[str, Any] | None = None,
-        tags: list[str] | None = None,
-        token: str | None = None,
-        every_n_batches: int = 50,
-        sample_interval_s: float | None = None,
-        all_gpus: bool | None = None,
-        run_key: str | None = None,
-    ) -> None:
-        self.config = AgentConfig.from_arguments(
-            run_name=run_name,
-            project=project,
-            server=server,
-            config=config,
-            tags=tags,
-            token=token,
-            sample_interval_s=sample_interval_s,
-            all_gpus=all_gpus,
-        )
-        self.every_n_batches = max(1, int(every_n_batches))
-        self._run_key = run_key
+    @takes_run_options
+    def __init__(self, **options: Unpack[RunArguments]) -> None:
+        self.options = RunOptions.of(type(self).__name__, options)
+        self.config = AgentConfig.from_options(self.options)
+        self.every_n_batches = self.options.every_n_batches
         self.session: RunSession | None = None
         self._step = 0
         # The step in progress: (step, asked for its batch, got it, batch size, whether the
@@ -95,12 +64,9 @@ class Monitor:
             },
             on_disable=self._end_disabled_run,
         )
-        self._fault = self._guard.fault  # tests only; one cheap check per hook
 
     def start(self) -> "Monitor":
         try:
-            if self._fault is not None:
-                self._guard.inject("start")
             nvml = shared_nvml()
             environment = collect(nvml, all_gpus=self.config.all_gpus)
             self.session = RunSession(
@@ -108,7 +74,7 @@ class Monitor:
                 environment=environment,
                 rank=job_rank(),
                 nvml=nvml,
-                run_key=job_run_key(self.config.run_name, self._run_key),
+                run_key=job_run_key(self.config.run_name, self.options.run_key),
             )
             self.session.start()
         except Exception as error:
@@ -147,8 +113,6 @@ class Monitor:
         try:
             while True:
                 try:
-                    if self._fault is not None:
-                        self._guard.inject("iterate")
                     asked = time.perf_counter()
                     self._close_step(asked)
                     if self.session is not None:
@@ -182,8 +146,6 @@ class Monitor:
     def log(self, **scalars: Any) -> None:
         """Record scalars (floats or tensors) for the current step, every n-th step."""
         try:
-            if self._fault is not None:
-                self._guard.inject("log")
             session = self.session
             step = self._step - 1
             if session is None:
@@ -206,8 +168,6 @@ class Monitor:
         """Record an epoch's metrics (e.g. `loss`, `val_loss`, `val_accuracy`), floats or
         tensors, at the end of epoch `epoch` (0-based): the curves runs are compared by."""
         try:
-            if self._fault is not None:
-                self._guard.inject("log_epoch")
             if self.session is not None:
                 self.session.record_epoch(int(epoch), self._step, scalars(metrics))
         except Exception as error:
@@ -216,10 +176,9 @@ class Monitor:
     def close(self, status: str = "finished") -> None:
         """Flush what is recorded and end the run (bounded by the close timeout)."""
         try:
-            if self._fault is not None:
-                self._guard.inject("close")
             self._close_step(time.perf_counter())
             session, self.session = self.session, None
+            self._ready.stop()
             if session is not None:
                 session.profiler.end()
                 session.close(status)
@@ -230,6 +189,7 @@ class Monitor:
         # The step still open is dropped: the state that raised is not trusted.
         session, self.session = self.session, None
         self._open = None
+        self._ready.stop()
         if session is not None:
             end_in_background(session, DISABLED_STATUS)
 
@@ -261,10 +221,13 @@ def _untimed(iterable: Iterable[T]) -> Iterator[T]:
     return iter(iterable)
 
 
+_STOP_WATCHING: Any = object()
+
+
 class _ReadyWatch:
     """When each step's logged outputs became ready on the device, for arrays that can say
     (`block_until_ready`: JAX). A daemon thread blocks on them in turn, so the training loop
-    never does; with nothing logged, or plain floats, it learns nothing and stays idle."""
+    never does; with nothing logged, or plain floats, none is started. It ends with the run."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
@@ -285,6 +248,12 @@ class _ReadyWatch:
         self._pending.add(step)
         self._latest = (step, value)
         self._queue.put((step, value))
+
+    def stop(self) -> None:
+        """The run ended: the thread ends once it has waited for what it was given."""
+        if self._thread is not None:
+            self._thread = None
+            self._queue.put((-1, _STOP_WATCHING))
 
     def ready(self, step: int) -> bool | None:
         """Whether step's logged output is ready now (None: not known); never blocks."""
@@ -308,6 +277,8 @@ class _ReadyWatch:
     def _run(self) -> None:
         while True:
             step, value = self._queue.get()
+            if value is _STOP_WATCHING:
+                return
             with contextlib.suppress(Exception):  # a failed step: it ended all the same
                 value.block_until_ready()
             self._done[step] = time.perf_counter()

@@ -7,7 +7,8 @@ over the agent's socket. `request` (sender thread) only notes it. The training t
 `tf.profiler.experimental.Trace("train", step_num=..., _r=1)` (xprof's input-pipeline
 analysis needs those step markers); after N steps, or `max_s`, the profiler stops. Start,
 stop and the step markers must run on the training thread (TensorFlow's API); everything else
-(finding the trace, uploading it in chunks, reporting status) runs on one background thread.
+(finding the trace, uploading it in chunks, reporting status) runs on the run's upload
+thread, which runs only while it has something to send.
 Any failure is reported to the server as `profile failed: ...` and never reaches training.
 
 The command names the worker's rank and the run's key: with a spool directory the profiler
@@ -21,14 +22,13 @@ while the process lives (said once in the log); so is every trace without a spoo
 
 import logging
 import os
-import queue
 import shutil
 import statistics
 import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.backoff import Backoff
 from trainer_agent.delivery.classify import Post, Verdict, http_post
 from trainer_agent.delivery.clock import SYSTEM_CLOCK, Clock
-from trainer_agent.guard import FAULT_ENV, InjectedFault
+from trainer_agent.guard import FAULT_ENV, InjectedFault, test_fault
 from trainer_agent.spool import Spool
 
 log = logging.getLogger("trainer_agent")
@@ -72,12 +72,14 @@ class Capture:
     durations: list[float] = field(default_factory=list)
 
 
-def _STOP() -> None:
-    """Not a job: `Profiler.stop()` queues it to end the upload thread."""
-
-
 class Profiler:
-    """One capture at a time for one run; the training thread calls only `step_begin`/`step_end`."""
+    """One run's on-demand captures, one at a time, in three roles that each own their state:
+
+    - `CaptureRequests` (the sender thread): takes the server's command and holds the slot;
+    - `StepCapture` (the training thread): starts and stops the profiler, marks the steps;
+    - `TraceUploader` (its own thread, only while it has work): reports and delivers traces.
+
+    The training thread calls only `step_begin`/`step_end`/`end`; the sender, `request`."""
 
     def __init__(
         self,
@@ -87,34 +89,54 @@ class Profiler:
         *,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        slot = threading.Lock()  # held from a request to the end of its upload
+        self.uploader = TraceUploader(config, run_id, post, slot, clock=clock)
+        self.requests = CaptureRequests(config, run_id, slot, self.uploader)
+        self.capture = StepCapture(self.requests, self.uploader)
+        self.request = self.requests.request
+        self.step_begin = self.capture.step_begin
+        self.step_end = self.capture.step_end
+        self.end = self.capture.end
+        self.stop = self.uploader.stop
+
+    @property
+    def undelivered(self) -> "dict[int, Capture]":
+        return self.uploader.undelivered
+
+    @property
+    def server_away(self) -> bool:
+        return self.uploader.server_away
+
+    @property
+    def busy(self) -> bool:
+        return self.uploader.busy
+
+    @property
+    def drain_timeout_s(self) -> float:
+        return self.uploader.drain_timeout_s
+
+
+class CaptureRequests:
+    """The server's profile commands (sender thread): one capture at a time, placed in the
+    spool when it can be; the training thread's `StepCapture` takes it from here."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        run_id: Callable[[], int | None],
+        slot: threading.Lock,
+        uploader: "TraceUploader",
+    ) -> None:
         self._config = config
         self._run_id = run_id
-        self._post = post
-        # The upload thread waits (between retries) on this clock, until `stop()` sets this.
-        self._clock = clock
-        self._closing = threading.Event()
-        self._requested: Capture | None = None
-        self._active: Capture | None = None
-        self._busy = threading.Lock()  # held from request to the end of the upload
-        self._trace: Any = None
-        self._last_begin: float | None = None
-        self._last_n = 1
-        self._baseline: deque[float] = deque(maxlen=BASELINE_STEPS)
-        self._fault = os.environ.get(FAULT_ENV) == FAULT_HOOK
-        self._outbox: queue.Queue[Callable[[], None]] = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._warned_too_big = False
-        # Captures that stopped and whose trace the server does not have yet, by profile id,
-        # and whether the last attempt to reach the server failed: what the process's exit
-        # waits for, and how long (wait_for_uploads).
-        self.undelivered: dict[int, Capture] = {}
-        self.server_away = False
+        self._slot = slot
+        self._uploader = uploader
+        self.pending: Capture | None = None
 
-    # --- sender thread ------------------------------------------------------------------
     def request(self, command: dict[str, Any]) -> None:
         pid, rank = int(command["id"]), int(command.get("rank") or 0)
-        if not self._busy.acquire(blocking=False):
-            self._report(
+        if not self._slot.acquire(blocking=False):
+            self._uploader.report(
                 pid, rank, status="failed", error="profile failed: a capture is in progress"
             )
             return
@@ -124,7 +146,7 @@ class Profiler:
             self._place(capture, command.get("run_key"))
         except Exception as error:  # a spool that cannot be written: a temporary directory
             log.debug("profile %s: not spooled: %s", pid, error)
-        self._requested = capture
+        self.pending = capture
 
     def _place(self, capture: Capture, run_key: Any) -> None:
         """Capture into the spool (the process holds its lock), with a first status that says
@@ -153,23 +175,52 @@ class Profiler:
         shutil.rmtree(capture.directory, ignore_errors=True)  # the temporary one, unused
         capture.directory, capture.spooled, capture.lock = directory, True, lock
 
-    # --- training thread ----------------------------------------------------------------
+
+def _start_profiler(directory: Path) -> None:
+    import tensorflow as tf
+
+    tf.profiler.experimental.start(str(directory))
+
+
+def _failing_start(directory: Path) -> None:
+    """`_start_profiler` under `STOKER_TEST_FAULT=profile_start` (tests only)."""
+    raise InjectedFault(f"{FAULT_ENV}={FAULT_HOOK}")
+
+
+class StepCapture:
+    """The training thread's part: at a step boundary after a request, start
+    `tf.profiler.experimental`, mark each step with a `Trace`, stop after the capture's steps
+    or `max_s`, and hand the trace to the uploader. Start, stop and the markers must run on
+    the training thread (TensorFlow's API); a marker is closed only on the thread that
+    opened it (Keras may run batch-end hooks on a thread pool)."""
+
+    def __init__(self, requests: CaptureRequests, uploader: "TraceUploader") -> None:
+        self._requests = requests
+        self._uploader = uploader
+        self.active: Capture | None = None
+        self._trace: Any = None
+        self._trace_thread = 0  # the thread that opened `_trace`
+        self._last_begin: float | None = None
+        self._last_n = 1
+        self._baseline: deque[float] = deque(maxlen=BASELINE_STEPS)
+        self._start_profiler = _failing_start if test_fault() == FAULT_HOOK else _start_profiler
+
     def step_begin(self, step: int, now: float, n: int = 1) -> None:
         """A step (or an execution of `n` steps) begins; the one before it ended at `now`."""
         if self._last_begin is not None:
             interval = (now - self._last_begin) / self._last_n
-            (self._active.durations if self._active else self._baseline).append(interval)
+            (self.active.durations if self.active else self._baseline).append(interval)
         self._last_begin, self._last_n = now, max(1, n)
-        if self._active is None and self._requested is None:
+        if self.active is None and self._requests.pending is None:
             return
         try:
             self._exit_trace()
-            capture = self._active
+            capture = self.active
             if capture is None:
-                capture = self._requested
+                capture = self._requests.pending
                 assert capture is not None
                 self._start(capture, step)  # on failure the request stays, for _fail to report
-                self._requested = None
+                self._requests.pending = None
             elif capture.steps_done >= capture.steps or now - capture.started >= capture.max_s:
                 self._stop(capture)
                 return
@@ -180,8 +231,10 @@ class Profiler:
             self._fail(error)
 
     def step_end(self) -> None:
-        """The step's computation returned (Keras); its marker closes here."""
-        if self._trace is None:
+        """The step's computation returned (Keras); its marker closes here, on the thread that
+        opened it. Elsewhere (a batch-end hook on Keras's thread pool) the next `step_begin`
+        closes it."""
+        if self._trace is None or threading.get_ident() != self._trace_thread:
             return
         try:
             self._exit_trace()
@@ -190,41 +243,32 @@ class Profiler:
 
     def end(self) -> None:
         """Training ended (or the run closes): a capture still running stops with what it has."""
-        if self._active is None and self._requested is None:
+        if self.active is None and self._requests.pending is None:
             return
         try:
             self._exit_trace()
-            if self._active is not None:
-                self._stop(self._active)
-            elif self._requested is not None:
+            if self.active is not None:
+                self._stop(self.active)
+            elif self._requests.pending is not None:
                 raise RuntimeError("training ended before the capture could start")
         except Exception as error:
             self._fail(error)
 
     def _start(self, capture: Capture, step: int) -> None:
-        import tensorflow as tf
-
         began = time.perf_counter()
-        if self._fault:
-            raise InjectedFault(f"{FAULT_ENV}={FAULT_HOOK}")
-        tf.profiler.experimental.start(str(capture.directory / profile_spool.CAPTURE))
+        self._start_profiler(capture.directory / profile_spool.CAPTURE)
         capture.start_cost_s = time.perf_counter() - began
         capture.started = began
         capture.first_step = step
-        self._active = capture
-        report = {"status": "capturing", "first_step": step}
-        self._send(
-            lambda: self._post_retrying(
-                capture.id, capture.rank, "status", report, until=lambda: capture.ended
-            )
-        )
+        self.active = capture
+        self._uploader.report_capturing(capture, {"status": "capturing", "first_step": step})
 
     def _enter_trace(self, step: int) -> None:
         import tensorflow as tf
 
         trace = tf.profiler.experimental.Trace("train", step_num=step, _r=1)
         trace.__enter__()
-        self._trace = trace
+        self._trace, self._trace_thread = trace, threading.get_ident()
 
     def _exit_trace(self) -> None:
         trace, self._trace = self._trace, None
@@ -237,16 +281,14 @@ class Profiler:
         capture.ended = True
         began = time.perf_counter()
         tf.profiler.experimental.stop()  # on failure _fail reports the capture, still active
-        self._active = None
+        self.active = None
         stop_cost_s = time.perf_counter() - began
-        overhead = self._overhead(capture, stop_cost_s)
-        self.undelivered[capture.id] = capture
-        self._send(lambda: self._upload(capture, overhead))
+        self._uploader.upload(capture, self._overhead(capture, stop_cost_s))
 
     def _fail(self, error: BaseException) -> None:
         """Stop whatever was started, report, and free the slot; training goes on."""
-        capture = self._active or self._requested
-        self._active = self._requested = None
+        capture = self.active or self._requests.pending
+        self.active = self._requests.pending = None
         self._trace = None
         try:
             import tensorflow as tf
@@ -257,8 +299,8 @@ class Profiler:
         message = f"profile failed: {type(error).__name__}: {error}"[:500]
         log.warning("Stoker: %s; training continues", message)
         if capture is not None:
-            self._report(capture.id, capture.rank, status="failed", error=message)
-            self._send(lambda: self._release(capture))
+            self._uploader.report(capture.id, capture.rank, status="failed", error=message)
+            self._uploader.send(lambda: self._uploader.release(capture))
 
     def _overhead(self, capture: Capture, stop_cost_s: float) -> dict[str, Any]:
         before = statistics.median(self._baseline) if self._baseline else None
@@ -273,35 +315,78 @@ class Profiler:
             "steps_per_execution": self._last_n,
         }
 
-    # --- background thread --------------------------------------------------------------
-    def _send(self, job: Callable[[], None]) -> None:
-        if self._closing.is_set():
-            return  # the process is ending: what is spooled waits for the next agent
-        self._outbox.put(job)
-        if self._worker is None:
-            self._worker = threading.Thread(target=self._work, name="stoker-profile", daemon=True)
-            self._worker.start()
+
+class TraceUploader:
+    """Reports statuses and delivers finished traces on its own thread, which runs only while
+    there is work (it ends when its queue is empty, and starts again with the next job) and
+    waits between retries on its clock until `stop()`: no thread outlives what it sends."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        run_id: Callable[[], int | None],
+        post: Post,
+        slot: threading.Lock,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._config = config
+        self._run_id = run_id
+        self._post = post
+        self._slot = slot
+        # The thread waits (between retries) on this clock, until `stop()` sets this.
+        self._clock = clock
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._unfinished = 0  # jobs queued or running
+        self._worker: threading.Thread | None = None
+        self._warned_too_big = False
+        # Captures that stopped and whose trace the server does not have yet, by profile id,
+        # and whether the last attempt to reach the server failed: what the process's exit
+        # waits for, and how long (wait_for_uploads).
+        self.undelivered: dict[int, Capture] = {}
+        self.server_away = False
+
+    def send(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closing.is_set():
+                return  # the process is ending: what is spooled waits for the next agent
+            self._jobs.append(job)
+            self._unfinished += 1
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._work, name="stoker-profile-upload", daemon=True
+                )
+                self._worker.start()
 
     def _work(self) -> None:
         while True:
-            job = self._outbox.get()
-            try:
-                if job is _STOP:
+            with self._lock:
+                if not self._jobs or self._closing.is_set():
+                    self._unfinished -= len(self._jobs)  # let go once stopped
+                    self._jobs.clear()
+                    self._worker = None
                     return
-                if not self._closing.is_set():
-                    job()
+                job = self._jobs.popleft()
+            try:
+                job()
             except Exception:
                 log.warning("Stoker: profile upload failed", exc_info=True)
             finally:
-                self._outbox.task_done()
+                with self._lock:
+                    self._unfinished -= 1
 
     def stop(self) -> None:
         """End the upload thread: a retry waiting on the server stops waiting, and the jobs
         still queued are let go. A spooled trace stays in the spool for the next agent or
         `stoker upload`."""
         self._closing.set()
-        if self._worker is not None:
-            self._outbox.put(_STOP)
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The upload thread while it runs."""
+        return self._worker
 
     def _wait(self, backoff: Backoff) -> bool:
         """Wait out the next retry delay; True when `stop()` came meanwhile."""
@@ -314,19 +399,32 @@ class Profiler:
     @property
     def busy(self) -> bool:
         """Statuses or a trace are still to be sent (by the background thread)."""
-        return bool(self._outbox.unfinished_tasks)
+        return self._unfinished > 0
 
-    def _report(self, pid: int, rank: int, **status: Any) -> None:
-        self._send(lambda: self._post_retrying(pid, rank, "status", status))
+    def report(self, pid: int, rank: int, **status: Any) -> None:
+        self.send(lambda: self._post_retrying(pid, rank, "status", status))
 
-    def _release(self, capture: Capture) -> None:
+    def report_capturing(self, capture: Capture, report: dict[str, Any]) -> None:
+        """The capture started: said until it is said, or the capture has ended."""
+        self.send(
+            lambda: self._post_retrying(
+                capture.id, capture.rank, "status", report, until=lambda: capture.ended
+            )
+        )
+
+    def upload(self, capture: Capture, overhead: dict[str, Any]) -> None:
+        """Deliver a stopped capture's trace (on the upload thread)."""
+        self.undelivered[capture.id] = capture
+        self.send(lambda: self._upload(capture, overhead))
+
+    def release(self, capture: Capture) -> None:
         if capture.spooled:
             profile_spool.remove(capture.directory)
             capture.lock.close()
         else:
             shutil.rmtree(capture.directory, ignore_errors=True)
-        if self._busy.locked():
-            self._busy.release()
+        if self._slot.locked():
+            self._slot.release()
 
     def _upload(self, capture: Capture, overhead: dict[str, Any]) -> None:
         """Keep the finished trace (and what to report with it) in the spool, then send it from
@@ -343,7 +441,7 @@ class Profiler:
         finally:
             if settled:
                 self.undelivered.pop(capture.id, None)
-                self._release(capture)
+                self.release(capture)
             else:  # stopped first: a spooled trace stays for the next agent
                 self._let_go(capture)
 
@@ -352,8 +450,8 @@ class Profiler:
             capture.lock.close()
         else:
             shutil.rmtree(capture.directory, ignore_errors=True)
-        if self._busy.locked():
-            self._busy.release()
+        if self._slot.locked():
+            self._slot.release()
 
     def _keep_and_deliver(self, capture: Capture, overhead: dict[str, Any]) -> bool:
         trace = profile_spool.finish_capture(capture.directory)
@@ -442,7 +540,7 @@ class Profiler:
                 return
 
 
-def wait_for_uploads(profilers: list[Profiler], cap_s: float) -> None:
+def wait_for_uploads(profilers: Sequence[Profiler | TraceUploader], cap_s: float) -> None:
     """At the process's exit: let the profilers' uploads finish while the server takes them
     (up to `cap_s`), not long once it stops answering; then say where what is left is kept,
     and stop their upload threads."""

@@ -22,7 +22,7 @@ from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.sender import Sender
 from trainer_agent.nvml import Nvml, shared_nvml
 from trainer_agent.pipeline_model import PipelineSource
-from trainer_agent.profile import Profiler, wait_for_uploads
+from trainer_agent.profile import Profiler, TraceUploader, wait_for_uploads
 from trainer_agent.recorder import Recorder
 from trainer_agent.samplers import DeviceSource, HostSource, Sampler
 from trainer_agent.upload import start_background_upload
@@ -37,8 +37,9 @@ Environment = dict[str, Any] | Callable[[], dict[str, Any]]
 _registry_lock = threading.Lock()
 _open_sessions: set["RunSession"] = set()
 _draining: set[Sender] = set()
-# Every run's profiler: the exit waits for the traces they still upload.
-_profilers: "weakref.WeakSet[Profiler]" = weakref.WeakSet()
+# Every run's trace uploader: the exit waits for the traces they still deliver (an uploader
+# lives on, by its thread, while its run is gone).
+_uploaders: "weakref.WeakSet[TraceUploader]" = weakref.WeakSet()
 _exit_handler_registered = False
 
 
@@ -52,7 +53,7 @@ def _register(session: "RunSession") -> None:
         _draining.difference_update([sender for sender in _draining if sender.done])
         _open_sessions.add(session)
         _draining.add(session.sender)
-        _profilers.add(session.profiler)
+        _uploaders.add(session.profiler.uploader)
         if not _exit_handler_registered:
             _exit_handler_registered = True
             atexit.register(_end_runs_at_exit)
@@ -95,10 +96,10 @@ def _end_runs_at_exit() -> None:
         for sender in senders:
             sender.join()
         with _registry_lock:
-            profilers = list(_profilers)
-        if profilers:
-            cap_s = max(profiler.drain_timeout_s for profiler in profilers)
-            wait_for_uploads(profilers, cap_s)
+            uploaders = list(_uploaders)
+        if uploaders:
+            cap_s = max(uploader.drain_timeout_s for uploader in uploaders)
+            wait_for_uploads(uploaders, cap_s)
     except KeyboardInterrupt:
         log.warning("Stoker: interrupted; what is not sent yet is kept in the spool")
         for sender in senders:
