@@ -93,6 +93,8 @@ def test_disk_rule_is_seeded_on_and_fires_and_resolves_on_the_real_free_share(
         assert generic[0]["alert"]["run_id"] is None and generic[0]["run"] == {}
         slack = receiver.at("/slack")
         assert "FIRING" in slack[0]["text"] and "resolved" in slack[1]["text"]
+        fields = [f["text"] for f in slack[0]["blocks"][1]["fields"]]
+        assert fields[0].startswith("*Server*") and not any("*Run*" in f for f in fields)
         # Only one episode: the rule is judged once per tick on the server, not once per run.
         assert fast_server.get("/api/v1/alerts", rule_id=rule["id"])["count"] == 1
     finally:

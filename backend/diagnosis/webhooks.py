@@ -38,9 +38,15 @@ def slack_payload(alert: dict[str, Any], *, event: str, run: dict[str, Any]) -> 
     compatibility): a `text` fallback and one section block."""
     emoji = ":rotating_light:" if event == "firing" else ":white_check_mark:"
     text = f"{emoji} {alert.get('message', '')}"
+    if alert.get("run_id") is None:  # a server alert (the disk)
+        where = [{"type": "mrkdwn", "text": "*Server*\nthis Stoker server"}]
+    else:
+        where = [
+            {"type": "mrkdwn", "text": f"*Run*\n{run.get('name', '')} (#{alert.get('run_id')})"},
+            {"type": "mrkdwn", "text": f"*Project*\n{run.get('project', '')}"},
+        ]
     fields = [
-        {"type": "mrkdwn", "text": f"*Run*\n{run.get('name', '')} (#{alert.get('run_id')})"},
-        {"type": "mrkdwn", "text": f"*Project*\n{run.get('project', '')}"},
+        *where,
         {"type": "mrkdwn", "text": f"*State*\n{event}"},
         {"type": "mrkdwn", "text": f"*Value*\n{alert.get('value')}"},
     ]
