@@ -1,23 +1,30 @@
-"""A full disk is an event, not a crash (issue 30): SQLite on a small tmpfs. The server keeps
-serving reads, refuses rows with an answer agents retry (WebSocket close 1011, HTTP 507),
-says so in /metrics, and once there is room the agent's resent rows are all stored, once."""
+"""A full disk is an event, not a crash (issue 30): SQLite on a small tmpfs, PostgreSQL with
+its database's tables in a tablespace on one. The server keeps serving reads, refuses rows
+with an answer agents retry (WebSocket close 1011, HTTP 507), says so in /metrics, and once
+there is room the agent's resent rows are all stored, once."""
 
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.conftest import require
-from tests.support import ServerProcess, run_coroutine
+from tests.conftest import DATABASES, require
+from tests.support import PostgresServer, ServerProcess, run_coroutine
 
 BATCH = 2_000
+SMALL, ROOMY = "3m", "64m"
 
 
 def _mount(path: Path, size: str, *options: str) -> bool:
@@ -30,11 +37,50 @@ def _mount(path: Path, size: str, *options: str) -> bool:
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     disk = tmp_path / "disk"
     disk.mkdir()
-    require(_mount(disk, "3m"), "a tmpfs mount (root)")
+    require(_mount(disk, SMALL), "a tmpfs mount (root)")
     try:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@contextmanager
+def _postgres_on(disk: Path, postgres: PostgresServer) -> Iterator[str]:
+    """A fresh database of `postgres` whose tables (and indexes) all go to a tablespace on
+    `disk`; its catalogs and the write-ahead log stay in the server's data directory."""
+    if os.geteuid() == 0:  # the cluster runs as postgres (see PostgresServer)
+        shutil.chown(disk, "postgres", "postgres")
+    name = f"small_{uuid.uuid4().hex[:8]}"
+    admin = f"host=127.0.0.1 port={postgres.port} user=postgres dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f"CREATE TABLESPACE {name} LOCATION '{disk}'")
+        connection.execute(f"CREATE DATABASE {name}")
+        connection.execute(f"ALTER DATABASE {name} SET default_tablespace = {name}")
+    try:
+        yield postgres.url(name)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            connection.execute(f"DROP TABLESPACE IF EXISTS {name}")
+
+
+@pytest.fixture(params=DATABASES)
+def small_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A database URL whose rows land on a 3 MB tmpfs, and that tmpfs's mount point."""
+    if request.param == "sqlite":
+        disk = request.getfixturevalue("small_disk")
+        yield f"sqlite:///{disk / 'stoker.db'}", disk
+        return
+    postgres = request.getfixturevalue("postgres_server")
+    # The server's user must reach the tablespace: not under pytest's root-only temp dir.
+    disk = Path(tempfile.mkdtemp(prefix="stoker-small-disk-"))
+    try:
+        require(_mount(disk, SMALL), "a tmpfs mount (root)")
+        with _postgres_on(disk, postgres) as url:
+            yield url, disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
+        shutil.rmtree(disk, ignore_errors=True)
 
 
 def _frame(seq: int) -> str:
@@ -79,9 +125,9 @@ def _metric(server: ServerProcess, name: str) -> float:
 
 
 def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
-    small_disk: Path, tmp_path: Path
+    small_database: tuple[str, Path], tmp_path: Path
 ) -> None:
-    database = f"sqlite:///{small_disk / 'stoker.db'}"
+    database, small_disk = small_database
     server = ServerProcess(
         data_dir=tmp_path / "server", env={"STOKER_DATABASE_URL": database}
     ).start()
@@ -110,7 +156,7 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         assert "disk is full" in response.json()["detail"]
 
         # Room again: the agent reconnects, learns what is stored, sends the rest.
-        assert _mount(small_disk, "64m", "remount")
+        assert _mount(small_disk, ROOMY, "remount")
         resumed_from, acked_again, code = run_coroutine(_send(url, hello, acked + 1, total))
         assert resumed_from == acked and (acked_again, code) == (total, 0)
         assert server.get(f"/api/v1/runs/{run['id']}")["summary"]["steps"] == total * BATCH
