@@ -1,4 +1,4 @@
-"""Two `stoker serve` processes on one PostgreSQL (issue 30): combined ingest, live latency
+"""Two `stoker serve` processes on one PostgreSQL: combined ingest, live latency
 across servers, and one server killed while the other keeps serving.
 
 One throwaway PostgreSQL, servers A and B on loopback ports sharing it. Phases:

@@ -1,5 +1,5 @@
 """Bad configuration gets a clear, immediate message naming the value and the fix, never
-"cannot reach the server" (issue 24).
+"cannot reach the server".
 
 Each promise is about a process, so each test runs one: `stoker run`/`stoker upload` with a
 server that is not a URL, a real agent (tests/loop_script.py, `Monitor`) against a real plain

@@ -1,4 +1,4 @@
-"""A full disk is an event, not a crash (issue 30): SQLite on a small tmpfs, PostgreSQL with
+"""A full disk is an event, not a crash: SQLite on a small tmpfs, PostgreSQL with
 its database's tables in a tablespace on one. The server keeps serving reads, refuses rows
 with an answer agents retry (WebSocket close 1011, HTTP 507), says so in /metrics, and once
 there is room the agent's resent rows are all stored, once."""

@@ -1,4 +1,4 @@
-"""Disk use and retention in the UI (issue 30), against a real `stoker serve` and, for the views,
+"""Disk use and retention in the UI, against a real `stoker serve` and, for the views,
 real headless Chromium:
 
 - GET /api/v1/disk measures the database, the profiles and the data directory's disk;

@@ -1,4 +1,4 @@
-"""The agent's side of spooled profiler traces (issue 19), with a recording transport: a trace
+"""The agent's side of spooled profiler traces, with a recording transport: a trace
 over the spool's bound leaves the spool (said once), and a capture whose process died
 before the trace was written is reported failed by the next uploader."""
 

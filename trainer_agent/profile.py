@@ -1,4 +1,4 @@
-"""On-demand TensorFlow profiler captures the server asks for (issue 19).
+"""On-demand TensorFlow profiler captures the server asks for.
 
 The server sends `{"type": "command", "name": "profile", "id": PID, "steps": N, "max_s": S}`
 over the agent's socket. `request` (sender thread) only notes it. The training thread calls

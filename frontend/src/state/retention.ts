@@ -1,4 +1,4 @@
-// A run compacted by retention (issue 30) keeps rollups of its steps, no finer than
+// A run compacted by retention keeps rollups of its steps, no finer than
 // `finest_steps` steps a point: its charts look the same at the default zoom, and a zoom
 // that would need finer points says so. Pure, unit-tested.
 

@@ -33,7 +33,7 @@ export class TimeCharts {
   private throttles: ShadeRange[] = [];
   private starvedTime: ShadeRange[] = [];
   private zoom: ZoomRange | null = null;
-  /** Retention thinned a compacted run's samples (issue 30): said once zoomed past them. */
+  /** Retention thinned a compacted run's samples: said once zoomed past them. */
   private readonly retentionNoteEl: HTMLElement;
 
   constructor(api: ApiClient, runId: number, signal: AbortSignal) {
