@@ -236,3 +236,24 @@ def test_compacted_run_chart_says_when_finer_detail_is_gone(
         "Finer detail removed by retention: this run's samples were thinned."
     )
     page.screenshot(path=str(artifacts / "ui-disk-compacted-samples.png"))
+
+
+def test_alerts_page_lists_a_disk_alert_as_the_servers(
+    retention_server: ServerProcess, page: Any, artifacts: Path
+) -> None:
+    rule = next(
+        r for r in retention_server.get("/api/v1/alert-rules")["data"] if r["builtin"] == "disk_low"
+    )
+    url = f"{retention_server.url}/api/v1/alert-rules/{rule['id']}"
+    # Over the real free share (below 1 on any disk with something on it): it fires.
+    assert httpx.patch(url, json={"threshold": 1.0, "for_s": 0}).status_code == 200
+    try:
+        page.goto(f"{retention_server.url}/#/alerts")
+        row = page.get_by_test_id("alert-row").filter(has_text=rule["name"]).first
+        expect(row).to_have_attribute("data-state", "firing")
+        expect(row).to_contain_text("server")
+        expect(row).to_contain_text("on the server: disk_free_share < 1")
+        expect(page.get_by_test_id("nav-alerts-count")).to_have_text("1")
+        page.screenshot(path=str(artifacts / "ui-disk-alert.png"))
+    finally:
+        httpx.patch(url, json={"threshold": 0.05, "for_s": 60})
