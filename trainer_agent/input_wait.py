@@ -346,13 +346,9 @@ class StampTable:
     """Stamps keyed by (generation, index); rows become `Stamp`s only when asked for."""
 
     def __init__(self, rows: Any) -> None:
-        self._rows = rows
-        keys = zip(
-            rows[:, _GEN].astype("int64").tolist(),
-            rows[:, _INDEX].astype("int64").tolist(),
-            strict=True,
-        )
-        self._position = {key: i for i, key in enumerate(keys)}
+        # Plain floats: reading NumPy scalars one by one costs more than this one conversion.
+        self._rows = rows.tolist()
+        self._position = {(int(row[_GEN]), int(row[_INDEX])): i for i, row in enumerate(self._rows)}
 
     @classmethod
     def of(cls, stamps: dict[tuple[int, int], Stamp]) -> "StampTable":
@@ -375,11 +371,10 @@ class StampTable:
         i = self._position.get(key)
         if i is None:
             return None
-        row = self._rows[i]
-        requested = float(row[_REQ])
+        requested, ts, _, _, batch = self._rows[i]
         return Stamp(
-            float(row[_TS]),
-            int(row[_BATCH]) if row[_BATCH] >= 0 else None,
+            ts,
+            int(batch) if batch >= 0 else None,
             None if requested != requested else requested,  # NaN: not known
         )
 
@@ -442,6 +437,11 @@ def split_execution(
     passes the median of recent executions', so one that traced again does not count).
     """
     n, begin, end = execution.n, execution.begin, execution.end
+    if n == 1 and stamps and execution.count_wait:  # the common case, without the chain
+        stamp = stamps[0]
+        idle_from = begin if stamp.requested is None else max(begin, stamp.requested)
+        wait = max(0.0, stamp.ts - idle_from)
+        return [StepRow(execution.first_step, begin, end - begin, wait, stamp.batch_size)]
     if stamps is None or not execution.count_wait:
         each = (end - begin) / n
         sizes = [s.batch_size for s in stamps] if stamps else [None] * n
@@ -561,6 +561,10 @@ class WaitResolver:
         if self._generation is None:
             return None
         first, n = self._next_index, execution.n
+        if n == 1:  # one step per call: its element, if its stamp is still held
+            self._next_index = first + 1
+            stamp = stamps.get((self._generation, first))
+            return None if stamp is None else [stamp]
         taken = [stamps.get((self._generation, first + j)) for j in range(n)]
         present = sum(1 for _ in itertools.takewhile(lambda s: s is not None, taken))
         if 0 < present < n and all(s is None for s in taken[present:]):
