@@ -204,15 +204,12 @@ class StepRollup(SQLModel, table=True):
     thousand rollup rows instead of every step.
     """
 
-    __table_args__ = (
-        UniqueConstraint("run_id", "rank", "width", "bucket", name="uq_step_rollup_bucket"),
-    )
-
-    id: int | None = _row_id()
-    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE")
-    rank: int = 0
-    width: int
-    bucket: int = _big()
+    # Keyed by its bucket (migration 0014): a surrogate id cost PostgreSQL a sequence and an
+    # index on every upsert.
+    run_id: int = Field(foreign_key="run.id", ondelete="CASCADE", primary_key=True)
+    rank: int = Field(default=0, primary_key=True)
+    width: int = Field(primary_key=True)
+    bucket: int = _big(primary_key=True)
     n: int
     step_max: int = _big()
     t_max: float
