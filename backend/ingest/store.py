@@ -21,6 +21,7 @@ from sqlmodel import Session, SQLModel, col, select
 from backend.core.db import placeholder
 from backend.core.lifecycle import end_worker, job_status, join_worker
 from backend.core.models import IngestCursor, Run, RunStatus, utc_now
+from backend.ingest.copy_binary import SIGNATURE, TRAILER, encodable, encode_rows
 from backend.ingest.pipeline_store import store_pipeline_reads
 from backend.ingest.protocol import Batch, Columns, EpochColumns, Hello
 from backend.ingest.summary import (
@@ -125,6 +126,7 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
     connection = session.connection()
     mark = placeholder(connection)
     copies: Copies = {}  # PostgreSQL: the group's rows per table, one COPY each
+    rollups: list[RollupPart] = []  # the group's steps, for one rollup statement
     cursors: dict[tuple[int, str], int] = {}
     runs: dict[int, dict[str, Any]] = {}
     results: list[dict[str, Any] | None] = []
@@ -149,10 +151,11 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
                 "stats": row.stats, "name": row.name, "tags": row.tags, "notes": row.notes,
                 "status": row.status, "dirty_streams": set(),
             }  # fmt: skip
-        run["stats"] = _store_rows(connection, job, run["stats"], copies)
+        run["stats"] = _store_rows(connection, job, run["stats"], copies, rollups)
         run["dirty_streams"].add(job.stream)
         results.append(run)
     _copy_all(connection, copies)
+    _update_rollups(connection, rollups)
     now = utc_now()
     for run_id, run in runs.items():
         run["summary"] = stored_summary(run["stats"])
@@ -173,10 +176,11 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
 
 
 def _store_rows(
-    connection: Connection, job: BatchJob, stats: dict[str, Any], copies: "Copies"
-) -> dict[str, Any]:
-    """Insert one batch's rows (on PostgreSQL, add them to `copies`) and return the run's
-    statistics updated with them."""
+    connection: Connection, job: BatchJob, stats: dict[str, Any], copies: "Copies",
+    rollups: "list[RollupPart]",
+) -> dict[str, Any]:  # fmt: skip
+    """Insert one batch's rows (on PostgreSQL, add them to `copies`; its steps to `rollups`)
+    and return the run's statistics updated with them."""
     batch, run_id, rank = job.batch, job.run_id, job.rank
     steps = batch.steps
     if steps is not None and len(steps):
@@ -187,7 +191,7 @@ def _store_rows(
         dur = np.asarray(steps.dur, dtype=np.float64)
         wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
         batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
-        _update_rollups(connection, run_id=run_id, rank=rank, step=step, t=t, dur=dur, wait=wait)
+        rollups.append((run_id, rank, step, t, dur, wait))
         stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
         stats = add_worker_steps(
             stats, rank=rank, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size
@@ -257,8 +261,9 @@ def _store_epochs(
     return {**stats, "epoch_metrics": summaries}
 
 
-# PostgreSQL: rows waiting for their COPY, by table and the columns they carry.
-Copies = dict[tuple[str, tuple[str, ...]], list[Iterable[tuple]]]
+# PostgreSQL: sections waiting for their COPY (run id, rank, column values), by table and
+# the columns they carry.
+Copies = dict[tuple[str, tuple[str, ...]], list[tuple[int, int, list[list[Any]]]]]
 
 
 def _insert(
@@ -269,11 +274,11 @@ def _insert(
     PostgreSQL rows kept for the group's COPY of the table (see `_copy_all`)."""
     names = [name for name, value in columns.__dict__.items() if value is not None]
     values = [getattr(columns, name) for name in names]
+    if connection.dialect.name == "postgresql":
+        copies.setdefault((table, tuple(names)), []).append((run_id, rank, values))
+        return
     n = len(values[0])
     rows = zip(repeat(run_id, n), repeat(rank, n), *values, strict=True)
-    if connection.dialect.name == "postgresql":
-        copies.setdefault((table, tuple(names)), []).append(rows)
-        return
     mark = placeholder(connection)
     sql = (
         f"INSERT INTO {table} (run_id, rank, {', '.join(names)}) "
@@ -284,16 +289,25 @@ def _insert(
 
 def _copy_all(connection: Connection, copies: Copies) -> None:
     """One binary COPY per table (and set of columns) for a whole group of batches: no text
-    to format or parse, no statement per row or per batch."""
+    to format or parse, no statement per row or per batch. Sections of fixed-width columns
+    (steps, samples) are encoded whole by numpy (copy_binary); the others row by row."""
     for (table, names), parts in copies.items():
+        types = _copy_types(table, names)
         cursor = connection.connection.cursor()
         try:
             with cursor.copy(
                 f"COPY {table} (run_id, rank, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(_copy_types(table, names))
-                for rows in parts:
-                    for row in rows:
+                if encodable(types):
+                    copy.write(SIGNATURE)
+                    for run_id, rank, values in parts:
+                        copy.write(encode_rows([run_id, rank, *values], types))
+                    copy.write(TRAILER)
+                    continue
+                copy.set_types(types)
+                for run_id, rank, values in parts:
+                    n = len(values[0])
+                    for row in zip(repeat(run_id, n), repeat(rank, n), *values, strict=True):
                         copy.write_row(row)
         finally:
             cursor.close()
@@ -334,61 +348,54 @@ def _executemany(connection: Connection, sql: str, rows: Iterable[Sequence[Any]]
         cursor.close()
 
 
-def _rollup_rows(
-    run_id: int, rank: int, *, step: np.ndarray, t: np.ndarray, dur: np.ndarray, wait: np.ndarray
-) -> list[tuple]:
-    """The batch's steps aggregated into every rollup tier: one row per (width, bucket).
+# A group's steps for its rollups: (run id, rank, step, t, dur, wait) of each batch.
+RollupPart = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
-    Steps increase within a batch (the protocol checks it), so each bucket is one run of rows.
+
+def _rollup_columns(parts: Sequence[RollupPart]) -> list[np.ndarray]:
+    """A group's steps aggregated into every rollup tier: the columns of `_ROLLUP_COLUMNS`,
+    one row per (run, rank, width, bucket).
+
+    The steps are sorted by (run, rank, step), so each bucket is one run of rows; each tier is
+    reduced from the one below (every width is a multiple of the previous one). A group holds
+    each key once, as one statement's upsert needs; steps sent twice (a restarted worker counts
+    from 0 again) add to their bucket, as they did batch by batch.
     """
+    run = np.concatenate([np.full(len(p[2]), p[0], dtype=np.int64) for p in parts])
+    rank = np.concatenate([np.full(len(p[2]), p[1], dtype=np.int64) for p in parts])
+    step, t, dur, wait = (np.concatenate([p[i] for p in parts]) for i in range(2, 6))
+    order = np.lexsort((step, rank, run))
+    run, rank, step, t, dur, wait = (a[order] for a in (run, rank, step, t, dur, wait))
     known = ~np.isnan(wait)
-    wait_known = np.where(known, wait, 0.0)
-    known_n = known.astype(np.int64)
-    n = len(step)
-    rows: list[tuple] = []
-    whole: tuple | None = None  # the batch as one bucket, for the tiers it fits in whole
+    # Per row of the tier below: n, step_max, t_max, dur_sum, dur_min, dur_max, wait_sum,
+    # wait_n (for the raw steps, each step's own values).
+    values = [
+        np.ones(len(step), dtype=np.int64), step, t, dur, dur, dur,
+        np.where(known, wait, 0.0), known.astype(np.int64),
+    ]  # fmt: skip
+    reducers = (np.add, np.maximum, np.maximum, np.add, np.minimum, np.maximum, np.add, np.add)
+    bucket, below = step, 1
+    out: list[list[np.ndarray]] = [[] for _ in range(12)]
     for width in ROLLUP_WIDTHS:
-        first_bucket, last_bucket = int(step[0]) // width, int(step[-1]) // width
-        if first_bucket == last_bucket:
-            if whole is None:
-                whole = (
-                    n, int(step[-1]), float(t.max()), float(dur.sum()), float(dur.min()),
-                    float(dur.max()), float(wait_known.sum()), int(known_n.sum()),
-                )  # fmt: skip
-            rows.append((run_id, rank, width, first_bucket, *whole))
-            continue
-        bucket = step // width
-        starts = np.concatenate(([0], np.flatnonzero(bucket[1:] != bucket[:-1]) + 1))
-        columns = (
-            bucket[starts],
-            np.diff(starts, append=n),
-            np.maximum.reduceat(step, starts),
-            np.maximum.reduceat(t, starts),
-            np.add.reduceat(dur, starts),
-            np.minimum.reduceat(dur, starts),
-            np.maximum.reduceat(dur, starts),
-            np.add.reduceat(wait_known, starts),
-            np.add.reduceat(known_n, starts),
-        )
-        rows.extend(
-            (run_id, rank, width, *values)
-            for values in zip(*(c.tolist() for c in columns), strict=True)
-        )
-    return rows
+        bucket = bucket // (width // below)
+        below = width
+        change = (bucket[1:] != bucket[:-1]) | (rank[1:] != rank[:-1]) | (run[1:] != run[:-1])
+        starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+        run, rank, bucket = run[starts], rank[starts], bucket[starts]
+        values = [r.reduceat(v, starts) for r, v in zip(reducers, values, strict=True)]
+        for column, array in zip(
+            out, [run, rank, np.full(len(starts), width), bucket, *values], strict=True
+        ):
+            column.append(array)
+    return [np.concatenate(column) for column in out]
 
 
-def _update_rollups(
-    connection: Connection,
-    *,
-    run_id: int,
-    rank: int,
-    step: np.ndarray,
-    t: np.ndarray,
-    dur: np.ndarray,
-    wait: np.ndarray,
-) -> None:
-    """Fold the batch's steps into every rollup tier (insert or add to existing buckets)."""
-    rows = _rollup_rows(run_id, rank, step=step, t=t, dur=dur, wait=wait)
+def _update_rollups(connection: Connection, parts: Sequence[RollupPart]) -> None:
+    """Fold a group's steps into every rollup tier (insert or add to existing buckets) with
+    one statement."""
+    if not parts:
+        return
+    columns = _rollup_columns(parts)
     postgres = connection.dialect.name == "postgresql"
     lo, hi = ("LEAST", "GREATEST") if postgres else ("min", "max")
     upsert = (
@@ -403,21 +410,19 @@ def _update_rollups(
         "wait_n = steprollup.wait_n + excluded.wait_n"
     )
     if postgres:
-        # One statement over arrays instead of a statement per bucket. A batch has each
-        # (width, bucket) once, so no row is updated twice by the same command.
-        # Each column goes as one comma-separated text: psycopg adapts a list value by value
-        # in Python, which cost more than the statement.
+        # One statement over arrays. Each column goes as one comma-separated text: psycopg
+        # adapts a list value by value in Python, which cost more than the statement.
         _executemany(
             connection,
             f"INSERT INTO {_ROLLUP_COLUMNS} SELECT * FROM unnest({_ROLLUP_ARRAYS}) {upsert}",
-            [[",".join(map(str, column)) for column in zip(*rows, strict=True)]],
+            [[",".join(map(str, column.tolist())) for column in columns]],
         )
         return
     mark = placeholder(connection)
     _executemany(
         connection,
         f"INSERT INTO {_ROLLUP_COLUMNS} VALUES ({', '.join([mark] * 12)}) {upsert}",
-        rows,
+        zip(*(column.tolist() for column in columns), strict=True),
     )
 
 
