@@ -4,8 +4,9 @@ bench/corpus.py puts this directory on PYTHONPATH for the plain run and the `sto
 alike (`stoker run` puts its own sitecustomize first and chains to this one). Nothing here
 edits a script; it acts through an import hook only:
 
-- `keras.datasets.{mnist,fashion_mnist,cifar10,cifar100,boston_housing}.load_data` (Keras 3,
-  `tf.keras` and `tf_keras`) return seeded synthetic arrays of the real dtype and shape,
+- `keras.datasets.{mnist,fashion_mnist,cifar10,cifar100,boston_housing,imdb}.load_data`
+  (Keras 3, `tf.keras` and `tf_keras`) return seeded synthetic arrays of the real dtype and
+  shape (imdb: lists of word indices below `num_words`, of 20 to 400 words, and 0/1 labels),
   `STOKER_CORPUS_<NAME>` ("train,test", e.g. `STOKER_CORPUS_MNIST=12000,2000`) samples, so no
   script downloads anything;
 - every `History` appends its fit's `history` and `params` (epochs, steps) as one JSON line
@@ -32,6 +33,7 @@ DEFAULT_SIZES = {
     "cifar10": (512, 128),
     "cifar100": (512, 128),
     "boston_housing": (404, 102),
+    "imdb": (1024, 256),
 }
 
 
@@ -88,6 +90,25 @@ def _boston_housing_load_data(*_args: Any, **_kwargs: Any) -> Any:
         x = rng.uniform(0.0, 100.0, size=(count, 13))
         y = rng.uniform(5.0, 50.0, size=(count,))
         return x, y
+
+    return split(train), split(test)
+
+
+def _imdb_load_data(*_args: Any, num_words: int | None = None, **_kwargs: Any) -> Any:
+    """Reviews as object arrays of word-index lists (start_char 1 first, indices from 3 on,
+    below `num_words`), labels 0/1 as int64, like the real set."""
+    import numpy as np
+
+    rng = np.random.default_rng(1234)
+    train, test = _sizes("imdb")
+    vocabulary = num_words or 10000
+
+    def split(count: int) -> tuple[Any, Any]:
+        x = np.empty(count, dtype=object)
+        for i in range(count):
+            length = int(rng.integers(20, 401))
+            x[i] = [1, *rng.integers(3, vocabulary, size=length - 1).tolist()]
+        return x, rng.integers(0, 2, size=count).astype("int64")
 
     return split(train), split(test)
 
@@ -153,6 +174,7 @@ STAND_INS: dict[str, Callable[..., Any]] = {
     "cifar10": _cifar10_load_data,
     "cifar100": _cifar100_load_data,
     "boston_housing": _boston_housing_load_data,
+    "imdb": _imdb_load_data,
 }
 
 PATCHES: dict[str, Callable[[ModuleType], None]] = {
