@@ -193,6 +193,22 @@ def wait_finished(server: ServerProcess, prefix: str, count: int, steps: int) ->
 
 
 # --- phases -----------------------------------------------------------------------------------
+def settle(server: ServerProcess) -> None:
+    """Wait until the server has stored what the last phase sent (its writer is idle: a runs
+    list answers within 100 ms twice in a row)."""
+    quick = 0
+    deadline = time.monotonic() + 120
+    while quick < 2 and time.monotonic() < deadline:
+        started = time.perf_counter()
+        server.get("/api/v1/runs")
+        quick = quick + 1 if time.perf_counter() - started < 0.1 else 0
+        time.sleep(0.5)
+
+
+def rate(result: dict) -> float:
+    return result["rows"] / result["elapsed"] if result["rows"] else 0.0
+
+
 def phase_ingest(a: ServerProcess, b: ServerProcess, args: argparse.Namespace, tmp: Path) -> None:
     url = "{}/api/v1/agent"
     one = asyncio.run(ingest_load(url.format(a.ws_url), args.agents, 1000, args.seconds, 2))
@@ -204,8 +220,9 @@ def phase_ingest(a: ServerProcess, b: ServerProcess, args: argparse.Namespace, t
             ingest_load(url.format(b.ws_url), args.agents - half, 1000, args.seconds, 2),
         )
 
+    settle(a)
     split = asyncio.run(both())
-    one_rate = one["rows"] / one["elapsed"]
+    one_rate = rate(one)
     split_rows = sum(r["rows"] for r in split)
     split_rate = split_rows / max(r["elapsed"] for r in split)
     acks = [x for r in split for x in r["latencies"]]
@@ -215,8 +232,7 @@ def phase_ingest(a: ServerProcess, b: ServerProcess, args: argparse.Namespace, t
           f"ack p50 {statistics.median(one['latencies']) * 1e3:6.1f} ms")  # fmt: skip
     print(f"   A + B, {args.agents // 2} + {args.agents - args.agents // 2} agents        "
           f"{split_rate:>10,.0f} rows/s   ack p50 {statistics.median(acks) * 1e3:6.1f} ms   "
-          f"(A {split[0]['rows'] / split[0]['elapsed']:,.0f}, "
-          f"B {split[1]['rows'] / split[1]['elapsed']:,.0f})")  # fmt: skip
+          f"(A {rate(split[0]):,.0f}, B {rate(split[1]):,.0f})")  # fmt: skip
     print(f"   combined / one server      {split_rate / one_rate:.2f}")
 
 
