@@ -1,0 +1,71 @@
+"""What the training thread spends per step turning input stamps into step rows.
+
+Every ~50 steps (or once a second) the callback reads the stamp ring (`StampRing.read`),
+matches the steps to the elements they consumed (`WaitResolver.resolve`) and records one row
+per step. This times that path alone, in CPU time, on a real ring variable filled as the
+stamping stage fills it: one-step executions, 50 per read, as on sub-millisecond steps. No
+fit runs, so the figure is not buried in TensorFlow's noise on a loaded machine.
+
+Usage: .venv/bin/python bench/stamp_flush.py [--reads 400]
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from trainer_agent.input_wait import _GENERATION_STRIDE, Execution, StampRing, WaitResolver
+from trainer_agent.recorder import Recorder
+
+STEPS_PER_READ = 50
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reads", type=int, default=400)
+    reads = parser.parse_args().reads
+    ring = StampRing()
+    rows = np.zeros((ring.size, 5))
+    recorder = Recorder(10**7)
+    resolver = WaitResolver()
+    wall0, perf0 = time.time(), time.perf_counter()
+
+    def flush(k: int) -> float:
+        """Stamp the next 50 elements as the stage would (not timed), then time one flush."""
+        start = k * STEPS_PER_READ
+        for i in range(start, start + STEPS_PER_READ):
+            slot = (i + _GENERATION_STRIDE) % ring.size
+            rows[slot] = (wall0 + i * 1e-3, wall0 + i * 1e-3 + 1e-4, 1, i, 1)
+        ring._ring.assign(rows)
+        executions = [
+            Execution(
+                first_step=i, n=1, begin=perf0 + i * 1e-3, end=perf0 + (i + 1) * 1e-3,
+                epoch_start=i == 0, returned=perf0 + (i + 1) * 1e-3,
+            )
+            for i in range(start, start + STEPS_PER_READ)
+        ]  # fmt: skip
+        started = time.process_time()
+        stamps = ring.read(time.time() - time.perf_counter(), after=resolver.cursor)
+        for row in resolver.resolve(executions, stamps):
+            recorder.steps.append(row.step, row.start, row.dur, row.wait, row.batch_size)
+        return (time.process_time() - started) / STEPS_PER_READ
+
+    flush(0)
+    per_step = sorted(flush(k) for k in range(1, reads + 1))
+    print(
+        f"read + resolve + record, {STEPS_PER_READ} one-step executions per read, {reads} reads: "
+        f"CPU per step median {statistics.median(per_step) * 1e6:.2f} µs, "
+        f"10th percentile {per_step[len(per_step) // 10] * 1e6:.2f} µs "
+        f"(load average {os.getloadavg()[0]:.1f})"
+    )
+
+
+if __name__ == "__main__":
+    main()
