@@ -38,7 +38,7 @@ from pathlib import Path
 import httpx
 from websockets.asyncio.client import connect
 
-from bench.ingest import _run as ingest_load
+from bench.ingest import TARGET_ROWS_PER_S, _agent, _frame
 from tests.support import REPO, PostgresServer, ServerProcess, upload_spool, wait_for
 
 STEP_S = 0.02
@@ -205,23 +205,32 @@ def settle(server: ServerProcess) -> None:
         time.sleep(0.5)
 
 
+async def split_load(servers: list[ServerProcess], agents: int, seconds: float) -> list[dict]:
+    """bench.ingest's load with its agents dealt over `servers`, all from one start: the
+    frames are built first (building them while another server's agents run would stall
+    those agents)."""
+    batch, window = 1000, 2
+    frames = int(seconds * TARGET_ROWS_PER_S * 2 / agents / batch) + 10
+    payloads = [_frame(seq, (seq - 1) * batch, batch) for seq in range(1, frames + 1)]
+    outs = [{"latencies": [], "rows": 0, "last_ack": 0.0} for _ in servers]
+    start = time.perf_counter()
+    await asyncio.gather(
+        *(_agent(f"{servers[i % len(servers)].ws_url}/api/v1/agent", payloads, batch, window,
+                 start + seconds, outs[i % len(servers)]) for i in range(agents))
+    )  # fmt: skip
+    for out in outs:
+        out["elapsed"] = out["last_ack"] - start
+    return outs
+
+
 def rate(result: dict) -> float:
     return result["rows"] / result["elapsed"] if result["rows"] else 0.0
 
 
 def phase_ingest(a: ServerProcess, b: ServerProcess, args: argparse.Namespace, tmp: Path) -> None:
-    url = "{}/api/v1/agent"
-    one = asyncio.run(ingest_load(url.format(a.ws_url), args.agents, 1000, args.seconds, 2))
+    one = asyncio.run(split_load([a], args.agents, args.seconds))[0]
 
-    async def both() -> list[dict]:
-        half = args.agents // 2
-        return await asyncio.gather(
-            ingest_load(url.format(a.ws_url), half, 1000, args.seconds, 2),
-            ingest_load(url.format(b.ws_url), args.agents - half, 1000, args.seconds, 2),
-        )
-
-    settle(a)
-    split = asyncio.run(both())
+    split = asyncio.run(split_load([a, b], args.agents, args.seconds))
     one_rate = rate(one)
     split_rows = sum(r["rows"] for r in split)
     split_rate = split_rows / max(r["elapsed"] for r in split)
