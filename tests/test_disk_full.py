@@ -155,8 +155,16 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         assert response.status_code == 507, response.text
         assert "disk is full" in response.json()["detail"]
 
-        # Room again: the agent reconnects, learns what is stored, sends the rest.
+        # Room again. An HTTP agent's batch stored says so, as a WebSocket one would.
         assert _mount(small_disk, ROOMY, "remount")
+        response = httpx.post(
+            f"{server.url}/api/v1/ingest",
+            json={"hello": other, "batches": [json.loads(_frame(1))]},
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        assert _metric(server, "stoker_disk_full") == 0
+        # The agent reconnects, learns what is stored, sends the rest.
         resumed_from, acked_again, code = run_coroutine(_send(url, hello, acked + 1, total))
         assert resumed_from == acked and (acked_again, code) == (total, 0)
         assert server.get(f"/api/v1/runs/{run['id']}")["summary"]["steps"] == total * BATCH
@@ -166,7 +174,8 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
     engine = create_engine(database)
     with engine.connect() as connection:
         rows, distinct = connection.execute(
-            text("SELECT count(*), count(DISTINCT step) FROM step")
+            text("SELECT count(*), count(DISTINCT step) FROM step WHERE run_id = :run"),
+            {"run": run["id"]},
         ).one()
     engine.dispose()
     assert rows == distinct == total * BATCH

@@ -299,7 +299,7 @@ async def ingest_http(request: Request, state: StateDep) -> IngestResult:
     acked: list[int] = []
     public = run_public(run)
     for batch in payload.batches:
-        fresh = await writer.run(
+        fresh = await writer.store_rows(
             store_batch,
             run_id=run.id,
             stream=payload.hello.stream,

@@ -70,6 +70,7 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     batch: BatchJob | None = None
     control: Callable[[], Any] | None = None  # runs on the writer thread, no session
+    stores_rows: bool = False  # its success shows the disk has room again
 
 
 def _settle(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
@@ -106,6 +107,14 @@ class Writer:
     async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run `fn(session=..., **kwargs)` in the writer thread with a fresh session."""
         return await self.submit(fn, **kwargs)
+
+    async def store_rows(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """`run` for a job that stores an agent's rows: once one succeeds, the disk is no
+        longer full (a read or a small edit succeeding says nothing about room for rows)."""
+        loop = asyncio.get_running_loop()
+        job = _Job(fn, kwargs, loop.create_future(), loop, stores_rows=True)
+        self._queue.put(job)
+        return await job.future
 
     def submit_store(self, batch: BatchJob) -> "asyncio.Future[dict[str, Any] | None]":
         """Queue an agent batch (stored with others in one transaction; see store_batches)."""
@@ -187,6 +196,8 @@ class Writer:
         except BaseException as error:
             _settle(job, error=self._full(error))
         else:
+            if job.stores_rows:
+                self.disk_full = False
             _settle(job, result)
 
     def _store(self, group: list[_Job]) -> None:
