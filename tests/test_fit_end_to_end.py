@@ -76,12 +76,12 @@ def test_fit_with_server_down_completes_and_warns_once(caplog: pytest.LogCapture
         # fit() does not wait for the sender: let it finish trying (bounded by the timeout).
         trainer_agent.flush()
     assert len(history.history["loss"]) == 2
-    # One warning: "cannot reach the server" when a live run first fails to connect, or, for a
-    # run that ended before its first flush (sent whole at its end), "is unreachable" with
-    # where its records are kept.
-    said = ("cannot reach the server", "is unreachable")
-    unreachable = [r for r in caplog.records if any(s in r.getMessage() for s in said)]
-    assert len(unreachable) == 1, [r.getMessage() for r in unreachable]
+    # The run's end says once that the server is unreachable, with where its records are
+    # kept. A run that flushed live before its end (how many steps fit before the first flush
+    # depends on the machine's speed) has also said once, then, that it cannot reach it.
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("is unreachable" in m for m in messages) == 1, messages
+    assert sum("cannot reach the server" in m for m in messages) <= 1, messages
 
 
 def test_fit_live_steps_reach_server_while_training(server: ServerProcess) -> None:

@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from backend.api import profiles as api
 from backend.core.db import make_engine
-from backend.core.models import ProfileStatus
+from backend.core.models import ProfileStatus, Run
 from backend.core.settings import Settings
 from backend.ingest import profiles as store
 from backend.ingest.profile_analysis import AnalysisRuns
@@ -82,9 +82,11 @@ def test_a_stalled_agent_holds_up_neither_the_request_nor_the_others(
         agents.attach(run_id, stalled.link)  # first: sent one after the other, it blocks all
         agents.attach(run_id, fine.link)
         with Session(state.engine, expire_on_commit=False) as session:
-            profile = await asyncio.wait_for(
-                api.request_profile(run_id, api.ProfileRequest(steps=5), state, session), GUARD_S
-            )
+            run = session.get(Run, run_id)
+            assert run is not None
+        profile = await asyncio.wait_for(
+            api.request_profile(run_id, run, api.ProfileRequest(steps=5), state), GUARD_S
+        )
         assert [m["name"] for m in fine.got] == ["profile"] and fine.got[0]["rank"] == 1
         assert [(w.rank, w.status) for w in profile.workers] == [(0, "failed"), (1, "requested")]
         assert "went away" in (profile.workers[0].error or "")
