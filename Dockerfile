@@ -12,9 +12,9 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY backend/ backend/
 COPY trainer_agent/ trainer_agent/
-RUN rm -rf backend/static
+RUN rm -rf backend/stoker_server/static
 # No frontend/ here: setup.py takes the UI built in the first stage as it is.
-COPY --from=ui /src/backend/static backend/static
+COPY --from=ui /src/backend/stoker_server/static backend/stoker_server/static
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 FROM python:3.11-slim-bookworm

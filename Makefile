@@ -4,13 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 NODE_MODULES := frontend/node_modules/.package-lock.json
-# The agent's real-training tests, also run on the oldest TensorFlow supported (tf.keras =
-# Keras 2, in its own venv) and with tf_keras (TF_USE_LEGACY_KERAS=1) on the newest.
-AGENT_FIT_TESTS := tests/test_agent_fit.py tests/test_epoch_metrics_fit.py \
-	tests/test_agent_guard.py tests/test_stamp_ring.py tests/test_input_wait.py tests/test_autolog.py
+# The test tiers, in the order `make test` runs them (tests/README.md). The fit tests marked
+# tf_matrix also run on the oldest TensorFlow supported (tf.keras = Keras 2, in its own venv)
+# and with tf_keras (TF_USE_LEGACY_KERAS=1) on the newest.
+TEST_TIERS := tests/unit tests/server tests/fit tests/ui
 TF_OLDEST := 2.15.1
 # Run each in a pytest process of its own (see the test target).
-OWN_PROCESS_TESTS := tests/test_diagnosis_keras.py tests/test_profile_capture.py
+OWN_PROCESS_TESTS := tests/fit/test_diagnosis_keras.py tests/fit/test_profile_capture.py
 TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
@@ -28,7 +28,7 @@ test: build
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	cd frontend && npm test
-	$(BIN)/pytest -ra $(addprefix --ignore=,$(OWN_PROCESS_TESTS))
+	$(BIN)/pytest -ra --durations=30 $(TEST_TIERS) $(addprefix --ignore=,$(OWN_PROCESS_TESTS))
 	# Each in a process of its own. test_diagnosis_keras: after the rest of the suite, its
 	# parallel map read 0.6 of the step as wait (serial-like) twice, alone never.
 	# test_profile_capture: twice in CI, the next test's event loop hung for 60 s inside a
@@ -40,11 +40,12 @@ test: build
 	$(MAKE) test-jax
 
 test-tf-matrix: $(INSTALLED) $(TF_OLDEST_VENV)/.installed
-	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra $(AGENT_FIT_TESTS)
+	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra -m tf_matrix tests/fit
 	# The two-worker MultiWorkerMirroredStrategy fit (one run for the whole job) on TF 2.15's own tf.keras.
 	# (Its straggler test stays on the newest TF: on 2.15 the job's collective step outlasts
 	# the delay that test derives from a worker's own step, so no worker starves.)
-	$(TF_OLDEST_VENV)/bin/pytest -ra $(AGENT_FIT_TESTS) tests/test_multiworker.py -k "not straggler"
+	$(TF_OLDEST_VENV)/bin/pytest -ra -m tf_matrix tests/fit
+	$(TF_OLDEST_VENV)/bin/pytest -ra tests/fit/test_multiworker.py -k "not straggler"
 
 # The tests start `stoker serve` with the venv's Python, so it has the server extra too.
 $(TF_OLDEST_VENV)/.installed: pyproject.toml
@@ -85,14 +86,14 @@ format: $(INSTALLED)
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) frontend/node_modules backend/static test-artifacts
+	rm -rf $(VENV) frontend/node_modules backend/stoker_server/static test-artifacts
 
 # The server's OpenAPI schema into frontend/openapi.json, and the UI's API types from it.
 api-types: $(INSTALLED) $(NODE_MODULES)
-	$(BIN)/python -c "import json, sys, tempfile, pathlib; from backend.core.app import create_app; from backend.core.settings import Settings; json.dump(create_app(Settings(data_dir=pathlib.Path(tempfile.mkdtemp()))).openapi(), sys.stdout, indent=2); print()" > frontend/openapi.json
+	$(BIN)/python -c "import json, sys, tempfile, pathlib; from stoker_server.service.app import create_app; from stoker_server.core.settings import Settings; json.dump(create_app(Settings(data_dir=pathlib.Path(tempfile.mkdtemp()))).openapi(), sys.stdout, indent=2); print()" > frontend/openapi.json
 	cd frontend && npm run gen:api
 
 # Public training scripts run plain and under `stoker run` (tests/corpus/README.md). They are
 # never committed: place them first with CORPUS_ARGS="--from-git OWNER/NAME=GIT_DIR ...".
 corpus: $(INSTALLED)
-	$(BIN)/python bench/corpus.py --table bench/results/corpus.md $(CORPUS_ARGS)
+	$(BIN)/python -m bench.corpus --table bench/results/corpus.md $(CORPUS_ARGS)

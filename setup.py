@@ -1,9 +1,9 @@
-"""Builds the web UI into backend/static before the Python files are collected, so the wheel
-(and an editable install from a clone) serves it. The project's metadata is in pyproject.toml.
+"""Builds the web UI into backend/stoker_server/static before the Python files are collected, so the
+wheel (and an editable install from a clone) serves it. The project's metadata is in pyproject.toml.
 
-From a clone, `npm ci && npm run build` runs in frontend/ when backend/static is missing or
-older than the UI's sources (Node.js 20+ needed). From an sdist, the UI it carries is used.
-`STOKER_SKIP_UI_BUILD=1` skips the build (the server then says the UI is not built).
+From a clone, `npm ci && npm run build` runs in frontend/ when backend/stoker_server/static is
+missing or older than the UI's sources (Node.js 20+ needed). From an sdist, the UI it carries is
+used. `STOKER_SKIP_UI_BUILD=1` skips the build (the server then says the UI is not built).
 """
 
 import os
@@ -17,7 +17,7 @@ from setuptools.command.sdist import sdist
 
 ROOT = Path(__file__).resolve().parent
 FRONTEND = ROOT / "frontend"
-INDEX = ROOT / "backend" / "static" / "index.html"
+INDEX = ROOT / "backend" / "stoker_server" / "static" / "index.html"
 UI_SOURCES = ("src", "public", "index.html", "package.json", "package-lock.json", "vite.config.ts")
 HOW_TO = (
     "install Node.js 20+ (npm) and run `make build` (or: cd frontend && npm ci && npm run build)"

@@ -3,7 +3,7 @@
 Configurations, interleaved in a random order within each trial, one fresh model each:
   baseline     no extra callback
   stoker       StokerCallback + cb.wrap(dataset), GPU sampling every 1 s against the fake
-               NVML (tests/fake_nvml), streaming to a real `stoker serve`
+               NVML (tests/harness/fake_nvml.c), streaming to a real `stoker serve`
   callback     StokerCallback alone (no wrap)
   tensorboard  keras.callbacks.TensorBoard(update_freq="batch")
 A minimal timer callback (the same in every configuration) measures the steady-state step
@@ -26,28 +26,26 @@ of a small MLP, `--tiny-steps` per fit, the same interleaved configurations but 
 and the stage's cost on a one-sample element through the train function; per step in µs
 and as a share of the plain step.
 
-Usage: .venv/bin/python bench/agent_overhead.py [--trials 25] [--paired-steps 3000]
-       .venv/bin/python bench/agent_overhead.py --tiny [--trials 10] [--tiny-steps 3000]
+Usage: .venv/bin/python -m bench.agent_overhead [--trials 25] [--paired-steps 3000]
+       .venv/bin/python -m bench.agent_overhead --tiny [--trials 10] [--tiny-steps 3000]
 """
 
 import argparse
 import os
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import tensorflow as tf
 
-from tests.fake_nvml import FakeNvml, build
-from tests.support import ServerProcess
+from tests.harness.fake_nvml import FakeNvml, build
+from tests.harness.support import ServerProcess
 from trainer_agent import StokerCallback
 
 SKIP = 50  # steps before the timed window (tracing, warm-up, the agent's start)
@@ -238,8 +236,8 @@ def tiny_main(server: str, work: Path, trials: int, steps: int, pairs: int) -> N
 
 def hook_costs(server: str) -> tuple[float, float]:
     """The agent's own per-step work, timed directly: no fit, no noise from TensorFlow."""
-    from trainer_agent.callback import READ_EVERY_CALLS
-    from trainer_agent.input_wait import StampRing
+    from trainer_agent.capture.callback import READ_EVERY_CALLS
+    from trainer_agent.capture.input_wait import StampRing
 
     model = make_model(8, [8])
     callback = StokerCallback(run_name="bench-hooks", server=server)
@@ -279,7 +277,7 @@ def stage_cost(features: int, widths: list[int], batch: int, pairs: int) -> floa
     the end) and wrapped. Steps alternate between them in a random order, so both see the
     same machine from one step to the next; the figure is the median paired difference.
     """
-    from trainer_agent.input_wait import StampRing
+    from trainer_agent.capture.input_wait import StampRing
 
     model = make_model(features, widths)
     model.make_train_function()

@@ -1,7 +1,7 @@
 """Does Stoker name the stage that starves the steps? Pipelines whose slow stage is known.
 
-GPU-like regime (`tests.gpu_like`): the step holds `--hold-ms` without the CPU once its batch
-arrived; the slow stage sleeps, so the pipeline and the step do not share the CPUs. The step
+GPU-like regime (`tests.harness.gpu_like`): the step holds `--hold-ms` without the CPU once its
+batch arrived; the slow stage sleeps, so the pipeline and the step do not share the CPUs. The step
 time C with cached input is measured first, in the same run; each slow stage is given
 MARGIN x C a batch (a stage on k threads k x that, so it still starves).
 
@@ -21,7 +21,7 @@ label) is a FAIL either way.
 Also: the cost of one model read (get_model_proto + conversion, µs) and that cost spread
 over the steps of the default 5 s interval.
 
-Usage: .venv/bin/python bench/bottleneck.py [--runs 10] [--follow-runs 3] [--steps 40]
+Usage: .venv/bin/python -m bench.bottleneck [--runs 10] [--follow-runs 3] [--steps 40]
        [--hold-ms 20] [--only NAME] [--explain]
 """
 
@@ -29,29 +29,26 @@ import argparse
 import os
 import re
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import tensorflow as tf
 
-from backend.diagnosis.bottleneck import capacities, find_bottleneck
-from tests.gpu_like import MARGIN, held_model, measure_step_s
-from trainer_agent.pipeline_model import (
+from stoker_server.diagnosis.bottleneck import capacities, find_bottleneck
+from tests.harness.gpu_like import MARGIN, held_model, measure_step_s
+from trainer_agent.capture.pipeline_model import (
     DEFAULT_INTERVAL_S,
     PipelineSource,
     function_names,
 )
-from trainer_agent.recorder import Recorder
-from trainer_agent.train_function import unwatch_train_function, watch_train_function
+from trainer_agent.capture.recorder import Recorder
+from trainer_agent.capture.train_function import unwatch_train_function, watch_train_function
 
 BATCH = 16
 FEATURES = 8

@@ -4,9 +4,9 @@ involved; the unreachable address only gives the agent somewhere to not deliver 
 
 from typing import Any
 
-from trainer_agent.callback import StokerCallback
-from trainer_agent.input_wait import StepRow
-from trainer_agent.monitor import Monitor
+from trainer_agent.capture.callback import StokerCallback
+from trainer_agent.capture.input_wait import StepRow
+from trainer_agent.capture.monitor import Monitor
 
 NO_SERVER = "http://127.0.0.1:9"
 

@@ -16,7 +16,7 @@ same metric names, losses equal within 1e-5 relative), one finished run per `fit
 Keras's batch count (epochs run x steps per epoch), and wall time within noise
 (stoker <= 1.5 x plain + 3 s).
 
-Usage: .venv/bin/python bench/corpus.py [--only NAME]... [--ci] [--from-git OWNER/NAME=DIR]...
+Usage: .venv/bin/python -m bench.corpus [--only NAME]... [--ci] [--from-git OWNER/NAME=DIR]...
 """
 
 import argparse
@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from tests.support import ServerProcess, wait_for  # noqa: E402
+from tests.harness.support import ServerProcess, wait_for  # noqa: E402
 
 CORPUS = REPO / "tests" / "corpus"
 MANIFEST = CORPUS / "manifest.json"
@@ -143,7 +142,7 @@ def missing_line(missing: list[Entry]) -> str:
     return (
         f"{len(missing)} corpus script(s) missing from {SCRIPTS.relative_to(REPO)}/ "
         f"({', '.join(entry.name for entry in missing)}): place them with "
-        f"`.venv/bin/python bench/corpus.py {options}`, each GIT_DIR a git directory of that "
+        f"`.venv/bin/python -m bench.corpus {options}`, each GIT_DIR a git directory of that "
         f"repository holding the pinned commit ({holding}); they are skipped in this run"
     )
 

@@ -38,7 +38,7 @@ def run_with_database(
     when `--postgres` was given; the server is stopped afterwards."""
     postgres = None
     if args.postgres:
-        from tests.support import PostgresServer
+        from tests.harness.support import PostgresServer
 
         postgres = PostgresServer().start()
         args.database_url = postgres.create_database()

@@ -5,23 +5,20 @@ wait, 1 Hz samples of 8 GPUs and the host) and R enabled rules, then times `tick
 steady (no verdict or alert changes, so no writes), and the ingest-side `observe_batch` of
 one 50-step batch. Prints microseconds per tick, per run and per (run, rule) pair.
 
-Usage: .venv/bin/python bench/detector_cost.py [--runs 10,100,1000] [--rules 3,30]
+Usage: .venv/bin/python -m bench.detector_cost [--runs 10,100,1000] [--rules 3,30]
 """
 
 import argparse
 import asyncio
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backend.core.lifecycle import AgentConnections
-from backend.core.models import AlertMetric, AlertRule, Comparison, Run, RunStatus
-from backend.core.settings import Settings
-from backend.diagnosis.detectors import Detectors
-from backend.ingest.protocol import Batch
-from backend.live.hub import LiveHub
+from stoker_server.core.models import AlertMetric, AlertRule, Comparison, Run, RunStatus
+from stoker_server.core.settings import Settings
+from stoker_server.diagnosis.detectors import Detectors
+from stoker_server.ingest.protocol import Batch
+from stoker_server.live.hub import LiveHub
+from stoker_server.service.lifecycle import AgentConnections
 
 
 class NoWriter:

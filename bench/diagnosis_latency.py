@@ -15,23 +15,21 @@ browser-side live connection (`/api/v1/live`) timestamps each pushed message on 
    `firing` (the figure minus `for_s` is Stoker's own delay), and from the first 95 % sample
    back to `resolved` (minus `keep_firing_for_s`).
 
-Usage: .venv/bin/python bench/diagnosis_latency.py [--fed-s 10] [--repeat 3]
+Usage: .venv/bin/python -m bench.diagnosis_latency [--fed-s 10] [--repeat 3]
 """
 
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.detect_support import LiveListener, ScriptedAgent
-from tests.support import ServerProcess, wait_for
+from tests.harness.detect_support import LiveListener, ScriptedAgent
+from tests.harness.support import ServerProcess, wait_for
 
 
 def _arrival(live: LiveListener, kind: str, match, timeout_s: float = 300) -> float:
@@ -112,8 +110,8 @@ def keras_cold_start(server: ServerProcess, live: TimedListener, name: str) -> f
 
 
 def agent_fed_then_starved(server: ServerProcess, live: TimedListener, fed_s: float) -> float:
+    from trainer_agent.capture.session import RunSession
     from trainer_agent.config import AgentConfig
-    from trainer_agent.session import RunSession
 
     session = RunSession(AgentConfig(server=server.url, run_name="fed-then-starved"))
     session.start()

@@ -27,27 +27,25 @@ TensorBoard's; beside it, where Stoker's time goes on the training thread (`wrap
 `on_train_begin`, `on_train_end`; the rest is Keras's own per-fit work made slower, e.g.
 the iterators of the wrapped pipeline, and the agent's threads competing for the GIL).
 
-Usage: .venv/bin/python bench/fit_overhead.py [--rounds 30] [--steps 2,8,32,128]
-       .venv/bin/python bench/fit_overhead.py --pairs 25
+Usage: .venv/bin/python -m bench.fit_overhead [--rounds 30] [--steps 2,8,32,128]
+       .venv/bin/python -m bench.fit_overhead --pairs 25
 """
 
 import argparse
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import tensorflow as tf
 
 import trainer_agent
-from tests.support import ServerProcess
+from tests.harness.support import ServerProcess
 from trainer_agent import StokerCallback
 
 BATCH = 8

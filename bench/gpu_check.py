@@ -27,7 +27,7 @@ its packages are installed, or `--server URL` names one; without one, sections 3
 skipped and the agent spools (`stoker upload` sends the runs later). Exit status 1 when a
 check fails. Target: at most 8 minutes on an H100; about a minute with `--fake`.
 
-Usage: python bench/gpu_check.py [--fake] [--server URL | --no-server] [--quick]
+Usage: python -m bench.gpu_check [--fake] [--server URL | --no-server] [--quick]
 """
 
 import argparse
@@ -51,8 +51,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 GIB = 2**30
 FAKE_GPU = {
@@ -166,7 +164,7 @@ class FakeDevice(Device):
     fake = True
 
     def __init__(self, workdir: Path) -> None:
-        from tests.fake_nvml import FakeNvml, build
+        from tests.harness.fake_nvml import FakeNvml, build
 
         library = build(workdir / "fake-nvml")
         self.fake_nvml = FakeNvml(library, workdir / "nvml-control.txt")
@@ -358,7 +356,7 @@ class Server:
         }  # fmt: skip
         log = (self.workdir / "server.log").open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "backend.cli", "serve", "--port", str(port),
+            [sys.executable, "-m", "stoker_server.cli", "serve", "--port", str(port),
              "--data-dir", str(self.workdir / "server")],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
         )  # fmt: skip
@@ -402,7 +400,7 @@ def _visibility() -> str:
 
 def nvml_readings(device: Device, report: Report, samples: int) -> None:
     heading("1. NVML readings: Stoker's sampler against nvidia-smi at the same moments")
-    from trainer_agent.nvml import shared_nvml
+    from trainer_agent.telemetry.nvml import shared_nvml
 
     nvml = shared_nvml()
     if not nvml.available():
@@ -491,8 +489,8 @@ def _gib(value: float | None) -> float | None:
 
 def gpm_plausibility(device: Device, report: Report, seconds: float) -> None:
     heading("2. GPM plausibility: idle, bf16 matmul loop, device-to-device copy loop")
-    from trainer_agent.gpm import GpmReader
-    from trainer_agent.nvml import shared_nvml
+    from trainer_agent.telemetry.gpm import GpmReader
+    from trainer_agent.telemetry.nvml import shared_nvml
 
     nvml = shared_nvml()
     visible = nvml.visible_indices() if nvml.available() else [0]

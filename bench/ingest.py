@@ -24,7 +24,7 @@ import psutil
 from websockets.asyncio.client import connect
 
 from bench.database import add_database_arguments, database_cpu_s, run_with_database
-from tests.support import ServerProcess
+from tests.harness.support import ServerProcess
 from trainer_agent.config import AgentConfig
 
 TARGET_ROWS_PER_S = 250_000  # issue 30, on PostgreSQL too

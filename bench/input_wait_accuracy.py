@@ -10,7 +10,7 @@ the scenario and the cached fit right after it) gives a truth and a measurement;
 gives medians over the `--rounds` x `--pairs` pairs, the error the median of their errors.
 
 Regimes:
-- `gpu` (default): the step is GPU-like (`tests.gpu_like.DeviceHold`): it holds for
+- `gpu` (default): the step is GPU-like (`tests.harness.gpu_like.DeviceHold`): it holds for
   `--hold-ms` without the CPU once its batch arrived, and the pipeline's delays sleep, as
   slow reads or a decoder in another process would. The step and the pipeline do not share
   the CPUs, so truth is clean, as on a GPU. Delays are set from the step period C measured
@@ -28,9 +28,9 @@ TensorFlow starts):
   function runs its `steps_per_execution` loop its own way; with a starved
   `steps_per_execution = 4` it once read 0.15-0.78 against a truth of about 0.96.
 - `mirrored`: a `MirroredStrategy` fit with two replicas (the CPU split into two logical
-  devices, as tests/mirrored_script.py does), whose device prefetch pulls elements ahead.
+  devices, as tests/harness/mirrored_script.py does), whose device prefetch pulls elements ahead.
 
-Usage: .venv/bin/python bench/input_wait_accuracy.py [--suite keras|tf_keras|mirrored]
+Usage: .venv/bin/python -m bench.input_wait_accuracy [--suite keras|tf_keras|mirrored]
        [--regime gpu|cpu] [--steps 40] [--pairs 3] [--rounds 3] [--hold-ms 20] [--only NAME]
 """
 
@@ -42,7 +42,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("STOKER_SPOOL_DIR", "off")  # no server here: keep nothing on disk
@@ -50,14 +49,13 @@ os.environ.setdefault("STOKER_SPOOL_DIR", "off")  # no server here: keep nothing
 os.environ.update(
     {"TF_USE_LEGACY_KERAS": "1"} if {"tf_keras", "--suite=tf_keras"} & set(sys.argv) else {}
 )
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 import tensorflow as tf
 
 from bench.capturing import CapturingCallback, CapturingMonitor
-from tests.gpu_like import DeviceHold
-from trainer_agent.input_wait import StepRow
+from tests.harness.gpu_like import DeviceHold
+from trainer_agent.capture.input_wait import StepRow
 
 SUITES = ("keras", "tf_keras", "mirrored")
 BATCH = 64

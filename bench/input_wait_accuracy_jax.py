@@ -7,36 +7,33 @@ period of its twin whose batches come at once) / step period of the scenario; me
 and twin alternate, `--pairs` per round; the table gives medians over rounds x pairs, the
 error the median of the pairs' errors.
 
-The step is GPU-like (tests/keras_jax/device_hold.py): a `jax.pure_callback` holds it for
+The step is GPU-like (tests/harness/gpu_like_jax.py): a `jax.pure_callback` holds it for
 `--hold-ms` without the CPU once the batch is there, on the runtime's thread, while Python
 dispatches asynchronously. The input's delays sleep. Delays are set from the step period C
 measured first: a source that delivers a batch every C / (1 - w) makes the step wait a
 share w.
 
-Usage: KERAS_BACKEND=jax .venv/jax/bin/python bench/input_wait_accuracy_jax.py
+Usage: KERAS_BACKEND=jax .venv/jax/bin/python -m bench.input_wait_accuracy_jax
        [--steps 40] [--pairs 3] [--rounds 2] [--hold-ms 20] [--only NAME]
 """
 
 import argparse
 import os
 import statistics
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 os.environ["KERAS_BACKEND"] = "jax"
 os.environ.setdefault("STOKER_SPOOL_DIR", "off")  # no server here: keep nothing on disk
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bench.capturing import CapturingCallback, CapturingMonitor
-from tests.keras_jax.device_hold import Batches, generator, held_model
-from trainer_agent.input_wait import StepRow
+from tests.harness.gpu_like_jax import Batches, generator, held_model
+from trainer_agent.capture.input_wait import StepRow
 
 BATCH = 32
 FEATURES = 64

@@ -11,28 +11,25 @@ batch-begin. Also checks that each fit is stored with Keras's batch count.
 
 PyTorch from the package registry pulls its CUDA libraries (5.4 GB, 8 min to install here),
 so it is not in `make test`. In a venv with torch, keras==3.15.1 and this repository
-(`pip install -e .`): python bench/input_wait_accuracy_torch.py [--pairs 3] [--hold-ms 20]
+(`pip install -e .`): python -m bench.input_wait_accuracy_torch [--pairs 3] [--hold-ms 20]
 """
 
 import argparse
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 os.environ["KERAS_BACKEND"] = "torch"
 os.environ.setdefault("STOKER_SPOOL_DIR", "off")  # no server here: keep nothing on disk
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import keras
 import numpy as np
 import torch
 
 from bench.capturing import CapturingCallback, CapturingMonitor
-from trainer_agent.input_wait import StepRow
+from trainer_agent.capture.input_wait import StepRow
 
 BATCH, FEATURES, STEPS = 32, 16, 40
 

@@ -5,7 +5,7 @@ which stops Python from running ahead of the device. This times 200 steps of a s
 (two 256² products, ~2 ms on a CPU) with no sync until the end, a sync every 50 steps and a
 sync every step; medians over `--rounds`, the three interleaved.
 
-Usage: .venv/jax/bin/python bench/jax_sync_cost.py [--rounds 7] [--size 256]
+Usage: .venv/jax/bin/python -m bench.jax_sync_cost [--rounds 7] [--size 256]
 """
 
 import argparse

@@ -1,7 +1,7 @@
 """Live latency with the agent's defaults: a step's end in the training process → its
 arrival on a watching browser's socket; and the server's CPU per stored row.
 
-One real `stoker serve` on loopback, one real agent process (`tests.loop_script`: `Monitor`
+One real `stoker serve` on loopback, one real agent process (`tests.harness.loop_script`: `Monitor`
 over `--steps` steps of `--step-s`, the issue's 600 x 20 ms), one browser on `/api/v1/live`.
 Cases, each a fresh run:
 - `watched`: the browser subscribes before the steps start; the server tells the agent
@@ -32,7 +32,7 @@ from pathlib import Path
 import psutil
 from websockets.sync.client import connect
 
-from tests.support import REPO, ServerProcess, wait_for
+from tests.harness.support import REPO, ServerProcess, wait_for
 
 TARGET_P95_S = 0.150
 OLD_PACE = {"STOKER_FLUSH_INTERVAL_S": "0.5", "STOKER_WATCHED_FLUSH_INTERVAL_S": "0.5"}
@@ -88,7 +88,7 @@ def run_case(server: ServerProcess, case: Case, args: argparse.Namespace, index:
     start_file = Path(tempfile.mkdtemp()) / "start"
     env = {**os.environ, **case.env}
     agent = subprocess.Popen(
-        [sys.executable, "-m", "tests.loop_script", "--server", server.url, "--name", name,
+        [sys.executable, "-m", "tests.harness.loop_script", "--server", server.url, "--name", name,
          "--steps", str(args.steps), "--step-s", str(args.step_s), "--interval-s", "1",
          "--start-file", str(start_file)],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL,

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 from websockets.asyncio.client import connect
 
-from tests.support import ServerProcess
+from tests.harness.support import ServerProcess
 
 FLUSH_INTERVAL_S = 0.1
 

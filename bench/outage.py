@@ -1,6 +1,6 @@
 """Server outage during a real Keras training: slowdown while the server is down, and loss.
 
-Starts `stoker serve`, runs `tests.train_script` against it, stops the server for
+Starts `stoker serve`, runs `tests.harness.train_script` against it, stops the server for
 `--outage-s` seconds mid-run, restarts it on the same data directory, and compares the
 median step time during the outage with the median outside it. Prints records lost and
 duplicated (both must be 0).
@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support import REPO, ServerProcess, wait_for
+from tests.harness.support import REPO, ServerProcess, wait_for
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = ServerProcess(data_dir=Path(tmp)).start()
         training = subprocess.Popen(
-            [sys.executable, "-m", "tests.train_script", "--server", server.url,
+            [sys.executable, "-m", "tests.harness.train_script", "--server", server.url,
              "--name", "outage-bench", "--epochs", "1", "--batches", str(args.batches),
              "--batch-delay-s", str(args.batch_delay_s)],
             cwd=REPO,

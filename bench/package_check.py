@@ -1,9 +1,10 @@
 """The package as a user installs it: build the wheel, install it into fresh virtual
 environments, check what each install can do, and print install sizes and import times.
 
-    .venv/bin/python bench/package_check.py [--wheel dist/stoker-X-py3-none-any.whl]
+    .venv/bin/python -m bench.package_check [--wheel dist/stoker-X-py3-none-any.whl]
 
-1. `python -m build` (the UI is built into backend/static by setup.py), unless --wheel.
+1. `python -m build` (the UI is built into backend/stoker_server/static by setup.py), unless
+   --wheel.
 2. A fresh venv with the base install (the agent): `stoker --version`, `stoker doctor`,
    importing trainer_agent imports no server module, `stoker serve` says what to install.
 3. The same venv plus `stoker[server]`: `stoker serve` serves the UI's index.html at /.
@@ -20,10 +21,21 @@ import sys
 import tempfile
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_MODULES = ("fastapi", "sqlmodel", "uvicorn", "alembic", "prometheus_client", "sqlalchemy")
+
+# The only import names the wheel installs: none generic, none a user's package might have.
+TOP_LEVEL = {"stoker_server", "trainer_agent"}
+
+
+def top_level_packages(wheel: Path) -> set[str]:
+    """The top-level import names in a wheel: its folders other than its metadata."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = {name.split("/")[0] for name in archive.namelist() if "/" in name}
+    return {name for name in names if not name.endswith((".dist-info", ".data"))}
 
 
 def sh(*command: str | Path, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -93,6 +105,9 @@ def main() -> int:
         wheel = args.wheel or build_wheel(root / "dist")
         print(f"wheel: {wheel.name}, {wheel.stat().st_size / 1e3:.0f} kB "
               f"(built in {time.monotonic() - started:.0f} s)")  # fmt: skip
+        top_level = top_level_packages(wheel)
+        print("  top-level packages:", ", ".join(sorted(top_level)))
+        assert top_level == TOP_LEVEL, f"the wheel installs {sorted(top_level)}"
 
         venv = root / "venv"
         sh(sys.executable, "-m", "venv", venv)
@@ -110,14 +125,15 @@ def main() -> int:
         assert "Traceback" not in doctor.stdout + doctor.stderr, doctor.stderr
         loaded = sh(
             python, "-c",
-            "import sys, trainer_agent.session, trainer_agent.cli, trainer_agent.upload\n"
+            "import sys, trainer_agent.capture.session, trainer_agent.cli.main, "
+            "trainer_agent.delivery.upload\n"
             f"print(sorted(m for m in {SERVER_MODULES!r} if m in sys.modules))",
         ).stdout.strip()  # fmt: skip
         print("  server modules after importing the agent:", loaded)
         assert loaded == "[]", loaded
         autolog = sh(
             stoker, "run", "--", python, "-c",
-            "import sys; print(sys.modules['trainer_agent.autolog']._hook is not None)",
+            "import sys; print(sys.modules['trainer_agent.capture.autolog']._hook is not None)",
         ).stdout.strip()  # fmt: skip
         print("  stoker run: autolog active in the script:", autolog)
         assert autolog == "True", autolog
@@ -125,7 +141,7 @@ def main() -> int:
         print(f"  stoker serve without the server: exit {refused.returncode}:",
               refused.stderr.strip().replace("\n", " / "))  # fmt: skip
         assert refused.returncode != 0 and "pip install 'stoker[server]'" in refused.stderr
-        agent_ms = import_ms(python, "trainer_agent.session")
+        agent_ms = import_ms(python, "trainer_agent.capture.session")
         print(f"  import trainer_agent (session, sender, samplers): {agent_ms:.0f} ms")
 
         started = time.monotonic()
@@ -137,7 +153,8 @@ def main() -> int:
         print("  stoker serve: GET / returns the UI's index.html")
         app_module = sh(
             python, "-c", "import importlib.util as u; "
-            "print(next(m for m in ('backend.core.app', 'backend.app') if u.find_spec(m)))",
+            "print(next(m for m in ('stoker_server.service.app', 'stoker_server.app') if "
+            "u.find_spec(m)))",
         ).stdout.strip()  # fmt: skip
         print(f"  import {app_module}: {import_ms(python, app_module):.0f} ms")
         print(f"  stoker --version wall time: {_wall_ms(stoker, '--version'):.0f} ms")

@@ -3,7 +3,7 @@ each is profiled for `--steps` steps from the API while it trains. Prints, per r
 capture's overhead (median step during vs before, start and stop cost), the trace size per step
 and the profiler's input share beside Stoker's over the same steps.
 
-    .venv/bin/python bench/profile_overhead.py [--steps 20] [--epochs 20]
+    .venv/bin/python -m bench.profile_overhead [--steps 20] [--epochs 20]
 """
 
 import argparse
@@ -18,8 +18,7 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from tests.support import free_port  # noqa: E402
+from tests.harness.support import free_port  # noqa: E402
 
 START_AFTER_STEPS = 30
 
@@ -50,7 +49,7 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as data_dir:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "backend.cli.main", "demo", "--port", str(port),
+            [sys.executable, "-m", "stoker_server.cli.main", "demo", "--port", str(port),
              "--data-dir", data_dir, "--epochs", str(args.epochs)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
         )  # fmt: skip

@@ -22,12 +22,12 @@ import httpx
 from sqlalchemy import text
 from sqlmodel import Session
 
-from backend.core.db import make_engine
-from backend.core.settings import Settings
-from backend.ingest.protocol import Batch, Hello
-from backend.ingest.store import BatchJob, open_run, store_batches
 from bench.database import add_database_arguments, run_with_database
-from tests.support import ServerProcess
+from stoker_server.core.db import make_engine
+from stoker_server.core.settings import Settings
+from stoker_server.ingest.agent_writes import BatchJob, open_run, store_batches
+from stoker_server.ingest.protocol import Batch, Hello
+from tests.harness.support import ServerProcess
 
 TARGETS_MS = {"steps": 50.0, "runs": 50.0, "compare": 200.0}
 COPIED = ("step", "steprollup")

@@ -13,7 +13,7 @@ With `--spinner`, a `nice 19` busy loop runs in another process meanwhile, so th
 CPUs never sit idle (a VM's vCPUs never halt): if the slowdown stays, it is not the
 hypervisor waking a halted vCPU.
 
-Usage: .venv/bin/python bench/resume_penalty.py [--steps 150] [--spinner]
+Usage: .venv/bin/python -m bench.resume_penalty [--steps 150] [--spinner]
 """
 
 import argparse

@@ -26,10 +26,10 @@ from typing import Any
 import httpx
 from sqlalchemy import create_engine
 
-from backend.ingest.retention import database_bytes
 from bench.database import add_database_arguments, run_with_database
 from bench.ingest import _run as ingest_load
-from tests.support import ServerProcess, wait_for
+from stoker_server.ingest.retention import database_bytes
+from tests.harness.support import ServerProcess, wait_for
 
 BATCH = 5_000
 

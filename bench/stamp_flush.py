@@ -6,23 +6,20 @@ per step. This times that path alone, in CPU time, on a real ring variable fille
 stamping stage fills it: one-step executions, 50 per read, as on sub-millisecond steps. No
 fit runs, so the figure is not buried in TensorFlow's noise on a loaded machine.
 
-Usage: .venv/bin/python bench/stamp_flush.py [--reads 400]
+Usage: .venv/bin/python -m bench.stamp_flush [--reads 400]
 """
 
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
-from trainer_agent.input_wait import _GENERATION_STRIDE, Execution, StampRing, WaitResolver
-from trainer_agent.recorder import Recorder
+from trainer_agent.capture.input_wait import _GENERATION_STRIDE, Execution, StampRing, WaitResolver
+from trainer_agent.capture.recorder import Recorder
 
 STEPS_PER_READ = 50
 

@@ -44,15 +44,15 @@ import numpy as np
 from sqlalchemy import insert, text, update
 from sqlmodel import Session
 
-from backend.core.db import make_engine
-from backend.core.models import Alert, AlertState, EpochMetric, Run, RunEvent, RunStatus
-from backend.core.settings import Settings
-from backend.ingest import retention
-from backend.ingest.protocol import Batch, Hello
-from backend.ingest.store import BatchJob, end_run, open_run, store_batches
-from backend.ingest.summary import epoch_metric_summary, metric_goal, stored_summary
 from bench.query import _time
-from tests.support import PostgresServer, ServerProcess
+from stoker_server.core.db import make_engine
+from stoker_server.core.models import Alert, AlertState, EpochMetric, Run, RunEvent, RunStatus
+from stoker_server.core.settings import Settings
+from stoker_server.ingest import retention
+from stoker_server.ingest.agent_writes import BatchJob, end_run, open_run, store_batches
+from stoker_server.ingest.protocol import Batch, Hello
+from stoker_server.ingest.summary import epoch_metric_summary, metric_goal, stored_summary
+from tests.harness.support import PostgresServer, ServerProcess
 
 LANES = [1] * 24 + [2] * 10 + [4] * 10 + [8] * 2  # 100 GPUs
 PROJECTS = ["vision", "speech", "recsys", "nlp", "detection", "segmentation", "rl", "tabular"]

@@ -5,7 +5,8 @@ One throwaway PostgreSQL, servers A and B on loopback ports sharing it. Phases:
 
 1. ingest: `--agents` WebSocket agents (bench.ingest's) on A alone, then the same number split
    over A and B: committed step rows/s of each, and their ratio.
-2. live: real agent processes (`tests.loop_script`: trainer_agent's `Monitor` and sender, the
+2. live: real agent processes (`tests.harness.loop_script`: trainer_agent's `Monitor` and sender,
+   the
    defaults) split over A and B, and live browsers (`/api/v1/live` clients) on both servers,
    each subscribed to every run. Latency of a step = its arrival on a browser's socket - the
    step's end (t + dur), by (server the agent sends to -> server the browser reads from).
@@ -39,7 +40,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from bench.ingest import TARGET_ROWS_PER_S, _agent, _frame
-from tests.support import REPO, PostgresServer, ServerProcess, upload_spool, wait_for
+from tests.harness.support import REPO, PostgresServer, ServerProcess, upload_spool, wait_for
 
 STEP_S = 0.02
 
@@ -145,7 +146,7 @@ def start_agent(server: ServerProcess, name: str, steps: int, start_file: Path, 
     spool, log = tmp / f"spool-{name}", tmp / f"agent-{name}.log"
     env = {**os.environ, "STOKER_SPOOL_DIR": str(spool)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.loop_script", "--server", server.url, "--name", name,
+        [sys.executable, "-m", "tests.harness.loop_script", "--server", server.url, "--name", name,
          "--steps", str(steps), "--step-s", str(STEP_S), "--interval-s", "1",
          "--start-file", str(start_file)],
         cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,

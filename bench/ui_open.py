@@ -14,9 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from backend.core.settings import Settings
 from bench.query import build
-from tests.support import ServerProcess
+from stoker_server.core.settings import Settings
+from tests.harness.support import ServerProcess
 
 TARGET_S = 1.0
 CHROMIUM_ARGS = [

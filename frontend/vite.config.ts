@@ -7,8 +7,8 @@ const backend = "http://127.0.0.1:8470";
 export default defineConfig({
   base: "/",
   build: {
-    // The backend serves the built UI from backend/static (not committed).
-    outDir: "../backend/static",
+    // The backend serves the built UI from backend/stoker_server/static (not committed).
+    outDir: "../backend/stoker_server/static",
     emptyOutDir: true,
     target: "es2022",
     sourcemap: false,

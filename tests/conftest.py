@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_nvml import FakeNvml
-from tests.support import REPO, PostgresServer, ServerProcess
+from tests.harness.fake_nvml import FakeNvml
+from tests.harness.support import REPO, PostgresServer, ServerProcess
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 CHROMIUM = os.environ.get("STOKER_CHROMIUM", "/usr/bin/chromium")
@@ -88,7 +88,10 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
     require(Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is not None, "Chromium")
-    require((REPO / "backend" / "static" / "index.html").exists(), "the built frontend")
+    require(
+        (REPO / "backend" / "stoker_server" / "static" / "index.html").exists(),
+        "the built frontend",
+    )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -125,7 +128,7 @@ def artifacts() -> Path:
 @pytest.fixture(scope="session")
 def fake_nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The fake `libnvidia-ml.so.1`, compiled once per test session."""
-    from tests.fake_nvml import build, nvml_include_dir
+    from tests.harness.fake_nvml import build, nvml_include_dir
 
     require(shutil.which("gcc") is not None, "gcc")
     require(nvml_include_dir() is not None, "nvml.h (nvidia-nvml-dev-cu12)")
@@ -138,7 +141,7 @@ def fake_nvml(fake_nvml_library: Path, tmp_path: Path, monkeypatch: pytest.Monke
 
     The agent's process-wide NVML (`shared_nvml`) starts anew for the test, as in a new
     process: an earlier test's fit in this process found no NVML and kept that answer."""
-    import trainer_agent.nvml
+    import trainer_agent.telemetry.nvml
 
-    monkeypatch.setattr(trainer_agent.nvml, "_shared", None)
+    monkeypatch.setattr(trainer_agent.telemetry.nvml, "_shared", None)
     return FakeNvml(fake_nvml_library, tmp_path / "nvml-control.txt")

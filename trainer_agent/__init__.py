@@ -11,31 +11,30 @@ Or, without changing the script: `trainer_agent.autolog()` (or `stoker run -- py
 
 from typing import TYPE_CHECKING, Any
 
-# Imported now (it imports no Keras): the submodule has the function's name, and a lazy import
-# would leave the package attribute naming the module once it was loaded.
-from trainer_agent.autolog import autolog
+# Imported now (it imports no Keras): `trainer_agent.autolog` is the function from the start.
+from trainer_agent.capture.autolog import autolog
 
 __version__ = "0.1.0"
 __all__ = ["Monitor", "StokerCallback", "autolog", "flush"]
 
 if TYPE_CHECKING:
-    from trainer_agent.callback import StokerCallback
-    from trainer_agent.monitor import Monitor
-    from trainer_agent.session import flush
+    from trainer_agent.capture.callback import StokerCallback
+    from trainer_agent.capture.monitor import Monitor
+    from trainer_agent.capture.session import flush
 
 
 def __getattr__(name: str) -> Any:
     # Keras is imported only when the callback is used, so the samplers work without it.
     if name == "StokerCallback":
-        from trainer_agent.callback import StokerCallback
+        from trainer_agent.capture.callback import StokerCallback
 
         return StokerCallback
     if name == "Monitor":
-        from trainer_agent.monitor import Monitor
+        from trainer_agent.capture.monitor import Monitor
 
         return Monitor
     if name == "flush":  # wait until the runs that ended are delivered (fit() does not)
-        from trainer_agent.session import flush
+        from trainer_agent.capture.session import flush
 
         return flush
     raise AttributeError(f"module 'trainer_agent' has no attribute {name!r}")

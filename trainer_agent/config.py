@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
-from trainer_agent.spool import DEFAULT_MAX_BYTES, default_spool_dir
+from trainer_agent.delivery.spool import DEFAULT_MAX_BYTES, default_spool_dir
 
 DEFAULT_SERVER = "http://127.0.0.1:8470"
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
@@ -78,7 +78,7 @@ class RunOptions:
         server: Server URL; defaults to `STOKER_SERVER`, then `http://127.0.0.1:8470`.
         token: Agent token when the server requires one (default: `STOKER_AGENT_TOKEN`).
         run_key: Joins every worker of a distributed job into one run (default:
-            `STOKER_RUN_KEY`, else derived from `TF_CONFIG`; see `trainer_agent.job`).
+            `STOKER_RUN_KEY`, else derived from `TF_CONFIG`; see `trainer_agent.capture.job`).
         every_n_batches: Keep the scalar logs (loss, metrics) of every n-th step.
         sample_interval_s: GPU and host sampling period (default `STOKER_SAMPLE_INTERVAL_S`,
             then 1 s; at least 0.1 s).

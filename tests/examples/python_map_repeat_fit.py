@@ -15,7 +15,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tests.gpu_like import held_model
+from tests.harness.gpu_like import held_model
 
 fit_returned = False
 

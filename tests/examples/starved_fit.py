@@ -9,7 +9,7 @@ import argparse
 import numpy as np
 import tensorflow as tf
 
-from tests.gpu_like import held_model, sleep_per_batch
+from tests.harness.gpu_like import held_model, sleep_per_batch
 
 
 def main() -> None:

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import trainer_agent
-from tests.keras_jax.device_hold import MARGIN, Batches, generator, held_model, measure_step_s
-from tests.support import REPO, ServerProcess, wait_for
+from tests.harness.gpu_like_jax import MARGIN, Batches, generator, held_model, measure_step_s
+from tests.harness.support import REPO, ServerProcess, wait_for
 
 HOLD_S = 0.015
 BATCH, FEATURES = 16, 8
@@ -123,7 +123,7 @@ def test_monitor_times_a_plain_jax_loop(jax_server: ServerProcess) -> None:
 def test_dispatched_steps_are_timed_on_the_device_timeline() -> None:
     """A host that ran ahead (JAX's asynchronous dispatch): the calls returned at once, the
     outputs were ready later. Rows follow the device; only its idle time is waiting."""
-    from trainer_agent.input_wait import Execution, Stamp, split_dispatched
+    from trainer_agent.capture.input_wait import Execution, Stamp, split_dispatched
 
     # Step 1 was asked for at 1.0 and handed over at 1.5, while the device still computed
     # step 0 until 2.0: no wait. Step 2's batch came at 4.0, the device free since 3.0.

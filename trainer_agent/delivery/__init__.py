@@ -10,8 +10,13 @@
 again (`Reconnect`, backoff.py) and drains at the run's end. Every part takes its time from a
 `Clock` (clock.py), so tests drive them without waiting.
 
+Beside the live way: the disk spool (spool.py) keeps the batches the server has not
+acknowledged, `stoker upload` and the next agent send them later (upload.py), and a profiler
+capture's trace takes the same way (profile_spool.py). JSON for the wire and the spool:
+wire.py.
+
 Every HTTP request the agent makes, here and for spooled runs and profiler traces (upload.py,
-profile_spool.py, profile.py), is posted by `classify.post` and its answer read by
+profile_spool.py, profiling/profile.py), is posted by `classify.post` and its answer read by
 `classify.classify`: delivered, refused (drop it, say why) or retry (keep it; a setting to fix
 is said).
 """

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
-from trainer_agent import wire
+from trainer_agent.delivery import wire
 from trainer_agent.delivery.transport import Misconfigured, NotStokerServer, TokenRefused, bearer
 
 log = logging.getLogger("trainer_agent")

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer_agent import wire
+from trainer_agent.capture.recorder import Columns, Recorder, row_count
+from trainer_agent.delivery import wire
 from trainer_agent.delivery.http import HttpTransport
+from trainer_agent.delivery.spool import Spool
 from trainer_agent.delivery.transport import Batch, Transport
-from trainer_agent.recorder import Columns, Recorder, row_count
-from trainer_agent.spool import Spool
 
 log = logging.getLogger("trainer_agent")
 

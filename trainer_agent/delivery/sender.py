@@ -22,12 +22,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from trainer_agent.capture.recorder import Recorder
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.backoff import Reconnect
 from trainer_agent.delivery.classify import Post, shared_http_post
 from trainer_agent.delivery.clock import SYSTEM_CLOCK, Clock
 from trainer_agent.delivery.http import HttpTransport
 from trainer_agent.delivery.outbox import Outbox, batch_rows
+from trainer_agent.delivery.spool import Spool, run_spool_directory
 from trainer_agent.delivery.transport import (
     Batch,
     DrainCapReached,
@@ -39,8 +41,6 @@ from trainer_agent.delivery.transport import (
     is_slow,
 )
 from trainer_agent.delivery.websocket import Connect, WebSocketTransport, default_connect
-from trainer_agent.recorder import Recorder
-from trainer_agent.spool import Spool, run_spool_directory
 
 log = logging.getLogger("trainer_agent")
 

@@ -7,8 +7,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from trainer_agent import wire
 from trainer_agent.config import AgentConfig, websocket_url
+from trainer_agent.delivery import wire
 from trainer_agent.delivery.clock import SYSTEM_CLOCK, Clock
 from trainer_agent.delivery.transport import (
     Batch,

@@ -601,7 +601,7 @@ export interface components {
     };
     /**
      * GpuFinding
-     * @description A GPU busy but under-used (backend.diagnosis.gpu_use), with its evidence and advice.
+     * @description A GPU busy but under-used (stoker_server.diagnosis.gpu_use), with its evidence and advice.
      */
     GpuFinding: {
       /** Key */
@@ -706,7 +706,7 @@ export interface components {
     };
     /**
      * PipelineStage
-     * @description One stage of tf.data's autotuning model (trainer_agent/pipeline_model.py).
+     * @description One stage of tf.data's autotuning model (trainer_agent/capture/pipeline_model.py).
      */
     PipelineStage: {
       /** Position */

@@ -33,7 +33,7 @@ interface Analysis {
   top_ops?: { where: string; type: string; name: string; count: number | null; self_ms: number }[];
 }
 
-/** `GET /runs/{id}/profiles/{pid}` (backend/api/profiles.py). */
+/** `GET /runs/{id}/profiles/{pid}` (backend/stoker_server/api/profiles.py). */
 export interface Profile {
   id: number;
   run_id: number;

@@ -5,7 +5,7 @@
 import type { components } from "../../api/api.gen";
 import { formatMs, formatPercent, MISSING } from "../../app/format";
 
-/** `ProfilePublic.workers[]` (backend/core/models.py ProfileWorker). */
+/** `ProfilePublic.workers[]` (backend/stoker_server/core/models.py ProfileWorker). */
 export type ProfileWorker = components["schemas"]["ProfileWorker"];
 
 /** Whose input share picked the starving worker: the profiler's, else Stoker's. */

@@ -1,7 +1,0 @@
-"""`python -m backend.cli`: the `stoker` command."""
-
-import sys
-
-from backend.cli.main import main
-
-sys.exit(main())

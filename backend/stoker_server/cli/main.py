@@ -1,0 +1,206 @@
+"""The server's commands of `stoker`: `serve` and `demo`.
+
+The agent's commands (`run`, `doctor`, `upload`, `--version`, and `stoker --help`) have one
+implementation, the agent's command line (trainer_agent.cli.main), which hands `serve` and `demo`
+here; `main` hands the agent's commands there, so `python -m stoker_server.cli upload DIR` and
+`stoker upload DIR` are the same command."""
+
+import argparse
+import contextlib
+import logging
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stoker_server.core.settings import Settings
+
+
+def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = Settings()
+    parser.add_argument("--host", default=defaults.host, help="bind address (default %(default)s)")
+    parser.add_argument("--port", type=int, default=defaults.port, help="(default %(default)s)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=defaults.data_dir, help="where runs are stored"
+    )
+    parser.add_argument(
+        "--database-url", default=defaults.database_url, help="SQLAlchemy URL (default: SQLite)"
+    )
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    return Settings(
+        host=args.host, port=args.port, data_dir=args.data_dir, database_url=args.database_url
+    )
+
+
+class StartupFailed(Exception):
+    """`stoker serve` cannot start; the message is the one line it prints."""
+
+
+def check_data_dir(data_dir: Path) -> None:
+    """The data directory exists (created if missing) and a file can be created in it: tried,
+    not read off the mode bits, which root ignores."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StartupFailed(
+            f"cannot create the data directory {data_dir} ({error.strerror or error}); "
+            "set --data-dir or STOKER_DATA_DIR to a writable directory"
+        ) from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".stoker-write-check-"):
+            pass
+    except OSError as error:
+        raise StartupFailed(
+            f"cannot write in the data directory {data_dir} ({error.strerror or error}); "
+            "set --data-dir or STOKER_DATA_DIR to a writable directory"
+        ) from None
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Bound, listening sockets for `host:port` (every address the name has), before anything
+    else starts: a port in use is one line, not a traceback after the URL was printed."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sockets: list[socket.socket] = []
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in dict.fromkeys(
+            (i[0], i[1], i[2], "", i[4]) for i in infos
+        ):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio's (and so uvicorn's) own binding does
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(2048)
+            sock.set_inheritable(True)
+    except OSError as error:
+        for sock in sockets:
+            sock.close()
+        raise StartupFailed(f"cannot listen on {where} ({error.strerror or error})") from None
+    return sockets
+
+
+def open_database(settings: Settings) -> Any:
+    """The engine, its schema migrated; a failure is one line naming the database."""
+    from stoker_server.core.db import make_engine
+
+    try:
+        return make_engine(settings)
+    except Exception as error:
+        url = settings.resolved_database_url()
+        with contextlib.suppress(Exception):
+            from sqlalchemy.engine import make_url
+
+            url = make_url(url).render_as_string(hide_password=True)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise StartupFailed(f"cannot open the database {url} ({reason})") from None
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Check the data directory, bind, open the database, then serve; the URL is printed once
+    the server answers on it. Anything that stops it starting is one line on stderr, exit 1."""
+    import uvicorn
+
+    from stoker_server.service.app import create_app
+
+    settings = _settings_from(args)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if not settings.database_url:  # SQLite under the data directory
+            check_data_dir(settings.data_dir)
+        sockets = listen(settings.host, settings.port)
+        try:
+            engine = open_database(settings)
+        except StartupFailed:
+            for sock in sockets:
+                sock.close()
+            raise
+    except StartupFailed as failure:
+        print(f"stoker serve: {failure}", file=sys.stderr, flush=True)
+        return 1
+    # The event loop gives up the GIL at every socket send and waits to get it back while
+    # the writer thread runs Python; with the default 5 ms switch interval, thousands of
+    # sends a second left the loop waiting more than working.
+    sys.setswitchinterval(settings.switch_interval_s)
+    port = sockets[0].getsockname()[1]
+    url = f"http://{settings.host}:{port}/"
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:  # listening, and the app's startup is done
+                print(f"Stoker UI: {url}", flush=True)
+
+    server = Server(
+        uvicorn.Config(
+            create_app(settings, engine=engine),
+            host=settings.host,
+            port=port,
+            log_level=settings.log_level,
+            ws_max_size=settings.max_frame_bytes,
+            ws_per_message_deflate=settings.ws_compression,
+            access_log=False,
+        )
+    )
+    server.run(sockets=sockets)
+    return 0 if server.started else 1
+
+
+def demo(args: argparse.Namespace) -> int:
+    from stoker_server.cli.demo import run_demo
+
+    return run_demo(
+        _settings_from(args),
+        epochs=args.epochs,
+        keep_serving=not args.exit,
+        live_minutes=args.live_minutes,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainer_agent.cli.main import AGENT_COMMANDS
+    from trainer_agent.cli.main import main as agent_main
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The agent's command line takes what is not a server command (it hands those back).
+    if not argv or argv[0].startswith("-") or argv[0] in AGENT_COMMANDS:
+        return agent_main(argv)
+    parser = argparse.ArgumentParser(
+        prog="stoker",
+        description="Live GPU training monitor: the server's commands.",
+        epilog=f"Agent commands: {', '.join(AGENT_COMMANDS)} (see `stoker --help`).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve_parser = commands.add_parser("serve", help="run the Stoker server")
+    _add_server_flags(serve_parser)
+    serve_parser.set_defaults(func=serve)
+
+    demo_parser = commands.add_parser(
+        "demo", help="start a server and stream a real Keras training into it"
+    )
+    _add_server_flags(demo_parser)
+    demo_parser.add_argument("--epochs", type=int, default=3, help="epochs per demo run")
+    demo_parser.add_argument(
+        "--exit", action="store_true", help="stop the server when training ends"
+    )
+    demo_parser.add_argument(
+        "--live-minutes",
+        type=float,
+        default=3.0,
+        help="how long the starved demo run stays live (Ctrl-C ends it sooner; 0: --epochs)",
+    )
+    demo_parser.set_defaults(func=demo)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

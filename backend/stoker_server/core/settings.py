@@ -1,0 +1,117 @@
+"""Server configuration from `STOKER_*` environment variables (mirrored by CLI flags)."""
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".stoker"
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+_SIZE_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+
+
+def _with_unit(value: Any, units: dict[str, int]) -> Any:
+    """A duration ("90d") or size ("50GB") in the base unit; anything else as given."""
+    if not isinstance(value, str):
+        return value
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", value)
+    if match is None or (match[2] and match[2].lower() not in units):
+        return value  # pydantic's own message names the field
+    number = float(match[1]) * units.get(match[2].lower(), 1)
+    return int(number) if number == int(number) else number
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STOKER_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8470
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    database_url: str | None = None
+    agent_token: str | None = None
+    view_token: str | None = None
+    max_frame_bytes: int = 8 * 1024 * 1024
+    # HTTP request bodies (the ingest fallback and offline upload carry many batches).
+    max_request_bytes: int = 8 * 1024 * 1024
+    # A running run with no agent connected and nothing heard for this long is interrupted.
+    heartbeat_timeout_s: float = 60.0
+    # Browser origins allowed to call the API from another site; none by default (CORS off).
+    cors_origins: list[str] = []
+    max_batch_rows: int = 100_000
+    live_queue_size: int = 1000
+    # permessage-deflate on WebSockets: off, because compressing every live message for every
+    # browser costs the server more CPU than the bytes cost on loopback or a LAN.
+    ws_compression: bool = False
+    # Python's GIL switch interval for the server process (see cli.serve).
+    switch_interval_s: float = Field(default=0.0005, gt=0, le=0.1)
+    # A running run's summary is pushed to browsers at most this often.
+    live_run_interval_s: float = Field(default=1.0, ge=0.0, le=60.0)
+    log_level: str = "info"
+    # What one GPU-hour costs, to show starvation's lost GPU-hours as money in the UI;
+    # unset shows hours only. `currency` is the symbol written before the amount.
+    gpu_hour_price: float | None = Field(default=None, ge=0)
+    currency: str = Field(default="$", max_length=8)
+    # What one kWh costs: the run page shows GPU energy, and the energy burned while
+    # starved, as money; unset shows joules and kWh only.
+    energy_price_kwh: float | None = Field(default=None, ge=0)
+
+    # Diagnosis and alerts: tests shorten these.
+    diagnosis_window_s: float = Field(default=30.0, gt=0)
+    diagnosis_min_steps: int = Field(default=20, ge=1)
+    stall_min_s: float = Field(default=60.0, gt=0)
+    stall_step_factor: float = Field(default=20.0, gt=0)
+    detector_tick_s: float = Field(default=0.5, gt=0)
+    alert_value_window_s: float = Field(default=5.0, gt=0)
+    webhook_timeout_s: float = Field(default=5.0, gt=0)
+    webhook_attempts: int = Field(default=3, ge=1)
+    webhook_backoff_s: float = Field(default=1.0, ge=0)
+    webhook_queue_size: int = Field(default=1000, ge=1)
+
+    # Profiler captures from the browser.
+    profile_max_steps: int = Field(default=200, ge=1)
+    profile_max_s: float = Field(default=120.0, gt=0)  # the agent stops a capture after this
+    profile_max_trace_bytes: int = Field(default=200 * 2**20, ge=1)
+    profile_quota_bytes: int = Field(default=2 * 2**30, ge=0)  # stored traces, oldest evicted
+
+    # Retention (stoker_server.ingest.retention), like Prometheus's retention.time/.size:
+    # an ended run older than retention_time_s, or beyond retention_size_bytes of raw rows
+    # (newest runs kept first), keeps its summary and rollups but loses its raw steps and most
+    # samples. 0 turns a limit off; "90d", "12h", "50GB", "500MiB" are understood.
+    retention_time_s: float = Field(default=365 * 86400.0, ge=0)
+    retention_size_bytes: int = Field(default=0, ge=0)
+    retention_interval_s: float = Field(default=600.0, gt=0)
+    # The data directory's disk is "nearly full" (the UI's banner) below either figure: a share
+    # of the disk or a size ("1GB"); 0 turns one off. The default alert rule uses the share.
+    disk_low_free_share: float = Field(default=0.05, ge=0, le=1)
+    disk_low_free_bytes: int = Field(default=10**9, ge=0)
+
+    @field_validator("retention_time_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return _with_unit(value, _DURATION_UNITS)
+
+    @field_validator("retention_size_bytes", "disk_low_free_bytes", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return _with_unit(value, _SIZE_UNITS)
+
+    def resolved_database_url(self) -> str:
+        """The database URL, defaulting to an SQLite file under the data directory."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'stoker.db'}"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,111 @@
+"""The agents connected to each run, in one registry: what the server tells them goes here.
+
+Every agent connection of a run (one per worker of a distributed job) is attached with its
+rank and a way to send it a command. Two things use it, from the event loop only:
+
+- whether a browser watches the run. An agent sends what it recorded every second while
+  nobody watches its run, and every 50 ms while someone does: the server tells it with
+  `{"type": "command", "name": "watch", "watched": true|false}` when the first browser
+  subscribes to the run and when the last one leaves, and tells an agent that connects to
+  a watched run at once. (Only browsers and agents connected to this process count; with
+  several server processes a browser on another one sees the 1 s pace.)
+- commands for every worker of the run, e.g. `profile`: `send_all` reaches each
+  connected agent and says which ranks received it.
+
+Every send is bounded (`send_timeout_s`): an agent whose socket does not take a message in
+time (stalled, or gone without a close) counts as not reached, and holds up neither the
+request that sends the command nor the other agents, which are sent theirs concurrently.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stoker_server.ingest.protocol import WatchCommand
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+SEND_TIMEOUT_S = 5.0  # how long an agent's socket may take to accept one message
+
+
+@dataclass(eq=False)
+class AgentLink:
+    """One connected agent: its rank (from its hello) and how to send it a message."""
+
+    rank: int
+    send: Send
+    run_key: str = ""
+
+
+class ConnectedAgents:
+    """The connected agents of each run, and which runs a browser watches."""
+
+    def __init__(self, send_timeout_s: float = SEND_TIMEOUT_S) -> None:
+        self.send_timeout_s = send_timeout_s
+        self._agents: dict[int, list[AgentLink]] = {}
+        self._watched: set[int] = set()
+        self._telling: set[asyncio.Task[bool]] = set()
+
+    # --- connections ------------------------------------------------------------------------
+    def attach(self, run_id: int, agent: AgentLink) -> None:
+        """An agent of `run_id` connected; it is told at once when the run is watched."""
+        self._agents.setdefault(run_id, []).append(agent)
+        if run_id in self._watched:
+            self._tell(agent, True)
+
+    def detach(self, run_id: int, agent: AgentLink) -> None:
+        agents = self._agents.get(run_id)
+        if agents is not None and agent in agents:
+            agents.remove(agent)
+            if not agents:
+                del self._agents[run_id]
+
+    def ranks(self, run_id: int) -> list[int]:
+        """The ranks of the run's connected agents, ascending, each once."""
+        return sorted({agent.rank for agent in self._agents.get(run_id, ())})
+
+    async def send_all(
+        self,
+        run_id: int,
+        command: Callable[[AgentLink], dict[str, Any]],
+        ranks: set[int] | None = None,
+    ) -> list[int]:
+        """Send each connected agent of the run (of `ranks`, when given) `command(agent)` (a
+        command may name the agent's rank), all at once, each within `send_timeout_s`;
+        returns the ranks that received it, ascending."""
+        agents = [
+            agent for agent in self._agents.get(run_id, ()) if ranks is None or agent.rank in ranks
+        ]
+        sent = await asyncio.gather(
+            *(self._send(agent, {"type": "command", **command(agent)}) for agent in agents)
+        )
+        return sorted({agent.rank for agent, ok in zip(agents, sent, strict=True) if ok})
+
+    async def _send(self, agent: AgentLink, message: dict[str, Any]) -> bool:
+        """Whether the agent took the message within `send_timeout_s`."""
+        try:
+            await asyncio.wait_for(agent.send(message), self.send_timeout_s)
+        except Exception:  # that agent went away, or its socket stalls
+            return False
+        return True
+
+    # --- watching ---------------------------------------------------------------------------
+    def set_watched(self, run_id: int, watched: bool) -> None:
+        """The first browser subscribed to the run (True) or the last one left (False)."""
+        if (run_id in self._watched) == watched:
+            return
+        if watched:
+            self._watched.add(run_id)
+        else:
+            self._watched.discard(run_id)
+        for agent in self._agents.get(run_id, ()):
+            self._tell(agent, watched)
+
+    def is_watched(self, run_id: int) -> bool:
+        return run_id in self._watched
+
+    def _tell(self, agent: AgentLink, watched: bool) -> None:
+        message = WatchCommand(watched=watched).to_json()
+        task = asyncio.get_running_loop().create_task(self._send(agent, message))
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)

@@ -1,0 +1,186 @@
+"""Fan-out of live updates to browsers.
+
+Each browser has a bounded queue of encoded messages. Publishing never waits: when a
+slow client's queue is full its oldest message is dropped, and before the next message it
+does receive, the client is told how many it missed so it can catch up over REST. One
+slow browser can never slow ingest or the other browsers. A message is encoded once,
+whatever the number of clients. With PostgreSQL, what this process publishes is also relayed
+to the other processes sharing the database (stoker_server.live.fanout).
+"""
+
+import asyncio
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from stoker_server.live.messages import (
+    Broadcast,
+    LiveMessage,
+    NoticeMessage,
+    RunDeletedMessage,
+    RunMessage,
+    StepsData,
+    StepsMessage,
+)
+
+Relay = Callable[..., None]
+RunJson = dict[str, Any]  # a RunPublic as JSON
+
+
+def encode(message: LiveMessage) -> str:
+    """JSON text of a live message (pydantic-core's encoder: as fast as orjson on step columns)."""
+    return message.model_dump_json()
+
+
+@dataclass(eq=False)
+class LiveClient:
+    queue: asyncio.Queue[str]
+    run_ids: set[int] = field(default_factory=set)
+    dropped: int = 0
+    unreported_drops: int = 0
+
+    def offer(self, encoded: str) -> None:
+        if self.queue.full():
+            self.queue.get_nowait()
+            self.dropped += 1
+            self.unreported_drops += 1
+        self.queue.put_nowait(encoded)
+
+    def offer_message(self, message: LiveMessage) -> None:
+        self.offer(encode(message))
+
+    def take_notice(self) -> str | None:
+        """The drop notice owed to this client, once per stretch of drops."""
+        if not self.unreported_drops:
+            return None
+        missed, self.unreported_drops = self.unreported_drops, 0
+        return encode(
+            NoticeMessage(
+                message=f"{missed} live messages dropped because this client reads too "
+                "slowly: re-fetch the series to catch up",
+                dropped=missed,
+            )
+        )
+
+
+class LiveHub:
+    """Registry of connected browsers. Used only from the event loop thread."""
+
+    def __init__(self, queue_size: int, run_interval_s: float = 1.0) -> None:
+        self._queue_size = max(queue_size, 2)
+        self._clients: set[LiveClient] = set()
+        self.relay: Relay | None = None  # set when other processes share the database
+        self._run_interval_s = run_interval_s
+        self._last_run_push: dict[int, float] = {}
+        self._pending_runs: dict[int, Callable[[], RunJson]] = {}
+        # Called when a run gains its first watching browser (True) or loses its last.
+        self.on_watch: Callable[[int, bool], None] | None = None
+
+    def connect(self) -> LiveClient:
+        client = LiveClient(queue=asyncio.Queue(maxsize=self._queue_size))
+        self._clients.add(client)
+        return client
+
+    def disconnect(self, client: LiveClient) -> None:
+        self._clients.discard(client)
+        for run_id in client.run_ids:
+            self._watch_changed(run_id)
+
+    def subscribe(self, client: LiveClient, run_id: int) -> None:
+        client.run_ids.add(run_id)
+        self._watch_changed(run_id)
+
+    def unsubscribe(self, client: LiveClient, run_id: int) -> None:
+        client.run_ids.discard(run_id)
+        self._watch_changed(run_id)
+
+    def _watch_changed(self, run_id: int) -> None:
+        if self.on_watch is not None:
+            self.on_watch(run_id, self.has_subscribers(run_id))
+
+    @property
+    def client_count(self) -> int:
+        return len(self._clients)
+
+    def has_subscribers(self, run_id: int) -> bool:
+        return any(run_id in client.run_ids for client in self._clients)
+
+    def _offer_all(self, message: LiveMessage) -> None:
+        if self._clients:
+            self._offer_all_encoded(encode(message))
+
+    def _offer_all_encoded(self, encoded: str) -> None:
+        for client in self._clients:
+            client.offer(encoded)
+
+    def publish_run(self, run: RunJson, *, relay: bool = True) -> None:
+        """Push a run now: it started, ended or was edited."""
+        self._pending_runs.pop(run["id"], None)  # older than this one: never send it after
+        self._last_run_push[run["id"]] = asyncio.get_running_loop().time()
+        self._offer_all(RunMessage(run=run))
+        if relay and self.relay is not None:
+            self.relay("run", run["id"])
+
+    def publish_run_progress(self, run_id: int, snapshot: Callable[[], RunJson]) -> None:
+        """A stored batch changed the run's summary.
+
+        Pushed at most once per `run_interval_s` per run, the latest state winning: every
+        browser receives every run's updates, and 32 agents flushing ten times a second would
+        otherwise send each of them 320 messages a second. `snapshot` is called only when the
+        push happens.
+        """
+        loop = asyncio.get_running_loop()
+        if run_id in self._pending_runs:  # a push is already scheduled: it will send this
+            self._pending_runs[run_id] = snapshot
+            return
+        due = self._last_run_push.get(run_id, -math.inf) + self._run_interval_s
+        now = loop.time()
+        if now >= due:
+            self.publish_run(snapshot())
+            return
+        self._pending_runs[run_id] = snapshot
+        loop.call_later(due - now, self._push_pending_run, run_id)
+
+    def _push_pending_run(self, run_id: int) -> None:
+        snapshot = self._pending_runs.pop(run_id, None)
+        if snapshot is not None:
+            self.publish_run(snapshot())
+
+    def publish_steps(self, run_id: int, data: StepsData, *, rank: int = 0) -> None:
+        """Steps to the browsers watching the run (other processes: see `relay_steps`)."""
+        watchers = [client for client in self._clients if run_id in client.run_ids]
+        if not watchers:
+            return
+        encoded = encode(StepsMessage(run_id=run_id, data=data, rank=rank or None))
+        for client in watchers:
+            client.offer(encoded)
+
+    def relay_steps(self, run_id: int, steps: list[int], *, rank: int = 0) -> None:
+        """Tell the other processes sharing the database that these steps are committed."""
+        if self.relay is not None and steps:
+            self.relay("steps", run_id, rank=rank, a=min(steps) - 1, b=max(steps))
+
+    def publish_deleted(self, run_id: int, *, relay: bool = True) -> None:
+        self._pending_runs.pop(run_id, None)
+        self._last_run_push.pop(run_id, None)
+        self._offer_all(RunDeletedMessage(run_id=run_id))
+        if relay and self.relay is not None:
+            self.relay("deleted", run_id)
+
+    def publish_notice(self, text: str) -> None:
+        self._offer_all(NoticeMessage(message=text))
+
+    def broadcast(self, message: Broadcast) -> None:
+        """Send to every browser: verdicts, alerts and events are rare and concern everyone."""
+        self._offer_all(message)
+        if self.relay is not None:
+            run_id = getattr(message, "run_id", 0)
+            self.relay("message", run_id, m=message.model_dump(mode="json"))
+
+    def broadcast_relayed(self, message: dict[str, Any]) -> None:
+        """A broadcast another process relayed (as JSON): sent on as it came."""
+        if self._clients:
+            self._offer_all_encoded(orjson.dumps(message).decode())

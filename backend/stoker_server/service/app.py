@@ -1,0 +1,194 @@
+"""The FastAPI application factory."""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
+from sqlalchemy.engine import Engine
+
+from stoker_server import __version__
+from stoker_server.api import alerts, cost, disk, energy, pipeline, profiles, run_diagnosis, runs
+from stoker_server.core.db import make_engine
+from stoker_server.core.errors import StokerError
+from stoker_server.core.middleware import BodySizeLimit
+from stoker_server.core.models import Health, Run
+from stoker_server.core.settings import Settings, get_settings
+from stoker_server.diagnosis.detectors import Detectors
+from stoker_server.ingest import routes as ingest_routes
+from stoker_server.ingest.publish import publish_run_ended
+from stoker_server.ingest.retention import retention_loop
+from stoker_server.ingest.writer import Writer
+from stoker_server.live import routes as live_routes
+from stoker_server.live.agents import ConnectedAgents
+from stoker_server.live.fanout import PgFanout
+from stoker_server.live.hub import LiveHub
+from stoker_server.service.deps import ViewerAuth
+from stoker_server.service.lifecycle import AgentConnections, reaper_loop
+from stoker_server.service.state import AppState, app_state
+from stoker_server.service.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+STATIC_DIR = Path(__file__).parent.parent / "static"
+
+_NOT_BUILT = """<!doctype html><title>Stoker</title>
+<p>The Stoker server is running, but the web UI has not been built.
+Run <code>make build</code> (or <code>npm ci && npm run build</code> in <code>frontend/</code>)
+and reload. The API is at <a href="/docs">/docs</a>.</p>"""
+
+
+def create_app(settings: Settings | None = None, *, engine: Engine | None = None) -> FastAPI:
+    """The app; `engine`, when given, is the database already opened and migrated (`stoker
+    serve` opens it before it starts serving, so a failure there is one line, not a trace)."""
+    settings = settings or get_settings()
+    opened = engine
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        nonlocal opened
+        engine, opened = opened, None  # used once: a second start opens its own
+        if engine is None:
+            engine = await asyncio.to_thread(make_engine, settings)
+        writer = Writer(engine)
+        hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
+        agents = ConnectedAgents()
+        hub.on_watch = agents.set_watched
+        connections = AgentConnections()
+        log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))
+        state = AppState(
+            settings=settings,
+            engine=engine,
+            writer=writer,
+            hub=hub,
+            agents=agents,
+            connections=connections,
+            telemetry=Telemetry(agent_connections=connections, live_clients=hub),
+            # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks).
+            detectors=Detectors(settings=settings, writer=writer, hub=hub, connections=connections),
+        )
+        app.state.stoker = state
+        state.telemetry.disk_gauges.writer = writer
+        detectors = state.detectors
+        # An alert rule's action "capture N steps of profile" takes the user's path.
+        detectors.capture_profile = profiles.alert_capture(state)
+        await detectors.start()
+
+        def interrupted(run: Run) -> None:
+            publish_run_ended(state, run)
+
+        # Long-running loops, all in one place.
+        tasks = []
+        if engine.dialect.name == "postgresql":
+            fanout = PgFanout(engine, state.hub)
+            state.hub.relay = fanout.relay
+            listening = asyncio.Event()
+            tasks += [
+                asyncio.create_task(fanout.listen_forever(listening), name="stoker-pg-listen"),
+                asyncio.create_task(fanout.send_forever(), name="stoker-pg-notify"),
+            ]
+            # Serve only once listening, so no update committed after start is missed.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(listening.wait(), timeout=10)
+        tasks += [
+            asyncio.create_task(
+                reaper_loop(
+                    writer=state.writer,
+                    connections=state.connections,
+                    timeout_s=settings.heartbeat_timeout_s,
+                    on_interrupted=interrupted,
+                ),
+                name="stoker-run-reaper",
+            ),
+            asyncio.create_task(detectors.run_forever(), name="stoker-detectors"),
+            asyncio.create_task(
+                retention_loop(
+                    writer=writer, engine=engine, settings=settings, usage=state.telemetry.disk
+                ),
+                name="stoker-retention",
+            ),
+            asyncio.create_task(detectors.webhooks.run_forever(), name="stoker-webhooks"),
+        ]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            state.writer.close()
+            engine.dispose()
+
+    app = FastAPI(title="Stoker", version=__version__, lifespan=lifespan)
+    app.state.settings = settings
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+
+    @app.exception_handler(StokerError)
+    async def _stoker_error(_request: Request, error: StokerError) -> JSONResponse:
+        return JSONResponse({"detail": error.detail}, status_code=error.status_code)
+
+    @app.exception_handler(ValidationError)
+    async def _server_model_error(request: Request, error: ValidationError) -> JSONResponse:
+        # Bad requests are refused where they are parsed (FastAPI's request validation, or a
+        # BadRequest naming the problem): a ValidationError that reaches here is the server's
+        # own data failing its models, a server error.
+        log.error("%s %s: a server-side model failed validation", request.method,
+                  request.url.path, exc_info=error)  # fmt: skip
+        return JSONResponse(
+            {"detail": "internal error: stored data failed validation (see the server log)"},
+            status_code=500,
+        )
+
+    app.include_router(runs.router)
+    app.include_router(ingest_routes.router)
+    app.include_router(live_routes.router)
+    app.include_router(run_diagnosis.router)
+    app.include_router(pipeline.router)
+    app.include_router(alerts.router)
+    app.include_router(profiles.router)
+    app.include_router(cost.router)
+    app.include_router(energy.router)
+    app.include_router(disk.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> Health:
+        """Liveness for load balancers and container healthchecks (no token needed)."""
+        return Health(status="ok", version=__version__)
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        dependencies=[ViewerAuth],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}}},
+    )
+    def metrics(request: Request) -> Response:
+        """Prometheus text format: live gauges per running run and GPU, server counters."""
+        return Response(
+            app_state(request).telemetry.render(),
+            media_type="text/plain; version=0.0.4; charset=utf-8",
+        )
+
+    if (STATIC_DIR / "index.html").exists():
+        app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="ui")
+    else:
+
+        @app.get("/", include_in_schema=False)
+        def ui_not_built() -> HTMLResponse:
+            return HTMLResponse(_NOT_BUILT)
+
+    return app

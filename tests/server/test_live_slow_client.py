@@ -1,0 +1,79 @@
+"""A browser that stops reading never slows ingest: its queue drops oldest and says so."""
+
+import itertools
+import json
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+from websockets.sync.client import connect
+
+from tests.harness.support import ServerProcess
+
+STEPS_PER_BATCH = 500
+
+
+def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path, env={"STOKER_LIVE_QUEUE_SIZE": "20"}).start()
+    try:
+        agent = connect(f"{server.ws_url}/api/v1/agent", max_size=None).__enter__()
+        hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": "slow"}
+        agent.send(json.dumps(hello))
+        run_id = json.loads(agent.recv(timeout=10))["run_id"]
+
+        # A tiny receive buffer, so the server's writes to this client back up quickly.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        slow = connect(
+            f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1, compression=None
+        ).__enter__()
+        slow.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+        fast = connect(f"{server.ws_url}/api/v1/live", max_size=None).__enter__()
+        fast.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+
+        batches = 400
+        last_step = batches * STEPS_PER_BATCH - 1
+        fast_firsts_and_lasts: list[tuple[int, int]] = []
+
+        def read_fast() -> None:
+            while not fast_firsts_and_lasts or fast_firsts_and_lasts[-1][1] != last_step:
+                message = json.loads(fast.recv(timeout=30))
+                if message["type"] == "steps":
+                    step = message["data"]["step"]
+                    fast_firsts_and_lasts.append((step[0], step[-1]))
+
+        reader = threading.Thread(target=read_fast, daemon=True)
+        reader.start()
+        for seq in range(1, batches + 1):
+            first = (seq - 1) * STEPS_PER_BATCH
+            steps = list(range(first, first + STEPS_PER_BATCH))
+            batch = {"type": "batch", "seq": seq,
+                     "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
+                               "dur": [0.01] * STEPS_PER_BATCH}}  # fmt: skip
+            agent.send(json.dumps(batch))
+            reply = json.loads(agent.recv(timeout=10))
+            if reply["type"] == "command":  # the server says the run is watched
+                assert reply == {"type": "command", "name": "watch", "watched": True}
+                reply = json.loads(agent.recv(timeout=10))
+            assert reply == {"type": "ack", "seq": seq}
+        reader.join(timeout=60)
+
+        # The reading client got every batch from its subscription on, in order, no gap.
+        assert fast_firsts_and_lasts and fast_firsts_and_lasts[-1][1] == last_step
+        for (_, previous_last), (first, _) in itertools.pairwise(fast_firsts_and_lasts):
+            assert first == previous_last + 1
+
+        # The slow client, once it reads, is told that messages were dropped for it.
+        notices, received = [], 0
+        while not notices and received < 3 * batches:
+            message = json.loads(slow.recv(timeout=10))
+            received += 1
+            if message["type"] == "notice":
+                notices.append(message)
+        assert notices, f"no drop notice in {received} messages"
+        assert notices[0]["dropped"] > 0
+        assert "re-fetch" in notices[0]["message"]
+    finally:
+        server.stop()

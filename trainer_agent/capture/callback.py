@@ -1,0 +1,544 @@
+"""`StokerCallback`: step timing, input wait and scalar logs for `model.fit`."""
+
+import functools
+import importlib
+import logging
+import os
+import threading
+import time
+from typing import Any, Unpack
+
+from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
+from trainer_agent.capture.input_wait import (
+    Execution,
+    Stamp,
+    StampRing,
+    StampTable,
+    StepRow,
+    WaitResolver,
+    split_dispatched,
+    split_execution,
+)
+from trainer_agent.capture.job import job_rank, job_run_key
+from trainer_agent.capture.pipeline import describe_pipeline
+from trainer_agent.capture.pipeline_model import function_names
+from trainer_agent.capture.session import RunSession, scalars
+from trainer_agent.capture.train_function import (
+    keras_backend,
+    unwatch_train_function,
+    watch_train_function,
+)
+from trainer_agent.config import AgentConfig, RunArguments, RunOptions, takes_run_options
+from trainer_agent.log_once import warn_once
+from trainer_agent.telemetry.environment import collect_later, plain_int
+from trainer_agent.telemetry.nvml import shared_nvml
+
+log = logging.getLogger("trainer_agent")
+
+# Read the stamp ring after this many steps (train-function calls times steps_per_execution),
+# or after this long.
+READ_EVERY_CALLS = 50
+READ_EVERY_S = 1.0
+# ...or this often while a browser watches the run, so its steps reach it within ~100 ms.
+WATCHED_READ_EVERY_S = 0.05
+# Every Keras hook the callback overrides; each is guarded (trainer_agent/capture/guard.py).
+GUARDED_HOOKS = (
+    "on_train_begin", "on_train_batch_begin", "on_train_batch_end", "on_test_begin",
+    "on_test_end", "on_epoch_end", "on_train_end",
+)  # fmt: skip
+
+
+def _keras_callback_base() -> type:
+    """The `Callback` class of the Keras whose `fit` will run: tf_keras when TensorFlow is
+    told to use it (`TF_USE_LEGACY_KERAS`, TensorFlow's own switch), else Keras 3. Each
+    Keras refuses the other's callbacks."""
+    if os.environ.get("TF_USE_LEGACY_KERAS", "") in ("true", "True", "1"):
+        try:
+            import tf_keras
+
+            return tf_keras.callbacks.Callback
+        except ImportError:
+            pass
+    import keras
+
+    return keras.callbacks.Callback
+
+
+class StokerHooks:
+    """Streams every training step of `model.fit` to a Stoker server.
+
+    A step's time is measured from one `on_train_batch_begin` to the next, so it includes
+    everything the training loop does per step. Pass the training data through
+    `cb.wrap(dataset)` to measure input wait: one synchronous stage at the end of the
+    `tf.data` pipeline stamps when each element is asked for and when it is handed over.
+    The batch hooks only append to memory; the stamps are read every ~50 steps, the scalar
+    logs kept every `every_n_batches` steps. All I/O happens in one background thread; if
+    the server is down, training is unaffected. Each `fit()` call is one run. If the agent
+    itself fails, it logs why once, ends its run and stays off; training goes on.
+
+    Takes the keyword arguments of `trainer_agent.config.RunOptions` (the same as `Monitor`
+    and `autolog`): run_name, project, tags, config, server, token, run_key, every_n_batches,
+    sample_interval_s, all_gpus.
+
+    Example:
+        cb = StokerCallback(run_name="bs256", project="cifar10", config={"batch_size": 256})
+        model.fit(cb.wrap(train_ds), epochs=3, callbacks=[cb])
+    """
+
+    # Keras may run the batch-end hook on a thread pool (backends that allow it, JAX and
+    # PyTorch; with TensorFlow all hooks are synchronous), possibly after the next
+    # batch-begin. It only appends to locked buffers and dicts there; the steps' ends are
+    # stamped by the train-function wrapper on the training thread (`_train_returned`), which
+    # also closes the profiler's step marker: the profiler leaves a marker alone off the
+    # thread that opened it (tests/fit/test_profiler_threads.py drives it so).
+    async_safe = True
+    # tf_keras: hand the batch logs over as tensors; only every n-th step's are converted.
+    _supports_tf_logs = True
+    # Set by the Keras callback base the concrete class adds (`set_model`, `set_params`).
+    model: Any
+    params: dict[str, Any]
+
+    @takes_run_options
+    def __init__(self, **options: Unpack[RunArguments]) -> None:
+        super().__init__()
+        self.options = RunOptions.of(type(self).__name__, options)
+        self._agent_config = AgentConfig.from_options(self.options)
+        self.every_n_batches = self.options.every_n_batches
+        self._ring: StampRing | None = None
+        # What `wrap` learned of the training pipeline: its description (for the diagnosis's
+        # advice) and its functions' names (for the pipeline view's stages); None unwrapped.
+        self._input_pipeline: dict[str, Any] | None = None
+        self._function_names: list[tuple[str, str]] | None = None
+        self._session: RunSession | None = None
+        self._resolver = WaitResolver()
+        self._pending: list[Execution] = []
+        self._open: Execution | None = None
+        self._step = 0
+        self._epochs_done = 0
+        self._steps_per_execution = 1
+        self._steps_per_epoch: int | None = None
+        self._epoch_first_step = 0
+        # "hooks": the batch hooks time the steps (TensorFlow); "returns": the train-function
+        # wrapper stamps each call's return on the training thread (JAX, PyTorch).
+        self._timing = "hooks"
+        self._backend = "tensorflow"
+        # JAX and PyTorch: when each execution's outputs were ready (its batch-end hook, which
+        # Keras calls once the logs are converted), by its first step; and the executions
+        # closed before their device time was known.
+        self._done: dict[int, float] = {}
+        self._awaiting: list[Execution] = []
+        self._free_from: float | None = None
+        self._last_read = 0.0
+        self._wall_to_perf_s = 0.0
+        self._next_log_step = 0
+        self._guard = Guard(
+            self,
+            {name: None for name in GUARDED_HOOKS} | {"wrap": _unwrapped},
+            on_disable=self._end_disabled_run,
+            contained={"wrap": self._unstamped},
+        )
+
+    @property
+    def run_session(self) -> RunSession | None:
+        return self._session
+
+    def wrap(self, dataset: Any) -> Any:
+        """Return `dataset` with a stamping stage appended so input wait is measured.
+
+        The elements are unchanged. Wrap the dataset you pass to `fit` as the training data.
+        """
+        try:
+            cached = _last_wrapped.get(dataset, self._ring)
+            if cached is not None:
+                self._ring, wrapped, self._input_pipeline, self._function_names = cached
+                return wrapped
+            if self._ring is None:
+                self._ring = StampRing()
+            wrapped = self._ring.wrap(dataset)
+        except Exception as error:
+            return self._unstamped(error, dataset)
+        try:
+            self._input_pipeline = describe_pipeline(dataset)
+            self._function_names = function_names(dataset)
+        except Exception as error:
+            self._input_pipeline = self._function_names = None
+            warn_once(
+                f"describe:{type(error).__name__}",
+                "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
+            )  # fmt: skip
+        _last_wrapped.put(
+            dataset, (self._ring, wrapped, self._input_pipeline, self._function_names)
+        )
+        return wrapped
+
+    def _unstamped(self, error: BaseException, dataset: Any) -> Any:
+        """The dataset could not be stamped: the fit is still monitored (step times, samplers);
+        only its input wait is not."""
+        self._ring = self._input_pipeline = self._function_names = None
+        warn_once(
+            f"wrap:{type(error).__name__}",
+            "Stoker: input wait is not measured for this fit: its dataset cannot be "
+            "stamped (%s: %s). Step times and device metrics are still recorded.",
+            type(error).__name__, error,
+        )  # fmt: skip
+        return dataset
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        try:
+            self._begin_run()
+        except Exception as error:
+            self._guard.trip("on_train_begin", error)
+
+    def _begin_run(self) -> None:
+        if self._session is not None:
+            # The previous fit() never reached on_train_end: it raised.
+            self._session.close_abnormally("failed")
+            self._session = None
+        nvml = shared_nvml()
+        pipeline = self._input_pipeline
+        environment = collect_later(  # the slow part is read on the sender thread
+            nvml, model=self.model, fit_params=self.params, all_gpus=self._agent_config.all_gpus,
+            extra={"input_pipeline": pipeline} if pipeline else None,
+        )  # fmt: skip
+        self._session = RunSession(
+            self._agent_config,
+            environment=environment,
+            rank=job_rank(),
+            nvml=nvml,
+            run_key=job_run_key(self._agent_config.run_name, self.options.run_key),
+        )
+        self._session.before_abnormal_close = self._hand_over_completed_steps
+        self._session.start()
+        names = self._function_names
+        self._session.pipeline.describe(names or [], stamped=names is not None)
+        self._backend = keras_backend(self.model)
+        self._timing = watch_train_function(
+            self.model, self._session.pipeline, self._train_returned
+        )
+        self._steps_per_execution = max(
+            1, plain_int(getattr(self.model, "steps_per_execution", 1)) or 1
+        )
+        self._steps_per_epoch = (self.params or {}).get("steps")
+        self._resolver = WaitResolver()
+        self._pending = []
+        self._open = None
+        self._done, self._awaiting, self._free_from = {}, [], None
+        self._step = 0
+        self._epoch_first_step = 0
+        self._epochs_done = 0
+        self._next_log_step = 0
+        self._last_read = time.perf_counter()
+        self._wall_to_perf_s = time.time() - time.perf_counter()
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        try:
+            now = time.perf_counter()
+            self._close(now, by_begin=True)
+            if self._session is None:
+                return
+            if batch == 0:
+                self._epoch_first_step = self._step
+            n = self._steps_per_execution
+            if self._steps_per_epoch:
+                n = max(1, min(n, self._steps_per_epoch - batch))
+            self._open = Execution(
+                first_step=self._step, n=n, begin=now, epoch_start=batch == 0, end=now,
+                count_wait=self._step > 0,
+            )  # fmt: skip
+            self._session.profiler.step_begin(self._step, now, n)
+            self._step += n
+            read_every = max(1, READ_EVERY_CALLS // self._steps_per_execution)
+            read_every_s = WATCHED_READ_EVERY_S if self._session.sender.watched else READ_EVERY_S
+            if len(self._pending) >= read_every or now - self._last_read >= read_every_s:
+                self._flush_pending(now)
+        except Exception as error:
+            self._guard.trip("on_train_batch_begin", error)
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        try:
+            if self._timing == "hooks" and self._open is not None:
+                self._open.returned = time.perf_counter()  # it trained: its compute ended
+            elif self._timing == "returns":  # its logs are converted: its outputs are ready
+                first = self._epoch_first_step + batch - self._steps_per_execution + 1
+                self._done[max(first, self._epoch_first_step)] = time.perf_counter()
+            session = self._session
+            if session is not None:
+                session.profiler.step_end()
+            step = self._step - 1
+            if self._timing == "returns":  # maybe run late, on Keras's thread pool
+                step = min(step, self._epoch_first_step + batch)
+            if session is None or not logs or step < self._next_log_step:
+                return
+            self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
+            for name, value in logs.items():
+                try:
+                    session.record_metric(step, str(name), float(value))
+                except (TypeError, ValueError):
+                    continue
+        except Exception as error:
+            self._guard.trip("on_train_batch_end", error)
+
+    def _train_returned(self, now: float, fetched: list[Stamp] | None) -> None:
+        """Training thread, JAX and PyTorch: a train-function call returned at `now`, having
+        fetched `fetched` (JAX; PyTorch's epoch iterator fetched before the batch-begin)."""
+        try:
+            session = self._session
+            if session is not None:  # on the training thread, where the marker was opened
+                session.profiler.step_end()
+            execution = self._open
+            if execution is None:
+                return
+            execution.returned = now
+            if fetched:
+                execution.fetched = fetched
+                if len(fetched) != execution.n:  # the data ran out inside the execution
+                    execution.n = len(fetched)
+                    self._step = execution.first_step + execution.n
+        except Exception as error:
+            self._guard.trip("on_train_batch_end", error)
+
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        try:
+            # Validation runs after the epoch's last step; it must not count as step time.
+            self._close(time.perf_counter())
+        except Exception as error:
+            self._guard.trip("on_test_begin", error)
+
+    def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
+        try:
+            # fit's own validation arrives as val_* in the epoch logs; a standalone
+            # evaluate() during the run is kept beside the epoch in progress.
+            if self._session is not None and logs and not _in_fit_validation(self.model):
+                evaluated = {f"evaluate_{name}": value for name, value in scalars(logs).items()}
+                self._session.record_epoch(self._epochs_done, self._step, evaluated)
+        except Exception as error:
+            self._guard.trip("on_test_end", error)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        try:
+            now = time.perf_counter()
+            self._close(now)
+            self._flush_pending(now)
+            self._resolve_dispatched(final=True)
+            self._epochs_done = epoch + 1
+            if self._session is not None and logs:
+                metrics = scalars(logs)
+                if "learning_rate" not in metrics and "lr" not in metrics:
+                    rate = _learning_rate(self.model)
+                    if rate is not None:
+                        metrics["learning_rate"] = rate
+                self._session.record_epoch(epoch, self._step, metrics)
+        except Exception as error:
+            self._guard.trip("on_epoch_end", error)
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        try:
+            now = time.perf_counter()
+            self._close(now)
+            self._flush_pending(now)
+            self._resolve_dispatched(final=True)
+            session, self._session = self._session, None
+            self._release_fit(session)
+            if session is not None:
+                session.profiler.end()
+                session.close("finished", wait=False)  # delivered in the background (§ agent.md)
+        except Exception as error:
+            self._guard.trip("on_train_end", error)
+
+    def _release_fit(self, session: RunSession | None) -> None:
+        """Let go of everything of the fit that ended: its train function and its iterator.
+
+        A `tf.data` iterator still referenced when the interpreter shuts down is destroyed
+        during finalization, and one whose threads are inside a Python function
+        (`numpy_function`, `py_function`, a generator) then waits forever for the GIL.
+        """
+        try:
+            unwatch_train_function(self.model)
+        finally:
+            if session is not None:
+                session.pipeline.watch(None)
+
+    def _end_disabled_run(self, reason: str) -> None:
+        # The steps still held here are dropped: the state that raised is not trusted.
+        session, self._session = self._session, None
+        self._open, self._pending, self._awaiting = None, [], []
+        try:
+            self._release_fit(session)
+        except Exception:
+            log.debug("Stoker could not restore the train function", exc_info=True)
+        if session is not None:
+            end_in_background(session, DISABLED_STATUS)
+
+    def _hand_over_completed_steps(self) -> None:
+        # The step that was open when training raised never completed: it is not recorded.
+        self._open = None
+        try:
+            self._flush_pending(time.perf_counter())
+            self._resolve_dispatched(final=True)
+        finally:
+            self._release_fit(self._session)
+
+    def _close(self, now: float, *, by_begin: bool = False) -> None:
+        execution, self._open = self._open, None
+        if execution is None or self._session is None:
+            return
+        if execution.returned is None:
+            # The train function raised instead of returning: the call that found the data
+            # exhausted (Keras makes one at each epoch's end when tf.data does not know the
+            # epoch's length). It trained nothing, so it is no step; its time belongs to no
+            # step either, like the epoch-end work around it.
+            self._step = execution.first_step
+            return
+        execution.end = now
+        if execution.fetched is not None:  # JAX: timed at each fetch in the train function
+            self._awaiting.append(execution)
+            self._resolve_dispatched(final=False)
+        elif self._backend == "torch" and self._timing == "returns":
+            done = self._done.pop(execution.first_step, None)
+            self._record(_fetched_before_begin(execution, now if by_begin else None, done))
+        elif self._ring is not None:
+            self._pending.append(execution)
+        elif execution.n == 1:  # the common case, recorded without building rows
+            self._session.record_step(execution.first_step, execution.begin, now - execution.begin)
+        else:
+            self._record(split_execution(execution, None))
+
+    def _resolve_dispatched(self, *, final: bool) -> None:
+        """Record the closed JAX executions whose device time is known, in order. `final`
+        (the epoch's or fit's end: Keras has run every batch-end hook) records them all."""
+        while self._awaiting:
+            execution = self._awaiting[0]
+            done = self._done.pop(execution.first_step, None)
+            if done is None:
+                if not final:
+                    return
+                done = execution.end
+            self._awaiting.pop(0)
+            free_from = None if execution.epoch_start else self._free_from
+            stamps = execution.fetched or []
+            self._record(split_dispatched(execution, stamps, free_from, done))
+            self._free_from = done
+        if final:
+            self._done.clear()
+
+    def _flush_pending(self, now: float) -> None:
+        self._last_read = now
+        self._resolve_dispatched(final=False)
+        if not self._pending or self._ring is None:
+            return
+        executions, self._pending = self._pending, []
+        # The stamps are in TensorFlow's wall clock; the offset to perf_counter is taken
+        # afresh at every read, so a clock adjustment during a long run cannot skew waits.
+        self._wall_to_perf_s = time.time() - time.perf_counter()
+        try:
+            stamps = self._ring.read(self._wall_to_perf_s, after=self._resolver.cursor)
+        except Exception:
+            log.exception("Stoker could not read input stamps; input wait is not measured")
+            self._ring = None
+            stamps = StampTable.of({})
+        counted = sum(execution.n for execution in executions)
+        self._record(self._resolver.resolve(executions, stamps))
+        # The resolver shortens an execution that ran out of data; number on from its end.
+        shortfall = counted - sum(execution.n for execution in executions)
+        if shortfall:
+            self._step -= shortfall
+            if self._open is not None:
+                self._open.first_step -= shortfall
+
+    def _record(self, rows: list[StepRow]) -> None:
+        session = self._session
+        if session is None:
+            return
+        for row in rows:
+            session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
+
+
+class StokerCallback(StokerHooks, _keras_callback_base()):  # type: ignore[misc]
+    __doc__ = StokerHooks.__doc__
+
+
+@functools.cache
+def callback_class(keras_name: str) -> type[StokerHooks]:
+    """`StokerCallback` for the fits of one Keras: "keras" (Keras 3, or Keras 2 up to TF 2.15)
+    or "tf_keras". The importable `StokerCallback` is the one for the Keras that `tf.keras`
+    names; a process can fit with both (a tf_keras model in a Keras 3 script), and each
+    Keras takes only its own callbacks."""
+    if keras_family(StokerCallback) == keras_name:
+        return StokerCallback
+    base = importlib.import_module(keras_name).callbacks.Callback
+    attributes = {"__doc__": StokerHooks.__doc__, "__module__": __name__}
+    return type("StokerCallback", (StokerHooks, base), attributes)
+
+
+def keras_family(callback_class: type) -> str:
+    """ "keras" or "tf_keras": the Keras whose `Callback` the class derives from."""
+    for base in callback_class.__mro__:
+        if base.__name__ == "Callback" and base is not StokerHooks:
+            return base.__module__.split(".")[0]
+    return ""
+
+
+class _LastWrapped:
+    """The dataset wrapped last in this process and what wrapping it made (ring, wrapped
+    pipeline, description). A script that fits again on the same dataset (a fit per epoch,
+    active learning, autolog's new callback at every fit) gets them back instead of tracing
+    the stage's functions again (~45 ms). Only the last one is held, so at most one
+    dataset is kept beyond its fit; no iterator is."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entry: tuple[Any, tuple[Any, ...]] | None = None
+
+    def get(self, dataset: Any, ring: StampRing | None) -> tuple[Any, ...] | None:
+        with self._lock:
+            entry = self._entry
+        if entry is None or entry[0] is not dataset:
+            return None
+        if ring is not None and entry[1][0] is not ring:
+            return None  # this callback's earlier wrapped datasets stamp into its own ring
+        return entry[1]
+
+    def put(self, dataset: Any, made: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._entry = (dataset, made)
+
+
+_last_wrapped = _LastWrapped()
+
+
+def _fetched_before_begin(
+    execution: Execution, next_begin: float | None, done: float | None
+) -> list[StepRow]:
+    """PyTorch: Keras's epoch iterator fetches the next batches between a train-function call's
+    return and the next batch-begin; the device idled for them from when it finished (`done`,
+    if known by then, else the return) to that begin. The wait lies in the last step of
+    `execution`. Closed otherwise (validation, the epoch's end), no fetch followed."""
+    rows = split_execution(execution, None)
+    if next_begin is not None and execution.returned is not None:
+        for row in rows:
+            row.wait = 0.0
+        free = execution.returned if done is None else max(done, execution.returned)
+        rows[-1].wait = min(rows[-1].dur, max(0.0, next_begin - free))
+    return rows
+
+
+def _in_fit_validation(model: Any) -> bool:
+    """Whether `fit` is validating: it keeps its evaluation iterator meanwhile (Keras 3's
+    `_eval_epoch_iterator`, tf_keras's `_eval_data_handler`)."""
+    return any(
+        getattr(model, name, None) is not None
+        for name in ("_eval_epoch_iterator", "_eval_data_handler")
+    )
+
+
+def _learning_rate(model: Any) -> float | None:
+    """The optimizer's current learning rate, when it has a plain one."""
+    try:
+        return float(model.optimizer.learning_rate)
+    except Exception:
+        return None
+
+
+def _unwrapped(dataset: Any) -> Any:
+    """`wrap` once the agent is disabled: the dataset as given."""
+    return dataset

@@ -1,0 +1,184 @@
+"""Stoker's wrapper around Keras's `model.train_function`, recognised by its own marker.
+
+Keras makes `model.train_function` before `on_train_begin` and calls it every step (or every
+`steps_per_execution` steps). `watch_train_function` puts a thin Python wrapper in its place:
+- under TensorFlow it hands the pipeline view (trainer_agent/capture/pipeline_model.py) each new
+  `tf.data` iterator; the wrapper costs one identity comparison a step;
+- under JAX (`train_function(state, iterator)`: the batches are fetched inside it, between
+  the batch-begin and batch-end hooks) it passes a `FetchTimer` for the iterator, which
+  times each `next()`: the input wait, measured where the step asks for its batch. It also
+  stamps when the call returned, on the training thread: on backends that Keras calls
+  thread-safe (JAX, PyTorch) the batch-end hook may run later on a thread pool
+  (`CallbackList`'s async dispatch), so its own clock is no step's end;
+- under PyTorch (`train_function(data)`: the epoch iterator fetched the batches before the
+  batch-begin hook) it stamps the return, so the wait is the time from one call's return to
+  the next batch-begin (the callback's part, see `TrainCalls`).
+
+The wrapper is found again by the attribute `STOKER_ORIGINAL`, never by `__wrapped__`: on
+tf_keras (and TF <= 2.15's tf.keras) `model.train_function` is a `tf.function`, whose
+`__wrapped__` is the undecorated Python function; unwrapping that ran every step eagerly.
+Nothing the wrapper holds outlives the fit: `unwatch_train_function` puts the original back
+and lets go of the iterator.
+"""
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from trainer_agent.capture.input_wait import Stamp, batch_size_of
+
+log = logging.getLogger("trainer_agent")
+
+# The attribute of Stoker's wrapper that holds the train function it wraps.
+STOKER_ORIGINAL = "__stoker_original_train_function__"
+
+
+class IteratorWatcher(Protocol):
+    def watch(self, iterator: Any) -> None: ...
+
+
+# Called on the training thread when a train-function call returned: (when, the stamps of
+# the batches it fetched itself or None where the backend fetches elsewhere).
+ReturnedCallback = Callable[[float, list[Stamp] | None], None]
+
+
+class FetchTimer:
+    """An iterator that stamps each `next()` of the one it wraps: asked, handed over, size."""
+
+    __slots__ = ("_iterator", "stamps")
+
+    def __init__(self, iterator: Iterator[Any]) -> None:
+        self._iterator = iterator
+        self.stamps: list[Stamp] = []
+
+    def __iter__(self) -> "FetchTimer":
+        return self
+
+    def __next__(self) -> Any:
+        asked = time.perf_counter()
+        element = next(self._iterator)  # StopIteration passes through: the data ran out
+        got = time.perf_counter()
+        self.stamps.append(Stamp(got, batch_size_of(element), asked))
+        return element
+
+    def take(self) -> list[Stamp]:
+        stamps, self.stamps = self.stamps, []
+        return stamps
+
+
+def keras_backend(model: Any) -> str:
+    """The backend a Keras 3 model trains on ("tensorflow", "jax", "torch", ...); "tensorflow"
+    for Keras 2 (tf_keras, TF <= 2.15's tf.keras)."""
+    module = type(model).__module__
+    keras = sys.modules.get("keras")
+    if keras is None or module.startswith("tf_keras") or ".engine." in module:
+        return "tensorflow"
+    try:
+        return str(keras.config.backend())
+    except Exception:
+        return "tensorflow"
+
+
+def watch_train_function(
+    model: Any, watcher: IteratorWatcher, on_return: ReturnedCallback | None = None
+) -> str:
+    """Wrap `model.train_function`: `watcher` is handed each new `tf.data` iterator; under
+    JAX and PyTorch `on_return` is told of each call's return (and under JAX, its fetches).
+
+    Returns how steps are timed: "returns" when `on_return` will be called, "hooks" when the
+    batch hooks must time them (TensorFlow, or no wrapper)."""
+    if _keras2_under_a_strategy(model):
+        # Keras 2 (tf_keras, TF <= 2.15's tf.keras) under a distribution strategy: wrapping its
+        # train function there made the input-wait stamps miss (tested with MirroredStrategy).
+        log.info("Stoker: the pipeline view is off for Keras 2 under a distribution strategy")
+        return "hooks"
+    current = getattr(model, "train_function", None)
+    # A wrapper of ours is left over only by a fit that raised before on_train_end.
+    original = getattr(current, STOKER_ORIGINAL, current)
+    if not callable(original):
+        log.info("Stoker: no train_function to watch; the pipeline view stays empty")
+        return "hooks"
+    backend = keras_backend(model)
+    if backend == "jax" and on_return is not None:
+        train_function = _jax_wrapper(original, on_return)
+    elif backend != "tensorflow" and on_return is not None:
+        train_function = _returns_wrapper(original, on_return)
+    else:
+        train_function = _tf_wrapper(original, watcher)
+        on_return = None
+    setattr(train_function, STOKER_ORIGINAL, original)
+    model.train_function = train_function
+    return "hooks" if on_return is None else "returns"
+
+
+def _tf_wrapper(original: Callable[..., Any], watcher: IteratorWatcher) -> Callable[..., Any]:
+    seen: list[Any] = [None]
+
+    def train_function(iterator: Any, *args: Any, **kwargs: Any) -> Any:
+        if iterator is not seen[0]:
+            seen[0] = iterator
+            watcher.watch(iterator)
+        return original(iterator, *args, **kwargs)
+
+    train_function.stoker_release = lambda: seen.__setitem__(0, None)  # type: ignore[attr-defined]
+    return train_function
+
+
+def _jax_wrapper(original: Callable[..., Any], on_return: ReturnedCallback) -> Callable[..., Any]:
+    # Keras's JAX trainer calls train_function(state, iterator): the same iterator all epoch.
+    timer: list[FetchTimer | None] = [None]
+    seen: list[Any] = [None]
+
+    def train_function(state: Any, iterator: Any, *args: Any, **kwargs: Any) -> Any:
+        if iterator is not seen[0]:
+            seen[0] = iterator
+            timer[0] = FetchTimer(iterator) if hasattr(iterator, "__next__") else None
+        fetches = timer[0]
+        if fetches is None:
+            result = original(state, iterator, *args, **kwargs)
+            on_return(time.perf_counter(), None)
+            return result
+        fetches.stamps = []
+        result = original(state, fetches, *args, **kwargs)
+        on_return(time.perf_counter(), fetches.take())
+        return result
+
+    def release() -> None:
+        seen[0] = timer[0] = None
+
+    train_function.stoker_release = release  # type: ignore[attr-defined]
+    return train_function
+
+
+def _returns_wrapper(
+    original: Callable[..., Any], on_return: ReturnedCallback
+) -> Callable[..., Any]:
+    def train_function(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        on_return(time.perf_counter(), None)
+        return result
+
+    train_function.stoker_release = lambda: None  # type: ignore[attr-defined]
+    return train_function
+
+
+def unwatch_train_function(model: Any) -> None:
+    """Put Keras's own train function back (a no-op when Stoker's wrapper is not there)."""
+    current: Any = getattr(model, "train_function", None)
+    original = getattr(current, STOKER_ORIGINAL, None)
+    if original is None:
+        return
+    current.stoker_release()
+    model.train_function = original
+
+
+def is_watched(model: Any) -> bool:
+    return hasattr(getattr(model, "train_function", None), STOKER_ORIGINAL)
+
+
+def _keras2_under_a_strategy(model: Any) -> bool:
+    keras2 = ".engine." in type(model).__module__ or type(model).__module__.startswith("tf_keras")
+    strategy = getattr(model, "distribute_strategy", None)
+    return keras2 and strategy is not None and "Default" not in type(strategy).__name__

@@ -1,0 +1,7 @@
+"""`python -m trainer_agent.cli`: the `stoker` command."""
+
+import sys
+
+from trainer_agent.cli.main import main
+
+sys.exit(main())
