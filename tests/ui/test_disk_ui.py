@@ -248,6 +248,16 @@ def test_alerts_page_lists_a_disk_alert_as_the_servers(
     # Over the real free share (below 1 on any disk with something on it): it fires.
     assert httpx.patch(url, json={"threshold": 1.0, "for_s": 0}).status_code == 200
     try:
+        # The rule is judged on the detectors' tick (seconds apart by default): the page is
+        # opened once it has fired, so what it shows does not race the tick.
+        wait_for(
+            lambda: [
+                a
+                for a in retention_server.get("/api/v1/alerts", state="firing")["data"]
+                if a["rule_id"] == rule["id"]
+            ],
+            what="the disk alert firing",
+        )
         page.goto(f"{retention_server.url}/#/alerts")
         row = page.get_by_test_id("alert-row").filter(has_text=rule["name"]).first
         expect(row).to_have_attribute("data-state", "firing")
