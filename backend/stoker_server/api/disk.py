@@ -5,8 +5,6 @@ Measured at each request (an SQLite PRAGMA or pg_database_size, a walk of the pr
 directory, a statvfs), which also refreshes the figures `/metrics` serves.
 """
 
-import shutil
-
 from fastapi import APIRouter
 from pydantic import BaseModel
 
@@ -43,10 +41,7 @@ def is_low(free: int | None, total: int | None, *, share: float, size: int) -> b
 def read_disk(session: SessionDep, state: StateDep) -> DiskPublic:
     settings, usage, writer = state.settings, state.telemetry.disk, state.writer
     measure(session=session, data_dir=settings.data_dir, usage=usage)
-    try:
-        total: int | None = shutil.disk_usage(settings.data_dir).total
-    except OSError:
-        total = None
+    total = usage.total_bytes
     return DiskPublic(
         database_bytes=usage.database_bytes,
         profiles_bytes=usage.profiles_bytes,

@@ -12,7 +12,6 @@ import asyncio
 import bisect
 import logging
 import math
-import shutil
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -57,6 +56,7 @@ from stoker_server.diagnosis.verdict import Diagnosis, Verdict, diagnose
 from stoker_server.diagnosis.webhooks import Delivery, WebhookSender, json_payload, slack_payload
 from stoker_server.diagnosis.window import DeviceRow, RunWindow
 from stoker_server.ingest.protocol import Batch
+from stoker_server.ingest.retention import disk_space
 from stoker_server.ingest.writer import Writer
 from stoker_server.live.hub import LiveHub
 from stoker_server.live.messages import AlertMessage, EventMessage, VerdictMessage
@@ -482,11 +482,8 @@ class Detectors:
 
     def _server_facts(self) -> RunFacts:
         """The server's own values: the free share of the data directory's disk."""
-        try:
-            usage = shutil.disk_usage(self.settings.data_dir)
-            free: float | None = usage.free / usage.total if usage.total else None
-        except OSError:
-            free = None
+        free_bytes, total_bytes = disk_space(self.settings.data_dir)
+        free = free_bytes / total_bytes if free_bytes is not None and total_bytes else None
         return RunFacts(
             run_id=SERVER_RUN_ID,
             project="",

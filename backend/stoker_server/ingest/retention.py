@@ -50,6 +50,7 @@ class DiskUsage:
     database_bytes: int | None = None
     profiles_bytes: int | None = None
     free_bytes: int | None = None
+    total_bytes: int | None = None  # the size of the data directory's disk
     raw_bytes: int | None = None  # estimated bytes of raw rows still kept
     compacted_runs: int = 0  # compacted by this server since it started
     compacted_rows: int = 0  # raw rows deleted by this server since it started
@@ -253,10 +254,16 @@ def measure(*, session: Session, data_dir: Path, usage: DiskUsage) -> None:
     """Refresh the disk figures."""
     usage.database_bytes = database_bytes(session.connection())
     usage.profiles_bytes = directory_bytes(data_dir / "profiles")
+    usage.free_bytes, usage.total_bytes = disk_space(data_dir)
+
+
+def disk_space(data_dir: Path) -> tuple[int | None, int | None]:
+    """Free and total bytes of the disk holding `data_dir`; none when it cannot be read."""
     try:
-        usage.free_bytes = shutil.disk_usage(data_dir).free
+        space = shutil.disk_usage(data_dir)
     except OSError:
-        usage.free_bytes = None
+        return None, None
+    return space.free, space.total
 
 
 async def retention_pass(*, writer: Any, engine: Any, settings: Any, usage: DiskUsage) -> list[int]:

@@ -97,12 +97,18 @@ class Writer:
         self._thread = threading.Thread(target=self._loop, name="stoker-writer", daemon=True)
         self._thread.start()
 
+    def _enqueue(
+        self, fn: Callable[..., Any] | None, kwargs: dict[str, Any], **job: Any
+    ) -> "asyncio.Future[Any]":
+        """Queue a job for the writer thread; its future resolves on this loop after it ran."""
+        loop = asyncio.get_running_loop()
+        queued = _Job(fn, kwargs, loop.create_future(), loop, **job)
+        self._queue.put(queued)
+        return queued.future
+
     def submit(self, fn: Callable[..., T], /, **kwargs: Any) -> "asyncio.Future[T]":
         """Queue `fn(session=..., **kwargs)` for the writer thread; its future resolves after."""
-        loop = asyncio.get_running_loop()
-        job = _Job(fn, kwargs, loop.create_future(), loop)
-        self._queue.put(job)
-        return job.future
+        return self._enqueue(fn, kwargs)
 
     async def run(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """Run `fn(session=..., **kwargs)` in the writer thread with a fresh session."""
@@ -111,30 +117,20 @@ class Writer:
     async def store_rows(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
         """`run` for a job that stores an agent's rows: once one succeeds, the disk is no
         longer full (a read or a small edit succeeding says nothing about room for rows)."""
-        loop = asyncio.get_running_loop()
-        job = _Job(fn, kwargs, loop.create_future(), loop, stores_rows=True)
-        self._queue.put(job)
-        return await job.future
+        result: T = await self._enqueue(fn, kwargs, stores_rows=True)
+        return result
 
     def submit_store(self, batch: BatchJob) -> "asyncio.Future[dict[str, Any] | None]":
         """Queue an agent batch (stored with others in one transaction; see store_batches)."""
-        loop = asyncio.get_running_loop()
-        job = _Job(None, {}, loop.create_future(), loop, batch)
-        self._queue.put(job)
-        return job.future
+        return self._enqueue(None, {}, batch=batch)
 
     async def store(self, batch: BatchJob) -> dict[str, Any] | None:
-        """Store an agent batch (possibly together with others); see ingest.store.store_batches."""
+        """Store an agent batch (possibly with others); see agent_writes.store_batches."""
         return await self.submit_store(batch)
 
     async def forgive(self, key: StreamKey) -> None:
         """A stream connected again: accept its batches after everything queued before."""
-        loop = asyncio.get_running_loop()
-        job = _Job(
-            None, {}, loop.create_future(), loop, control=lambda: self._failed_streams.discard(key)
-        )
-        self._queue.put(job)
-        await job.future
+        await self._enqueue(None, {}, control=lambda: self._failed_streams.discard(key))
 
     def _loop(self) -> None:
         pending: _Job | None = None
