@@ -1,28 +1,27 @@
 """Writes from agents: open or resume a run, store batches exactly once, end a run.
 
 Every function runs inside one transaction; a batch's rows and its seq cursor are committed
-together, so an acknowledged batch is durable and a replayed one is recognised. Rows go in
-through the driver's `executemany` on SQLite, and one binary COPY per table for a whole
-group of batches on PostgreSQL (no per-row ORM work): this is the ingest hot path.
+together, so an acknowledged batch is durable and a replayed one is recognised. The rows of
+a whole group go in together (group_rows: the ingest hot path).
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from itertools import repeat
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-from sqlalchemy import BigInteger, Boolean, Float, Integer, bindparam, update
+from sqlalchemy import bindparam, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Connection
-from sqlmodel import Session, SQLModel, col, select
+from sqlmodel import Session, col, select
 
 from stoker_server.core.db import placeholder
 from stoker_server.core.models import IngestCursor, Run, RunStatus, utc_now
-from stoker_server.ingest.copy_binary import SIGNATURE, TRAILER, encodable, encode_rows
+from stoker_server.ingest.group_rows import ROLLUP_WIDTHS as ROLLUP_WIDTHS  # read by api.queries
+from stoker_server.ingest.group_rows import GroupRows, executemany
 from stoker_server.ingest.pipeline_store import store_pipeline_reads
-from stoker_server.ingest.protocol import Batch, Columns, EpochColumns, Hello
+from stoker_server.ingest.protocol import Batch, EpochColumns, Hello
 from stoker_server.ingest.summary import (
     GPM_SUMMARY_FIELDS,
     add_agent_counters,
@@ -38,9 +37,6 @@ from stoker_server.ingest.summary import (
     stored_summary,
 )
 from stoker_server.service.lifecycle import end_worker, job_status, join_worker
-
-# Step rollup tiers (steps per bucket); see core.models.StepRollup and api.queries.step_series.
-ROLLUP_WIDTHS = (16, 64, 256, 1024, 4096, 16384)
 
 
 def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:
@@ -125,8 +121,7 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
     """
     connection = session.connection()
     mark = placeholder(connection)
-    copies: Copies = {}  # PostgreSQL: the group's rows per table, one COPY each
-    rollups: list[RollupPart] = []  # the group's steps, for one rollup statement
+    rows = GroupRows(connection)
     cursors: dict[tuple[int, str], int] = {}
     runs: dict[int, dict[str, Any]] = {}
     results: list[dict[str, Any] | None] = []
@@ -151,11 +146,10 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
                 "stats": row.stats, "name": row.name, "tags": row.tags, "notes": row.notes,
                 "status": row.status, "dirty_streams": set(),
             }  # fmt: skip
-        run["stats"] = _store_rows(connection, job, run["stats"], copies, rollups)
+        run["stats"] = _store_rows(rows, job, run["stats"])
         run["dirty_streams"].add(job.stream)
         results.append(run)
-    _copy_all(connection, copies)
-    _update_rollups(connection, rollups)
+    rows.finish()
     now = utc_now()
     for run_id, run in runs.items():
         run["summary"] = stored_summary(run["stats"])
@@ -175,32 +169,30 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
     return [None if r is None else {k: r[k] for k in BATCH_RUN_FIELDS} for r in results]
 
 
-def _store_rows(
-    connection: Connection, job: BatchJob, stats: dict[str, Any], copies: "Copies",
-    rollups: "list[RollupPart]",
-) -> dict[str, Any]:  # fmt: skip
-    """Insert one batch's rows (on PostgreSQL, add them to `copies`; its steps to `rollups`)
-    and return the run's statistics updated with them."""
+def _store_rows(rows: GroupRows, job: BatchJob, stats: dict[str, Any]) -> dict[str, Any]:
+    """Insert one batch's rows (into `rows`, for the group) and return the run's statistics
+    updated with them."""
+    connection = rows.connection
     batch, run_id, rank = job.batch, job.run_id, job.rank
     steps = batch.steps
     if steps is not None and len(steps):
-        _insert(connection, "step", steps, run_id=run_id, rank=rank, copies=copies)
+        rows.insert("step", steps, run_id=run_id, rank=rank)
         # One numpy copy of each column serves the rollups and the statistics.
         step = np.asarray(steps.step, dtype=np.int64)
         t = np.asarray(steps.t, dtype=np.float64)
         dur = np.asarray(steps.dur, dtype=np.float64)
         wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
         batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
-        rollups.append((run_id, rank, step, t, dur, wait))
+        rows.roll_up(run_id=run_id, rank=rank, step=step, t=t, dur=dur, wait=wait)
         stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
         stats = add_worker_steps(
             stats, rank=rank, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size
         )
     if batch.metrics is not None and len(batch.metrics):
-        _insert(connection, "metric", batch.metrics, run_id=run_id, rank=rank, copies=copies)
+        rows.insert("metric", batch.metrics, run_id=run_id, rank=rank)
         stats = add_metrics(stats, values=batch.metrics.value)
     if batch.device is not None and len(batch.device):
-        _insert(connection, "devicesample", batch.device, run_id=run_id, rank=rank, copies=copies)
+        rows.insert("devicesample", batch.device, run_id=run_id, rank=rank)
         stats = add_device_samples(
             stats,
             util=batch.device.column("util"),
@@ -213,7 +205,7 @@ def _store_rows(
             energy_integrated=batch.device.column("energy_integrated"),
         )
     if batch.host is not None and len(batch.host):
-        _insert(connection, "hostsample", batch.host, run_id=run_id, rank=rank, copies=copies)
+        rows.insert("hostsample", batch.host, run_id=run_id, rank=rank)
     if batch.epochs is not None and len(batch.epochs):
         stats = _store_epochs(connection, run_id=run_id, epochs=batch.epochs, stats=stats)
     if batch.pipeline is not None and len(batch.pipeline):
@@ -233,7 +225,7 @@ def _store_epochs(
     """Store epoch rows (an epoch reported again replaces the stored one: a resumed run) and
     return `stats` with the last and best value of each metric the batch touched."""
     mark = placeholder(connection)
-    _executemany(
+    executemany(
         connection,
         "INSERT INTO epochmetric (run_id, epoch, step, t, name, value) "
         f"VALUES ({', '.join([mark] * 6)}) ON CONFLICT (run_id, name, epoch) DO UPDATE SET "
@@ -259,181 +251,6 @@ def _store_epochs(
             [(int(e), v) for e, v in rows], goal=metric_goal(name, config)
         )
     return {**stats, "epoch_metrics": summaries}
-
-
-# PostgreSQL: sections waiting for their COPY (run id, rank, column values), by table and
-# the columns they carry.
-Copies = dict[tuple[str, tuple[str, ...]], list[tuple[int, int, list[list[Any]]]]]
-
-
-def _insert(
-    connection: Connection, table: str, columns: Columns, *, run_id: int, rank: int,
-    copies: Copies,
-) -> None:  # fmt: skip
-    """Insert a columnar section as rows: one driver-level executemany of plain tuples, or on
-    PostgreSQL rows kept for the group's COPY of the table (see `_copy_all`)."""
-    names = [name for name, value in columns.__dict__.items() if value is not None]
-    values = [getattr(columns, name) for name in names]
-    if connection.dialect.name == "postgresql":
-        copies.setdefault((table, tuple(names)), []).append((run_id, rank, values))
-        return
-    n = len(values[0])
-    rows = zip(repeat(run_id, n), repeat(rank, n), *values, strict=True)
-    mark = placeholder(connection)
-    sql = (
-        f"INSERT INTO {table} (run_id, rank, {', '.join(names)}) "
-        f"VALUES ({', '.join([mark] * (len(names) + 2))})"
-    )
-    _executemany(connection, sql, rows)
-
-
-def _copy_all(connection: Connection, copies: Copies) -> None:
-    """One binary COPY per table (and set of columns) for a whole group of batches: no text
-    to format or parse, no statement per row or per batch. Sections of fixed-width columns
-    (steps, samples) are encoded whole by numpy (copy_binary); the others row by row."""
-    for (table, names), parts in copies.items():
-        types = _copy_types(table, names)
-        cursor = connection.connection.cursor()
-        try:
-            with cursor.copy(
-                f"COPY {table} (run_id, rank, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                if encodable(types):
-                    copy.write(SIGNATURE)
-                    for run_id, rank, values in parts:
-                        copy.write(encode_rows([run_id, rank, *values], types))
-                    copy.write(TRAILER)
-                    continue
-                copy.set_types(types)
-                for run_id, rank, values in parts:
-                    n = len(values[0])
-                    for row in zip(repeat(run_id, n), repeat(rank, n), *values, strict=True):
-                        copy.write_row(row)
-        finally:
-            cursor.close()
-
-
-@cache
-def _copy_types(table: str, names: tuple[str, ...]) -> list[str]:
-    """PostgreSQL type names of `table`'s columns run_id, rank and `names` (binary COPY sends
-    each value in its column's own binary form, so it must know them)."""
-    columns = SQLModel.metadata.tables[table].columns
-    return [_pg_type(columns[name].type) for name in ("run_id", "rank", *names)]
-
-
-def _pg_type(column_type: Any) -> str:
-    if isinstance(column_type, Boolean):
-        return "bool"
-    if isinstance(column_type, BigInteger):
-        return "int8"
-    if isinstance(column_type, Integer):
-        return "int4"
-    if isinstance(column_type, Float):
-        return "float8"
-    return "text"
-
-
-def _executemany(connection: Connection, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-    """Run `sql` once per row on the DBAPI cursor of the same connection (same transaction).
-
-    SQLAlchemy's own executemany inspects every parameter set; on the ingest path that cost
-    more than the insert.
-    """
-    cursor = connection.connection.cursor()
-    try:
-        # sqlite3 and psycopg take any iterable of rows (the callers' are lazy zips); the
-        # DBAPI protocol's type asks for a sequence.
-        cursor.executemany(sql, cast("Sequence[Sequence[Any]]", rows))
-    finally:
-        cursor.close()
-
-
-# A group's steps for its rollups: (run id, rank, step, t, dur, wait) of each batch.
-RollupPart = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def _rollup_columns(parts: Sequence[RollupPart]) -> list[np.ndarray]:
-    """A group's steps aggregated into every rollup tier: the columns of `_ROLLUP_COLUMNS`,
-    one row per (run, rank, width, bucket).
-
-    The steps are sorted by (run, rank, step), so each bucket is one run of rows; each tier is
-    reduced from the one below (every width is a multiple of the previous one). A group holds
-    each key once, as one statement's upsert needs; steps sent twice (a restarted worker counts
-    from 0 again) add to their bucket, as they did batch by batch.
-    """
-    run = np.concatenate([np.full(len(p[2]), p[0], dtype=np.int64) for p in parts])
-    rank = np.concatenate([np.full(len(p[2]), p[1], dtype=np.int64) for p in parts])
-    step, t, dur, wait = (np.concatenate([p[i] for p in parts]) for i in range(2, 6))
-    order = np.lexsort((step, rank, run))
-    run, rank, step, t, dur, wait = (a[order] for a in (run, rank, step, t, dur, wait))
-    known = ~np.isnan(wait)
-    # Per row of the tier below: n, step_max, t_max, dur_sum, dur_min, dur_max, wait_sum,
-    # wait_n (for the raw steps, each step's own values).
-    values = [
-        np.ones(len(step), dtype=np.int64), step, t, dur, dur, dur,
-        np.where(known, wait, 0.0), known.astype(np.int64),
-    ]  # fmt: skip
-    reducers = (np.add, np.maximum, np.maximum, np.add, np.minimum, np.maximum, np.add, np.add)
-    bucket, below = step, 1
-    out: list[list[np.ndarray]] = [[] for _ in range(12)]
-    for width in ROLLUP_WIDTHS:
-        bucket = bucket // (width // below)
-        below = width
-        change = (bucket[1:] != bucket[:-1]) | (rank[1:] != rank[:-1]) | (run[1:] != run[:-1])
-        starts = np.concatenate(([0], np.flatnonzero(change) + 1))
-        run, rank, bucket = run[starts], rank[starts], bucket[starts]
-        values = [r.reduceat(v, starts) for r, v in zip(reducers, values, strict=True)]
-        for column, array in zip(
-            out, [run, rank, np.full(len(starts), width), bucket, *values], strict=True
-        ):
-            column.append(array)
-    return [np.concatenate(column) for column in out]
-
-
-def _update_rollups(connection: Connection, parts: Sequence[RollupPart]) -> None:
-    """Fold a group's steps into every rollup tier (insert or add to existing buckets) with
-    one statement."""
-    if not parts:
-        return
-    columns = _rollup_columns(parts)
-    postgres = connection.dialect.name == "postgresql"
-    lo, hi = ("LEAST", "GREATEST") if postgres else ("min", "max")
-    upsert = (
-        "ON CONFLICT (run_id, rank, width, bucket) DO UPDATE SET "
-        "n = steprollup.n + excluded.n, "
-        f"step_max = {hi}(steprollup.step_max, excluded.step_max), "
-        f"t_max = {hi}(steprollup.t_max, excluded.t_max), "
-        "dur_sum = steprollup.dur_sum + excluded.dur_sum, "
-        f"dur_min = {lo}(steprollup.dur_min, excluded.dur_min), "
-        f"dur_max = {hi}(steprollup.dur_max, excluded.dur_max), "
-        "wait_sum = steprollup.wait_sum + excluded.wait_sum, "
-        "wait_n = steprollup.wait_n + excluded.wait_n"
-    )
-    if postgres:
-        # One statement over arrays. Each column goes as one comma-separated text: psycopg
-        # adapts a list value by value in Python, which cost more than the statement.
-        _executemany(
-            connection,
-            f"INSERT INTO {_ROLLUP_COLUMNS} SELECT * FROM unnest({_ROLLUP_ARRAYS}) {upsert}",
-            [[",".join(map(str, column.tolist())) for column in columns]],
-        )
-        return
-    mark = placeholder(connection)
-    _executemany(
-        connection,
-        f"INSERT INTO {_ROLLUP_COLUMNS} VALUES ({', '.join([mark] * 12)}) {upsert}",
-        zip(*(column.tolist() for column in columns), strict=True),
-    )
-
-
-_ROLLUP_COLUMNS = (
-    "steprollup (run_id, rank, width, bucket, n, step_max, t_max, dur_sum, dur_min, dur_max, "
-    "wait_sum, wait_n)"
-)
-_ROLLUP_ARRAYS = ", ".join(
-    f"string_to_array(%s, ',')::{t}[]"
-    for t in ("int4", "int4", "int4", "int8", "int4", "int8") + ("float8",) * 5 + ("int4",)
-)
 
 
 def end_run(
