@@ -1,11 +1,12 @@
 """Writes from agents: open or resume a run, store batches exactly once, end a run.
 
 Every function runs inside one transaction; a batch's rows and its seq cursor are committed
-together, so an acknowledged batch is durable and a replayed one is recognised. The rows of
-a whole group go in together (group_rows: the ingest hot path).
+together, so an acknowledged batch is durable and a replayed one is recognised. A batch is
+stored section by section (`SECTIONS`: each unit writes its rows and adds its part of the
+run's statistics); the rows of a whole group go in together (group_rows: the hot path).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -13,7 +14,6 @@ from typing import Any
 import numpy as np
 from sqlalchemy import bindparam, update
 from sqlalchemy import select as sa_select
-from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select
 
 from stoker_server.core.db import placeholder
@@ -21,11 +21,23 @@ from stoker_server.core.models import IngestCursor, Run, RunStatus, utc_now
 from stoker_server.ingest.group_rows import ROLLUP_WIDTHS as ROLLUP_WIDTHS  # read by api.queries
 from stoker_server.ingest.group_rows import GroupRows, executemany
 from stoker_server.ingest.pipeline_store import store_pipeline_reads
-from stoker_server.ingest.protocol import Batch, EpochColumns, Hello
+from stoker_server.ingest.protocol import (
+    AgentCounters,
+    Batch,
+    Columns,
+    DeviceColumns,
+    EpochColumns,
+    Hello,
+    HostColumns,
+    MetricColumns,
+    PipelineColumns,
+    StepColumns,
+)
 from stoker_server.ingest.summary import (
     GPM_SUMMARY_FIELDS,
     add_agent_counters,
     add_device_samples,
+    add_epoch_metrics,
     add_metrics,
     add_steps,
     add_worker_steps,
@@ -35,6 +47,7 @@ from stoker_server.ingest.summary import (
     set_unsent_steps,
     set_worker_gpus,
     stored_summary,
+    summarised_epoch_names,
 )
 from stoker_server.service.lifecycle import end_worker, job_status, join_worker
 
@@ -116,8 +129,7 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
 
     A batch whose seq is already stored for its stream is skipped (None); for the others the
     result is the run's fresh `BATCH_RUN_FIELDS`. Each run's row and each stream's cursor is
-    read and written once per group, and rows go in through driver-level executemany: no ORM
-    objects on this path.
+    read and written once per group; each batch's sections are stored by `SECTIONS`.
     """
     connection = session.connection()
     mark = placeholder(connection)
@@ -146,7 +158,7 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
                 "stats": row.stats, "name": row.name, "tags": row.tags, "notes": row.notes,
                 "status": row.status, "dirty_streams": set(),
             }  # fmt: skip
-        run["stats"] = _store_rows(rows, job, run["stats"])
+        run["stats"] = _store_sections(rows, job, run["stats"])
         run["dirty_streams"].add(job.stream)
         results.append(run)
     rows.finish()
@@ -169,61 +181,78 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
     return [None if r is None else {k: r[k] for k in BATCH_RUN_FIELDS} for r in results]
 
 
-def _store_rows(rows: GroupRows, job: BatchJob, stats: dict[str, Any]) -> dict[str, Any]:
-    """Insert one batch's rows (into `rows`, for the group) and return the run's statistics
-    updated with them."""
-    connection = rows.connection
-    batch, run_id, rank = job.batch, job.run_id, job.rank
-    steps = batch.steps
-    if steps is not None and len(steps):
-        rows.insert("step", steps, run_id=run_id, rank=rank)
-        # One numpy copy of each column serves the rollups and the statistics.
-        step = np.asarray(steps.step, dtype=np.int64)
-        t = np.asarray(steps.t, dtype=np.float64)
-        dur = np.asarray(steps.dur, dtype=np.float64)
-        wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
-        batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
-        rows.roll_up(run_id=run_id, rank=rank, step=step, t=t, dur=dur, wait=wait)
-        stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
-        stats = add_worker_steps(
-            stats, rank=rank, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size
-        )
-    if batch.metrics is not None and len(batch.metrics):
-        rows.insert("metric", batch.metrics, run_id=run_id, rank=rank)
-        stats = add_metrics(stats, values=batch.metrics.value)
-    if batch.device is not None and len(batch.device):
-        rows.insert("devicesample", batch.device, run_id=run_id, rank=rank)
-        stats = add_device_samples(
-            stats,
-            util=batch.device.column("util"),
-            mem_used=batch.device.column("mem_used"),
-            tf_mem_peak=batch.device.column("tf_mem_peak"),
-            rank=rank,
-            gpu=batch.device.gpu,
-            gpm={name: batch.device.column(name) for name in GPM_SUMMARY_FIELDS},
-            energy_j=batch.device.column("energy_j"),
-            energy_integrated=batch.device.column("energy_integrated"),
-        )
-    if batch.host is not None and len(batch.host):
-        rows.insert("hostsample", batch.host, run_id=run_id, rank=rank)
-    if batch.epochs is not None and len(batch.epochs):
-        stats = _store_epochs(connection, run_id=run_id, epochs=batch.epochs, stats=stats)
-    if batch.pipeline is not None and len(batch.pipeline):
-        store_pipeline_reads(connection, run_id=run_id, rank=rank, reads=batch.pipeline)
-    if batch.agent is not None:
-        stats = add_agent_counters(stats, stream=job.stream, counters=batch.agent.model_dump())
+def _store_sections(rows: GroupRows, job: BatchJob, stats: dict[str, Any]) -> dict[str, Any]:
+    """Store each section a batch carries; return the run's statistics with them added."""
+    for name, store in SECTIONS.items():
+        section = getattr(job.batch, name)
+        if section is None or (isinstance(section, Columns) and not len(section)):
+            continue
+        stats = store(rows, job, section, stats)
     return stats
 
 
-# A run's summary lists at most this many epoch metrics (the rows are all stored).
-MAX_SUMMARY_EPOCH_METRICS = 200
+# One unit per batch section: it stores the section's rows (into `rows`, for the group) and
+# returns the run's statistics with the section's part added.
 
 
-def _store_epochs(
-    connection: Connection, *, run_id: int, epochs: EpochColumns, stats: dict[str, Any]
+def _steps(
+    rows: GroupRows, job: BatchJob, steps: StepColumns, stats: dict[str, Any]
 ) -> dict[str, Any]:
-    """Store epoch rows (an epoch reported again replaces the stored one: a resumed run) and
-    return `stats` with the last and best value of each metric the batch touched."""
+    """Step rows, the step rollups, the run's and the worker's step statistics."""
+    rows.insert("step", steps, run_id=job.run_id, rank=job.rank)
+    # One numpy copy of each column serves the rollups and the statistics.
+    step = np.asarray(steps.step, dtype=np.int64)
+    t = np.asarray(steps.t, dtype=np.float64)
+    dur = np.asarray(steps.dur, dtype=np.float64)
+    wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
+    batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
+    rows.roll_up(run_id=job.run_id, rank=job.rank, step=step, t=t, dur=dur, wait=wait)
+    stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
+    return add_worker_steps(
+        stats, rank=job.rank, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size
+    )
+
+
+def _metrics(
+    rows: GroupRows, job: BatchJob, metrics: MetricColumns, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """Metric rows; the count of non-finite values."""
+    rows.insert("metric", metrics, run_id=job.run_id, rank=job.rank)
+    return add_metrics(stats, values=metrics.value)
+
+
+def _device(
+    rows: GroupRows, job: BatchJob, device: DeviceColumns, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """GPU sample rows; utilization, memory peaks, GPM means, energy."""
+    rows.insert("devicesample", device, run_id=job.run_id, rank=job.rank)
+    return add_device_samples(
+        stats,
+        util=device.column("util"),
+        mem_used=device.column("mem_used"),
+        tf_mem_peak=device.column("tf_mem_peak"),
+        rank=job.rank,
+        gpu=device.gpu,
+        gpm={name: device.column(name) for name in GPM_SUMMARY_FIELDS},
+        energy_j=device.column("energy_j"),
+        energy_integrated=device.column("energy_integrated"),
+    )
+
+
+def _host(
+    rows: GroupRows, job: BatchJob, host: HostColumns, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """Host sample rows (not summarised)."""
+    rows.insert("hostsample", host, run_id=job.run_id, rank=job.rank)
+    return stats
+
+
+def _epochs(
+    rows: GroupRows, job: BatchJob, epochs: EpochColumns, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """Epoch rows (an epoch reported again replaces the stored one: a resumed run); the last
+    and best value of each metric the batch touched, read back from all its epochs."""
+    connection, run_id = rows.connection, job.run_id
     mark = placeholder(connection)
     executemany(
         connection,
@@ -232,25 +261,52 @@ def _store_epochs(
         "step = excluded.step, t = excluded.t, value = excluded.value",
         zip(repeat(run_id), epochs.epoch, epochs.step, epochs.t, epochs.name, epochs.value),
     )
-    summaries = dict(stats.get("epoch_metrics", {}))
-    room = MAX_SUMMARY_EPOCH_METRICS - len(summaries)
-    touched = [n for n in dict.fromkeys(epochs.name) if n in summaries]
-    touched += [n for n in dict.fromkeys(epochs.name) if n not in summaries][: max(room, 0)]
-    if not touched:
+    names = summarised_epoch_names(stats, epochs.name)
+    if not names:
         return stats
     config = (
         connection.execute(sa_select(col(Run.config)).where(col(Run.id) == run_id)).scalar() or {}
     )
-    for name in touched:
-        rows = connection.exec_driver_sql(
+    summaries = {}
+    for name in names:
+        stored = connection.exec_driver_sql(
             "SELECT epoch, value FROM epochmetric "
             f"WHERE run_id = {mark} AND name = {mark} ORDER BY epoch",
             (run_id, name),
         ).all()
         summaries[name] = epoch_metric_summary(
-            [(int(e), v) for e, v in rows], goal=metric_goal(name, config)
+            [(int(e), v) for e, v in stored], goal=metric_goal(name, config)
         )
-    return {**stats, "epoch_metrics": summaries}
+    return add_epoch_metrics(stats, summaries)
+
+
+def _pipeline(
+    rows: GroupRows, job: BatchJob, reads: PipelineColumns, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """tf.data model reads, the run's latest kept (not summarised)."""
+    store_pipeline_reads(rows.connection, run_id=job.run_id, rank=job.rank, reads=reads)
+    return stats
+
+
+def _agent(
+    rows: GroupRows, job: BatchJob, counters: AgentCounters, stats: dict[str, Any]
+) -> dict[str, Any]:
+    """No rows; the stream's latest delivery counters."""
+    return add_agent_counters(stats, stream=job.stream, counters=counters.model_dump())
+
+
+SectionStore = Callable[[GroupRows, BatchJob, Any, dict[str, Any]], dict[str, Any]]
+
+# Every section of a `Batch`, by its field, in the order a batch is stored.
+SECTIONS: dict[str, SectionStore] = {
+    "steps": _steps,
+    "metrics": _metrics,
+    "device": _device,
+    "host": _host,
+    "epochs": _epochs,
+    "pipeline": _pipeline,
+    "agent": _agent,
+}
 
 
 def end_run(

@@ -6,7 +6,7 @@ over millions of step rows on every request.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,6 +187,24 @@ def epoch_metric_summary(
         "last": last, "last_epoch": last_epoch, "best": None if best is None else best[1],
         "best_epoch": None if best is None else best[0], "goal": goal, "epochs": len(epochs),
     }  # fmt: skip
+
+
+# A run's summary lists at most this many epoch metrics (the rows are all stored).
+MAX_SUMMARY_EPOCH_METRICS = 200
+
+
+def summarised_epoch_names(stats: dict[str, Any], names: Iterable[str]) -> list[str]:
+    """The metrics among a batch's epoch rows whose summary to refresh: each one the summary
+    holds already, then new ones while it has room (`MAX_SUMMARY_EPOCH_METRICS`)."""
+    held = stats.get("epoch_metrics", {})
+    distinct = list(dict.fromkeys(names))
+    room = max(MAX_SUMMARY_EPOCH_METRICS - len(held), 0)
+    return [n for n in distinct if n in held] + [n for n in distinct if n not in held][:room]
+
+
+def add_epoch_metrics(stats: dict[str, Any], summaries: dict[str, Any]) -> dict[str, Any]:
+    """`stats` with these metrics' epoch summaries (`epoch_metric_summary`) set."""
+    return {**stats, "epoch_metrics": {**stats.get("epoch_metrics", {}), **summaries}}
 
 
 # GPM fields whose run means the summary keeps (`<field>_mean`).
