@@ -7,8 +7,9 @@ rank and a way to send it a command. Two things use it, from the event loop only
   nobody watches its run, and every 50 ms while someone does: the server tells it with
   `{"type": "command", "name": "watch", "watched": true|false}` when the first browser
   subscribes to the run and when the last one leaves, and tells an agent that connects to
-  a watched run at once. (Only browsers and agents connected to this process count; with
-  several server processes a browser on another one sees the 1 s pace.)
+  a watched run at once. With several server processes on one PostgreSQL, browsers on the
+  other servers count too: each server relays its own watches (stoker_server.live.fanout),
+  and a run is watched while a browser here or a relayed watch, not yet expired, says so.
 - commands for every worker of the run, e.g. `profile`: `send_all` reaches each
   connected agent and says which ranks received it.
 
@@ -18,6 +19,7 @@ request that sends the command nor the other agents, which are sent theirs concu
 """
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,14 +45,17 @@ class ConnectedAgents:
     def __init__(self, send_timeout_s: float = SEND_TIMEOUT_S) -> None:
         self.send_timeout_s = send_timeout_s
         self._agents: dict[int, list[AgentLink]] = {}
-        self._watched: set[int] = set()
+        self._watched: set[int] = set()  # by a browser connected here
+        # Watched from other servers: run -> server (its relay origin) -> when that expires
+        # (time.monotonic()), unless that server says so again.
+        self._remote: dict[int, dict[str, float]] = {}
         self._telling: set[asyncio.Task[bool]] = set()
 
     # --- connections ------------------------------------------------------------------------
     def attach(self, run_id: int, agent: AgentLink) -> None:
         """An agent of `run_id` connected; it is told at once when the run is watched."""
         self._agents.setdefault(run_id, []).append(agent)
-        if run_id in self._watched:
+        if self.is_watched(run_id):
             self._tell(agent, True)
 
     def detach(self, run_id: int, agent: AgentLink) -> None:
@@ -91,18 +96,45 @@ class ConnectedAgents:
 
     # --- watching ---------------------------------------------------------------------------
     def set_watched(self, run_id: int, watched: bool) -> None:
-        """The first browser subscribed to the run (True) or the last one left (False)."""
-        if (run_id in self._watched) == watched:
-            return
+        """The first browser here subscribed to the run (True) or the last one left (False)."""
+        was = self.is_watched(run_id)
         if watched:
             self._watched.add(run_id)
         else:
             self._watched.discard(run_id)
-        for agent in self._agents.get(run_id, ()):
-            self._tell(agent, watched)
+        self._changed(run_id, was)
+
+    def set_remote_watched(
+        self, origin: str, run_id: int, watched: bool, *, expires_s: float = 0.0
+    ) -> None:
+        """Server `origin` watches the run for the next `expires_s` seconds (True), or no
+        longer (False)."""
+        was = self.is_watched(run_id)
+        servers = self._remote.setdefault(run_id, {})
+        if watched:
+            servers[origin] = time.monotonic() + expires_s
+        else:
+            servers.pop(origin, None)
+        if not servers:
+            del self._remote[run_id]
+        self._changed(run_id, was)
+
+    def expire_remote(self) -> None:
+        """Drop the other servers' watches they did not renew in time (a server that died)."""
+        now = time.monotonic()
+        for run_id, servers in list(self._remote.items()):
+            for origin, until in list(servers.items()):
+                if until <= now:
+                    self.set_remote_watched(origin, run_id, False)
 
     def is_watched(self, run_id: int) -> bool:
-        return run_id in self._watched
+        return run_id in self._watched or run_id in self._remote
+
+    def _changed(self, run_id: int, was: bool) -> None:
+        watched = self.is_watched(run_id)
+        if watched != was:
+            for agent in self._agents.get(run_id, ()):
+                self._tell(agent, watched)
 
     def _tell(self, agent: AgentLink, watched: bool) -> None:
         message = WatchCommand(watched=watched).to_json()
