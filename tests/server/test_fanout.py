@@ -1,16 +1,20 @@
 """Two server processes on one PostgreSQL: a browser on one sees what an agent sends to the
-other (LISTEN/NOTIFY)."""
+other (LISTEN/NOTIFY), and an agent on one is told when a browser on the other watches its run."""
 
+import itertools
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.sync.client import connect
 
 from tests.harness.support import PostgresServer, ServerProcess
 from tests.server.test_ingest_websocket import batch, hello, open_agent, send
+from tests.server.test_live_watch import _step_until
 
 pytestmark = pytest.mark.postgres
 
@@ -27,6 +31,15 @@ def two_servers(
     yield first, second
     first.stop()
     second.stop()
+
+
+def _send_past_commands(agent: Any, frame: dict[str, Any]) -> dict[str, Any]:
+    """The server's reply to `frame`, past the commands it sends meanwhile (the watch
+    command once the other server's browser subscribed)."""
+    reply = send(agent, frame)
+    while reply["type"] == "command":
+        reply = json.loads(agent.recv(timeout=10))
+    return reply
 
 
 def test_browser_on_one_server_sees_steps_sent_to_another(
@@ -47,7 +60,7 @@ def test_browser_on_one_server_sees_steps_sent_to_another(
             assert time.monotonic() < deadline, "no live updates reached the other server"
             if not seen_steps:
                 seq += 1
-                assert send(agent, batch(seq, (seq - 1) * 10))["type"] == "ack"
+                assert _send_past_commands(agent, batch(seq, (seq - 1) * 10))["type"] == "ack"
             try:
                 while not (seen_steps and seen_run):
                     message = json.loads(browser.recv(timeout=0.5))
@@ -87,3 +100,75 @@ def test_browser_on_one_server_sees_verdicts_made_by_another(
                 break
         agent.close()
     assert message["diagnosis"]["verdict"] == "highly_input_bound"
+
+
+def _next_watch(agent: Any, timeout_s: float = 60) -> bool:
+    """The `watched` of the next watch command the agent receives."""
+    while True:
+        message = json.loads(agent.recv(timeout=timeout_s))
+        if message.get("type") == "command" and message.get("name") == "watch":
+            return message["watched"]
+
+
+def test_browser_on_another_server_switches_the_agent_to_live_pace_and_back(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    from trainer_agent import Monitor
+
+    ingest_server, view_server = two_servers
+    with Monitor(run_name="watched-elsewhere", server=ingest_server.url) as mon:
+        assert mon.session is not None
+        sender = mon.session.sender
+        steps = mon.iterate(itertools.count())
+        assert _step_until(steps, lambda: sender.run_id is not None, limit_s=30)
+        assert not sender.watched and sender.flush_interval_s == 1.0
+
+        with connect(f"{view_server.ws_url}/api/v1/live") as browser:
+            browser.send(json.dumps({"type": "subscribe", "run_id": sender.run_id}))
+            assert _step_until(steps, lambda: sender.watched, limit_s=30), (
+                "the agent was not told that a browser on the other server watches"
+            )
+            assert sender.flush_interval_s == 0.05
+            deadline = time.monotonic() + 30
+            while True:
+                message = json.loads(browser.recv(timeout=30))
+                if message["type"] == "steps" and message["run_id"] == sender.run_id:
+                    break
+                assert time.monotonic() < deadline, "no steps reached the watching browser"
+        # The other server's last browser left: back to the unwatched pace.
+        assert _step_until(steps, lambda: not sender.watched, limit_s=30)
+        assert sender.flush_interval_s == 1.0
+
+
+def test_agent_joining_a_run_watched_on_another_server_is_told_at_once(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    ingest_server, view_server = two_servers
+    key = uuid.uuid4().hex  # one run, two workers
+    first, welcome = open_agent(ingest_server, hello(name="joined", run_key=key, rank=0))
+    run_id = welcome["run_id"]
+    with connect(f"{view_server.ws_url}/api/v1/live") as browser:
+        browser.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+        assert _next_watch(first) is True  # the ingest server knows of the watch
+        # Another worker of the run connects to the ingest server: its first message after
+        # the welcome is the watch command.
+        second, joined = open_agent(ingest_server, hello(name="joined", run_key=key, rank=1))
+        assert joined["type"] == "welcome" and joined["run_id"] == run_id
+        message = json.loads(second.recv(timeout=10))
+        assert message == {"type": "command", "name": "watch", "watched": True}
+    assert _next_watch(first) is False and _next_watch(second) is False
+    first.close()
+    second.close()
+
+
+def test_watch_of_a_server_that_died_expires(
+    two_servers: tuple[ServerProcess, ServerProcess],
+) -> None:
+    ingest_server, view_server = two_servers
+    agent, welcome = open_agent(ingest_server, hello(name="orphaned-watch"))
+    with connect(f"{view_server.ws_url}/api/v1/live") as browser:
+        browser.send(json.dumps({"type": "subscribe", "run_id": welcome["run_id"]}))
+        assert _next_watch(agent) is True
+        view_server.kill()  # no unsubscribe, no close: the watch must still end
+        assert _next_watch(agent) is False
+    agent.close()

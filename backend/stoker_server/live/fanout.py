@@ -7,6 +7,14 @@ that channel and, for runs their browsers are watching, read the new rows from t
 (committed before the notification was sent) and publish them to their browsers. Verdicts,
 alerts and events are small and rare: their notification carries the message itself. A
 notification names its origin, so a process ignores its own.
+
+Watches cross too, so that an agent sends at the live pace whichever server its browsers are
+on: a process notifies `watch` when a run gains its first or loses its last browser here, and
+re-announces the runs its browsers watch (`watching`) every `watch_refresh_s`. Every process
+keeps the other servers' watches (live.agents.ConnectedAgents) and tells its own agents. A
+relayed watch expires unless renewed within `watch_expiry_s`, so a server that dies while its
+browsers watch leaves no watch behind. A process that (re)starts listening asks the others to
+announce theirs at once (`sync`): an agent connecting to it is then told it is watched.
 """
 
 import asyncio
@@ -20,12 +28,16 @@ from sqlmodel import Session, col, select
 
 from stoker_server.core.models import Run, Step
 from stoker_server.ingest.summary import run_public
+from stoker_server.live.agents import ConnectedAgents
 from stoker_server.live.hub import LiveHub
 from stoker_server.live.messages import StepsData
 
 log = logging.getLogger(__name__)
 CHANNEL = "stoker_live"
 MAX_NOTIFY_BYTES = 7900  # PostgreSQL caps a NOTIFY payload at 8000 bytes
+WATCH_REFRESH_S = 3.0  # how often a process re-announces the runs its browsers watch
+WATCH_EXPIRY_S = 10.0  # a relayed watch not renewed for this long is dropped
+WATCHING_CHUNK = 500  # run ids per `watching` notification (well under MAX_NOTIFY_BYTES)
 
 
 def _conninfo(engine: Engine) -> str:
@@ -35,9 +47,20 @@ def _conninfo(engine: Engine) -> str:
 class PgFanout:
     """Relay of a process's live updates to the other processes sharing its PostgreSQL."""
 
-    def __init__(self, engine: Engine, hub: LiveHub) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        hub: LiveHub,
+        agents: ConnectedAgents | None = None,
+        *,
+        watch_refresh_s: float = WATCH_REFRESH_S,
+        watch_expiry_s: float = WATCH_EXPIRY_S,
+    ) -> None:
         self.engine = engine
         self.hub = hub
+        self.agents = agents
+        self.watch_refresh_s = watch_refresh_s
+        self.watch_expiry_s = watch_expiry_s
         self.origin = uuid.uuid4().hex[:12]
         self._outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=10_000)
         self.dropped = 0
@@ -86,6 +109,7 @@ class PgFanout:
                     _conninfo(self.engine), autocommit=True
                 ) as connection:
                     await connection.execute(f"LISTEN {CHANNEL}")
+                    self.relay("sync", 0)  # what the others watch, missed while not listening
                     if ready is not None:
                         ready.set()
                     async for notify in connection.notifies():
@@ -106,7 +130,9 @@ class PgFanout:
         except (ValueError, KeyError, TypeError):
             log.warning("ignoring malformed live notification %r", payload[:200])
             return
-        if kind == "deleted":
+        if kind in ("watch", "watching", "sync"):
+            self._handle_watch(message)
+        elif kind == "deleted":
             self.hub.publish_deleted(run_id, relay=False)
         elif kind == "message" and isinstance(message.get("m"), dict):
             self.hub.broadcast_relayed(message["m"])
@@ -120,6 +146,40 @@ class PgFanout:
             )
             if data.step:
                 self.hub.publish_steps(run_id, data)
+
+    # -- watches ----------------------------------------------------------------------------
+    def announce_watched(self) -> None:
+        """Tell the other processes which runs this one's browsers watch (renewing them)."""
+        runs = self.hub.watched_runs()
+        for start in range(0, len(runs), WATCHING_CHUNK):
+            self.relay("watching", 0, runs=runs[start : start + WATCHING_CHUNK])
+
+    async def watch_forever(self) -> None:
+        """The `stoker-pg-watch` lifespan task: renew this process's watches, expire the
+        others' that were not renewed."""
+        while True:
+            await asyncio.sleep(self.watch_refresh_s)
+            self.announce_watched()
+            if self.agents is not None:
+                self.agents.expire_remote()
+
+    def _handle_watch(self, message: dict[str, Any]) -> None:
+        kind, origin = message["k"], str(message["o"])
+        if kind == "sync":
+            self.announce_watched()
+            return
+        if self.agents is None:
+            return
+        try:
+            if kind == "watch":
+                changes = [(int(message["r"]), bool(message["w"]))]
+            else:
+                changes = [(int(run_id), True) for run_id in message["runs"]]
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring malformed watch notification %r", message)
+            return
+        for run_id, watched in changes:
+            self.agents.set_remote_watched(origin, run_id, watched, expires_s=self.watch_expiry_s)
 
     def _load_run(self, run_id: int) -> dict[str, Any] | None:
         with Session(self.engine) as session:

@@ -76,8 +76,10 @@ class LiveHub:
         self._run_interval_s = run_interval_s
         self._last_run_push: dict[int, float] = {}
         self._pending_runs: dict[int, Callable[[], RunJson]] = {}
-        # Called when a run gains its first watching browser (True) or loses its last.
+        # Called when a run gains its first watching browser (True) or loses its last; the
+        # change is relayed too (`watch`), so an agent on another server learns it.
         self.on_watch: Callable[[int, bool], None] | None = None
+        self._watched: set[int] = set()
 
     def connect(self) -> LiveClient:
         client = LiveClient(queue=asyncio.Queue(maxsize=self._queue_size))
@@ -98,8 +100,21 @@ class LiveHub:
         self._watch_changed(run_id)
 
     def _watch_changed(self, run_id: int) -> None:
+        watched = self.has_subscribers(run_id)
+        if watched == (run_id in self._watched):
+            return
+        if watched:
+            self._watched.add(run_id)
+        else:
+            self._watched.discard(run_id)
         if self.on_watch is not None:
-            self.on_watch(run_id, self.has_subscribers(run_id))
+            self.on_watch(run_id, watched)
+        if self.relay is not None:
+            self.relay("watch", run_id, w=watched)
+
+    def watched_runs(self) -> list[int]:
+        """The runs a browser connected here watches, ascending."""
+        return sorted(self._watched)
 
     @property
     def client_count(self) -> int:

@@ -86,12 +86,13 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         # Long-running loops, all in one place.
         tasks = []
         if engine.dialect.name == "postgresql":
-            fanout = PgFanout(engine, state.hub)
+            fanout = PgFanout(engine, state.hub, state.agents)
             state.hub.relay = fanout.relay
             listening = asyncio.Event()
             tasks += [
                 asyncio.create_task(fanout.listen_forever(listening), name="stoker-pg-listen"),
                 asyncio.create_task(fanout.send_forever(), name="stoker-pg-notify"),
+                asyncio.create_task(fanout.watch_forever(), name="stoker-pg-watch"),
             ]
             # Serve only once listening, so no update committed after start is missed.
             with contextlib.suppress(TimeoutError):
