@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, text
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from stoker_server.api.disk import on_this_machine
 from tests.conftest import DATABASES, require
 from tests.harness.support import PostgresServer, ServerProcess, run_coroutine
 
@@ -146,6 +147,13 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         assert server.get(f"/api/v1/runs/{run['id']}/steps")["total"] == acked * BATCH
         assert _metric(server, "stoker_disk_full") == 1
         assert _metric(server, "stoker_disk_full_refusals") >= 1
+        # The database's own disk is the small one (PostgreSQL's rows: their tablespace's).
+        disk = server.get("/api/v1/disk")
+        assert disk["full"] is True
+        assert disk["database_total_bytes"] == shutil.disk_usage(small_disk).total
+        assert disk["total_bytes"] == shutil.disk_usage(tmp_path).total
+        assert disk["database_total_bytes"] != disk["total_bytes"]
+        assert disk["low"] is True  # 3 MB: under the default 1 GB mark
         other = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex}
         response = httpx.post(
             f"{server.url}/api/v1/ingest",
@@ -164,6 +172,7 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         )
         assert response.status_code == 200, response.text
         assert _metric(server, "stoker_disk_full") == 0
+        assert server.get("/api/v1/disk")["database_total_bytes"] == 64 * 2**20
         # The agent reconnects, learns what is stored, sends the rest.
         resumed_from, acked_again, code = run_coroutine(_send(url, hello, acked + 1, total))
         assert resumed_from == acked and (acked_again, code) == (total, 0)
@@ -179,3 +188,69 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         ).one()
     engine.dispose()
     assert rows == distinct == total * BATCH
+
+
+@pytest.mark.parametrize("database", DATABASES, indirect=True)
+def test_disk_reports_the_database_size_and_its_own_disk(database: str, tmp_path: Path) -> None:
+    server = ServerProcess(data_dir=tmp_path / "server", env={"STOKER_DATABASE_URL": database})
+    server.start()
+    try:
+        disk = server.get("/api/v1/disk")
+    finally:
+        server.stop()
+    engine = create_engine(database)
+    with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            size = connection.exec_driver_sql("PRAGMA page_count").scalar_one() * (
+                connection.exec_driver_sql("PRAGMA page_size").scalar_one()
+            )
+            where = tmp_path
+        else:
+            size = connection.exec_driver_sql(
+                "SELECT pg_database_size(current_database())"
+            ).scalar_one()
+            where = Path(connection.exec_driver_sql("SHOW data_directory").scalar_one())
+    engine.dispose()
+    assert disk["sqlite"] is database.startswith("sqlite")
+    # Measured by the server a moment before (PostgreSQL may have added a page map since).
+    assert abs(disk["database_bytes"] - size) <= 256 * 1024
+    assert disk["database_total_bytes"] == shutil.disk_usage(where).total
+    assert 0 < disk["database_free_bytes"] <= disk["database_total_bytes"]
+    assert str(where) in disk["database_disk"]
+
+
+@pytest.mark.postgres
+def test_postgres_disk_unknown_to_a_role_that_may_not_read_settings(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A plain role (as on a managed PostgreSQL) may not read the data directory: the sizes
+    are there, the free space is unknown and says why, and `full` stays the refusal's."""
+    name = f"plain_{uuid.uuid4().hex[:8]}"
+    admin = f"host=127.0.0.1 port={postgres_server.port} user=postgres dbname=postgres"
+    with psycopg.connect(admin, autocommit=True) as connection:
+        connection.execute(f"CREATE ROLE {name} LOGIN")
+        connection.execute(f"CREATE DATABASE {name} OWNER {name}")
+    url = f"postgresql+psycopg://{name}@127.0.0.1:{postgres_server.port}/{name}"
+    server = ServerProcess(data_dir=tmp_path / "server", env={"STOKER_DATABASE_URL": url})
+    try:
+        server.start()
+        disk = server.get("/api/v1/disk")
+        assert disk["database_bytes"] > 0
+        assert disk["database_free_bytes"] is None and disk["database_total_bytes"] is None
+        assert "pg_read_all_settings" in disk["database_disk"]
+        assert "53100" in disk["database_disk"]
+        assert disk["full"] is False
+        assert disk["total_bytes"] == shutil.disk_usage(tmp_path).total
+    finally:
+        server.stop()
+        with psycopg.connect(admin, autocommit=True) as connection:
+            connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            connection.execute(f"DROP ROLE IF EXISTS {name}")
+
+
+def test_a_postgres_url_names_this_machine_only_over_loopback_or_a_socket() -> None:
+    assert on_this_machine("postgresql+psycopg://u@127.0.0.1:5432/d")
+    assert on_this_machine("postgresql+psycopg://u@localhost/d")
+    assert on_this_machine("postgresql+psycopg://u@[::1]:5432/d")
+    assert on_this_machine("postgresql+psycopg:///d?host=/var/run/postgresql")
+    assert not on_this_machine("postgresql+psycopg://u@db:5432/d")  # a compose service

@@ -544,6 +544,15 @@ export interface components {
       low_free_bytes: number;
       /** Sqlite */
       sqlite: boolean;
+      /** Database Free Bytes */
+      database_free_bytes?: number | null;
+      /** Database Total Bytes */
+      database_total_bytes?: number | null;
+      /**
+       * Database Disk
+       * @default
+       */
+      database_disk?: string;
     };
     /**
      * EpochMetricSummary
