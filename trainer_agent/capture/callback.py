@@ -11,7 +11,6 @@ from typing import Any, Unpack
 from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.capture.input_wait import (
     Execution,
-    Stamp,
     StampRing,
     StampTable,
     StepRow,
@@ -23,14 +22,11 @@ from trainer_agent.capture.job import job_rank, job_run_key
 from trainer_agent.capture.pipeline import describe_pipeline
 from trainer_agent.capture.pipeline_model import function_names
 from trainer_agent.capture.session import RunSession, scalars
-from trainer_agent.capture.train_function import (
-    keras_backend,
-    unwatch_train_function,
-    watch_train_function,
-)
+from trainer_agent.capture.step_boundary import StepBoundary
+from trainer_agent.capture.train_function import keras_backend
 from trainer_agent.config import AgentConfig, RunArguments, RunOptions, takes_run_options
 from trainer_agent.log_once import warn_once
-from trainer_agent.telemetry.environment import collect_later, plain_int
+from trainer_agent.telemetry.environment import collect_later
 from trainer_agent.telemetry.nvml import shared_nvml
 
 log = logging.getLogger("trainer_agent")
@@ -88,7 +84,7 @@ class StokerHooks:
     # Keras may run the batch-end hook on a thread pool (backends that allow it, JAX and
     # PyTorch; with TensorFlow all hooks are synchronous), possibly after the next
     # batch-begin. It only appends to locked buffers and dicts there; the steps' ends are
-    # stamped by the train-function wrapper on the training thread (`_train_returned`), which
+    # stamped by the train-function wrapper on the training thread (`StepBoundary`), which
     # also closes the profiler's step marker: the profiler leaves a marker alone off the
     # thread that opened it (tests/fit/test_profiler_threads.py drives it so).
     async_safe = True
@@ -112,16 +108,13 @@ class StokerHooks:
         self._session: RunSession | None = None
         self._resolver = WaitResolver()
         self._pending: list[Execution] = []
-        self._open: Execution | None = None
-        self._step = 0
+        # Sees the step's boundaries (train-function call and return, batch begin and end)
+        # and hands them to the timing below, the profiler's markers and the pipeline view.
+        self._boundary = StepBoundary()
         self._epochs_done = 0
-        self._steps_per_execution = 1
-        self._steps_per_epoch: int | None = None
-        self._epoch_first_step = 0
-        # "hooks": the batch hooks time the steps (TensorFlow); "returns": the train-function
-        # wrapper stamps each call's return on the training thread (JAX, PyTorch).
-        self._timing = "hooks"
-        self._backend = "tensorflow"
+        self._read_every = READ_EVERY_CALLS
+        # PyTorch: the epoch iterator fetches between a call's return and the next begin.
+        self._fetches_before_begin = False
         # JAX and PyTorch: when each execution's outputs were ready (its batch-end hook, which
         # Keras calls once the logs are converted), by its first step; and the executions
         # closed before their device time was known.
@@ -211,20 +204,19 @@ class StokerHooks:
         self._session.start()
         names = self._function_names
         self._session.pipeline.describe(names or [], stamped=names is not None)
-        self._backend = keras_backend(self.model)
-        self._timing = watch_train_function(
-            self.model, self._session.pipeline, self._train_returned
-        )
-        self._steps_per_execution = max(
-            1, plain_int(getattr(self.model, "steps_per_execution", 1)) or 1
-        )
-        self._steps_per_epoch = (self.params or {}).get("steps")
+        profiler, boundary = self._session.profiler, self._boundary
+        boundary.attach(
+            self.model, (self.params or {}).get("steps"),
+            began=(profiler.step_begin, self._step_began), computed=(profiler.step_end,),
+            closed=self._closed, ready=self._outputs_ready, ended=(self._batch_logs,),
+            watchers=(self._session.pipeline,), on_error=self._guard.trip,
+        )  # fmt: skip
+        self._read_every = max(1, READ_EVERY_CALLS // boundary.steps_per_execution)
+        backend = keras_backend(self.model)
+        self._fetches_before_begin = backend == "torch" and boundary.timing == "returns"
         self._resolver = WaitResolver()
         self._pending = []
-        self._open = None
         self._done, self._awaiting, self._free_from = {}, [], None
-        self._step = 0
-        self._epoch_first_step = 0
         self._epochs_done = 0
         self._next_log_step = 0
         self._last_read = time.perf_counter()
@@ -232,75 +224,45 @@ class StokerHooks:
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         try:
-            now = time.perf_counter()
-            self._close(now, by_begin=True)
-            if self._session is None:
-                return
-            if batch == 0:
-                self._epoch_first_step = self._step
-            n = self._steps_per_execution
-            if self._steps_per_epoch:
-                n = max(1, min(n, self._steps_per_epoch - batch))
-            self._open = Execution(
-                first_step=self._step, n=n, begin=now, epoch_start=batch == 0, end=now,
-                count_wait=self._step > 0,
-            )  # fmt: skip
-            self._session.profiler.step_begin(self._step, now, n)
-            self._step += n
-            read_every = max(1, READ_EVERY_CALLS // self._steps_per_execution)
-            read_every_s = WATCHED_READ_EVERY_S if self._session.sender.watched else READ_EVERY_S
-            if len(self._pending) >= read_every or now - self._last_read >= read_every_s:
-                self._flush_pending(now)
+            self._boundary.batch_begin(batch)
         except Exception as error:
             self._guard.trip("on_train_batch_begin", error)
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         try:
-            if self._timing == "hooks" and self._open is not None:
-                self._open.returned = time.perf_counter()  # it trained: its compute ended
-            elif self._timing == "returns":  # its logs are converted: its outputs are ready
-                first = self._epoch_first_step + batch - self._steps_per_execution + 1
-                self._done[max(first, self._epoch_first_step)] = time.perf_counter()
-            session = self._session
-            if session is not None:
-                session.profiler.step_end()
-            step = self._step - 1
-            if self._timing == "returns":  # maybe run late, on Keras's thread pool
-                step = min(step, self._epoch_first_step + batch)
-            if session is None or not logs or step < self._next_log_step:
-                return
-            self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
-            for name, value in logs.items():
-                try:
-                    session.record_metric(step, str(name), float(value))
-                except (TypeError, ValueError):
-                    continue
+            self._boundary.batch_end(batch, logs)
         except Exception as error:
             self._guard.trip("on_train_batch_end", error)
 
-    def _train_returned(self, now: float, fetched: list[Stamp] | None) -> None:
-        """Training thread, JAX and PyTorch: a train-function call returned at `now`, having
-        fetched `fetched` (JAX; PyTorch's epoch iterator fetched before the batch-begin)."""
-        try:
-            session = self._session
-            if session is not None:  # on the training thread, where the marker was opened
-                session.profiler.step_end()
-            execution = self._open
-            if execution is None:
-                return
-            execution.returned = now
-            if fetched:
-                execution.fetched = fetched
-                if len(fetched) != execution.n:  # the data ran out inside the execution
-                    execution.n = len(fetched)
-                    self._step = execution.first_step + execution.n
-        except Exception as error:
-            self._guard.trip("on_train_batch_end", error)
+    def _step_began(self, first_step: int, now: float, n: int) -> None:
+        """The boundary numbered the call that begins: read the stamp ring when it is time."""
+        session = self._session
+        if session is None:
+            return
+        read_every_s = WATCHED_READ_EVERY_S if session.sender.watched else READ_EVERY_S
+        if len(self._pending) >= self._read_every or now - self._last_read >= read_every_s:
+            self._flush_pending(now)
+
+    def _outputs_ready(self, first_step: int, when: float) -> None:
+        """JAX and PyTorch: the outputs of the call that began at `first_step` are ready."""
+        self._done[first_step] = when
+
+    def _batch_logs(self, step: int, logs: dict[str, Any] | None) -> None:
+        """Keep the batch logs of every `every_n_batches`-th step."""
+        session = self._session
+        if session is None or not logs or step < self._next_log_step:
+            return
+        self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
+        for name, value in logs.items():
+            try:
+                session.record_metric(step, str(name), float(value))
+            except (TypeError, ValueError):
+                continue
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
         try:
             # Validation runs after the epoch's last step; it must not count as step time.
-            self._close(time.perf_counter())
+            self._boundary.close(time.perf_counter())
         except Exception as error:
             self._guard.trip("on_test_begin", error)
 
@@ -310,14 +272,14 @@ class StokerHooks:
             # evaluate() during the run is kept beside the epoch in progress.
             if self._session is not None and logs and not _in_fit_validation(self.model):
                 evaluated = {f"evaluate_{name}": value for name, value in scalars(logs).items()}
-                self._session.record_epoch(self._epochs_done, self._step, evaluated)
+                self._session.record_epoch(self._epochs_done, self._boundary.step, evaluated)
         except Exception as error:
             self._guard.trip("on_test_end", error)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         try:
             now = time.perf_counter()
-            self._close(now)
+            self._boundary.close(now)
             self._flush_pending(now)
             self._resolve_dispatched(final=True)
             self._epochs_done = epoch + 1
@@ -327,43 +289,39 @@ class StokerHooks:
                     rate = _learning_rate(self.model)
                     if rate is not None:
                         metrics["learning_rate"] = rate
-                self._session.record_epoch(epoch, self._step, metrics)
+                self._session.record_epoch(epoch, self._boundary.step, metrics)
         except Exception as error:
             self._guard.trip("on_epoch_end", error)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         try:
             now = time.perf_counter()
-            self._close(now)
+            self._boundary.close(now)
             self._flush_pending(now)
             self._resolve_dispatched(final=True)
             session, self._session = self._session, None
-            self._release_fit(session)
+            self._release_fit()
             if session is not None:
                 session.profiler.end()
                 session.close("finished", wait=False)  # delivered in the background (§ agent.md)
         except Exception as error:
             self._guard.trip("on_train_end", error)
 
-    def _release_fit(self, session: RunSession | None) -> None:
+    def _release_fit(self) -> None:
         """Let go of everything of the fit that ended: its train function and its iterator.
 
         A `tf.data` iterator still referenced when the interpreter shuts down is destroyed
         during finalization, and one whose threads are inside a Python function
         (`numpy_function`, `py_function`, a generator) then waits forever for the GIL.
         """
-        try:
-            unwatch_train_function(self.model)
-        finally:
-            if session is not None:
-                session.pipeline.watch(None)
+        self._boundary.detach(self.model)
 
     def _end_disabled_run(self, reason: str) -> None:
         # The steps still held here are dropped: the state that raised is not trusted.
         session, self._session = self._session, None
-        self._open, self._pending, self._awaiting = None, [], []
+        self._pending, self._awaiting = [], []
         try:
-            self._release_fit(session)
+            self._release_fit()  # the call in progress is dropped with it
         except Exception:
             log.debug("Stoker could not restore the train function", exc_info=True)
         if session is not None:
@@ -371,35 +329,33 @@ class StokerHooks:
 
     def _hand_over_completed_steps(self) -> None:
         # The step that was open when training raised never completed: it is not recorded.
-        self._open = None
+        self._boundary.open = None
         try:
             self._flush_pending(time.perf_counter())
             self._resolve_dispatched(final=True)
         finally:
-            self._release_fit(self._session)
+            self._release_fit()
 
-    def _close(self, now: float, *, by_begin: bool = False) -> None:
-        execution, self._open = self._open, None
-        if execution is None or self._session is None:
+    def _closed(self, execution: Execution, by_begin: bool) -> None:
+        """The boundary closed a call that trained: record its steps, or keep them until their
+        input wait (the stamp ring) or their device time (JAX) is known."""
+        session = self._session
+        if session is None:
             return
-        if execution.returned is None:
-            # The train function raised instead of returning: the call that found the data
-            # exhausted (Keras makes one at each epoch's end when tf.data does not know the
-            # epoch's length). It trained nothing, so it is no step; its time belongs to no
-            # step either, like the epoch-end work around it.
-            self._step = execution.first_step
-            return
-        execution.end = now
         if execution.fetched is not None:  # JAX: timed at each fetch in the train function
             self._awaiting.append(execution)
             self._resolve_dispatched(final=False)
-        elif self._backend == "torch" and self._timing == "returns":
+        elif self._fetches_before_begin:
             done = self._done.pop(execution.first_step, None)
-            self._record(_fetched_before_begin(execution, now if by_begin else None, done))
+            self._record(
+                _fetched_before_begin(execution, execution.end if by_begin else None, done)
+            )
         elif self._ring is not None:
             self._pending.append(execution)
         elif execution.n == 1:  # the common case, recorded without building rows
-            self._session.record_step(execution.first_step, execution.begin, now - execution.begin)
+            session.record_step(
+                execution.first_step, execution.begin, execution.end - execution.begin
+            )
         else:
             self._record(split_execution(execution, None))
 
@@ -441,9 +397,7 @@ class StokerHooks:
         # The resolver shortens an execution that ran out of data; number on from its end.
         shortfall = counted - sum(execution.n for execution in executions)
         if shortfall:
-            self._step -= shortfall
-            if self._open is not None:
-                self._open.first_step -= shortfall
+            self._boundary.shorten(shortfall)
 
     def _record(self, rows: list[StepRow]) -> None:
         session = self._session

@@ -58,9 +58,10 @@ class Stamp:
     requested: float | None = None  # perf_counter seconds: the consumer asked for it
 
 
-@dataclass
+@dataclass(slots=True)  # one is made at every batch-begin: slots make it cheaper
 class Execution:
-    """One call of Keras's train function: `n` steps between one batch begin and the next."""
+    """One call of Keras's train function: `n` steps between one batch begin and the next,
+    opened and closed by the fit's `StepBoundary` (trainer_agent/capture/step_boundary.py)."""
 
     first_step: int
     n: int
@@ -68,8 +69,9 @@ class Execution:
     end: float
     epoch_start: bool
     count_wait: bool = True
-    # When the train function returned (its batch-end hook), if known: the steps' compute
-    # ends there; what follows until `end` (Keras's epoch-end work) is no step's compute.
+    # When the train function returned (its batch-end hook, or the train-function wrapper
+    # under JAX and PyTorch), if known: the steps' compute ends there; what follows until
+    # `end` (Keras's epoch-end work) is no step's compute.
     returned: float | None = None
     # The stamps of the batches the train function fetched itself, timed around each
     # `next()` in Python (JAX: `train_function.FetchTimer`); None where the ring times them.

@@ -12,7 +12,10 @@ Keras makes `model.train_function` before `on_train_begin` and calls it every st
   (`CallbackList`'s async dispatch), so its own clock is no step's end;
 - under PyTorch (`train_function(data)`: the epoch iterator fetched the batches before the
   batch-begin hook) it stamps the return, so the wait is the time from one call's return to
-  the next batch-begin (the callback's part, see `TrainCalls`).
+  the next batch-begin (the callback's part, `_fetched_before_begin`).
+
+What it sees goes to the fit's `StepBoundary` (trainer_agent/capture/step_boundary.py), which
+installs it: the new iterators as a `watcher`, the returns as `on_return`.
 
 The wrapper is found again by the attribute `STOKER_ORIGINAL`, never by `__wrapped__`: on
 tf_keras (and TF <= 2.15's tf.keras) `model.train_function` is a `tf.function`, whose

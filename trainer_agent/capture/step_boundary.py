@@ -1,0 +1,198 @@
+"""The boundaries of Keras's train step, seen once and handed to what needs them.
+
+A fit's step has four boundaries: the train function is called (with a new `tf.data`
+iterator, now and then), it returns, the batch-begin hook runs, the batch-end hook runs.
+`StepBoundary` is the one place that sees them. It numbers the steps (one train-function call
+runs `steps_per_execution` of them, fewer at an epoch's end), keeps the call in progress as an
+`Execution` (begin, return, the batches it fetched) and hands each boundary to its
+subscribers, given per fit to `attach`:
+- `began(first_step, now, n)` at each batch-begin, once the call is numbered: the profiler's
+  step markers, then the callback's timing (it reads the stamp ring every ~50 steps);
+- `computed()` once the call's compute returned: on the training thread under JAX and
+  PyTorch (the train-function wrapper sees the return), and at every batch-end: the
+  profiler closes its marker there, and only on the thread that opened it;
+- `closed(execution, by_begin)` when the call's steps ended (the next batch-begin, validation,
+  the epoch's or the fit's end): the callback's timing records them with their input wait;
+- `ready(first_step, when)` at batch-end under JAX and PyTorch: the call's outputs are ready
+  (Keras converted its logs), the end of the steps on the device's timeline;
+- `ended(step, logs)` at each batch-end: the step the logs belong to, for the scalar logs;
+- each watcher's `watch(iterator)` when the train function is called with a new iterator
+  (TensorFlow), and `watch(None)` at `detach`: the pipeline view.
+
+The batch hooks are hot (tens of µs a step in all): each boundary costs one call into this
+class and a loop over a tuple of bound methods; nothing is allocated but the `Execution`.
+Keras may run the batch-end hook on a thread pool (JAX, PyTorch: `async_safe`), possibly after
+the next batch-begin; there it only stamps and reads. What runs on the training thread is the
+batch-begin and the train function's return.
+"""
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from trainer_agent.capture.input_wait import Execution, Stamp
+from trainer_agent.capture.train_function import (
+    IteratorWatcher,
+    unwatch_train_function,
+    watch_train_function,
+)
+from trainer_agent.telemetry.environment import plain_int
+
+Began = Callable[[int, float, int], None]
+Computed = Callable[[], None]
+Closed = Callable[[Execution, bool], None]
+Ready = Callable[[int, float], None]
+Ended = Callable[[int, dict[str, Any] | None], None]
+# Told of an error in a boundary the train-function wrapper reports (hook name, error): the
+# callback's guard, which turns the agent off. Nothing raises into the training loop.
+OnError = Callable[[str, BaseException], None]
+
+
+def _ignore(*args: Any) -> None:
+    return None
+
+
+class StepBoundary:
+    """One fit's train-step boundaries, numbered and handed to the fit's subscribers.
+
+    Between fits it is detached: it holds no model and no subscriber, and the batch hooks
+    find it inactive. `step` is the next step's number; `open` the call in progress.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.step = 0
+        self.epoch_first_step = 0
+        self.open: Execution | None = None
+        # "hooks": the batch hooks time the steps (TensorFlow); "returns": the train-function
+        # wrapper stamps each call's return on the training thread (JAX, PyTorch).
+        self.timing = "hooks"
+        self.steps_per_execution = 1
+        self._steps_per_epoch: int | None = None
+        self._began: tuple[Began, ...] = ()
+        self._computed: tuple[Computed, ...] = ()
+        self._ended: tuple[Ended, ...] = ()
+        self._watchers: tuple[IteratorWatcher, ...] = ()
+        self._closed: Closed = _ignore
+        self._ready: Ready = _ignore
+        self._on_error: OnError = _ignore
+
+    def attach(
+        self,
+        model: Any,
+        steps_per_epoch: int | None,
+        *,
+        began: tuple[Began, ...],
+        computed: tuple[Computed, ...],
+        closed: Closed,
+        ready: Ready,
+        ended: tuple[Ended, ...],
+        watchers: tuple[IteratorWatcher, ...],
+        on_error: OnError,
+    ) -> None:
+        """Start a fit: wrap `model.train_function` and number its steps from 0."""
+        self.step = self.epoch_first_step = 0
+        self.open = None
+        self._began, self._computed, self._ended = began, computed, ended
+        self._closed, self._ready, self._watchers = closed, ready, watchers
+        self._on_error = on_error
+        self._steps_per_epoch = steps_per_epoch
+        self.timing = watch_train_function(model, self, self.call_returned)
+        self.steps_per_execution = max(1, plain_int(getattr(model, "steps_per_execution", 1)) or 1)
+        self.active = True
+
+    def detach(self, model: Any) -> None:
+        """End the fit: put Keras's train function back and let go of its iterator and of
+        the subscribers (what they hold belongs to the fit)."""
+        self.active = False
+        self.open = None
+        watchers = self._watchers
+        self._began = self._computed = self._ended = self._watchers = ()
+        self._closed = self._ready = self._on_error = _ignore
+        try:
+            unwatch_train_function(model)
+        finally:
+            for watcher in watchers:
+                watcher.watch(None)
+
+    def watch(self, iterator: Any) -> None:
+        """The train function was called with a new iterator (TensorFlow's wrapper)."""
+        for watcher in self._watchers:
+            watcher.watch(iterator)
+
+    def batch_begin(self, batch: int) -> None:
+        """The batch-begin hook: the call before ended here, the next one begins."""
+        now = time.perf_counter()
+        self.close(now, by_begin=True)
+        if not self.active:
+            return
+        first = self.step
+        if batch == 0:
+            self.epoch_first_step = first
+        n = self.steps_per_execution
+        if self._steps_per_epoch:
+            n = max(1, min(n, self._steps_per_epoch - batch))
+        self.open = Execution(
+            first_step=first, n=n, begin=now, epoch_start=batch == 0, end=now,
+            count_wait=first > 0,
+        )  # fmt: skip
+        self.step = first + n
+        for began in self._began:
+            began(first, now, n)
+
+    def batch_end(self, batch: int, logs: dict[str, Any] | None) -> None:
+        """The batch-end hook, maybe run late on Keras's thread pool under JAX and PyTorch."""
+        if self.timing == "hooks":
+            execution = self.open
+            if execution is not None:
+                execution.returned = time.perf_counter()  # it trained: its compute ended
+            step = self.step - 1
+        else:  # its logs are converted: its outputs are ready
+            epoch_first = self.epoch_first_step
+            first = epoch_first + batch - self.steps_per_execution + 1
+            self._ready(max(first, epoch_first), time.perf_counter())
+            step = min(self.step - 1, epoch_first + batch)
+        for computed in self._computed:
+            computed()
+        for ended in self._ended:
+            ended(step, logs)
+
+    def call_returned(self, now: float, fetched: list[Stamp] | None) -> None:
+        """Training thread, JAX and PyTorch: a train-function call returned at `now`, having
+        fetched `fetched` (JAX; PyTorch's epoch iterator fetched before the batch-begin)."""
+        try:
+            for computed in self._computed:  # on the training thread, where markers open
+                computed()
+            execution = self.open
+            if execution is None:
+                return
+            execution.returned = now
+            if fetched:
+                execution.fetched = fetched
+                if len(fetched) != execution.n:  # the data ran out inside the execution
+                    execution.n = len(fetched)
+                    self.step = execution.first_step + execution.n
+        except Exception as error:
+            self._on_error("on_train_batch_end", error)
+
+    def close(self, now: float, *, by_begin: bool = False) -> None:
+        """The call in progress ended at `now`: its steps go to the `closed` subscriber."""
+        execution, self.open = self.open, None
+        if execution is None or not self.active:
+            return
+        if execution.returned is None:
+            # The train function raised instead of returning: the call that found the data
+            # exhausted (Keras makes one at each epoch's end when tf.data does not know the
+            # epoch's length). It trained nothing, so it is no step; its time belongs to no
+            # step either, like the epoch-end work around it.
+            self.step = execution.first_step
+            return
+        execution.end = now
+        self._closed(execution, by_begin)
+
+    def shorten(self, steps: int) -> None:
+        """Closed calls ran out of data `steps` steps before their count (the resolver found
+        no batch for them): number on from where they ended."""
+        self.step -= steps
+        if self.open is not None:
+            self.open.first_step -= steps
