@@ -2,8 +2,9 @@
 
 The server sends `{"type": "command", "name": "profile", "id": PID, "steps": N, "max_s": S}`
 over the agent's socket. `request` (sender thread) only notes it. The training thread calls
-`step_begin` at every step (or execution) boundary: the next one starts
-`tf.profiler.experimental.start`, and each step runs inside a
+`step_begin` at every step (or execution) boundary (in `fit`, the step boundary hands it
+each batch-begin and `step_end` each return: trainer_agent/capture/step_boundary.py): the
+next one starts `tf.profiler.experimental.start`, and each step runs inside a
 `tf.profiler.experimental.Trace("train", step_num=..., _r=1)` (xprof's input-pipeline
 analysis needs those step markers); after N steps, or `max_s`, the profiler stops. Start,
 stop and the step markers must run on the training thread (TensorFlow's API); everything else
