@@ -199,13 +199,15 @@ def _steps(
     rows: GroupRows, job: BatchJob, steps: StepColumns, stats: dict[str, Any]
 ) -> dict[str, Any]:
     """Step rows, the step rollups, the run's and the worker's step statistics."""
-    rows.insert("step", steps, run_id=job.run_id, rank=job.rank)
-    # One numpy copy of each column serves the rollups and the statistics.
+    # One numpy copy of each column serves the rows (PostgreSQL's COPY), the rollups and
+    # the statistics (batch_size, as floats, only the statistics: past 2**53 they round).
     step = np.asarray(steps.step, dtype=np.int64)
     t = np.asarray(steps.t, dtype=np.float64)
     dur = np.asarray(steps.dur, dtype=np.float64)
     wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
     batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
+    arrays = {"step": step, "t": t, "dur": dur, "wait": wait}
+    rows.insert("step", steps, run_id=job.run_id, rank=job.rank, arrays=arrays)
     rows.roll_up(run_id=job.run_id, rank=job.rank, step=step, t=t, dur=dur, wait=wait)
     stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
     return add_worker_steps(

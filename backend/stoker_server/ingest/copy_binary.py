@@ -1,4 +1,5 @@
-"""PostgreSQL's binary COPY format built from whole columns with numpy, not row by row.
+"""PostgreSQL's binary COPY format (and binary arrays) built from whole columns with numpy,
+not row by row.
 
 A COPY row is a 16-bit field count, then per field a 32-bit length (-1 for NULL) and the
 value in network byte order. For fixed-width types every row has the same layout, so a
@@ -11,6 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"  # no OIDs
 TRAILER = b"\xff\xff"
@@ -25,8 +28,13 @@ def encodable(types: Sequence[str]) -> bool:
 
 
 def _column(values: Any, pg_type: str, n: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """`values` (a list, possibly with None, or a scalar for every row) as a numpy array of
-    its binary type, and the mask of its NULLs (None when there is none)."""
+    """`values` (a list, possibly with None, a numpy array, or a scalar for every row) as a
+    numpy array of its binary type, and the mask of its NULLs (None when there is none)."""
+    if isinstance(values, np.ndarray):
+        nulls = np.isnan(values) if values.dtype.kind == "f" else None
+        if nulls is None or not nulls.any():
+            return values.astype(FIXED_TYPES[pg_type], copy=False), None
+        return np.where(nulls, 0, values).astype(FIXED_TYPES[pg_type]), nulls
     if not isinstance(values, list):
         return np.full(n, values, dtype=FIXED_TYPES[pg_type]), None
     if pg_type == "float8":
@@ -42,9 +50,10 @@ def _column(values: Any, pg_type: str, n: int) -> tuple[np.ndarray, np.ndarray |
 
 
 def encode_rows(columns: Sequence[Any], types: Sequence[str]) -> bytes:
-    """The rows of `columns` (lists of one length, or scalars repeated on every row) in COPY's
-    binary format, without the signature and trailer."""
-    n = next((len(c) for c in columns if isinstance(c, list)), 0)
+    """The rows of `columns` (lists or numpy arrays of one length, or scalars repeated on
+    every row) in COPY's binary format, without the signature and trailer. A float array's
+    NaN is NULL."""
+    n = next((len(c) for c in columns if isinstance(c, list | np.ndarray)), 0)
     if n == 0:
         return b""
     layout: list[tuple[str, str]] = [("count", ">i2")]
@@ -67,3 +76,57 @@ def encode_rows(columns: Sequence[Any], types: Sequence[str]) -> bytes:
         offset += 4 + width
     data = rows.view(np.uint8).reshape(n, rows.dtype.itemsize)
     return (data if keep is None else data[keep]).tobytes()
+
+
+class BinaryArray:
+    """A one-dimensional PostgreSQL array already in its binary form: a statement parameter
+    sent as is, not adapted value by value by psycopg. Register ARRAY_DUMPERS on the cursor."""
+
+    __slots__ = ("data",)
+    pg_type = ""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def binary_array(values: np.ndarray, pg_type: str) -> BinaryArray:
+    """`values` (no NULLs) as PostgreSQL's binary array of `pg_type` (int4, int8, float8): a
+    header (1 dimension, no NULLs, the element type, the length, lower bound 1), then per
+    element its length and value in network byte order."""
+    array_type, element_oid, _ = _ARRAYS[pg_type]
+    header = np.array([1, 0, element_oid, len(values), 1], dtype=">i4").tobytes()
+    dtype = np.dtype(FIXED_TYPES[pg_type])
+    items = np.empty(len(values), dtype=np.dtype([("len", ">i4"), ("val", dtype)]))
+    items["len"] = dtype.itemsize
+    items["val"] = values
+    return array_type(header + items.tobytes())
+
+
+class _Int4Array(BinaryArray):
+    pg_type = "int4"
+
+
+class _Int8Array(BinaryArray):
+    pg_type = "int8"
+
+
+class _Float8Array(BinaryArray):
+    pg_type = "float8"
+
+
+def _dumper(array_oid: int) -> type[Dumper]:
+    def dump(self: Dumper, obj: BinaryArray) -> bytes:
+        return obj.data
+
+    attributes = {"format": Format.BINARY, "oid": array_oid, "dump": dump}
+    return type(f"ArrayDumper{array_oid}", (Dumper,), attributes)
+
+
+# pg_type -> (its BinaryArray class, the element's oid, the array's oid)
+_ARRAYS: dict[str, tuple[type[BinaryArray], int, int]] = {
+    "int4": (_Int4Array, 23, 1007),
+    "int8": (_Int8Array, 20, 1016),
+    "float8": (_Float8Array, 701, 1022),
+}
+# For `cursor.adapters.register_dumper(cls, dumper)`: each BinaryArray sent in binary.
+ARRAY_DUMPERS = [(cls, _dumper(array_oid)) for cls, _, array_oid in _ARRAYS.values()]

@@ -16,7 +16,14 @@ from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
 from stoker_server.core.db import placeholder
-from stoker_server.ingest.copy_binary import SIGNATURE, TRAILER, encodable, encode_rows
+from stoker_server.ingest.copy_binary import (
+    ARRAY_DUMPERS,
+    SIGNATURE,
+    TRAILER,
+    binary_array,
+    encodable,
+    encode_rows,
+)
 from stoker_server.ingest.protocol import Columns
 
 # Step rollup tiers (steps per bucket); see core.models.StepRollup and api.queries.step_series.
@@ -24,7 +31,7 @@ ROLLUP_WIDTHS = (16, 64, 256, 1024, 4096, 16384)
 
 # PostgreSQL: sections waiting for their COPY (run id, rank, column values), by table and
 # the columns they carry.
-Copies = dict[tuple[str, tuple[str, ...]], list[tuple[int, int, list[list[Any]]]]]
+Copies = dict[tuple[str, tuple[str, ...]], list[tuple[int, int, list[Any]]]]
 
 # A group's steps for its rollups: (run id, rank, step, t, dur, wait) of each batch.
 RollupPart = tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -40,14 +47,22 @@ class GroupRows:
         self._copies: Copies = {}
         self._rollups: list[RollupPart] = []
 
-    def insert(self, table: str, columns: Columns, *, run_id: int, rank: int) -> None:
+    def insert(
+        self, table: str, columns: Columns, *, run_id: int, rank: int,
+        arrays: dict[str, np.ndarray] | None = None,
+    ) -> None:  # fmt: skip
         """Insert a columnar section as rows: one driver-level executemany of plain tuples, or
-        on PostgreSQL rows kept for the group's COPY of the table (see `_copy_all`)."""
+        on PostgreSQL rows kept for the group's COPY of the table (see `_copy_all`).
+
+        `arrays`: numpy copies of some of its columns (a float's NaN: null), which the COPY
+        encodes instead of converting the lists again."""
         names = [name for name, value in columns.__dict__.items() if value is not None]
-        values = [getattr(columns, name) for name in names]
         if self._postgres:
+            given = arrays or {}
+            values = [given.get(name, getattr(columns, name)) for name in names]
             self._copies.setdefault((table, tuple(names)), []).append((run_id, rank, values))
             return
+        values = [getattr(columns, name) for name in names]
         n = len(values[0])
         rows = zip(repeat(run_id, n), repeat(rank, n), *values, strict=True)
         mark = placeholder(self.connection)
@@ -189,13 +204,19 @@ def _update_rollups(connection: Connection, parts: Sequence[RollupPart]) -> None
         "wait_n = steprollup.wait_n + excluded.wait_n"
     )
     if postgres:
-        # One statement over arrays. Each column goes as one comma-separated text: psycopg
-        # adapts a list value by value in Python, which cost more than the statement.
-        executemany(
-            connection,
-            f"INSERT INTO {_ROLLUP_COLUMNS} SELECT * FROM unnest({_ROLLUP_ARRAYS}) {upsert}",
-            [[",".join(map(str, column.tolist())) for column in columns]],
-        )
+        # One statement over arrays, each built whole by numpy in PostgreSQL's binary form:
+        # psycopg adapts a list value by value, and text (formatted here, parsed there) cost
+        # the server more than the statement.
+        cursor = connection.connection.cursor()
+        try:
+            for array_type, dumper in ARRAY_DUMPERS:
+                cursor.adapters.register_dumper(array_type, dumper)
+            cursor.execute(
+                f"INSERT INTO {_ROLLUP_COLUMNS} SELECT * FROM unnest({_ROLLUP_ARRAYS}) {upsert}",
+                [binary_array(c, t) for c, t in zip(columns, _ROLLUP_TYPES, strict=True)],
+            )
+        finally:
+            cursor.close()
         return
     mark = placeholder(connection)
     executemany(
@@ -209,7 +230,5 @@ _ROLLUP_COLUMNS = (
     "steprollup (run_id, rank, width, bucket, n, step_max, t_max, dur_sum, dur_min, dur_max, "
     "wait_sum, wait_n)"
 )
-_ROLLUP_ARRAYS = ", ".join(
-    f"string_to_array(%s, ',')::{t}[]"
-    for t in ("int4", "int4", "int4", "int8", "int4", "int8") + ("float8",) * 5 + ("int4",)
-)
+_ROLLUP_TYPES = ("int4", "int4", "int4", "int8", "int4", "int8") + ("float8",) * 5 + ("int4",)
+_ROLLUP_ARRAYS = ", ".join(["%b"] * len(_ROLLUP_TYPES))
