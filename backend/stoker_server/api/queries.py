@@ -15,9 +15,7 @@ from stoker_server.core.db import select_columns
 from stoker_server.core.errors import BadRequest
 from stoker_server.core.levels import run_verdict
 from stoker_server.core.models import (
-    DeviceSample,
     EpochMetric,
-    HostSample,
     Metric,
     Run,
     RunStatus,
@@ -27,14 +25,6 @@ from stoker_server.core.models import (
 )
 from stoker_server.ingest.agent_writes import ROLLUP_WIDTHS
 from stoker_server.ingest.summary import run_public
-
-DEVICE_FIELDS = (
-    "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
-    "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_tx_bps",
-    "pcie_rx_bps", "sm_util", "sm_occupancy", "tensor_util", "dram_bw_util", "fp32_util",
-    "fp16_util", "energy_j",
-)  # fmt: skip
-HOST_FIELDS = ("proc_cpu", "sys_cpu", "rss", "mem_used", "mem_total")
 
 
 def _like_pattern(text_: str) -> str:
@@ -191,7 +181,7 @@ def _json(value: Any) -> str:
     return json.dumps(value)
 
 
-def _bucket_of(session: Session, expression: Any) -> Any:
+def bucket_of(session: Session, expression: Any) -> Any:
     """floor() of a non-negative float expression, on both databases."""
     if session.get_bind().dialect.name == "postgresql":
         return cast(func.floor(expression), Integer)
@@ -385,7 +375,7 @@ def _xy_series(
         return out
     span = float(x1 - x0)
     width = span / (max_points - 1) if span > 0 else 1.0
-    bucket = _bucket_of(session, (cast(x_col, Float) - x0) / width)
+    bucket = bucket_of(session, (cast(x_col, Float) - x0) / width)
     aggregates: list[Any] = [func.min(x_col)]
     for f in fields:
         c = cast(col(getattr(table, f)), Float)
@@ -402,80 +392,6 @@ def _xy_series(
 
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
-
-
-def _fields(requested: str | None, allowed: Sequence[str]) -> list[str]:
-    if not requested:
-        return list(allowed)
-    names = [n.strip() for n in requested.split(",") if n.strip()]
-    unknown = [n for n in names if n not in allowed]
-    if unknown or not names:
-        raise BadRequest(f"unknown fields {unknown}; choose from {', '.join(allowed)}")
-    return names
-
-
-def device_series(
-    *, session: Session, run_id: int, max_points: int, gpu: int | None = None,
-    fields: str | None = None, since_t: float | None = None, until_t: float | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Device samples per (rank, GPU) over wall-clock time, each downsampled to `max_points`."""
-    chosen = _fields(fields, DEVICE_FIELDS)
-    where: list[Any] = [DeviceSample.run_id == run_id]
-    if gpu is not None:
-        where.append(DeviceSample.gpu == gpu)
-    if since_t is not None:
-        where.append(DeviceSample.t > since_t)
-    if until_t is not None:
-        where.append(DeviceSample.t < until_t)
-    pairs = session.exec(
-        select(DeviceSample.rank, DeviceSample.gpu)
-        .where(*where)
-        .distinct()
-        .order_by(col(DeviceSample.rank), col(DeviceSample.gpu))
-    ).all()
-    series = []
-    for rank, device in pairs:
-        data = _xy_series(
-            session=session,
-            table=DeviceSample,
-            where=[*where, DeviceSample.rank == rank, DeviceSample.gpu == device],
-            x="t",
-            fields=chosen,
-            max_points=max_points,
-        )
-        series.append({"rank": rank, "gpu": device, **data})
-    return {"run_id": run_id, "fields": chosen, "series": series, **_compacted(session, run_id)}
-
-
-def host_series(
-    *, session: Session, run_id: int, max_points: int, fields: str | None = None,
-    since_t: float | None = None, until_t: float | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Host samples per rank over wall-clock time, each downsampled to `max_points`."""
-    chosen = _fields(fields, HOST_FIELDS)
-    where: list[Any] = [HostSample.run_id == run_id]
-    if since_t is not None:
-        where.append(HostSample.t > since_t)
-    if until_t is not None:
-        where.append(HostSample.t < until_t)
-    ranks = session.exec(
-        select(HostSample.rank).where(*where).distinct().order_by(col(HostSample.rank))
-    ).all()
-    series = []
-    for rank in ranks:
-        data = _xy_series(
-            session=session, table=HostSample, where=[*where, HostSample.rank == rank],
-            x="t", fields=chosen, max_points=max_points,
-        )  # fmt: skip
-        series.append({"rank": rank, **data})
-    return {"run_id": run_id, "fields": chosen, "series": series, **_compacted(session, run_id)}
-
-
-def _compacted(session: Session, run_id: int) -> dict[str, Any]:
-    """A sample series' retention flag: `compacted` when retention thinned the run's samples
-    to `KEEP_SAMPLES` per series, so zooming in shows no finer detail."""
-    compacted_at = session.exec(select(Run.compacted_at).where(Run.id == run_id)).first()
-    return {"compacted": compacted_at is not None}
 
 
 MetricAxis = Literal["step", "epoch"]

@@ -11,8 +11,6 @@ from stoker_server.api.queries import (
     RUN_SORT_PATTERN,
     MetricAxis,
     compare_runs,
-    device_series,
-    host_series,
     list_runs_json,
     metric_series,
     parse_run_ids,
@@ -20,6 +18,7 @@ from stoker_server.api.queries import (
     step_series,
     steps_csv,
 )
+from stoker_server.api.sample_series import device_series, host_series
 from stoker_server.core.errors import RunNotFound
 from stoker_server.core.models import (
     DeviceSeries,
