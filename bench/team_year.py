@@ -22,8 +22,13 @@ history); retention (`--retention-days`) run to completion (in-process, `retenti
 with its pauses removed); size again (as is, and after VACUUM / VACUUM FULL); the same
 latencies.
 
+`--pages device` builds only one old run like the history's longest (21.1 h, 4 GPUs, raw
+rows) and times its device chart (`samples`) at the default zoom and zoomed to an hour and
+to ten minutes, before and after retention compacts it.
+
     .venv/bin/python -m bench.team_year [--scale 0.01] [--days 90] [--gpus 100]
                                         [--databases sqlite,postgres] [--requests 30]
+                                        [--pages all|device]
 """
 
 import argparse
@@ -447,6 +452,70 @@ def bench_database(kind: str, args: argparse.Namespace, jobs: list[Job], tmp: Pa
             postgres.stop()
 
 
+def device_pages(job: Job) -> dict[str, tuple[str, dict]]:
+    """The device chart of `job` at the default zoom, and zoomed to an hour and to ten
+    minutes in its middle (the UI asks for about the chart's width in points)."""
+    path = f"/api/v1/runs/{job.run_id}/samples"
+    middle = job.start + job.duration_s / 2
+    return {
+        "default zoom (2,000 points)": (path, {"max_points": 2000}),
+        "default zoom (1,000 points)": (path, {"max_points": 1000}),
+        "zoomed to 1 h": (path, {"max_points": 1000, "since_t": middle,
+                                 "until_t": middle + 3600}),
+        "zoomed to 10 min": (path, {"max_points": 1000, "since_t": middle,
+                                    "until_t": middle + 600}),
+    }  # fmt: skip
+
+
+def bench_device_chart(kind: str, args: argparse.Namespace, tmp: Path) -> None:
+    """One old 21.1 h, 4-GPU run with raw rows: its device chart before and after
+    retention compacts it."""
+    postgres = None
+    data_dir = tmp / kind
+    data_dir.mkdir()
+    if kind == "postgres":
+        postgres = PostgresServer().start()
+        url = postgres.create_database()
+    else:
+        url = f"sqlite:///{data_dir / 'stoker.db'}"
+    try:
+        settings = Settings(data_dir=data_dir, database_url=url)
+        engine = make_engine(settings)
+        now = time.time()
+        job = Job(
+            index=0, gpus=4, start=now - 30 * 86400, duration_s=21.1 * 3600, step_s=0.3,
+            wait_share=0.1, status=RunStatus.finished, project="vision", epoch_s=1800, raw=True,
+        )  # fmt: skip
+        started = time.perf_counter()
+        store_raw(engine, job, np.random.default_rng(args.seed + 1))
+        with engine.connect() as connection:
+            samples = connection.execute(
+                text(f"SELECT count(*) FROM devicesample WHERE run_id = {job.run_id}")
+            ).scalar_one()
+        built_s = time.perf_counter() - started
+        print(f"\n{kind}: one {job.duration_s / 3600:.1f} h run, {job.gpus} GPUs, "
+              f"{samples:,} device samples, built in {built_s:.0f} s")  # fmt: skip
+        engine.dispose()
+        pages = device_pages(job)
+        without = serve(data_dir, url, pages, args.requests)
+        load_without = os.getloadavg()
+        engine = make_engine(settings)
+        compact(engine, data_dir, args.retention_days, {job.run_id})
+        engine.dispose()
+        with_retention = serve(data_dir, url, pages, args.requests)
+        load_with = os.getloadavg()
+        print(f"  load average {' '.join(f'{x:.2f}' for x in load_without)} (raw), "
+              f"{' '.join(f'{x:.2f}' for x in load_with)} (compacted)")  # fmt: skip
+        print(f"  {'device chart':<27} {'raw rows':>24} {'compacted':>24}")
+        print(f"  {'':<27} {'p50 ms':>11} {'p95 ms':>12} {'p50 ms':>11} {'p95 ms':>12}")
+        for name, (p50, p95, _) in without.items():
+            q50, q95, _ = with_retention[name]
+            print(f"  {name:<27} {p50:11.1f} {p95:12.1f} {q50:11.1f} {q95:12.1f}")
+    finally:
+        if postgres is not None:
+            postgres.stop()
+
+
 def gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB"
 
@@ -487,9 +556,18 @@ def main() -> None:
     parser.add_argument("--databases", default="sqlite,postgres")
     parser.add_argument("--requests", type=int, default=30)
     parser.add_argument("--seed", type=int, default=30)
+    parser.add_argument(
+        "--pages", choices=("all", "device"), default="all",
+        help="device: only one long run's device chart, raw and compacted",
+    )  # fmt: skip
     args = parser.parse_args()
     # A `timeout` or Ctrl-C still stops PostgreSQL and removes the databases (the finallys).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.pages == "device":
+        with tempfile.TemporaryDirectory(prefix="stoker-device-") as name:
+            for kind in args.databases.split(","):
+                bench_device_chart(kind, args, Path(name))
+        return
     now = time.time()
     jobs = schedule(args, now)
     raw = [j for j in jobs if j.raw]
