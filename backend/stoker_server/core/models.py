@@ -768,7 +768,7 @@ class PipelineRead(SQLModel, table=True):
     """One read of a run's tf.data autotuning model: its stages, source first.
 
     Only the latest `MAX_PIPELINE_READS` reads of a run are kept
-    (backend/stoker_server/ingest/agent_writes.py).
+    (backend/stoker_server/ingest/pipeline_store.py).
     """
 
     __table_args__ = (Index("ix_pipelineread_run_t", "run_id", "t"),)
