@@ -212,6 +212,9 @@ def test_spool_left_while_the_server_was_down_is_sent_by_the_next_agent(
                 timeout_s=60,
                 what="the run spooled while the server was down",
             )  # fmt: skip
+            # Its uploader removes the spooled run once the server acknowledged it all (the
+            # run reads finished a moment before: stopping the agent then raced the removal).
+            wait_for(lambda: not left.exists(), timeout_s=60, what="the spooled run removed")
         finally:
             stop.touch()
             _, next_stderr = nxt.communicate(timeout=120)
