@@ -204,17 +204,25 @@ def _update_rollups(connection: Connection, parts: Sequence[RollupPart]) -> None
         "wait_n = steprollup.wait_n + excluded.wait_n"
     )
     if postgres:
-        # One statement over arrays, each built whole by numpy in PostgreSQL's binary form:
-        # psycopg adapts a list value by value, and text (formatted here, parsed there) cost
-        # the server more than the statement.
         cursor = connection.connection.cursor()
         try:
             for array_type, dumper in ARRAY_DUMPERS:
                 cursor.adapters.register_dumper(array_type, dumper)
-            cursor.execute(
-                f"INSERT INTO {_ROLLUP_COLUMNS} SELECT * FROM unnest({_ROLLUP_ARRAYS}) {upsert}",
-                [binary_array(c, t) for c, t in zip(columns, _ROLLUP_TYPES, strict=True)],
-            )
+            new = _new_buckets(cursor, columns)
+            if not new.all():
+                # One statement over arrays, each built whole by numpy in PostgreSQL's binary
+                # form: psycopg adapts a list value by value, and text (formatted here,
+                # parsed there) cost the server more than the statement.
+                cursor.execute(
+                    f"INSERT INTO {_ROLLUP_COLUMNS} SELECT * FROM unnest({_ROLLUP_ARRAYS}) "
+                    + upsert,
+                    [binary_array(c[~new], t) for c, t in zip(columns, _ROLLUP_TYPES, strict=True)],
+                )
+            if new.any():
+                with cursor.copy(f"COPY {_ROLLUP_COLUMNS} FROM STDIN (FORMAT BINARY)") as copy:
+                    copy.write(SIGNATURE)
+                    copy.write(encode_rows([c[new] for c in columns], _ROLLUP_TYPES))
+                    copy.write(TRAILER)
         finally:
             cursor.close()
         return
@@ -226,9 +234,30 @@ def _update_rollups(connection: Connection, parts: Sequence[RollupPart]) -> None
     )
 
 
+def _new_buckets(cursor: Any, columns: Sequence[np.ndarray]) -> np.ndarray:
+    """Which of a group's rollup rows start a bucket not stored yet: past the last stored
+    bucket of their (run, rank, width), read through the key's index, one probe per key.
+
+    Those go in by COPY, PostgreSQL's cheapest insert; the others (the bucket a batch
+    continues, steps sent again) by the upsert (20,000 steps a group, rollups all upserted:
+    1.2-1.4 us of PostgreSQL CPU per step; split: 0.9-1.1). Only this writer stores its
+    agents' rows. Should another server store the same worker's at the same moment, the
+    COPY fails on the key and the writer retries the batches one by one, reading again."""
+    run, rank, width, bucket = columns[:4]
+    keys, inverse = np.unique(np.stack([run, rank, width]), axis=1, return_inverse=True)
+    cursor.execute(
+        "SELECT (SELECT max(s.bucket) FROM steprollup s WHERE s.run_id = k.run_id "
+        "AND s.rank = k.rank AND s.width = k.width) FROM unnest(%b, %b, %b) "
+        "WITH ORDINALITY AS k(run_id, rank, width, i) ORDER BY k.i",
+        [binary_array(keys[i], "int4") for i in range(3)],
+    )
+    last = np.array([-1 if m is None else m for (m,) in cursor.fetchall()], dtype=np.int64)
+    return bucket > last[inverse.reshape(-1)]
+
+
 _ROLLUP_COLUMNS = (
     "steprollup (run_id, rank, width, bucket, n, step_max, t_max, dur_sum, dur_min, dur_max, "
     "wait_sum, wait_n)"
 )
-_ROLLUP_TYPES = ("int4", "int4", "int4", "int8", "int4", "int8") + ("float8",) * 5 + ("int4",)
+_ROLLUP_TYPES = ["int4", "int4", "int4", "int8", "int4", "int8"] + ["float8"] * 5 + ["int4"]
 _ROLLUP_ARRAYS = ", ".join(["%b"] * len(_ROLLUP_TYPES))
