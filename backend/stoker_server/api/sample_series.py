@@ -134,9 +134,8 @@ def _series(
 def _rows(session: Session, table: Any, where: Sequence[Any], fields: Sequence[str]) -> dict:
     """A series' rows as columns, in time order."""
     t = col(table.t)
-    rows = session.exec(
-        select_columns(t, *(col(getattr(table, f)) for f in fields)).where(*where).order_by(t)
-    ).all()
+    query = select_columns(t, *(col(getattr(table, f)) for f in fields)).where(*where)
+    rows = session.connection().execute(query.order_by(t)).all()
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in range(len(fields) + 1)]
     return {"t": list(columns[0]), **{f: list(c) for f, c in zip(fields, columns[1:], strict=True)}}
 
@@ -162,9 +161,8 @@ def _buckets(
         integer = isinstance(table.__table__.c[f].type, Integer)
         value = cast(column, Float) if integer else column
         aggregates += [func.avg(value), func.min(value), func.max(value)]
-    rows = session.exec(
-        select_columns(*aggregates).where(*where).group_by(bucket).order_by(func.min(t))
-    ).all()
+    query = select_columns(*aggregates).where(*where).group_by(bucket).order_by(func.min(t))
+    rows = session.connection().execute(query).all()
     columns = list(zip(*rows, strict=True))
     out: dict[str, list[Any]] = {"t": list(columns[0])}
     for i, name in enumerate(fields):
