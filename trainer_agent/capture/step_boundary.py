@@ -130,12 +130,10 @@ class StepBoundary:
         if batch == 0:
             self.epoch_first_step = first
         n = self.steps_per_execution
-        if self._steps_per_epoch:
+        if n > 1 and self._steps_per_epoch:  # the epoch's last call runs what is left
             n = max(1, min(n, self._steps_per_epoch - batch))
-        self.open = Execution(
-            first_step=first, n=n, begin=now, epoch_start=batch == 0, end=now,
-            count_wait=first > 0,
-        )  # fmt: skip
+        # Positional: first_step, n, begin, end, epoch_start, count_wait (binds faster).
+        self.open = Execution(first, n, now, now, batch == 0, first > 0)
         self.step = first + n
         for began in self._began:
             began(first, now, n)
