@@ -9,11 +9,10 @@ most of the server's CPU per step row.
 """
 
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import numpy as np
-from psycopg.adapt import Dumper
-from psycopg.pq import Format
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"  # no OIDs
 TRAILER = b"\xff\xff"
@@ -80,7 +79,7 @@ def encode_rows(columns: Sequence[Any], types: Sequence[str]) -> bytes:
 
 class BinaryArray:
     """A one-dimensional PostgreSQL array already in its binary form: a statement parameter
-    sent as is, not adapted value by value by psycopg. Register ARRAY_DUMPERS on the cursor."""
+    sent as is, not adapted value by value by psycopg. Register array_dumpers() on the cursor."""
 
     __slots__ = ("data",)
     pg_type = ""
@@ -114,19 +113,30 @@ class _Float8Array(BinaryArray):
     pg_type = "float8"
 
 
-def _dumper(array_oid: int) -> type[Dumper]:
-    def dump(self: Dumper, obj: BinaryArray) -> bytes:
-        return obj.data
-
-    attributes = {"format": Format.BINARY, "oid": array_oid, "dump": dump}
-    return type(f"ArrayDumper{array_oid}", (Dumper,), attributes)
-
-
 # pg_type -> (its BinaryArray class, the element's oid, the array's oid)
 _ARRAYS: dict[str, tuple[type[BinaryArray], int, int]] = {
     "int4": (_Int4Array, 23, 1007),
     "int8": (_Int8Array, 20, 1016),
     "float8": (_Float8Array, 701, 1022),
 }
-# For `cursor.adapters.register_dumper(cls, dumper)`: each BinaryArray sent in binary.
-ARRAY_DUMPERS = [(cls, _dumper(array_oid)) for cls, _, array_oid in _ARRAYS.values()]
+
+
+@cache
+def array_dumpers() -> list[tuple[type[BinaryArray], type]]:
+    """For `cursor.adapters.register_dumper(cls, dumper)`: each BinaryArray sent as is, in
+    binary, typed as its array. psycopg is imported here: SQLite installs lack it."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    def dump(self: Dumper, obj: BinaryArray) -> bytes:
+        return obj.data
+
+    return [
+        (
+            cls,
+            type(
+                f"ArrayDumper{oid}", (Dumper,), {"format": Format.BINARY, "oid": oid, "dump": dump}
+            ),
+        )
+        for cls, _, oid in _ARRAYS.values()
+    ]

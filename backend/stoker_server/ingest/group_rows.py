@@ -17,9 +17,9 @@ from sqlmodel import SQLModel
 
 from stoker_server.core.db import placeholder
 from stoker_server.ingest.copy_binary import (
-    ARRAY_DUMPERS,
     SIGNATURE,
     TRAILER,
+    array_dumpers,
     binary_array,
     encodable,
     encode_rows,
@@ -206,7 +206,7 @@ def _update_rollups(connection: Connection, parts: Sequence[RollupPart]) -> None
     if postgres:
         cursor = connection.connection.cursor()
         try:
-            for array_type, dumper in ARRAY_DUMPERS:
+            for array_type, dumper in array_dumpers():
                 cursor.adapters.register_dumper(array_type, dumper)
             new = _new_buckets(cursor, columns)
             if not new.all():
