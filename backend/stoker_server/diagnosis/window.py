@@ -37,6 +37,39 @@ class StepChunk(NamedTuple):
     sized_dur: float  # their step time
 
 
+@dataclass(slots=True)
+class _PendingSteps:
+    """One batch of steps waiting to be folded, shared by the run's window and its worker's:
+    its columns become arrays once, in whichever window folds first."""
+
+    columns: tuple[Sequence[Any], ...]  # step, t, dur, wait, batch_size as they came
+    arrays: tuple[np.ndarray, ...] | None = None
+
+    @staticmethod
+    def convert(pending: list["_PendingSteps"]) -> None:
+        """Give every batch of `pending` its arrays, in one conversion of all that lack them."""
+        todo = [p for p in pending if p.arrays is None]
+        if not todo:
+            return
+        dtypes = (np.int64, np.float64, np.float64, np.float64, np.float64)
+        if len(todo) == 1:
+            todo[0].arrays = tuple(
+                np.asarray(c, dtype=dt) for c, dt in zip(todo[0].columns, dtypes, strict=True)
+            )
+        else:
+            cuts = np.cumsum([len(p.columns[0]) for p in todo])[:-1]
+            split = [
+                np.split(
+                    np.asarray(list(chain.from_iterable(p.columns[i] for p in todo)), dt), cuts
+                )
+                for i, dt in enumerate(dtypes)
+            ]
+            for k, p in enumerate(todo):
+                p.arrays = tuple(column[k] for column in split)
+        for p in todo:
+            p.columns = ()
+
+
 class DeviceRow(NamedTuple):
     t: float
     gpu: int
@@ -123,7 +156,7 @@ class RunWindow:
     host: deque[HostRow] = field(default_factory=deque)
     _sums: Sums = field(default_factory=Sums)
     # Step batches not yet folded into the chunks (see add_steps).
-    _pending_steps: list[tuple[Sequence[Any], ...]] = field(default_factory=list)
+    _pending_steps: list[_PendingSteps] = field(default_factory=list)
     _pending_rows: int = 0
     recent_durations: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_DURATIONS))
     total_steps: int = 0
@@ -160,18 +193,21 @@ class RunWindow:
         (a detector tick) or when many rows wait: one pass over many batches instead of one
         per batch, which at hundreds of batches a second mattered on the event loop.
         """
-        if not len(step):
-            return
+        if len(step):
+            self._add_pending(_PendingSteps((step, t, dur, wait, batch_size)), now, rank)
+
+    def _add_pending(self, batch: _PendingSteps, now: float, rank: int | None) -> None:
         if rank is not None:
             worker = self.workers.get(rank)
             if worker is None:
                 worker = self.workers[rank] = RunWindow(self.run_id, self.window_s)
-            worker.add_steps(now=now, step=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
-        self.total_steps += len(step)
+            worker._add_pending(batch, now, None)
+        rows = len(batch.columns[0])
+        self.total_steps += rows
         self.last_step_at = now
         self.last_data_at = now
-        self._pending_steps.append((step, t, dur, wait, batch_size))
-        self._pending_rows += len(step)
+        self._pending_steps.append(batch)
+        self._pending_rows += rows
         if self._pending_rows >= PENDING_STEP_ROWS:
             self._fold_steps()
 
@@ -190,21 +226,38 @@ class RunWindow:
         if not self._pending_steps:
             return
         pending, self._pending_steps, self._pending_rows = self._pending_steps, [], 0
-
-        def column(i: int) -> list[Any]:
-            return list(chain.from_iterable(p[i] for p in pending))
-
-        timed = timed_steps(*(column(i) for i in range(5)))
+        _PendingSteps.convert(pending)
+        arrays = [p.arrays for p in pending if p.arrays is not None]
+        if len(arrays) == 1:
+            timed = timed_steps(*arrays[0])
+        else:
+            timed = timed_steps(*(np.concatenate(c) for c in zip(*arrays, strict=True)))
         d, end, w, bs = timed.dur, timed.end, timed.wait, timed.batch_size
         if not len(d):
             return
         waited, sized = timed.waited, timed.sized
-        zero = np.zeros_like(d)
+        self.recent_durations.extend(d[-RECENT_DURATIONS:].tolist())
         grain = self.window_s / STEP_CHUNKS_PER_WINDOW
         slot = np.floor(end / grain)
         starts = np.concatenate(([0], np.flatnonzero(np.diff(slot)) + 1))
+        ends = np.maximum.reduceat(end, starts)
+        self.newest_step_t = max(self.newest_step_t, float(end.max()))
+        self._trim_steps()  # the chunks the new steps push out of the window
+        if not self.steps:
+            # New chunks already out of the window (a backlog arriving at once) would leave
+            # again as soon as added: they are not made. The window's oldest chunk is
+            # trimmed before newer ones, so this holds only while the window is empty.
+            inside = np.flatnonzero(ends >= self.newest_step_t - self.window_s)
+            if not len(inside):
+                return
+            first = int(inside[0])
+            if first:
+                row = int(starts[first])
+                d, w, bs, waited, sized = d[row:], w[row:], bs[row:], waited[row:], sized[row:]
+                starts, ends = starts[first:] - row, ends[first:]
+        zero = np.zeros_like(d)
         columns = [
-            np.maximum.reduceat(end, starts),
+            ends,
             *(
                 np.add.reduceat(values, starts)
                 for values in (
@@ -219,7 +272,6 @@ class RunWindow:
                 )
             ),
         ]
-        self.newest_step_t = max(self.newest_step_t, float(end.max()))
         s = self._sums
         for values in zip(*(c.tolist() for c in columns), strict=True):
             chunk = StepChunk._make(values)
@@ -232,8 +284,6 @@ class RunWindow:
             s.wait += chunk.wait
             s.samples += chunk.samples
             s.sized_dur += chunk.sized_dur
-        self.recent_durations.extend(d[-RECENT_DURATIONS:].tolist())
-        self._trim_steps()
 
     def _trim_steps(self) -> None:
         steps = self.steps
