@@ -180,16 +180,17 @@ def test_monitor_exception_in_loop_marks_run_failed(server: ServerProcess) -> No
     assert run["summary"]["steps"] == 3
 
 
-def test_fit_under_mirrored_strategy_reports_steps_and_waits(
-    server: ServerProcess, delay_s: float
-) -> None:
+def test_fit_under_mirrored_strategy_reports_steps_and_waits(server: ServerProcess) -> None:
     from trainer_agent import StokerCallback
 
-    callback = StokerCallback(run_name="mirrored", server=server.url)
-    dataset = callback.wrap(_dataset(10, delay_s))
     strategy = tf.distribute.MirroredStrategy()
     with strategy.scope():
         model = _model()
+    # The delay follows the mirrored model's own step, several times the plain one's: from
+    # the plain step, the input waited only 0.29 of the time under two pytest workers.
+    delay_s = starving_delay_s(measure_step_s(model, _dataset(20)), floor_s=0.04)
+    callback = StokerCallback(run_name="mirrored", server=server.url)
+    dataset = callback.wrap(_dataset(10, delay_s))
     model.fit(dataset, epochs=2, callbacks=[callback], verbose=0)
     run = _only_run(server)
     assert run["environment"]["strategy"] == "MirroredStrategy"
