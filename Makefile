@@ -9,13 +9,18 @@ NODE_MODULES := frontend/node_modules/.package-lock.json
 # and with tf_keras (TF_USE_LEGACY_KERAS=1) on the newest.
 TEST_TIERS := tests/unit tests/server tests/fit tests/ui
 TF_OLDEST := 2.15.1
+# pytest-xdist: two workers (this machine's and CI's two cores; most tests wait on a server,
+# a sleeping GPU-like step or a browser), each test module whole on one worker so that its
+# module-scoped servers and fits start once. PYTEST_PARALLEL= runs them in one process.
+PYTEST_PARALLEL ?= -n 2 --dist loadscope
 # Run each in a pytest process of its own (see the test target).
-OWN_PROCESS_TESTS := tests/fit/test_diagnosis_keras.py tests/fit/test_profile_capture.py
+OWN_PROCESS_TESTS := tests/fit/test_diagnosis_keras.py tests/fit/test_profile_capture.py \
+	tests/fit/test_profiler_threads.py
 TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
 
-.PHONY: demo serve test test-tf-matrix test-jax build lint format clean api-types corpus
+.PHONY: demo serve test test-venvs test-tf-matrix test-jax build lint format clean api-types corpus
 
 demo: build
 	$(BIN)/stoker demo
@@ -24,34 +29,43 @@ serve: build
 	$(BIN)/stoker serve
 
 test: build
+	# The TF 2.15 and JAX venvs (about 5 min of pip on a fresh machine) install in the
+	# background while the checks and the main tiers run; the steps that need them wait.
+	$(MAKE) --no-print-directory test-venvs > $(VENV)/test-venvs.log 2>&1 & echo $$! > $(VENV)/test-venvs.pid
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	cd frontend && npm test
-	$(BIN)/pytest -ra --durations=30 $(TEST_TIERS) $(addprefix --ignore=,$(OWN_PROCESS_TESTS))
+	$(BIN)/pytest -ra --durations=30 $(PYTEST_PARALLEL) $(TEST_TIERS) $(addprefix --ignore=,$(OWN_PROCESS_TESTS))
 	# Each in a process of its own. test_diagnosis_keras: after the rest of the suite, its
 	# parallel map read 0.6 of the step as wait (serial-like) twice, alone never.
 	# test_profile_capture: twice in CI, the next test's event loop hung for 60 s inside a
 	# garbage collection, finalizing (never returning) what the profiled fits had left; no
 	# test of it or of the product has hung alone. The state left behind is not yet found.
+	# test_profiler_threads (profiled fits too): under two workers, once a fit after others in
+	# the same worker stored no step for 60 s.
 	status=0; for f in $(OWN_PROCESS_TESTS); do $(BIN)/pytest -ra $$f || status=1; done; \
 	exit $$status
+	while kill -0 $$(cat $(VENV)/test-venvs.pid) 2>/dev/null; do sleep 5; done; \
+	cat $(VENV)/test-venvs.log
 	$(MAKE) test-tf-matrix
 	$(MAKE) test-jax
 
+test-venvs: $(TF_OLDEST_VENV)/.installed $(JAX_VENV)/.installed
+
 test-tf-matrix: $(INSTALLED) $(TF_OLDEST_VENV)/.installed
-	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra -m tf_matrix tests/fit
+	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra $(PYTEST_PARALLEL) -m tf_matrix tests/fit
 	# The two-worker MultiWorkerMirroredStrategy fit (one run for the whole job) on TF 2.15's own tf.keras.
 	# (Its straggler test stays on the newest TF: on 2.15 the job's collective step outlasts
 	# the delay that test derives from a worker's own step, so no worker starves.)
-	$(TF_OLDEST_VENV)/bin/pytest -ra -m tf_matrix tests/fit
+	$(TF_OLDEST_VENV)/bin/pytest -ra $(PYTEST_PARALLEL) -m tf_matrix tests/fit
 	$(TF_OLDEST_VENV)/bin/pytest -ra tests/fit/test_multiworker.py -k "not straggler"
 
 # The tests start `stoker serve` with the venv's Python, so it has the server extra too.
 $(TF_OLDEST_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(TF_OLDEST_VENV)
 	STOKER_SKIP_UI_BUILD=1 $(TF_OLDEST_VENV)/bin/pip install --quiet \
-		'tensorflow==$(TF_OLDEST)' -e '.[server]' 'pytest>=8' 'pytest-timeout>=2.3'
+		'tensorflow==$(TF_OLDEST)' -e '.[server]' 'pytest>=8' 'pytest-timeout>=2.3' 'pytest-xdist>=3.6'
 	touch $@
 
 test-jax: $(JAX_VENV)/.installed

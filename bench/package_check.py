@@ -14,6 +14,7 @@ Sizes are the growth of site-packages; import times come from `python -X importt
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -44,8 +45,24 @@ def sh(*command: str | Path, **kwargs: object) -> subprocess.CompletedProcess[st
     )  # type: ignore[call-overload]
 
 
+def source_copy(to: Path) -> Path:
+    """The files git tracks or would track, and the built UI, copied with their times: the
+    wheel is built from them, not from the clone, whose build/ and *.egg-info may be stale or
+    being written by an editable install running at the same time."""
+    listed = sh("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPO)
+    static = REPO / "backend" / "stoker_server" / "static"
+    names = [name for name in listed.stdout.split("\0") if name]
+    names += [str(f.relative_to(REPO)) for f in static.rglob("*") if f.is_file()]
+    for name in names:
+        if (REPO / name).is_file():
+            (to / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, to / name)
+    return to
+
+
 def build_wheel(out: Path) -> Path:
-    sh(sys.executable, "-m", "build", "--wheel", "--outdir", out, REPO)
+    source = source_copy(out.parent / "source")
+    sh(sys.executable, "-m", "build", "--wheel", "--outdir", out, source)
     return next(out.glob("stoker-*.whl"))
 
 
