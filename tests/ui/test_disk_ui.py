@@ -120,6 +120,22 @@ def test_nearly_full_banner_and_disk_use_on_the_runs_page(
         server.stop()
 
 
+@pytest.mark.parametrize("database", ["postgres"], indirect=True)
+def test_runs_page_names_postgresqls_own_disk(server: ServerProcess, page: Any) -> None:
+    # The tests' PostgreSQL runs on this machine as a superuser: its data directory's disk
+    # is readable, and the disk line says what it holds beside the data directory's.
+    use = server.get("/api/v1/disk")
+    assert use["sqlite"] is False and use["database_total_bytes"], use
+    page.goto(server.url)
+    line = page.get_by_test_id("disk-use")
+    expect(line).to_contain_text("PostgreSQL's disk ")
+    expect(line).to_contain_text(f"free of {_gib(use['database_total_bytes'])}")
+
+
+def _gib(size: int) -> str:
+    return f"{size / 1024**3:.1f} GiB"
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     disk = tmp_path / "disk"

@@ -8,19 +8,35 @@ import { formatBytes } from "./samples";
 /** How often the shell reads the disk figures. */
 export const DISK_POLL_MS = 30_000;
 
-/** "Database 1.20 GiB · profiles 340 MiB · 57.0 GiB free of 252.0 GiB (23%)". */
+function freeOf(free: number | null | undefined, total: number | null | undefined): string | null {
+  return free != null && total ? `${formatBytes(free)} free of ${formatBytes(total)} (${formatPercent(free / total, 0)})` : null;
+}
+
+/** "Database 1.20 GiB · profiles 340 MiB · 57.0 GiB free of 252.0 GiB (23%)"; on PostgreSQL
+ * also its own disk, where the server can see it. */
 export function diskSummary(d: DiskUse): string {
   const parts = [`Database ${formatBytes(d.database_bytes)}`, `profiles ${formatBytes(d.profiles_bytes)}`];
-  if (d.free_bytes != null && d.total_bytes)
-    parts.push(`${formatBytes(d.free_bytes)} free of ${formatBytes(d.total_bytes)} (${formatPercent(d.free_bytes / d.total_bytes, 0)})`);
-  else parts.push("free space unknown");
+  parts.push(freeOf(d.free_bytes, d.total_bytes) ?? "free space unknown");
+  if (!d.sqlite) parts.push(`PostgreSQL's disk ${freeOf(d.database_free_bytes, d.database_total_bytes) ?? "not visible from here"}`);
   return parts.join(" · ");
 }
 
 /** What the summary's title says: where the figures come from. */
 export function diskSummaryTitle(d: DiskUse): string {
   const where = d.sqlite ? "the SQLite database and the profiles" : "the profiles (PostgreSQL keeps its own disk)";
-  return `Free space on the data directory's disk, which holds ${where}. Agents' spools are on their own machines.`;
+  const postgres = !d.sqlite && d.database_disk ? ` PostgreSQL: ${d.database_disk}.` : "";
+  return `Free space on the data directory's disk, which holds ${where}.${postgres} Agents' spools are on their own machines.`;
+}
+
+/** The disk nearer to full of the two the server sees (the data directory's, the database's). */
+function tightestDisk(d: DiskUse): { free: number; total: number } | null {
+  const disks = [
+    [d.free_bytes, d.total_bytes],
+    [d.database_free_bytes, d.database_total_bytes],
+  ].filter((pair): pair is [number, number] => pair[0] != null && !!pair[1]);
+  if (!disks.length) return null;
+  const [free, total] = disks.reduce((a, b) => (b[0] / b[1] < a[0] / a[1] ? b : a));
+  return { free, total };
 }
 
 export interface DiskBanner {
@@ -44,7 +60,8 @@ export function diskBanner(d: DiskUse | null): DiskBanner | null {
         `Runs and charts stay readable. ${WHAT_TO_DO}`,
     };
   if (d.low) {
-    const free = d.free_bytes != null && d.total_bytes ? ` (${formatBytes(d.free_bytes)} free, ${formatPercent(d.free_bytes / d.total_bytes, 1)})` : "";
+    const tight = tightestDisk(d);
+    const free = tight ? ` (${formatBytes(tight.free)} free, ${formatPercent(tight.free / tight.total, 1)})` : "";
     return {
       level: "low",
       title: `The database's disk is nearly full${free}.`,
