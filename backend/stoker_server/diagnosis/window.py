@@ -197,12 +197,14 @@ class RunWindow:
             self._add_pending(_PendingSteps((step, t, dur, wait, batch_size)), now, rank)
 
     def _add_pending(self, batch: _PendingSteps, now: float, rank: int | None) -> None:
+        # Counted first: the worker's window may fold the shared batch at once, which turns
+        # its columns into arrays and lets go of the columns.
+        rows = len(batch.columns[0])
         if rank is not None:
             worker = self.workers.get(rank)
             if worker is None:
                 worker = self.workers[rank] = RunWindow(self.run_id, self.window_s)
             worker._add_pending(batch, now, None)
-        rows = len(batch.columns[0])
         self.total_steps += rows
         self.last_step_at = now
         self.last_data_at = now
