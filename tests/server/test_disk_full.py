@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from stoker_server.api.disk import on_this_machine
+from stoker_server.ingest.disks import on_this_machine
 from tests.conftest import DATABASES, require
 from tests.harness.support import PostgresServer, ServerProcess, run_coroutine
 
@@ -154,6 +154,10 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         assert disk["total_bytes"] == shutil.disk_usage(tmp_path).total
         assert disk["database_total_bytes"] != disk["total_bytes"]
         assert disk["low"] is True  # 3 MB: under the default 1 GB mark
+        # /metrics serves both disks (the database's read at the scrape).
+        assert _metric(server, "stoker_disk_database_total_bytes") == disk["database_total_bytes"]
+        assert _metric(server, "stoker_disk_database_free_bytes") < 3 * 2**20
+        assert _metric(server, "stoker_disk_total_bytes") == disk["total_bytes"]
         other = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex}
         response = httpx.post(
             f"{server.url}/api/v1/ingest",

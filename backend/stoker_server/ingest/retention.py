@@ -17,7 +17,6 @@ server stopped mid-way finishes the run on its next pass.
 import asyncio
 import logging
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,6 +28,7 @@ from sqlmodel import Session, col, select
 
 from stoker_server.core.db import placeholder
 from stoker_server.core.models import Run, RunStatus, utc_now
+from stoker_server.ingest.disks import database_directory, disk_space
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ ROW_BYTES = {"step": 63, "devicesample": 190, "hostsample": 60}
 
 @dataclass
 class DiskUsage:
-    """The latest disk figures, measured by the retention pass (a scrape reads only these)."""
+    """The latest disk figures, measured by the retention pass (a scrape reads only these,
+    and the free space of the database's own disk, a statvfs)."""
 
     database_bytes: int | None = None
     profiles_bytes: int | None = None
@@ -54,7 +55,14 @@ class DiskUsage:
     raw_bytes: int | None = None  # estimated bytes of raw rows still kept
     compacted_runs: int = 0  # compacted by this server since it started
     compacted_rows: int = 0  # raw rows deleted by this server since it started
+    # Where the database's rows are written (ingest/disks.py), or None with why not known.
+    database_dir: Path | None = None
+    database_disk: str = ""
     _raw_by_run: dict[int, int] = field(default_factory=dict)  # ended runs' raw bytes (cache)
+
+    def database_space(self) -> tuple[int | None, int | None]:
+        """Free and total bytes of the database's own disk, read now; none where unknown."""
+        return disk_space(self.database_dir) if self.database_dir else (None, None)
 
 
 def database_bytes(connection: Connection) -> int:
@@ -252,18 +260,11 @@ async def compact_run(writer: Any, engine: Any, run_id: int, usage: DiskUsage) -
 
 def measure(*, session: Session, data_dir: Path, usage: DiskUsage) -> None:
     """Refresh the disk figures."""
-    usage.database_bytes = database_bytes(session.connection())
+    connection = session.connection()
+    usage.database_bytes = database_bytes(connection)
     usage.profiles_bytes = directory_bytes(data_dir / "profiles")
     usage.free_bytes, usage.total_bytes = disk_space(data_dir)
-
-
-def disk_space(data_dir: Path) -> tuple[int | None, int | None]:
-    """Free and total bytes of the disk holding `data_dir`; none when it cannot be read."""
-    try:
-        space = shutil.disk_usage(data_dir)
-    except OSError:
-        return None, None
-    return space.free, space.total
+    usage.database_dir, usage.database_disk = database_directory(connection)
 
 
 async def retention_pass(*, writer: Any, engine: Any, settings: Any, usage: DiskUsage) -> list[int]:

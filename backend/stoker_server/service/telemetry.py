@@ -134,10 +134,22 @@ class DiskGauges(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         u = self.usage
+        database_free, database_total = u.database_space()
         for name, text, value in (
             ("stoker_disk_database_bytes", "Database size on disk", u.database_bytes),
             ("stoker_disk_profiles_bytes", "Stored profiler traces", u.profiles_bytes),
             ("stoker_disk_free_bytes", "Free space on the data directory's disk", u.free_bytes),
+            ("stoker_disk_total_bytes", "Size of the data directory's disk", u.total_bytes),
+            (
+                "stoker_disk_database_free_bytes",
+                "Free space on the database's own disk, where this server can see it",
+                database_free,
+            ),
+            (
+                "stoker_disk_database_total_bytes",
+                "Size of the database's own disk, where this server can see it",
+                database_total,
+            ),
             (
                 "stoker_retention_raw_bytes",
                 "Estimated bytes of raw rows kept under retention_size_bytes",
