@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 
 from stoker_server.ingest.disks import on_this_machine
 from tests.conftest import DATABASES, require
-from tests.harness.support import PostgresServer, ServerProcess, run_coroutine
+from tests.harness.support import PostgresServer, ServerProcess, run_coroutine, wait_for
 
 BATCH = 2_000
 SMALL, ROOMY = "3m", "64m"
@@ -158,6 +158,23 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         assert _metric(server, "stoker_disk_database_total_bytes") == disk["database_total_bytes"]
         assert _metric(server, "stoker_disk_database_free_bytes") < 3 * 2**20
         assert _metric(server, "stoker_disk_total_bytes") == disk["total_bytes"]
+        # The disk rule judges the fuller disk: at a threshold the data directory's disk is
+        # well above, it fires on the database's own. (SQLite only: a PostgreSQL whose rows'
+        # disk is full refuses the alert's own row too; /metrics and the banner say full.)
+        data_share = disk["free_bytes"] / disk["total_bytes"]
+        if database.startswith("sqlite"):
+            rule = next(
+                r for r in server.get("/api/v1/alert-rules")["data"] if r["builtin"] == "disk_low"
+            )
+            changes = {"threshold": data_share / 2, "for_s": 0.0, "keep_firing_for_s": 0.0}
+            patched = httpx.patch(f"{server.url}/api/v1/alert-rules/{rule['id']}", json=changes)
+            assert patched.status_code == 200, patched.text
+            firing = wait_for(
+                lambda: server.get("/api/v1/alerts", rule_id=rule["id"], state="firing")["data"],
+                what="the disk alert on the database's disk",
+            )[0]
+            database_share = disk["database_free_bytes"] / disk["database_total_bytes"]
+            assert firing["value"] == pytest.approx(database_share, abs=0.05)
         other = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex}
         response = httpx.post(
             f"{server.url}/api/v1/ingest",

@@ -55,8 +55,9 @@ from stoker_server.diagnosis.stragglers import straggler_ratio, worker_hosts, wo
 from stoker_server.diagnosis.verdict import Diagnosis, Verdict, diagnose
 from stoker_server.diagnosis.webhooks import Delivery, WebhookSender, json_payload, slack_payload
 from stoker_server.diagnosis.window import DeviceRow, RunWindow
+from stoker_server.ingest.disks import disk_space, free_share
 from stoker_server.ingest.protocol import Batch
-from stoker_server.ingest.retention import disk_space
+from stoker_server.ingest.retention import DiskUsage
 from stoker_server.ingest.writer import Writer
 from stoker_server.live.hub import LiveHub
 from stoker_server.live.messages import AlertMessage, EventMessage, VerdictMessage
@@ -151,6 +152,9 @@ class Detectors:
         self.windows: dict[int, RunWindow] = {}
         self.verdicts: dict[int, Diagnosis] = {}
         self.engine = AlertEngine()
+        # The disk figures the retention pass measures (set by the app): where the database's
+        # rows are written, for the disk rule.
+        self.disk: DiskUsage | None = None
         self._rules_stale = True
         self.webhooks = WebhookSender(
             record=self._record_delivery,
@@ -481,9 +485,13 @@ class Detectors:
         )
 
     def _server_facts(self) -> RunFacts:
-        """The server's own values: the free share of the data directory's disk."""
-        free_bytes, total_bytes = disk_space(self.settings.data_dir)
-        free = free_bytes / total_bytes if free_bytes is not None and total_bytes else None
+        """The server's own values: the free share of the fuller of its disks, the data
+        directory's and the database's own (where the last disk measure found it)."""
+        shares = [free_share(*disk_space(self.settings.data_dir))]
+        if self.disk is not None:
+            shares.append(free_share(*self.disk.database_space()))
+        known = [share for share in shares if share is not None]
+        free = min(known) if known else None
         return RunFacts(
             run_id=SERVER_RUN_ID,
             project="",

@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         )
         app.state.stoker = state
         state.telemetry.disk_gauges.writer = writer
+        state.detectors.disk = state.telemetry.disk
         detectors = state.detectors
         # An alert rule's action "capture N steps of profile" takes the user's path.
         detectors.capture_profile = profiles.alert_capture(state)
