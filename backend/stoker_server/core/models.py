@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic import Field as PydanticField
-from sqlalchemy import JSON, BigInteger, Column, Index, Integer, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Float, Index, Integer, Table, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
@@ -286,6 +286,40 @@ class DeviceSample(SQLModel, table=True):
     # Joules since the run's first reading of this GPU; integrated from power where true.
     energy_j: float | None = None
     energy_integrated: bool | None = None
+
+
+# The device fields a device rollup aggregates: every numeric field of DeviceSample.
+DEVICE_ROLLUP_FIELDS = (
+    "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
+    "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_tx_bps",
+    "pcie_rx_bps", "sm_util", "sm_occupancy", "tensor_util", "dram_bw_util", "fp32_util",
+    "fp16_util", "energy_j",
+)  # fmt: skip
+
+# Device samples pre-aggregated into buckets of `width` seconds (bucket = floor(t / width)),
+# per (run, rank, GPU): the count, first and last t, and per field the sum and count of its
+# non-null values, its min and max. Kept up to date at ingest and by no one else, so a
+# zoomed-out device chart of a days-long run reads a few thousand rows instead of every
+# sample, and a compacted run keeps its true extremes. A plain table (84 field columns).
+DeviceRollup = Table(
+    "devicerollup",
+    SQLModel.metadata,
+    Column("run_id", Integer, primary_key=True),
+    Column("rank", Integer, primary_key=True),
+    Column("gpu", Integer, primary_key=True),
+    Column("width", Integer, primary_key=True),
+    Column("bucket", BigInteger, primary_key=True),
+    Column("n", Integer, nullable=False),
+    Column("t_min", Float, nullable=False),
+    Column("t_max", Float, nullable=False),
+    *(
+        Column(
+            f"{field}_{part}", Integer if part == "n" else Float, nullable=part in ("min", "max")
+        )
+        for field in DEVICE_ROLLUP_FIELDS
+        for part in ("sum", "n", "min", "max")
+    ),
+)
 
 
 class HostSample(SQLModel, table=True):
