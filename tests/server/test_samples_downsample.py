@@ -1,7 +1,9 @@
 """Device and host sample series against a real server on SQLite and PostgreSQL: every
 series found (ranks, GPU numbers with gaps), raw rows where they fit, and downsampled buckets
 that hold exactly what the raw rows say (per bucket: the first sample's time, the mean, min
-and max of each field), at the default zoom and zoomed into a time range."""
+and max of each field), at the default zoom and zoomed into a time range. Device buckets of at
+least a rollup width come from the device rollups written at ingest (aligned on multiples of
+their width); they hold the same as the raw rows, and a replayed batch counts once."""
 
 import math
 import random
@@ -10,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from stoker_server.api.device_rollup_reads import rollup_width
 from tests.harness.support import ServerProcess
 
 T0 = 1.7e9
@@ -35,9 +38,11 @@ def _device(rng: random.Random, gpus: list[int], n: int) -> dict[str, list[Any]]
     return columns
 
 
-def _upload(server: ServerProcess, run_key: str, rank: int, batch: dict[str, Any]) -> int:
+def _upload(
+    server: ServerProcess, run_key: str, rank: int, batch: dict[str, Any], seq: int = 1
+) -> int:
     hello = {"type": "hello", "protocol": 1, "run_key": run_key, "rank": rank, "name": "s"}
-    body = {"hello": hello, "batches": [{"type": "batch", "seq": 1, **batch}]}
+    body = {"hello": hello, "batches": [{"type": "batch", "seq": seq, **batch}]}
     response = httpx.post(f"{server.url}/api/v1/ingest", json=body, timeout=60)
     assert response.status_code == 200, response.text
     return int(response.json()["run_id"])
@@ -51,16 +56,23 @@ def _rows(columns: dict[str, list[Any]], gpu: int) -> list[dict[str, Any]]:
 
 
 def _expected_buckets(
-    rows: list[dict[str, Any]], fields: tuple[str, ...], max_points: int
+    rows: list[dict[str, Any]], fields: tuple[str, ...], max_points: int, *, aligned: bool = False
 ) -> dict[str, list[Any]]:
-    """What a downsampled series must hold: equal-time buckets over the rows' own span,
+    """What a downsampled series must hold: equal-time buckets over the rows' own span (or,
+    `aligned`, rollup-served: buckets of whole rollup widths at multiples of their width),
     each at its first sample's time with the mean, min and max of each field's values."""
     rows = sorted(rows, key=lambda r: r["t"])
     first, last = rows[0]["t"], rows[-1]["t"]
     width = (last - first) / (max_points - 1)
+    origin = first
+    if aligned:
+        picked = rollup_width(first, last, max_points)
+        assert picked is not None
+        width, origin = picked[0] * picked[1], 0.0
     buckets: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
-        buckets.setdefault(math.floor((row["t"] - first) / width), []).append(row)
+        buckets.setdefault(math.floor((row["t"] - origin) / width), []).append(row)
+    assert len(buckets) <= max_points
     out: dict[str, list[Any]] = {"t": [min(r["t"] for r in b) for b in buckets.values()]}
     for f in fields:
         values = [[r[f] for r in b if r[f] is not None] for b in buckets.values()]
@@ -94,7 +106,12 @@ def test_device_series_buckets_hold_what_the_raw_rows_say(db_server: ServerProce
     # GPU numbers with gaps, and a second worker whose GPUs share the numbers of the first.
     rank0 = _device(rng, [0, 3, 7], 900)
     rank1 = _device(rng, [3], 700)
-    run_id = _upload(db_server, key, 0, {"device": rank0})
+    # Rank 0 in two batches that share rollup buckets, each sent twice (replays).
+    half = len(rank0["t"]) // 2
+    for seq, part in ((1, slice(0, half)), (2, slice(half, None))):
+        batch = {"device": {k: v[part] for k, v in rank0.items()}}
+        run_id = _upload(db_server, key, 0, batch, seq=seq)
+        assert _upload(db_server, key, 0, batch, seq=seq) == run_id
     assert _upload(db_server, key, 1, {"device": rank1}) == run_id
     path = f"/api/v1/runs/{run_id}/samples"
     fields = ",".join(FIELDS)
@@ -120,9 +137,19 @@ def test_device_series_buckets_hold_what_the_raw_rows_say(db_server: ServerProce
         small["series"], [(rank0, 0), (rank0, 3), (rank0, 7), (rank1, 3)], strict=True
     ):
         assert len(series["t"]) <= 50
-        _assert_buckets(series, _expected_buckets(_rows(columns, gpu), FIELDS, 50))
+        # 900 s over 50 points: buckets of at least 10 s, served by the rollups.
+        _assert_buckets(series, _expected_buckets(_rows(columns, gpu), FIELDS, 50, aligned=True))
     assert all(v is None for v in small["series"][0]["sm_util_max"])  # unsupported: no value
     assert min(small["series"][0]["util_min"]) == 0.0  # the dip stays visible
+    assert max(small["series"][0]["throttle_max"]) == 2**40
+
+    # Buckets under the smallest rollup width: computed from the raw rows.
+    fine = db_server.get(path, fields=fields, max_points=300)
+    for series, (columns, gpu) in zip(
+        fine["series"], [(rank0, 0), (rank0, 3), (rank0, 7), (rank1, 3)], strict=True
+    ):
+        assert rollup_width(series["t"][0], _rows(columns, gpu)[-1]["t"], 300) is None
+        _assert_buckets(series, _expected_buckets(_rows(columns, gpu), FIELDS, 300))
 
     # Zoomed into a time range (both ends exclusive): the rows inside it, downsampled when
     # they do not fit, raw when they do.
@@ -131,7 +158,10 @@ def test_device_series_buckets_hold_what_the_raw_rows_say(db_server: ServerProce
     zoomed = db_server.get(path, fields=fields, gpu=0, since_t=since, until_t=until, max_points=40)
     (series,) = zoomed["series"]
     assert (series["rank"], series["gpu"], series["total"]) == (0, 0, len(inside))
-    _assert_buckets(series, _expected_buckets(inside, FIELDS, 40))
+    # Whole buckets from the rollups, the two partial ones at the edges from the raw rows.
+    _assert_buckets(series, _expected_buckets(inside, FIELDS, 40, aligned=True))
+    zoomed = db_server.get(path, fields=fields, gpu=0, since_t=since, until_t=until, max_points=80)
+    _assert_buckets(zoomed["series"][0], _expected_buckets(inside, FIELDS, 80))
     detail = db_server.get(path, fields="util", since_t=since, until_t=until, max_points=1000)
     assert [(s["rank"], s["gpu"]) for s in detail["series"]] == [(0, 0), (0, 3), (0, 7), (1, 3)]
     assert not any(s["downsampled"] for s in detail["series"])

@@ -13,6 +13,12 @@ from typing import Any
 from sqlalchemy import Float, Integer, cast, func, text
 from sqlmodel import Session, col, select
 
+from stoker_server.api.device_rollup_reads import (
+    has_rollups,
+    rollup_buckets,
+    rollup_spans,
+    rollup_width,
+)
 from stoker_server.api.queries import bucket_of
 from stoker_server.core.db import select_columns
 from stoker_server.core.errors import BadRequest
@@ -56,11 +62,30 @@ def device_series(
     # GPU by GPU: each then reads one range of the (run_id, gpu, t) index.
     series = []
     for device in [gpu] if gpu is not None else _gpus(session, run_id):
-        series += _series(
-            session=session, table=DeviceSample, keys=("rank",),
-            where=[*where, DeviceSample.gpu == device], fields=chosen, max_points=max_points,
-            fixed={"gpu": device},
-        )  # fmt: skip
+        picked = [*where, DeviceSample.gpu == device]
+        window = (since_t, until_t)
+        spans = None
+        if since_t is None and until_t is None:
+            spans = rollup_spans(session, run_id=run_id, gpu=device)
+        rollups = spans is not None
+        if spans is None:
+            spans = _spans(session, DeviceSample, ("rank",), picked)
+        for rank, total, first, last in spans:
+            key = {"run_id": run_id, "rank": rank, "gpu": device}
+            rows = [*picked, DeviceSample.rank == rank]
+            width = rollup_width(first, last, max_points) if total > max_points else None
+            if width is not None and (rollups or has_rollups(session, **key)):
+                data = rollup_buckets(
+                    session, key=key, fields=chosen, width=width, window=window, raw=rows
+                )
+            elif total <= max_points:
+                data = _rows(session, DeviceSample, rows, chosen)
+            else:
+                data = _buckets(session, DeviceSample, rows, chosen, first, last, max_points)
+            series.append(
+                {"rank": rank, "gpu": device, "total": total,
+                 "downsampled": total > max_points, **data}
+            )  # fmt: skip
     series.sort(key=lambda s: (s["rank"], s["gpu"]))
     return {"run_id": run_id, "fields": chosen, "series": series, **_compacted(session, run_id)}
 
@@ -110,13 +135,7 @@ def _series(
     equal time over the series' own span, each at its first sample's `t` with the mean of
     each field and its min and max (`<field>_min`, `<field>_max`), so spikes and dips stay."""
     key_columns = [col(getattr(table, k)) for k in keys]
-    t = col(table.t)
-    spans = session.exec(
-        select_columns(*key_columns, func.count(), func.min(t), func.max(t))
-        .where(*where)
-        .group_by(*key_columns)
-        .order_by(*key_columns)
-    ).all()
+    spans = _spans(session, table, keys, where)
     out = []
     for span in spans:
         identity = dict(zip(keys, span[: len(keys)], strict=True))
@@ -129,6 +148,21 @@ def _series(
             data = _buckets(session, table, picked, fields, first, last, max_points)
         out.append({**identity, "total": total, "downsampled": total > max_points, **data})
     return out
+
+
+def _spans(session: Session, table: Any, keys: Sequence[str], where: Sequence[Any]) -> list:
+    """Per value of the `keys` columns, in their order: the keys, the row count, first and
+    last `t`."""
+    key_columns = [col(getattr(table, k)) for k in keys]
+    t = col(table.t)
+    return list(
+        session.exec(
+            select_columns(*key_columns, func.count(), func.min(t), func.max(t))
+            .where(*where)
+            .group_by(*key_columns)
+            .order_by(*key_columns)
+        ).all()
+    )
 
 
 def _rows(session: Session, table: Any, where: Sequence[Any], fields: Sequence[str]) -> dict:

@@ -226,8 +226,9 @@ def _metrics(
 def _device(
     rows: GroupRows, job: BatchJob, device: DeviceColumns, stats: dict[str, Any]
 ) -> dict[str, Any]:
-    """GPU sample rows; utilization, memory peaks, GPM means, energy."""
+    """GPU sample rows and their rollups; utilization, memory peaks, GPM means, energy."""
     rows.insert("devicesample", device, run_id=job.run_id, rank=job.rank)
+    rows.roll_up_device(run_id=job.run_id, rank=job.rank, columns=device)
     return add_device_samples(
         stats,
         util=device.column("util"),

@@ -24,6 +24,7 @@ from stoker_server.ingest.copy_binary import (
     encodable,
     encode_rows,
 )
+from stoker_server.ingest.device_rollups import DevicePart, device_part, update_device_rollups
 from stoker_server.ingest.protocol import Columns
 
 # Step rollup tiers (steps per bucket); see core.models.StepRollup and api.queries.step_series.
@@ -46,6 +47,7 @@ class GroupRows:
         self._postgres = connection.dialect.name == "postgresql"
         self._copies: Copies = {}
         self._rollups: list[RollupPart] = []
+        self._device_rollups: list[DevicePart] = []
 
     def insert(
         self, table: str, columns: Columns, *, run_id: int, rank: int,
@@ -79,10 +81,16 @@ class GroupRows:
         """Keep a batch's steps for the group's one rollup statement (unknown waits: NaN)."""
         self._rollups.append((run_id, rank, step, t, dur, wait))
 
+    def roll_up_device(self, *, run_id: int, rank: int, columns: Columns) -> None:
+        """Keep a batch's device samples for the group's device rollups."""
+        t, gpu = columns.column("t"), columns.column("gpu")
+        self._device_rollups.append(device_part(run_id, rank, gpu, t, columns))
+
     def finish(self) -> None:
         """Write what the group kept: its COPYs (PostgreSQL), then its rollups."""
         _copy_all(self.connection, self._copies)
         _update_rollups(self.connection, self._rollups)
+        update_device_rollups(self.connection, self._device_rollups)
 
 
 def executemany(connection: Connection, sql: str, rows: Iterable[Sequence[Any]]) -> None:
