@@ -3,11 +3,12 @@
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 from sqlmodel import SQLModel
 
 from stoker_server.core.db import head_revision, make_engine, migrate, schema_revision
 from stoker_server.core.settings import Settings
+from stoker_server.ingest.device_rollups import device_part, rollup_rows
 from tests.conftest import DATABASES
 
 pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)
@@ -48,3 +49,54 @@ def test_database_from_before_migrations_is_refused_clearly(database: str) -> No
     with pytest.raises(RuntimeError, match="before Stoker used migrations"):
         migrate(engine)
     engine.dispose()
+
+
+def test_device_rollups_of_stored_samples_are_made_by_their_migration(database: str) -> None:
+    """Samples stored before migration 0015 get the rollups ingest would have written."""
+    engine = create_engine(database)
+    migrate(engine, "0014")
+    fields = ("util", "throttle", "sm_util")
+    rows = [
+        {"run_id": 1, "rank": rank, "gpu": gpu, "t": 1.7e9 + i * 3.7 + gpu,
+         "util": float(i % 13), "throttle": i % 3 * 2**40, "sm_util": None if i % 4 else 1.0 * i}
+        for rank, gpu in ((0, 0), (0, 5), (1, 0))
+        for i in range(400)
+    ]  # fmt: skip
+    columns = ["run_id", "rank", "gpu", "t", *fields]
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                f"INSERT INTO devicesample ({', '.join(columns)}) "
+                f"VALUES ({', '.join(':' + c for c in columns)})"
+            ),
+            rows,
+        )
+    migrate(engine)
+    with engine.connect() as connection:
+        stored = connection.execute(
+            text("SELECT * FROM devicerollup ORDER BY run_id, rank, gpu, width, bucket")
+        ).all()
+    engine.dispose()
+
+    class Section:
+        def __init__(self, picked: list[dict]) -> None:
+            self.picked = picked
+
+        def column(self, name: str) -> list:
+            return [r.get(name) for r in self.picked]
+
+    parts = []
+    for rank, gpu in ((0, 0), (0, 5), (1, 0)):
+        picked = [r for r in rows if (r["rank"], r["gpu"]) == (rank, gpu)]
+        section = Section(picked)
+        parts.append(device_part(1, rank, section.column("gpu"), section.column("t"), section))
+    expected = rollup_rows(parts)
+    order = sorted(range(len(expected[0])), key=lambda i: tuple(int(c[i]) for c in expected[:5]))
+    assert len(stored) == len(order) > 0
+    for row, i in zip(stored, order, strict=True):
+        want = [c[i] for c in expected]
+        for got, value in zip(row, want, strict=True):
+            if got is None:
+                assert value != value, (row[:5], want)  # NaN: no values
+            else:
+                assert got == pytest.approx(float(value), rel=1e-12), (row[:5], got, value)

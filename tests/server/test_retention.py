@@ -109,6 +109,8 @@ def test_old_runs_are_compacted_pinned_and_running_runs_are_not(
         running = _upload(server, _batches(3_000, 100), end=False, name="running")
         before = server.get(f"/api/v1/runs/{old}")
         steps_before = server.get(f"/api/v1/runs/{old}/steps")
+        # 3,000 s in 100 points: buckets the device rollups serve.
+        samples_before = server.get(f"/api/v1/runs/{old}/samples", max_points=100)
         assert steps_before["compacted"] is False and steps_before["downsampled"] is True
         assert before["compacted_at"] is None and before["pinned"] is False
     finally:
@@ -145,6 +147,11 @@ def test_old_runs_are_compacted_pinned_and_running_runs_are_not(
 
         samples = server.get(f"/api/v1/runs/{old}/samples")
         assert samples["compacted"] is True and len(samples["series"]) == 2
+        # The rollups stay: the same buckets, true min and max, from a third of the samples.
+        samples_after = server.get(f"/api/v1/runs/{old}/samples", max_points=100)
+        assert samples_after["compacted"] is True
+        assert samples_after["series"] == samples_before["series"]
+        assert [max(s["util_max"]) for s in samples_after["series"]] == [99.0, 99.0]
         assert server.get(f"/api/v1/runs/{old}/host")["compacted"] is True
         listed = {r["id"]: r for r in server.get("/api/v1/runs", limit=10)["data"]}
         assert listed[old]["compacted_at"] is not None and listed[pinned]["pinned"] is True
@@ -157,6 +164,7 @@ def test_old_runs_are_compacted_pinned_and_running_runs_are_not(
         server.stop()
     assert _count(db_url, "SELECT count(*) FROM step WHERE run_id = :r", r=old) == 0
     assert _count(db_url, "SELECT count(*) FROM steprollup WHERE run_id = :r", r=old) > 0
+    assert _count(db_url, "SELECT count(*) FROM devicerollup WHERE run_id = :r", r=old) > 0
     assert _count(db_url, "SELECT count(*) FROM epochmetric WHERE run_id = :r", r=old) == 2
     for gpu in (0, 1):
         kept = _count(

@@ -2,7 +2,10 @@
 
 devicerollup: device samples aggregated at ingest into buckets of 10, 60 and 600 s per
 (run, rank, GPU), so the device chart of a long run reads buckets instead of every sample.
-No foreign key, as for the raw rows (migration 0011); a run's deletion removes them.
+No foreign key, as for the raw rows (migration 0011); a run's deletion removes them. The
+samples already stored are rolled up here (one pass over devicesample per width), so a run
+that was live during the upgrade keeps one consistent set; a run compacted before it has
+rollups of its thinned samples.
 
 Revision ID: 0015
 Revises: 0014
@@ -49,6 +52,31 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("run_id", "rank", "gpu", "width", "bucket"),
     )
+    _backfill()
+
+
+WIDTHS = (10, 60, 600)
+COLUMNS = ", ".join(
+    ["run_id", "rank", "gpu", "width", "bucket", "n", "t_min", "t_max"]
+    + [f"{f}_{p}" for f in FIELDS for p in ("sum", "n", "min", "max")]
+)
+
+
+def _backfill() -> None:
+    postgres = op.get_bind().dialect.name == "postgresql"
+    parts = ", ".join(
+        f"coalesce(sum(CAST({f} AS FLOAT)), 0), count({f}), min(CAST({f} AS FLOAT)),"
+        f" max(CAST({f} AS FLOAT))"
+        for f in FIELDS
+    )
+    for width in WIDTHS:
+        # t >= 0: truncation is floor.
+        bucket = f"floor(t / {width})::bigint" if postgres else f"CAST(t / {width} AS INTEGER)"
+        op.execute(
+            f"INSERT INTO devicerollup ({COLUMNS}) SELECT run_id, rank, gpu, {width}, {bucket},"
+            f" count(*), min(t), max(t), {parts} FROM devicesample"
+            f" GROUP BY run_id, rank, gpu, {bucket}"
+        )
 
 
 def downgrade() -> None:
