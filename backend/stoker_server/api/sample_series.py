@@ -4,7 +4,9 @@ downsampled in SQL to at most `max_points` buckets.
 A long run holds one sample a second per GPU (76,000 per GPU in 21 h), so the reads stay
 few and lean: one query finds the series and their spans, one more per series reads either
 its rows (when they fit) or per bucket the mean, min and max of each field; the rows come
-back as floats and are turned into columns whole, never value by value.
+back as floats and are turned into columns whole, never value by value. A device series'
+buckets of at least a rollup width come from its rollups (api.device_rollup_reads), and the
+whole run's spans too: neither reads the samples.
 """
 
 from collections.abc import Sequence
@@ -127,10 +129,8 @@ def _series(
     where: Sequence[Any],
     fields: Sequence[str],
     max_points: int,
-    fixed: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One series per value of the `keys` columns (with the `fixed` ones named too), ordered
-    by them: `total` rows, and the
+    """One series per value of the `keys` columns, ordered by them: `total` rows, and the
     rows themselves (`t` and each field) when they fit in `max_points`, else buckets of
     equal time over the series' own span, each at its first sample's `t` with the mean of
     each field and its min and max (`<field>_min`, `<field>_max`), so spikes and dips stay."""
@@ -141,7 +141,6 @@ def _series(
         identity = dict(zip(keys, span[: len(keys)], strict=True))
         total, first, last = span[len(keys) :]
         picked = [*where, *(c == v for c, v in zip(key_columns, identity.values(), strict=True))]
-        identity |= fixed or {}
         if total <= max_points:
             data = _rows(session, table, picked, fields)
         else:
