@@ -1,5 +1,8 @@
 """The schema comes from the Alembic migrations, on SQLite and PostgreSQL alike."""
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -7,6 +10,7 @@ from sqlalchemy import create_engine, inspect, text
 from sqlmodel import SQLModel
 
 from stoker_server.core.db import head_revision, make_engine, migrate, schema_revision
+from stoker_server.core.models import DEVICE_ROLLUP_FIELDS
 from stoker_server.core.settings import Settings
 from stoker_server.ingest.device_rollups import device_part, rollup_rows
 from tests.conftest import DATABASES
@@ -78,18 +82,12 @@ def test_device_rollups_of_stored_samples_are_made_by_their_migration(database: 
         ).all()
     engine.dispose()
 
-    class Section:
-        def __init__(self, picked: list[dict]) -> None:
-            self.picked = picked
-
-        def column(self, name: str) -> list:
-            return [r.get(name) for r in self.picked]
-
     parts = []
     for rank, gpu in ((0, 0), (0, 5), (1, 0)):
         picked = [r for r in rows if (r["rank"], r["gpu"]) == (rank, gpu)]
-        section = Section(picked)
-        parts.append(device_part(1, rank, section.column("gpu"), section.column("t"), section))
+        sent: dict[str, list[Any]] = {f: [r[f] for r in picked] for f in fields}
+        section = SimpleNamespace(**{f: sent.get(f) for f in DEVICE_ROLLUP_FIELDS})
+        parts.append(device_part(1, rank, [gpu] * len(picked), [r["t"] for r in picked], section))
     expected = rollup_rows(parts)
     order = sorted(range(len(expected[0])), key=lambda i: tuple(int(c[i]) for c in expected[:5]))
     assert len(stored) == len(order) > 0

@@ -10,6 +10,7 @@ from the rollups and the partial ones at its two edges from the raw samples.
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Float, cast, func, or_, text
 from sqlmodel import Session, col
 
@@ -17,9 +18,6 @@ from stoker_server.api.queries import bucket_of
 from stoker_server.core.db import select_columns
 from stoker_server.core.models import DeviceSample
 from stoker_server.ingest.device_rollups import DEVICE_ROLLUP_WIDTHS
-
-# A chart bucket: its first t, then per field [sum, count, min, max].
-Bucket = list[Any]
 
 
 def rollup_width(first: float, last: float, max_points: int) -> tuple[int, int] | None:
@@ -89,29 +87,56 @@ def rollup_buckets(
     # The chart buckets wholly inside the window (strictly after since_t): j0 <= j < j1.
     j0 = None if since_t is None else int(since_t // chart_width) + 1
     j1 = None if until_t is None else int(until_t // chart_width)
-    buckets = _from_rollups(session, key, fields, rollup_width_s, k, j0, j1)
+    parts = [_from_rollups(session, key, fields, rollup_width_s, k, j0, j1)]
     edges = []
     if j0 is not None:
         edges.append(col(DeviceSample.t) < j0 * chart_width)
     if j1 is not None:
         edges.append(col(DeviceSample.t) >= j1 * chart_width)
     if edges:
-        for j, bucket in _from_rows(session, [*raw, or_(*edges)], fields, chart_width).items():
-            buckets[j] = _merge(buckets[j], bucket) if j in buckets else bucket
-    ordered = [buckets[j] for j in sorted(buckets)]
-    out: dict[str, list[Any]] = {"t": [b[0] for b in ordered]}
+        parts.append(_from_rows(session, [*raw, or_(*edges)], fields, chart_width))
+    j = np.concatenate([p[0] for p in parts])
+    values = np.concatenate([p[1] for p in parts])
+    # Rows of one chart bucket together: its first t, and per field the sum and count, the
+    # min and max of its values (NaN: none).
+    order = np.argsort(j, kind="stable")
+    j, values = j[order], values[order]
+    starts = np.concatenate(([0], np.flatnonzero(j[1:] != j[:-1]) + 1)) if len(j) else j
+    out: dict[str, list[Any]] = {"t": []}
+    for name in fields:
+        out |= {name: [], f"{name}_min": [], f"{name}_max": []}
+    if not len(j):
+        return out
+    merged = [np.minimum.reduceat(values[:, 0], starts)]
+    for i in range(len(fields)):
+        column = 1 + 4 * i
+        merged += [
+            np.add.reduceat(values[:, column], starts),
+            np.add.reduceat(values[:, column + 1], starts),
+            np.fmin.reduceat(values[:, column + 2], starts),
+            np.fmax.reduceat(values[:, column + 3], starts),
+        ]
+    out["t"] = merged[0].tolist()
     for i, name in enumerate(fields):
-        parts = [b[1 + i] for b in ordered]
-        out[name] = [p[0] / p[1] if p[1] else None for p in parts]
-        out[f"{name}_min"] = [p[2] for p in parts]
-        out[f"{name}_max"] = [p[3] for p in parts]
+        total, count, low, high = merged[1 + 4 * i : 5 + 4 * i]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(count > 0, total / count, np.nan)
+        out[name] = _nullable(mean)
+        out[f"{name}_min"] = _nullable(low)
+        out[f"{name}_max"] = _nullable(high)
     return out
+
+
+def _nullable(values: np.ndarray) -> list[float | None]:
+    return [None if v != v else v for v in values.tolist()]  # NaN: null
 
 
 def _from_rollups(
     session: Session, key: dict[str, int], fields: Sequence[str], width: int, k: int,
     j0: int | None, j1: int | None,
-) -> dict[int, Bucket]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The rollup rows of one series in the chart buckets `j0` <= j < `j1`: their chart
+    bucket, and per row t_min and per field sum, count, min, max (null: NaN)."""
     aggregates = ", ".join(f"sum({f}_sum), sum({f}_n), min({f}_min), max({f}_max)" for f in fields)
     where = "run_id = :run_id AND rank = :rank AND gpu = :gpu AND width = :width"
     params: dict[str, Any] = {**key, "width": width}
@@ -121,7 +146,8 @@ def _from_rollups(
     if j1 is not None:
         where += " AND bucket < :hi"
         params["hi"] = j1 * k
-    # bucket and k are integers: integer division on both databases.
+    # Merged in SQL: a quarter of the values to fetch. bucket and k are integers: integer
+    # division on both databases.
     rows = (
         session.connection()
         .execute(
@@ -133,44 +159,30 @@ def _from_rollups(
         )
         .all()
     )
-    return {int(row[0]): _bucket(row[1:], len(fields)) for row in rows}
+    array = _floats(rows, 2 + 4 * len(fields))
+    return array[:, 0].astype(np.int64), array[:, 1:]
 
 
 def _from_rows(
     session: Session, where: Sequence[Any], fields: Sequence[str], chart_width: float
-) -> dict[int, Bucket]:
+) -> tuple[np.ndarray, np.ndarray]:
+    """Raw rows aggregated into chart buckets, as `_from_rollups` returns them."""
     t = col(DeviceSample.t)
     j = bucket_of(session, t / float(chart_width))
     aggregates: list[Any] = [j, func.min(t)]
     for f in fields:
         value = cast(col(getattr(DeviceSample, f)), Float)
-        aggregates += [func.sum(value), func.count(value), func.min(value), func.max(value)]
+        aggregates += [
+            func.coalesce(func.sum(value), 0.0), func.count(value), func.min(value),
+            func.max(value),
+        ]  # fmt: skip
     rows = session.connection().execute(select_columns(*aggregates).where(*where).group_by(j))
-    return {int(row[0]): _bucket(row[1:], len(fields)) for row in rows.all()}
+    array = _floats(rows.all(), 2 + 4 * len(fields))
+    return array[:, 0].astype(np.int64), array[:, 1:]
 
 
-def _bucket(row: Sequence[Any], n_fields: int) -> Bucket:
-    """A chart bucket from a row: first t, then per field sum, count, min, max."""
-    out: Bucket = [float(row[0])]
-    for i in range(n_fields):
-        total, count, low, high = row[1 + 4 * i : 5 + 4 * i]
-        out.append(
-            [
-                float(total or 0.0),
-                int(count or 0),
-                None if low is None else float(low),
-                None if high is None else float(high),
-            ]
-        )
-    return out
-
-
-def _merge(a: Bucket, b: Bucket) -> Bucket:
-    out: Bucket = [min(a[0], b[0])]
-    for x, y in zip(a[1:], b[1:], strict=True):
-        lows = [v for v in (x[2], y[2]) if v is not None]
-        highs = [v for v in (x[3], y[3]) if v is not None]
-        out.append(
-            [x[0] + y[0], x[1] + y[1], min(lows) if lows else None, max(highs) if highs else None]
-        )
-    return out
+def _floats(rows: Sequence[Any], width: int) -> np.ndarray:
+    """Rows as a float array, null as NaN."""
+    if not rows:
+        return np.empty((0, width))
+    return np.array([tuple(row) for row in rows], dtype=np.float64)

@@ -32,44 +32,53 @@ _COLUMNS = ["run_id", "rank", "gpu", "width", "bucket", "n", "t_min", "t_max", *
 def device_part(
     run_id: int, rank: int, gpu: Sequence[int], t: Sequence[float], columns: Any
 ) -> DevicePart:
-    """A batch's device section as arrays (`columns.column(name)`: a field's values)."""
-    values = np.array(
-        [columns.column(f) for f in DEVICE_ROLLUP_FIELDS], dtype=np.float64
-    ).T.reshape(len(t), len(DEVICE_ROLLUP_FIELDS))
+    """A batch's device section as arrays (`getattr(columns, name)`: a field's values, None
+    when the agent did not send it)."""
+    values = np.full((len(t), len(DEVICE_ROLLUP_FIELDS)), np.nan)
+    for i, name in enumerate(DEVICE_ROLLUP_FIELDS):
+        sent = getattr(columns, name)
+        if sent is not None:
+            values[:, i] = np.array(sent, dtype=np.float64)  # None: NaN
     return run_id, rank, np.asarray(gpu, dtype=np.int64), np.asarray(t, dtype=np.float64), values
 
 
 def rollup_rows(parts: Sequence[DevicePart]) -> list[np.ndarray]:
     """A group's samples aggregated into every width: the columns of `_COLUMNS` (value columns
     as floats, NaN for a min or max of no values), one row per (run, rank, GPU, width,
-    bucket)."""
+    bucket).
+
+    The samples are sorted once by (run, rank, GPU, t), so each bucket of every width is one
+    run of rows; each width is reduced from the one below (every width is a multiple of the
+    previous one).
+    """
     run = np.concatenate([np.full(len(p[3]), p[0], dtype=np.int64) for p in parts])
     rank = np.concatenate([np.full(len(p[3]), p[1], dtype=np.int64) for p in parts])
     gpu = np.concatenate([p[2] for p in parts])
     t = np.concatenate([p[3] for p in parts])
     values = np.concatenate([p[4] for p in parts])
+    order = np.lexsort((t, gpu, rank, run))
+    run, rank, gpu, t, values = run[order], rank[order], gpu[order], t[order], values[order]
     known = ~np.isnan(values)
-    zeroed = np.where(known, values, 0.0)
+    # Per row of the level below (the samples first): n, t_min, t_max, and per field its
+    # sum, count, min and max.
+    level = [
+        np.ones(len(t), dtype=np.int64), t, t,
+        np.where(known, values, 0.0), known.astype(np.int64), values, values,
+    ]  # fmt: skip
+    reducers = (np.add, np.minimum, np.maximum, np.add, np.add, np.fmin, np.fmax)
+    series_change = (gpu[1:] != gpu[:-1]) | (rank[1:] != rank[:-1]) | (run[1:] != run[:-1])
     out: list[list[np.ndarray]] = [[] for _ in _COLUMNS]
     for width in DEVICE_ROLLUP_WIDTHS:
-        bucket = np.floor(t / width).astype(np.int64)
-        order = np.lexsort((t, bucket, gpu, rank, run))
-        r, k, g, b = run[order], rank[order], gpu[order], bucket[order]
-        change = (b[1:] != b[:-1]) | (g[1:] != g[:-1]) | (k[1:] != k[:-1]) | (r[1:] != r[:-1])
+        bucket = np.floor(level[1] / width).astype(np.int64)
+        change = series_change | (bucket[1:] != bucket[:-1])
         starts = np.concatenate(([0], np.flatnonzero(change) + 1))
-        counts = np.diff(np.append(starts, len(order)))
-        ts = t[order]
-        per_field = [
-            np.add.reduceat(zeroed[order], starts, axis=0),
-            np.add.reduceat(known[order].astype(np.int64), starts, axis=0),
-            np.fmin.reduceat(values[order], starts, axis=0),
-            np.fmax.reduceat(values[order], starts, axis=0),
-        ]
-        # Interleave per field: sum, n, min, max (the order of _VALUE_COLUMNS).
-        fields = np.stack(per_field, axis=2).reshape(len(starts), -1)
-        key = [r[starts], k[starts], g[starts], np.full(len(starts), width), b[starts]]
-        head = [counts, ts[starts], np.maximum.reduceat(ts, starts)]
-        for column, array in zip(out, [*key, *head, *fields.T], strict=True):
+        level = [r.reduceat(v, starts, axis=0) for r, v in zip(reducers, level, strict=True)]
+        run, rank, gpu, bucket = run[starts], rank[starts], gpu[starts], bucket[starts]
+        series_change = (gpu[1:] != gpu[:-1]) | (rank[1:] != rank[:-1]) | (run[1:] != run[:-1])
+        # Per field: sum, n, min, max (the order of _VALUE_COLUMNS).
+        fields = np.stack(level[3:], axis=2).reshape(len(starts), -1)
+        key = [run, rank, gpu, np.full(len(starts), width), bucket]
+        for column, array in zip(out, [*key, *level[:3], *fields.T], strict=True):
             column.append(array)
     return [np.concatenate(column) for column in out]
 
@@ -84,15 +93,15 @@ def update_device_rollups(connection: Connection, parts: Sequence[DevicePart]) -
         f"INSERT INTO devicerollup ({', '.join(_COLUMNS)}) "
         f"VALUES ({', '.join([mark] * len(_COLUMNS))}) {_UPSERT}"
     )
-    rows = np.stack([c.astype(np.float64) for c in columns[5:]], axis=1).astype(object)
-    rows[np.isnan(rows.astype(np.float64))] = None
-    keys = np.stack(columns[:5], axis=1).tolist()
-    integer = [i for i, c in enumerate(_COLUMNS[5:]) if c == "n" or c.endswith("_n")]
-    params = []
-    for key, row in zip(keys, rows.tolist(), strict=True):
-        for i in integer:
-            row[i] = int(row[i])
-        params.append((*key, *row))
+    listed = []
+    for name, column in zip(_COLUMNS, columns, strict=True):
+        if name.endswith(("_min", "_max")) and name not in ("t_min", "t_max"):
+            listed.append([None if v != v else v for v in column.tolist()])  # NaN: null
+        elif name == "n" or name.endswith("_n"):
+            listed.append(column.astype(np.int64).tolist())
+        else:
+            listed.append(column.tolist())
+    params = list(zip(*listed, strict=True))
     cursor = connection.connection.cursor()
     try:
         cursor.executemany(sql, params)

@@ -4,10 +4,10 @@ An ended run older than `retention_time_s`, or beyond `retention_size_bytes` of 
 (newest runs kept first), is compacted: its raw step rows are deleted (the step rollups the
 charts read at every zoom stay), and its device and host samples are thinned to one reading per
 (rank, GPU) and bucket, `KEEP_SAMPLES` buckets over the run, as many as a chart shows at
-its default zoom; their rollups (core.models.DeviceRollup) stay, so a zoomed-out device chart
-keeps its true means and extremes. The run's summary, epoch metrics, events, alerts, pipeline reads and
-profiles are not touched. A pinned run (`Run.pinned`) keeps its raw rows; a compacted run
-says so (`Run.compacted_at`), and so do its series.
+its default zoom; their rollups (core.models.DeviceRollup) stay, so a zoomed-out device
+chart keeps its true means and extremes. The run's summary, epoch metrics, events, alerts,
+pipeline reads and profiles are not touched. A pinned run (`Run.pinned`) keeps its raw rows;
+a compacted run says so (`Run.compacted_at`), and so do its series.
 
 Compaction runs in small chunks (through the writer on SQLite, on a connection of its own
 on PostgreSQL) with a pause after each twice as long as the chunk took, so ingest batches
