@@ -60,7 +60,7 @@ def test_device_rollups_of_stored_samples_are_made_by_their_migration(database: 
     engine = create_engine(database)
     migrate(engine, "0014")
     fields = ("util", "throttle", "sm_util")
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"run_id": 1, "rank": rank, "gpu": gpu, "t": 1.7e9 + i * 3.7 + gpu,
          "util": float(i % 13), "throttle": i % 3 * 2**40, "sm_util": None if i % 4 else 1.0 * i}
         for rank, gpu in ((0, 0), (0, 5), (1, 0))
