@@ -374,15 +374,19 @@ def serve(data_dir: Path, url: str, pages: dict[str, tuple[str, dict]], n: int) 
         server.stop()
 
 
-def bench_database(kind: str, args: argparse.Namespace, jobs: list[Job], tmp: Path) -> dict:
-    postgres = None
+def open_database(kind: str, tmp: Path) -> tuple[PostgresServer | None, Path, str]:
+    """A fresh database of `kind` and its data directory: (the throwaway PostgreSQL to stop,
+    or None for SQLite; the data directory; the database URL)."""
     data_dir = tmp / kind
     data_dir.mkdir()
     if kind == "postgres":
         postgres = PostgresServer().start()
-        url = postgres.create_database()
-    else:
-        url = f"sqlite:///{data_dir / 'stoker.db'}"
+        return postgres, data_dir, postgres.create_database()
+    return None, data_dir, f"sqlite:///{data_dir / 'stoker.db'}"
+
+
+def bench_database(kind: str, args: argparse.Namespace, jobs: list[Job], tmp: Path) -> dict:
+    postgres, data_dir, url = open_database(kind, tmp)
     try:
         settings = Settings(data_dir=data_dir, database_url=url)
         engine = make_engine(settings)
@@ -470,14 +474,7 @@ def device_pages(job: Job) -> dict[str, tuple[str, dict]]:
 def bench_device_chart(kind: str, args: argparse.Namespace, tmp: Path) -> None:
     """One old 21.1 h, 4-GPU run with raw rows: its device chart before and after
     retention compacts it."""
-    postgres = None
-    data_dir = tmp / kind
-    data_dir.mkdir()
-    if kind == "postgres":
-        postgres = PostgresServer().start()
-        url = postgres.create_database()
-    else:
-        url = f"sqlite:///{data_dir / 'stoker.db'}"
+    postgres, data_dir, url = open_database(kind, tmp)
     try:
         settings = Settings(data_dir=data_dir, database_url=url)
         engine = make_engine(settings)

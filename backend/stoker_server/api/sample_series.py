@@ -24,14 +24,10 @@ from stoker_server.api.device_rollup_reads import (
 from stoker_server.api.queries import bucket_of
 from stoker_server.core.db import select_columns
 from stoker_server.core.errors import BadRequest
-from stoker_server.core.models import DeviceSample, HostSample, Run
+from stoker_server.core.models import DEVICE_ROLLUP_FIELDS, DeviceSample, HostSample, Run
 
-DEVICE_FIELDS = (
-    "util", "mem_util", "mem_used", "mem_total", "proc_mem", "tf_mem_current", "tf_mem_peak",
-    "temp_c", "power_w", "power_limit_w", "sm_clock_mhz", "throttle", "pcie_tx_bps",
-    "pcie_rx_bps", "sm_util", "sm_occupancy", "tensor_util", "dram_bw_util", "fp32_util",
-    "fp16_util", "energy_j",
-)  # fmt: skip
+# Every numeric field of DeviceSample: the ones the device rollups aggregate too.
+DEVICE_FIELDS = DEVICE_ROLLUP_FIELDS
 HOST_FIELDS = ("proc_cpu", "sys_cpu", "rss", "mem_used", "mem_total")
 
 
