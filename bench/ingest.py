@@ -232,12 +232,12 @@ def _bench(args: argparse.Namespace) -> None:
         with _postgres(args.database_url) as connection:
             wal = _wal_lsn(connection) - wal_before
             heap, indexes = connection.execute(
-                "SELECT pg_table_size('step'), pg_indexes_size('step')"
+                "SELECT pg_table_size('stepchunk'), pg_indexes_size('stepchunk')"
             ).fetchone()  # type: ignore[misc]
         print(f"postgres WAL        {wal / max(stored, 1):.0f} bytes per step row (all tables)")
         print(
-            f"postgres step table {heap / max(stored, 1):.0f} bytes per row, its indexes "
-            f"{indexes / max(stored, 1):.0f}"
+            f"postgres stepchunk  {heap / max(stored, 1):.1f} bytes per step, its index "
+            f"{indexes / max(stored, 1):.2f}"
         )
     if db_bytes:
         per_row = db_bytes / max(stored, 1)

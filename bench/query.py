@@ -30,7 +30,7 @@ from stoker_server.ingest.protocol import Batch, Hello
 from tests.harness.support import ServerProcess
 
 TARGETS_MS = {"steps": 50.0, "runs": 50.0, "compare": 200.0}
-COPIED = ("step", "steprollup")
+COPIED = ("stepchunk", "steprollup")
 
 
 def _hello(name: str, **extra) -> Hello:
@@ -153,16 +153,18 @@ def storage(settings: Settings, steps: int) -> None:
         ).fetchall()
     except sqlite3.OperationalError:
         rows = []
-    total_steps = connection.execute("SELECT COUNT(*) FROM step").fetchone()[0]
+    total_steps = connection.execute("SELECT SUM(n) FROM stepchunk").fetchone()[0]
     connection.close()
     size = os.path.getsize(path)
     by_name = dict(rows)
-    step_bytes = sum(v for k, v in by_name.items() if k in ("step", "ix_step_run_rank_step"))
+    step_bytes = sum(
+        v for k, v in by_name.items() if k in ("stepchunk", "ix_stepchunk_run_rank_first")
+    )
     rollup_bytes = sum(v for k, v in by_name.items() if "rollup" in k)
-    print(f"sqlite file         {size:,} bytes, {total_steps:,} step rows")
+    print(f"sqlite file         {size:,} bytes, {total_steps:,} steps")
     if step_bytes:
         print(
-            f"bytes per step row  {step_bytes / total_steps:.1f} (table + index), "
+            f"bytes per step      {step_bytes / total_steps:.1f} (chunks + index), "
             f"+{rollup_bytes / total_steps:.1f} for rollups"
         )
 

@@ -82,8 +82,7 @@ def test_fit_wrapped_slow_pipeline_reports_each_steps_input_wait(
     # The delay is several times the measured step: most of each step is waiting.
     assert sorted(waits)[len(waits) // 2] > delay_s * 0.3
     assert run["summary"]["input_wait_share"] > 0.3
-    sizes = server.rows("SELECT DISTINCT batch_size FROM step WHERE run_id = ?", run["id"])
-    assert sizes == [(BATCH,)]
+    assert set(server.steps(run["id"]).batch_size_or_none()) == {BATCH}
     logged = server.rows("SELECT step, name FROM metric WHERE run_id = ? ORDER BY step", run["id"])
     assert [step for step, name in logged if name == "loss"] == [0, 5, 10, 15, 20]
 

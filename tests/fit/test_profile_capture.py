@@ -129,7 +129,7 @@ def _with_stoker_share(server: ServerProcess, run_id: int, pid: int) -> dict[str
 
 
 def steps_stored(server: ServerProcess, run_id: int) -> int:
-    (count,) = server.rows("SELECT count(*) FROM step WHERE run_id = ?", run_id)[0]
+    (count,) = server.rows("SELECT coalesce(sum(n), 0) FROM stepchunk WHERE run_id = ?", run_id)[0]
     return count
 
 

@@ -108,7 +108,7 @@ def _capturing(server: ServerProcess, worker: Worker, steps: int) -> tuple[int, 
 
 
 def _steps_stored(server: ServerProcess, run_id: int) -> int:
-    (count,) = server.rows("SELECT count(*) FROM step WHERE run_id = ?", run_id)[0]
+    (count,) = server.rows("SELECT coalesce(sum(n), 0) FROM stepchunk WHERE run_id = ?", run_id)[0]
     return count
 
 
@@ -116,9 +116,8 @@ def _wait_for_steps_of_ranks(server: ServerProcess, run_id: int, ranks: tuple[in
     """Every worker is connected and training (its steps are stored)."""
     for rank in ranks:
         wait_for(
-            lambda rank=rank: server.rows(
-                "SELECT count(*) FROM step WHERE run_id = ? AND rank = ?", run_id, rank
-            )[0][0] >= 20, timeout_s=60, what=f"rank {rank}'s steps",
+            lambda rank=rank: len(server.steps(run_id, rank)) >= 20,
+            timeout_s=60, what=f"rank {rank}'s steps",
         )  # fmt: skip
 
 

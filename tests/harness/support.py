@@ -13,9 +13,12 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
+
+if TYPE_CHECKING:
+    from stoker_server.core.step_chunks import StepArrays
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -140,6 +143,21 @@ class ServerProcess:
             sqlite3.connect(path or self.data_dir / "stoker.db", timeout=10)
         ) as db:
             return db.execute(sql, params).fetchall()
+
+    def steps(self, run_id: int, rank: int | None = None) -> "StepArrays":
+        """A run's stored raw steps, read from the server's SQLite store."""
+        from stoker_server.core.step_chunks import decode
+
+        where, params = "run_id = ?", [run_id]
+        if rank is not None:
+            where, params = where + " AND rank = ?", [run_id, rank]
+        return decode(
+            self.rows(
+                "SELECT rank, n, step, t, dur, wait, batch_size FROM stepchunk "
+                f"WHERE {where} ORDER BY rank, first_step",
+                *params,
+            )
+        )
 
     def get(self, path: str, **params: Any) -> Any:
         response = httpx.get(f"{self.url}{path}", params=params, timeout=10)

@@ -63,7 +63,8 @@ def _batch(seq: int) -> Batch:
 
 
 def _count(session: Session, table: str, run_id: int) -> int:
-    sql = text(f"SELECT count(*) FROM {table} WHERE run_id = :r")
+    counted = "coalesce(sum(n), 0)" if table == "stepchunk" else "count(*)"  # steps, not chunks
+    sql = text(f"SELECT {counted} FROM {table} WHERE run_id = :r")
     return int(session.connection().execute(sql, {"r": run_id}).scalar_one())
 
 
@@ -83,12 +84,12 @@ def test_every_section_is_stored_and_summarised_once(database: str, tmp_path: Pa
         counts = {
             table: _count(session, table, run.id)
             for table in (
-                "step", "metric", "devicesample", "hostsample", "epochmetric", "pipelineread",
+                "stepchunk", "metric", "devicesample", "hostsample", "epochmetric", "pipelineread",
                 "steprollup",
             )
         }  # fmt: skip
         assert counts == {
-            "step": 10, "metric": 2, "devicesample": 2, "hostsample": 1, "epochmetric": 2,
+            "stepchunk": 10, "metric": 2, "devicesample": 2, "hostsample": 1, "epochmetric": 2,
             "pipelineread": 1, "steprollup": len(ROLLUP_WIDTHS),
         }  # fmt: skip
         rollup_n = session.connection().execute(

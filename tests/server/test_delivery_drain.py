@@ -41,13 +41,12 @@ def _run_named(server: ServerProcess, name: str) -> dict[str, Any] | None:
     return next((r for r in runs if r["name"] == name), None)
 
 
-def _stored_steps(server: ServerProcess, run_id: int) -> tuple[int, int, int, int]:
+def _stored_steps(server: ServerProcess, run_id: int) -> tuple[int, int, int | None, int | None]:
     """(rows, distinct steps, first step, last step) of a run, read from the store."""
-    ((rows, distinct, first, last),) = server.rows(
-        "SELECT COUNT(*), COUNT(DISTINCT step), MIN(step), MAX(step) FROM step WHERE run_id = ?",
-        run_id,
-    )
-    return rows, distinct, first, last
+    steps = server.steps(run_id).step.tolist()
+    if not steps:
+        return 0, 0, None, None
+    return len(steps), len(set(steps)), min(steps), max(steps)
 
 
 def _spooled_runs(spool_dir: Path) -> list[Path]:

@@ -4,14 +4,22 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 from sqlmodel import SQLModel
 
-from stoker_server.core.db import head_revision, make_engine, migrate, schema_revision
+from stoker_server.core.db import (
+    alembic_config,
+    head_revision,
+    make_engine,
+    migrate,
+    schema_revision,
+)
 from stoker_server.core.models import DEVICE_ROLLUP_FIELDS
 from stoker_server.core.settings import Settings
+from stoker_server.core.step_chunks import read_steps
 from stoker_server.ingest.device_rollups import device_part, rollup_rows
 from tests.conftest import DATABASES
 
@@ -98,3 +106,61 @@ def test_device_rollups_of_stored_samples_are_made_by_their_migration(database: 
                 assert value != value, (row[:5], want)  # NaN: no values
             else:
                 assert got == pytest.approx(float(value), rel=1e-12), (row[:5], got, value)
+
+
+def test_stored_steps_move_into_chunks_and_back(database: str) -> None:
+    """Steps stored one row each before migration 0016 read back the same from chunks, a
+    restarted worker's steps (counted from 0 again) included; the downgrade restores rows."""
+    engine = create_engine(database)
+    migrate(engine, "0015")
+    rows: list[dict[str, Any]] = [
+        {"run_id": 1, "rank": rank, "step": step, "t": 1.7e9 + life * 1e5 + step * 0.25,
+         "dur": 0.25 + step % 7 / 100, "wait": None if step % 5 == 0 else step % 3 / 100,
+         "batch_size": None if rank else 64}
+        for rank, life, steps in ((0, 0, range(10_000)), (0, 1, range(300)), (1, 0, range(50)))
+        for step in steps
+    ] + [  # a gap wider than a chunk may span
+        {"run_id": 2, "rank": 0, "step": s, "t": 1.8e9 + s, "dur": 0.5, "wait": 0.1,
+         "batch_size": 8} for s in (0, 1, 70_000, 70_001)
+    ]  # fmt: skip
+    columns = ["run_id", "rank", "step", "t", "dur", "wait", "batch_size"]
+    insert = text(
+        f"INSERT INTO step ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"
+    )
+    with engine.begin() as connection:
+        connection.execute(insert, rows)
+    migrate(engine)
+
+    def expected(run_id: int) -> list[tuple[Any, ...]]:
+        picked = [r for r in rows if r["run_id"] == run_id]
+        picked.sort(key=lambda r: (r["rank"], r["step"], r["t"]))
+        return [tuple(r[c] for c in columns[1:]) for r in picked]
+
+    with engine.connect() as connection:
+        for run_id in (1, 2):
+            steps = read_steps(connection, run_id)
+            stored = list(
+                zip(
+                    steps.rank.tolist(), steps.step.tolist(), steps.t.tolist(),
+                    steps.dur.tolist(), steps.wait_or_none(), steps.batch_size_or_none(),
+                    strict=True,
+                )
+            )  # fmt: skip
+            assert stored == expected(run_id)
+        spans = connection.execute(
+            text("SELECT n, last_step - first_step FROM stepchunk WHERE run_id = 2")
+        ).all()
+        assert sorted(spans) == [(2, 1), (2, 1)]
+        # Ranges read through the chunks: a window inside one chunk, one across two.
+        window = read_steps(connection, 1, rank=0, first_step=4090, last_step=4100)
+        assert window.step.tolist() == list(range(4090, 4101))
+    with engine.begin() as connection:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0015")
+    with engine.connect() as connection:
+        back = connection.execute(
+            text(f"SELECT {', '.join(columns[1:])} FROM step WHERE run_id = 1")
+        ).all()
+    engine.dispose()
+    assert sorted(tuple(r) for r in back) == sorted(expected(1))

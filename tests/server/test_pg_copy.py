@@ -10,6 +10,7 @@ from sqlmodel import Session
 
 from stoker_server.core.db import make_engine
 from stoker_server.core.settings import Settings
+from stoker_server.core.step_chunks import read_steps
 from stoker_server.ingest.agent_writes import ROLLUP_WIDTHS, BatchJob, open_run, store_batches
 from stoker_server.ingest.protocol import Batch, Hello
 from tests.conftest import DATABASES
@@ -73,11 +74,13 @@ def test_bulk_rows_are_stored_exactly_once(database: str, tmp_path: Path) -> Non
         results = store_batches(session=session, jobs=[jobs[1], jobs[2]])
         assert results[0] is None and results[1] is not None
 
-        stored = _rows(
-            session,
-            "SELECT step, t, dur, wait, batch_size FROM step WHERE run_id = :r ORDER BY step",
-            r=run.id,
-        )
+        steps = read_steps(session.connection(), run.id)
+        stored = list(
+            zip(
+                steps.step.tolist(), steps.t.tolist(), steps.dur.tolist(), steps.wait_or_none(),
+                steps.batch_size_or_none(), strict=True,
+            )
+        )  # fmt: skip
         sent = [
             row
             for b in batches

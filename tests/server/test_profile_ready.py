@@ -8,12 +8,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 from sqlmodel import Session
 
 from stoker_server.api import profiles as api
-from stoker_server.core.models import Step
 from stoker_server.ingest import profiles as store
+from stoker_server.ingest.group_rows import GroupRows
 from stoker_server.live.agents import ConnectedAgents
 from tests.harness.support import run_coroutine
 from tests.server.test_profile_commands import GUARD_S, _Agent, _run, _state
@@ -72,8 +73,13 @@ def test_profile_is_ready_only_with_stokers_share_over_steps_stored_after_the_tr
 
         # The agent's steps arrive: 10 ms of wait in each 40 ms step.
         with Session(state.engine) as session:
-            for step in range(FIRST, LAST + 1):
-                session.add(Step(run_id=run_id, step=step, t=1.7e9 + step, dur=0.04, wait=0.01))
+            step = np.arange(FIRST, LAST + 1)
+            rows = GroupRows(session.connection())
+            rows.insert_steps(
+                run_id=run_id, rank=0, step=step, t=1.7e9 + step, dur=np.full(len(step), 0.04),
+                wait=np.full(len(step), 0.01), batch_size=None,
+            )  # fmt: skip
+            rows.finish()
             session.commit()
 
         async def settled() -> None:

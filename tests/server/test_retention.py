@@ -117,7 +117,7 @@ def test_old_runs_are_compacted_pinned_and_running_runs_are_not(
         server.stop()
     db_url = database
     rows_before = {
-        run: _count(db_url, "SELECT count(*) FROM step WHERE run_id = :r", r=run)
+        run: _count(db_url, "SELECT coalesce(sum(n), 0) FROM stepchunk WHERE run_id = :r", r=run)
         for run in (old, pinned, running)
     }
     epochs_before = _count(db_url, "SELECT count(*) FROM epochmetric WHERE run_id = :r", r=old)
@@ -162,7 +162,7 @@ def test_old_runs_are_compacted_pinned_and_running_runs_are_not(
         assert server.get(f"/api/v1/runs/{running}")["compacted_at"] is None
     finally:
         server.stop()
-    assert _count(db_url, "SELECT count(*) FROM step WHERE run_id = :r", r=old) == 0
+    assert _count(db_url, "SELECT coalesce(sum(n), 0) FROM stepchunk WHERE run_id = :r", r=old) == 0
     assert _count(db_url, "SELECT count(*) FROM steprollup WHERE run_id = :r", r=old) > 0
     assert _count(db_url, "SELECT count(*) FROM devicerollup WHERE run_id = :r", r=old) > 0
     assert _count(db_url, "SELECT count(*) FROM epochmetric WHERE run_id = :r", r=old) == 2
@@ -175,13 +175,14 @@ def test_old_runs_are_compacted_pinned_and_running_runs_are_not(
     assert 0 < kept <= KEEP_SAMPLES + 1
     for run in (pinned, running):
         assert (
-            _count(db_url, "SELECT count(*) FROM step WHERE run_id = :r", r=run) == rows_before[run]
+            _count(db_url, "SELECT coalesce(sum(n), 0) FROM stepchunk WHERE run_id = :r", r=run)
+            == rows_before[run]
         )
 
 
 def test_size_limit_keeps_the_newest_runs_raw(database: str, tmp_path: Path) -> None:
     steps = 1_000
-    one_run = steps * ROW_BYTES["step"]
+    one_run = steps * ROW_BYTES["stepchunk"]
     server = _server(
         tmp_path / "server",
         database,

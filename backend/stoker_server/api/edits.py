@@ -23,8 +23,8 @@ def update_run(*, session: Session, run_id: int, changes: dict[str, Any]) -> Run
 
 # Child tables first; every row of a run is removed in the same transaction as the run.
 RUN_CHILD_TABLES = (
-    "step", "steprollup", "metric", "epochmetric", "devicesample", "devicerollup", "hostsample",
-    "ingestcursor", "runevent", "alert",
+    "stepchunk", "steprollup", "metric", "epochmetric", "devicesample", "devicerollup",
+    "hostsample", "ingestcursor", "runevent", "alert",
 )  # fmt: skip
 
 

@@ -9,15 +9,16 @@ every ingested batch updates (a spool uploaded after the run ended included).
 import json
 import threading
 from collections import OrderedDict
-from itertools import groupby
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col
 
 from stoker_server.core.db import select_columns
-from stoker_server.core.models import DeviceSample, Run, RunStatus, Step
+from stoker_server.core.models import DeviceSample, Run, RunStatus
+from stoker_server.core.step_chunks import read_steps
 from stoker_server.diagnosis.energy import split_energy
 from stoker_server.service.deps import RunDep, RunId, SessionDep, SettingsDep, ViewerAuth
 
@@ -77,14 +78,10 @@ def run_energy(
     integrated = {(rank, gpu) for rank, gpu, _, _, flag in device if flag}
     steps: dict[int, tuple[list[float], list[float], list[float | None]]] = {}
     if device:
-        rows = session.exec(
-            select(Step.rank, Step.t, Step.dur, Step.wait)
-            .where(Step.run_id == run_id)
-            .order_by(col(Step.rank), col(Step.step))
-        ).all()
-        for rank, group in groupby(rows, key=lambda r: r[0]):
-            items = list(group)
-            steps[rank] = ([r[1] for r in items], [r[2] for r in items], [r[3] for r in items])
+        stored = read_steps(session.connection(), run_id)
+        for rank in np.unique(stored.rank).tolist():
+            of_rank = stored.where(stored.rank == rank)
+            steps[rank] = (of_rank.t.tolist(), of_rank.dur.tolist(), of_rank.wait_or_none())
     split = split_energy(
         [(rank, gpu, t, float(joules)) for rank, gpu, t, joules, _ in device], steps
     )

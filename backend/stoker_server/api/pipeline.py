@@ -5,9 +5,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
-from stoker_server.core.models import Step
+from stoker_server.core.step_chunks import read_latest_steps
 from stoker_server.diagnosis.bottleneck import (
     Bottleneck,
     add_bottleneck,
@@ -41,13 +41,12 @@ class PipelineView(BaseModel):
 
 
 def _recent_steps(session: Session, run_id: int, before: float) -> tuple[list[float], list[Any]]:
-    rows = session.exec(
-        select(Step.dur, Step.wait)
-        .where(Step.run_id == run_id, Step.rank == 0, Step.t <= before)
-        .order_by(col(Step.step).desc())
-        .limit(DEMAND_STEPS)
-    ).all()
-    return [float(d) for d, _ in rows], [w for _, w in rows]
+    """The durations and waits of rank 0's last DEMAND_STEPS steps at or before `before`,
+    newest first."""
+    steps = read_latest_steps(
+        session.connection(), run_id, rank=0, count=DEMAND_STEPS, t_max=before
+    )
+    return steps.dur[::-1].tolist(), steps.wait_or_none()[::-1]
 
 
 def pipeline_view(session: Session, run_id: int, at: float | None) -> PipelineView:

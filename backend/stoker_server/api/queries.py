@@ -19,9 +19,16 @@ from stoker_server.core.models import (
     Metric,
     Run,
     RunStatus,
-    Step,
     StepRollup,
     StepSeries,
+)
+from stoker_server.core.step_chunks import (
+    StepArrays,
+    bucket_steps,
+    none_for_nan,
+    ranks_with_steps,
+    read_steps,
+    step_bounds,
 )
 from stoker_server.ingest.agent_writes import ROLLUP_WIDTHS
 from stoker_server.ingest.summary import run_public
@@ -208,21 +215,19 @@ def step_series(
             session=session, run_id=run_id, max_points=max_points, after_step=after_step,
             before_step=before_step, rank=rank,
         )  # fmt: skip
-    where = [Step.run_id == run_id, Step.rank == rank]
-    bounded = after_step is not None or before_step is not None
-    if after_step is not None:
-        where.append(Step.step > after_step)
-    if before_step is not None:
-        where.append(Step.step < before_step)
-    if bounded:
-        total, first_step, last_step = session.exec(
-            select(func.count(), func.min(Step.step), func.max(Step.step)).where(*where)
-        ).one()
+    connection = session.connection()
+    steps: StepArrays | None = None
+    if after_step is not None or before_step is not None:
+        steps = read_steps(
+            connection, run_id, rank=rank,
+            first_step=None if after_step is None else after_step + 1,
+            last_step=None if before_step is None else before_step - 1,
+        )  # fmt: skip
+        total = len(steps)
+        first_step, last_step = (int(steps.step[0]), int(steps.step[-1])) if total else (0, 0)
     else:
-        # Two queries: SQLite answers a lone min() or max() from the index, both together by
-        # scanning every step of the run.
-        first_step = session.exec(select(func.min(Step.step)).where(*where)).one()
-        last_step = session.exec(select(func.max(Step.step)).where(*where)).one()
+        first, last = step_bounds(connection, run_id, rank)
+        first_step, last_step = first or 0, last or 0
         total = session.exec(
             select(func.coalesce(func.sum(StepRollup.n), 0)).where(
                 StepRollup.run_id == run_id,
@@ -231,53 +236,51 @@ def step_series(
             )
         ).one()
     if total <= max_points:
-        rows = session.exec(
-            select(Step.step, Step.t, Step.dur, Step.wait).where(*where).order_by(col(Step.step))
-        ).all()
+        if steps is None:
+            steps = read_steps(connection, run_id, rank=rank)
         return StepSeries(
             run_id=run_id,
-            total=total,
+            total=len(steps),
             downsampled=False,
-            step=[r[0] for r in rows],
-            t=[r[1] for r in rows],
-            dur=[r[2] for r in rows],
-            wait=[r[3] for r in rows],
+            step=steps.step.tolist(),
+            t=steps.t.tolist(),
+            dur=steps.dur.tolist(),
+            wait=steps.wait_or_none(),
         )
     needed = -(-(last_step - first_step + 1) // (max_points - 1))
     tier = max((w for w in ROLLUP_WIDTHS if w <= needed), default=None)
-    if tier is None or bounded:  # rollups cover whole runs; a range reads its steps
-        width = -(-(last_step - first_step + 1) // max_points)
-        bucket = (col(Step.step) - first_step) // width
-        query = (
-            select_columns(
-                # A bucket sits at its last step, so live steps merged after it are all newer.
-                func.max(Step.step),
-                func.max(Step.t),
-                func.avg(Step.dur),
-                func.min(Step.dur),
-                func.max(Step.dur),
-                func.avg(Step.wait),
-            )
-            .where(*where)
-            .group_by(bucket)
-            .order_by(bucket)
-        )
-    else:
+    if tier is not None and steps is None:
         query = _merged_rollups(
             int(-(-needed // tier)),
             StepRollup.run_id == run_id, StepRollup.rank == rank, StepRollup.width == tier,
         )  # fmt: skip
-    buckets = session.exec(query).all()
+        buckets = session.exec(query).all()
+        return StepSeries(
+            run_id=run_id,
+            total=total,
+            downsampled=True,
+            step=[r[0] for r in buckets],
+            t=[r[1] for r in buckets],
+            dur=[float(r[2]) for r in buckets],
+            wait=[None if r[5] is None else float(r[5]) for r in buckets],
+            dur_min=[r[3] for r in buckets],
+            dur_max=[r[4] for r in buckets],
+        )
+    # Rollups cover whole runs; a range (or a short run) is bucketed from its steps.
+    if steps is None:
+        steps = read_steps(connection, run_id, rank=rank)
+    width = -(-(last_step - first_step + 1) // max_points)
+    reduced = bucket_steps(steps, (steps.step - first_step) // width)
     return StepSeries(
         run_id=run_id,
         total=total,
         downsampled=True,
-        step=[r[0] for r in buckets],
-        t=[r[1] for r in buckets],
-        dur=[float(r[2]) for r in buckets],
-        wait=[None if r[5] is None else float(r[5]) for r in buckets],
-        dur_min=[r[3] for r in buckets],
-        dur_max=[r[4] for r in buckets],
+        step=reduced.step.tolist(),
+        t=reduced.t.tolist(),
+        dur=reduced.dur_mean.tolist(),
+        wait=none_for_nan(reduced.wait_mean),
+        dur_min=reduced.dur_min.tolist(),
+        dur_max=reduced.dur_max.tolist(),
     )
 
 
@@ -518,20 +521,31 @@ def compare_runs(*, session: Session, run_ids: Sequence[int]) -> dict[str, Any]:
     }
 
 
+CSV_STEP_WINDOW = 100_000
+
+
 def steps_csv(*, session: Session, run_id: int) -> Iterator[str]:
     """A run's steps as CSV text chunks (header first), streamed in step order."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["rank", "step", "t", "dur", "wait", "batch_size"])
-    query = (
-        select_columns(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
-        .where(Step.run_id == run_id)
-        .order_by(col(Step.rank), col(Step.step), col(Step.t))
-        .execution_options(yield_per=10_000)
-    )
-    for i, row in enumerate(session.exec(query), start=1):
-        writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v for v in row])
-        if i % 10_000 == 0:
+    connection = session.connection()
+    for rank in ranks_with_steps(connection, run_id):
+        first, last = step_bounds(connection, run_id, rank)
+        if first is None or last is None:
+            continue
+        # A window of step numbers at a time: memory stays bounded however long the run.
+        for lo in range(first, last + 1, CSV_STEP_WINDOW):
+            steps = read_steps(
+                connection, run_id, rank=rank, first_step=lo, last_step=lo + CSV_STEP_WINDOW - 1
+            )
+            columns = (
+                steps.rank.tolist(), steps.step.tolist(), map(repr, steps.t.tolist()),
+                map(repr, steps.dur.tolist()),
+                ("" if w is None else repr(w) for w in steps.wait_or_none()),
+                ("" if b is None else b for b in steps.batch_size_or_none()),
+            )  # fmt: skip
+            writer.writerows(zip(*columns, strict=True))
             yield buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()

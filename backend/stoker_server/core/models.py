@@ -179,22 +179,30 @@ class RunUpdate(SQLModel):
     pinned: bool | None = None
 
 
-class Step(SQLModel, table=True):
-    """One training step of one worker (rank). Narrow on purpose: there are millions."""
+class StepChunk(SQLModel, table=True):
+    """Up to core.step_chunks.CHUNK_STEPS training steps of one worker (rank), each column
+    an array (migration 0016: a row per step cost PostgreSQL an index entry per step)."""
 
-    # No surrogate key (migration 0013): its sequence and index were a third of PostgreSQL's
-    # cost per row. (run_id, rank, step) is not unique (a restarted worker counts from 0
-    # again), so the database has no primary key; the ORM identifies a row by these three.
-    __table_args__ = (Index("ix_step_run_rank_step", "run_id", "rank", "step"),)
-    __mapper_args__ = {"primary_key": ["run_id", "rank", "step"]}
+    # (run_id, rank, first_step) is not unique (a restarted worker counts from 0 again), so
+    # the database has no primary key; the ORM identifies a row by these three.
+    __table_args__ = (Index("ix_stepchunk_run_rank_first", "run_id", "rank", "first_step"),)
+    __mapper_args__ = {"primary_key": ["run_id", "rank", "first_step"]}
 
     run_id: int  # no foreign key (migration 0011: checked row by row, it halved ingest)
     rank: int = 0
-    step: int = _big()
-    t: float  # wall-clock start, unix seconds
-    dur: float  # seconds
-    wait: float | None = None  # seconds blocked waiting for input, when measured
-    batch_size: int | None = _big(default=None)
+    first_step: int = _big()  # the chunk's steps are sorted, spanning < CHUNK_SPAN numbers
+    last_step: int = _big()
+    first_t: float  # the earliest and latest step start, unix seconds
+    last_t: float
+    n: int
+    # Little-endian arrays of n values: step int64, wall-clock start (unix s) float64,
+    # duration (s) float64, input wait (s) float64 (NaN: not measured), batch size int64
+    # (-1: unknown; NULL: none known).
+    step: bytes
+    t: bytes
+    dur: bytes
+    wait: bytes
+    batch_size: bytes | None = None
 
 
 class StepRollup(SQLModel, table=True):

@@ -2,15 +2,15 @@
 memory, and the stretches of starved steps the UI shades."""
 
 from collections.abc import Sequence
-from itertools import groupby
 from typing import Any, TypeVar
 
+import numpy as np
 from pydantic import BaseModel
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from stoker_server.core.db import select_columns
-from stoker_server.core.models import DeviceSample, HostSample, Run, RunStatus, Step
+from stoker_server.core.models import DeviceSample, HostSample, Run, RunStatus
+from stoker_server.core.step_chunks import read_steps
 from stoker_server.diagnosis.stragglers import worker_hosts
 from stoker_server.diagnosis.window import RunWindow, WholeRun
 
@@ -43,16 +43,21 @@ def starved_ranges(
     Steps without a measured wait are neither starved nor fed. Ranges separated by at most
     `max_gap` fed steps are merged, so the UI can shade a noisy stretch as one band.
     """
-    where = [col(Step.run_id) == run_id, col(Step.rank) == rank, col(Step.wait).is_not(None)]
-    measured = session.exec(select(func.count()).select_from(Step).where(*where)).one()
-    rows = session.exec(
-        select(Step.step, Step.t, Step.dur, Step.wait)
-        .where(*where, col(Step.wait) >= threshold * col(Step.dur), Step.step > 0)
-        .order_by(col(Step.step))
-    ).all()
+    steps = read_steps(session.connection(), run_id, rank=rank)
+    measured_steps = steps.where(~np.isnan(steps.wait))
+    measured = len(measured_steps)
+    starved = measured_steps.where(
+        (measured_steps.wait >= threshold * measured_steps.dur) & (measured_steps.step > 0)
+    )
+    rows = zip(
+        starved.step.tolist(),
+        starved.t.tolist(),
+        starved.dur.tolist(),
+        starved.wait.tolist(),
+        strict=True,
+    )
     ranges: list[dict[str, Any]] = []
     for step, t, dur, wait in rows:
-        assert wait is not None  # the query keeps measured steps only
         if ranges and step - ranges[-1]["end"] <= max_gap + 1:
             current = ranges[-1]
             current["end"] = step
@@ -73,7 +78,7 @@ def starved_ranges(
         rank=rank,
         threshold=threshold,
         measured_steps=measured,
-        starved_steps=len(rows),
+        starved_steps=len(starved),
         ranges=[StarvedRange(**item) for item in ranges],
     )
 
@@ -102,16 +107,14 @@ def window_from_db(
     window.hosts = worker_hosts(run)
     last_t = run.stats.get("last_t")
     if last_t is not None:
-        rows = session.exec(
-            select_columns(Step.rank, Step.step, Step.t, Step.dur, Step.wait, Step.batch_size)
-            .where(Step.run_id == run.id, Step.t >= last_t - window_s - 1)
-            .order_by(col(Step.rank), col(Step.step))
-        ).all()
-        for rank, group in groupby(rows, key=lambda r: r[0]):
-            _, step, t, dur, wait, batch_size = (list(c) for c in zip(*group, strict=True))
+        steps = read_steps(session.connection(), run.id, t_min=last_t - window_s - 1)
+        for rank in np.unique(steps.rank).tolist():
+            of_rank = steps.where(steps.rank == rank)
             window.add_steps(
-                now=0.0, step=step, t=t, dur=dur, wait=wait, batch_size=batch_size, rank=rank
-            )
+                now=0.0, step=of_rank.step.tolist(), t=of_rank.t.tolist(),
+                dur=of_rank.dur.tolist(), wait=of_rank.wait_or_none(),
+                batch_size=of_rank.batch_size_or_none(), rank=rank,
+            )  # fmt: skip
     device = _last_window(session, DeviceSample, run_id=run.id, window_s=window_s)
     if device:
         window.add_device(

@@ -18,6 +18,7 @@ from sqlmodel import Session, col, select
 
 from stoker_server.core.db import placeholder
 from stoker_server.core.models import IngestCursor, Run, RunStatus, utc_now
+from stoker_server.core.step_chunks import batch_sizes
 from stoker_server.ingest.group_rows import ROLLUP_WIDTHS as ROLLUP_WIDTHS  # read by api.queries
 from stoker_server.ingest.group_rows import GroupRows, executemany
 from stoker_server.ingest.pipeline_store import store_pipeline_reads
@@ -206,8 +207,10 @@ def _steps(
     dur = np.asarray(steps.dur, dtype=np.float64)
     wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
     batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
-    arrays = {"step": step, "t": t, "dur": dur, "wait": wait}
-    rows.insert("step", steps, run_id=job.run_id, rank=job.rank, arrays=arrays)
+    rows.insert_steps(
+        run_id=job.run_id, rank=job.rank, step=step, t=t, dur=dur, wait=wait,
+        batch_size=batch_sizes(steps.batch_size),
+    )  # fmt: skip
     rows.roll_up(run_id=job.run_id, rank=job.rank, step=step, t=t, dur=dur, wait=wait)
     stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)
     return add_worker_steps(

@@ -41,12 +41,12 @@ def on_this_machine(url: str) -> bool:
 
 
 def _postgres_rows_directory(connection: Connection) -> Path | None:
-    """Where PostgreSQL writes the step table's files: its tablespace's location, else the
+    """Where PostgreSQL writes the step chunks' files: its tablespace's location, else the
     data directory (hidden from roles that may not read settings: then None)."""
     location = connection.exec_driver_sql(
         "SELECT pg_tablespace_location(COALESCE(NULLIF(c.reltablespace, 0), d.dattablespace)) "
         "FROM pg_class c, pg_database d "
-        "WHERE c.oid = 'step'::regclass AND d.datname = current_database()"
+        "WHERE c.oid = 'stepchunk'::regclass AND d.datname = current_database()"
     ).scalar()
     if location:
         return Path(location)

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from sqlmodel import SQLModel
 
 from stoker_server.core.db import placeholder
+from stoker_server.core.step_chunks import COLUMNS, PG_TYPES, chunk_rows, insert_chunks_sql
 from stoker_server.ingest.copy_binary import (
     SIGNATURE,
     TRAILER,
@@ -48,6 +49,7 @@ class GroupRows:
         self._copies: Copies = {}
         self._rollups: list[RollupPart] = []
         self._device_rollups: list[DevicePart] = []
+        self._step_chunks: list[tuple[Any, ...]] = []
 
     def insert(
         self, table: str, columns: Columns, *, run_id: int, rank: int,
@@ -74,6 +76,13 @@ class GroupRows:
         )
         executemany(self.connection, sql, rows)
 
+    def insert_steps(
+        self, *, run_id: int, rank: int, step: np.ndarray, t: np.ndarray, dur: np.ndarray,
+        wait: np.ndarray, batch_size: np.ndarray | None,
+    ) -> None:  # fmt: skip
+        """Keep a batch's steps, as stepchunk rows, for the group's one insert of them."""
+        self._step_chunks += chunk_rows(run_id, rank, step, t, dur, wait, batch_size)
+
     def roll_up(
         self, *, run_id: int, rank: int, step: np.ndarray, t: np.ndarray, dur: np.ndarray,
         wait: np.ndarray,
@@ -89,6 +98,7 @@ class GroupRows:
     def finish(self) -> None:
         """Write what the group kept: its COPYs (PostgreSQL), then its rollups."""
         _copy_all(self.connection, self._copies)
+        _insert_step_chunks(self.connection, self._step_chunks)
         _update_rollups(self.connection, self._rollups)
         update_device_rollups(self.connection, self._device_rollups)
 
@@ -132,6 +142,25 @@ def _copy_all(connection: Connection, copies: Copies) -> None:
                         copy.write_row(row)
         finally:
             cursor.close()
+
+
+def _insert_step_chunks(connection: Connection, chunks: Sequence[tuple[Any, ...]]) -> None:
+    """A group's step chunks: one COPY (PostgreSQL) or one executemany (SQLite)."""
+    if not chunks:
+        return
+    if connection.dialect.name != "postgresql":
+        executemany(connection, insert_chunks_sql(connection), chunks)
+        return
+    cursor = connection.connection.cursor()
+    try:
+        with cursor.copy(
+            f"COPY stepchunk ({', '.join(COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(PG_TYPES)
+            for chunk in chunks:
+                copy.write_row(chunk)
+    finally:
+        cursor.close()
 
 
 @cache

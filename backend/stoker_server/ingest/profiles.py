@@ -22,7 +22,8 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import Session, col, func, select
+import numpy as np
+from sqlmodel import Session, col, select
 
 from stoker_server.core.errors import StokerError
 from stoker_server.core.models import (
@@ -30,9 +31,9 @@ from stoker_server.core.models import (
     ProfilePublic,
     ProfilesPublic,
     ProfileStatus,
-    Step,
     utc_now,
 )
+from stoker_server.core.step_chunks import read_steps
 
 IN_PROGRESS = (ProfileStatus.requested, ProfileStatus.capturing, ProfileStatus.uploading)
 # Statuses the agent may report; `ready` is the server's own, after the analysis.
@@ -330,24 +331,18 @@ def stoker_input_share(
 ) -> float | None:
     """Stoker's measured input wait over the captured steps of worker `rank`, as a share of
     their time; None until all of them are stored."""
-    count, waited, spent = session.exec(
-        select(func.count(), func.sum(Step.wait), func.sum(Step.dur)).where(
-            Step.run_id == run_id, Step.rank == rank, Step.step >= first, Step.step <= last
-        )
-    ).one()
-    if count < last - first + 1 or waited is None or not spent:
+    steps = read_steps(session.connection(), run_id, rank=rank, first_step=first, last_step=last)
+    measured = ~np.isnan(steps.wait)
+    spent = float(steps.dur.sum())
+    if len(steps) < last - first + 1 or not measured.any() or not spent:
         return None
-    return waited / spent
+    return float(steps.wait[measured].sum()) / spent
 
 
 def _stored(*, session: Session, run_id: int, first: int, last: int, rank: int) -> bool:
     """Whether every step of worker `rank` from `first` to `last` is stored."""
-    count = session.exec(
-        select(func.count()).where(
-            Step.run_id == run_id, Step.rank == rank, Step.step >= first, Step.step <= last
-        )
-    ).one()
-    return count >= last - first + 1
+    steps = read_steps(session.connection(), run_id, rank=rank, first_step=first, last_step=last)
+    return len(steps) >= last - first + 1
 
 
 StepRange = tuple[int, int]

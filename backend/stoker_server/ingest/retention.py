@@ -38,10 +38,14 @@ KEEP_SAMPLES = 2000
 # Rows deleted per transaction, and the pause after each, as a multiple of its duration.
 CHUNK_ROWS = 10_000
 PAUSE_RATIO = 2.0
-# Bytes per raw row (row, index and page overhead), as stored on SQLite: steps 63 (measured),
-# device samples with every field, host samples. `retention_size_bytes` bounds the raw rows'
-# estimated bytes: rollups, summaries and the rest are kept and small.
-ROW_BYTES = {"step": 63, "devicesample": 190, "hostsample": 60}
+# Step chunks deleted per transaction (up to core.step_chunks.CHUNK_STEPS steps each).
+CHUNKS_PER_DELETE = 4
+# Bytes per raw row (row, index and page overhead), as stored on SQLite: steps 41 (measured,
+# in chunks), device samples with every field, host samples; and how each table counts its
+# rows. `retention_size_bytes` bounds the raw rows' estimated bytes: rollups, summaries and
+# the rest are kept and small.
+ROW_BYTES = {"stepchunk": 41, "devicesample": 190, "hostsample": 60}
+_ROW_COUNT = {"stepchunk": "sum(n)", "devicesample": "count(*)", "hostsample": "count(*)"}
 
 
 @dataclass
@@ -88,7 +92,7 @@ def _raw_bytes(connection: Connection, run_id: int) -> int:
     total = 0
     for table, row_bytes in ROW_BYTES.items():
         rows = connection.exec_driver_sql(
-            f"SELECT count(*) FROM {table} WHERE run_id = {mark}", (run_id,)
+            f"SELECT {_ROW_COUNT[table]} FROM {table} WHERE run_id = {mark}", (run_id,)
         ).scalar()
         total += int(rows or 0) * row_bytes
     return total
@@ -137,20 +141,22 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def delete_steps_chunk(*, session: Session, run_id: int, limit: int = CHUNK_ROWS) -> int:
-    """Delete up to `limit` raw step rows of a run; return how many went."""
+def delete_step_chunks(
+    *, session: Session, run_id: int, limit: int = CHUNKS_PER_DELETE
+) -> tuple[int, int]:
+    """Delete up to `limit` of a run's step chunks; return how many steps and chunks went."""
     connection = session.connection()
     mark = placeholder(connection)
-    # step has no key of its own (migration 0013): rows are picked by their physical address.
+    # stepchunk has no key of its own: rows are picked by their physical address.
     if connection.dialect.name == "postgresql":
-        where = f"ctid = ANY(ARRAY(SELECT ctid FROM step WHERE run_id = {mark} LIMIT {mark}))"
+        where = f"ctid = ANY(ARRAY(SELECT ctid FROM stepchunk WHERE run_id = {mark} LIMIT {mark}))"
     else:
-        where = f"rowid IN (SELECT rowid FROM step WHERE run_id = {mark} LIMIT {mark})"
-    deleted = connection.exec_driver_sql(
-        f"DELETE FROM step WHERE {where}", (run_id, limit)
-    ).rowcount
+        where = f"rowid IN (SELECT rowid FROM stepchunk WHERE run_id = {mark} LIMIT {mark})"
+    counts = connection.exec_driver_sql(
+        f"DELETE FROM stepchunk WHERE {where} RETURNING n", (run_id, limit)
+    ).all()
     session.commit()
-    return int(deleted or 0)
+    return sum(int(n) for (n,) in counts), len(counts)
 
 
 def sample_windows(*, session: Session, run_id: int, table: str) -> tuple[float, float, int] | None:
@@ -233,9 +239,9 @@ async def compact_run(writer: Any, engine: Any, run_id: int, usage: DiskUsage) -
     statements = _Statements(writer, engine)
     deleted_rows = 0
     while True:
-        deleted = await statements.run(delete_steps_chunk, run_id=run_id)
-        deleted_rows += deleted
-        if deleted < CHUNK_ROWS:
+        steps, chunks = await statements.run(delete_step_chunks, run_id=run_id)
+        deleted_rows += steps
+        if chunks < CHUNKS_PER_DELETE:
             break
     for table in ("devicesample", "hostsample"):
         window = await statements.run(sample_windows, run_id=run_id, table=table)

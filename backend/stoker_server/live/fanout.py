@@ -24,9 +24,10 @@ import uuid
 from typing import Any
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
-from stoker_server.core.models import Run, Step
+from stoker_server.core.models import Run
+from stoker_server.core.step_chunks import read_steps
 from stoker_server.ingest.summary import run_public
 from stoker_server.live.agents import ConnectedAgents
 from stoker_server.live.hub import LiveHub
@@ -188,15 +189,12 @@ class PgFanout:
 
     def _load_steps(self, run_id: int, rank: int, after: int, last: int) -> StepsData:
         with Session(self.engine) as session:
-            rows = session.exec(
-                select(Step.step, Step.t, Step.dur, Step.wait)
-                .where(Step.run_id == run_id, Step.rank == rank)
-                .where(Step.step > after, Step.step <= last)
-                .order_by(col(Step.step))
-            ).all()
+            steps = read_steps(
+                session.connection(), run_id, rank=rank, first_step=after + 1, last_step=last
+            )
         return StepsData.model_construct(
-            step=[r[0] for r in rows],
-            t=[r[1] for r in rows],
-            dur=[r[2] for r in rows],
-            wait=[r[3] for r in rows],
+            step=steps.step.tolist(),
+            t=steps.t.tolist(),
+            dur=steps.dur.tolist(),
+            wait=steps.wait_or_none(),
         )
