@@ -91,15 +91,16 @@ def chunk_rows(
     return rows
 
 
-def batch_sizes(values: Sequence[int | None] | None) -> np.ndarray | None:
+def batch_sizes(values: Sequence[int | None] | None, floats: np.ndarray) -> np.ndarray | None:
     """A section's batch sizes as int64 (UNKNOWN_BATCH_SIZE where unknown), or None when it
-    has none."""
+    has none. `floats`: the same as float64 (NaN: unknown), exact below 2**53."""
     if values is None:
         return None
-    if None not in values:
-        return np.array(values, dtype=np.int64)
-    if all(v is None for v in values):
+    known = ~np.isnan(floats)
+    if not known.any():
         return None
+    if bool(np.all(np.abs(floats[known]) < 2.0**53)):
+        return np.where(known, floats, UNKNOWN_BATCH_SIZE).astype(np.int64)
     return np.array([UNKNOWN_BATCH_SIZE if v is None else v for v in values], dtype=np.int64)
 
 

@@ -223,15 +223,7 @@ class Detectors:
         now = time.monotonic()
         steps = batch.steps
         if steps is not None and len(steps):
-            window.add_steps(
-                now=now,
-                step=steps.step,
-                t=steps.t,
-                dur=steps.dur,
-                wait=steps.column("wait"),
-                batch_size=steps.column("batch_size"),
-                rank=rank,
-            )
+            window.add_step_arrays(now=now, arrays=steps.arrays(), rank=rank)
         device = batch.device
         if device is not None and len(device):
             window.add_device(

@@ -196,10 +196,18 @@ class RunWindow:
         if len(step):
             self._add_pending(_PendingSteps((step, t, dur, wait, batch_size)), now, rank)
 
+    def add_step_arrays(
+        self, *, now: float, arrays: tuple[np.ndarray, ...], rank: int | None = None
+    ) -> None:
+        """`add_steps` of a batch already made arrays (StepColumns.arrays(): step, t, dur,
+        wait and batch_size, NaN where unknown)."""
+        if len(arrays[0]):
+            self._add_pending(_PendingSteps((), arrays), now, rank)
+
     def _add_pending(self, batch: _PendingSteps, now: float, rank: int | None) -> None:
         # Counted first: the worker's window may fold the shared batch at once, which turns
         # its columns into arrays and lets go of the columns.
-        rows = len(batch.columns[0])
+        rows = len(batch.arrays[0]) if batch.arrays is not None else len(batch.columns[0])
         if rank is not None:
             worker = self.workers.get(rank)
             if worker is None:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-import numpy as np
 from sqlalchemy import bindparam, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
@@ -200,16 +199,12 @@ def _steps(
     rows: GroupRows, job: BatchJob, steps: StepColumns, stats: dict[str, Any]
 ) -> dict[str, Any]:
     """Step rows, the step rollups, the run's and the worker's step statistics."""
-    # One numpy copy of each column serves the rows (PostgreSQL's COPY), the rollups and
-    # the statistics (batch_size, as floats, only the statistics: past 2**53 they round).
-    step = np.asarray(steps.step, dtype=np.int64)
-    t = np.asarray(steps.t, dtype=np.float64)
-    dur = np.asarray(steps.dur, dtype=np.float64)
-    wait = np.asarray(steps.column("wait"), dtype=np.float64)  # unknown: NaN
-    batch_size = np.asarray(steps.column("batch_size"), dtype=np.float64)
+    # One numpy copy of each column, made at parse, serves the rows, the rollups and the
+    # statistics (and the detectors' window).
+    step, t, dur, wait, batch_size = steps.arrays()
     rows.insert_steps(
         run_id=job.run_id, rank=job.rank, step=step, t=t, dur=dur, wait=wait,
-        batch_size=batch_sizes(steps.batch_size),
+        batch_size=batch_sizes(steps.batch_size, batch_size),
     )  # fmt: skip
     rows.roll_up(run_id=job.run_id, rank=job.rank, step=step, t=t, dur=dur, wait=wait)
     stats = add_steps(stats, steps=step, t=t, dur=dur, wait=wait, batch_size=batch_size)

@@ -1,15 +1,15 @@
 """Agent ⇄ server wire messages (docs/protocol.md). Strict: unknown fields are errors."""
 
 import math
-import operator
-from itertools import islice
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     field_validator,
     model_validator,
@@ -110,6 +110,10 @@ class Columns(_Strict):
         return values if values is not None else [None] * len(self)
 
 
+# step (int64), t, dur, wait and batch_size (float64, NaN: unknown)
+StepColumnArrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
 class StepColumns(Columns):
     step: list[Int64]
     t: list[FiniteTime]
@@ -122,11 +126,30 @@ class StepColumns(Columns):
     def _non_finite_wait_is_unknown(cls, values: Any) -> Any:
         return _none_if_not_finite(values)
 
+    # The columns as arrays, made once at parse and shared by the writer (rows, rollups,
+    # statistics) and the detectors' window: each converting the lists again cost the event
+    # loop and the writer as much as the parse.
+    _arrays: StepColumnArrays | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
     def _steps_increase(self) -> "StepColumns":
-        if not all(map(operator.lt, self.step, islice(self.step, 1, None))):
+        step = self.arrays()[0]
+        if len(step) > 1 and not bool(np.all(step[1:] > step[:-1])):
             raise ValueError("column 'step' must increase strictly within a batch")
         return self
+
+    def arrays(self) -> StepColumnArrays:
+        """step (int64), t, dur, wait (NaN: unknown) and batch_size (float64, NaN: unknown;
+        past 2**53 it rounds: exact values stay in the list)."""
+        if self._arrays is None:
+            self._arrays = (
+                np.asarray(self.step, dtype=np.int64),
+                np.asarray(self.t, dtype=np.float64),
+                np.asarray(self.dur, dtype=np.float64),
+                np.asarray(self.column("wait"), dtype=np.float64),
+                np.asarray(self.column("batch_size"), dtype=np.float64),
+            )
+        return self._arrays
 
 
 OptionalFloats = list[float | None] | None
