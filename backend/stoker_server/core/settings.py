@@ -5,7 +5,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     switch_interval_s: float = Field(default=0.0005, gt=0, le=0.1)
     # A running run's summary is pushed to browsers at most this often.
     live_run_interval_s: float = Field(default=1.0, ge=0.0, le=60.0)
+    # Several servers on one PostgreSQL: each re-announces the runs its browsers watch this
+    # often, and drops another's watch not renewed for `watch_expiry_s` (a server that died
+    # leaves its agents watched that long at most).
+    watch_refresh_s: float = Field(default=3.0, gt=0, le=3600)
+    watch_expiry_s: float = Field(default=10.0, gt=0, le=86400)
     log_level: str = "info"
     # What one GPU-hour costs, to show starvation's lost GPU-hours as money in the UI;
     # unset shows hours only. `currency` is the symbol written before the amount.
@@ -104,6 +109,15 @@ class Settings(BaseSettings):
     @classmethod
     def _size(cls, value: Any) -> Any:
         return _with_unit(value, _SIZE_UNITS)
+
+    @model_validator(mode="after")
+    def _watch_outlives_its_renewal(self) -> "Settings":
+        if self.watch_expiry_s <= self.watch_refresh_s:
+            raise ValueError(
+                f"watch_expiry_s ({self.watch_expiry_s}) must exceed watch_refresh_s "
+                f"({self.watch_refresh_s}): a watch would expire before it is renewed"
+            )
+        return self
 
     def resolved_database_url(self) -> str:
         """The database URL, defaulting to an SQLite file under the data directory."""

@@ -87,7 +87,10 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         # Long-running loops, all in one place.
         tasks = []
         if engine.dialect.name == "postgresql":
-            fanout = PgFanout(engine, state.hub, state.agents)
+            fanout = PgFanout(
+                engine, state.hub, state.agents, watch_refresh_s=settings.watch_refresh_s,
+                watch_expiry_s=settings.watch_expiry_s,
+            )  # fmt: skip
             state.hub.relay = fanout.relay
             listening = asyncio.Event()
             tasks += [
