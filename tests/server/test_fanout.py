@@ -1,7 +1,6 @@
 """Two server processes on one PostgreSQL: a browser on one sees what an agent sends to the
 other (LISTEN/NOTIFY), and an agent on one is told when a browser on the other watches its run."""
 
-import itertools
 import json
 import time
 import uuid
@@ -13,18 +12,19 @@ import pytest
 from websockets.sync.client import connect
 
 from tests.harness.support import PostgresServer, ServerProcess
+from tests.harness.watch_cycle import watch_cycle
 from tests.server.test_ingest_websocket import batch, hello, open_agent, send
-from tests.server.test_live_watch import _step_until
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
 def two_servers(
-    tmp_path: Path, postgres_server: PostgresServer
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_server: PostgresServer
 ) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two servers on one PostgreSQL (`request.param`: more of their environment)."""
     url = postgres_server.create_database()
-    env = {"STOKER_DATABASE_URL": url}
+    env = {"STOKER_DATABASE_URL": url, **getattr(request, "param", {})}
     env["STOKER_DETECTOR_TICK_S"] = "0.2"
     first = ServerProcess(data_dir=tmp_path / "a", env=env).start()
     second = ServerProcess(data_dir=tmp_path / "b", env=env).start()
@@ -113,31 +113,8 @@ def _next_watch(agent: Any, timeout_s: float = 60) -> bool:
 def test_browser_on_another_server_switches_the_agent_to_live_pace_and_back(
     two_servers: tuple[ServerProcess, ServerProcess],
 ) -> None:
-    from trainer_agent import Monitor
-
     ingest_server, view_server = two_servers
-    with Monitor(run_name="watched-elsewhere", server=ingest_server.url) as mon:
-        assert mon.session is not None
-        sender = mon.session.sender
-        steps = mon.iterate(itertools.count())
-        assert _step_until(steps, lambda: sender.run_id is not None, limit_s=30)
-        assert not sender.watched and sender.flush_interval_s == 1.0
-
-        with connect(f"{view_server.ws_url}/api/v1/live") as browser:
-            browser.send(json.dumps({"type": "subscribe", "run_id": sender.run_id}))
-            assert _step_until(steps, lambda: sender.watched, limit_s=30), (
-                "the agent was not told that a browser on the other server watches"
-            )
-            assert sender.flush_interval_s == 0.05
-            deadline = time.monotonic() + 30
-            while True:
-                message = json.loads(browser.recv(timeout=30))
-                if message["type"] == "steps" and message["run_id"] == sender.run_id:
-                    break
-                assert time.monotonic() < deadline, "no steps reached the watching browser"
-        # The other server's last browser left: back to the unwatched pace.
-        assert _step_until(steps, lambda: not sender.watched, limit_s=30)
-        assert sender.flush_interval_s == 1.0
+    watch_cycle(ingest=ingest_server, view=view_server, run_name="watched-elsewhere")
 
 
 def test_agent_joining_a_run_watched_on_another_server_is_told_at_once(
@@ -161,6 +138,10 @@ def test_agent_joining_a_run_watched_on_another_server_is_told_at_once(
     second.close()
 
 
+# Renewed twice a second, expired after 2 s (default 3 and 10): the test waits less.
+@pytest.mark.parametrize(
+    "two_servers", [{"STOKER_WATCH_REFRESH_S": "0.5", "STOKER_WATCH_EXPIRY_S": "2"}], indirect=True
+)
 def test_watch_of_a_server_that_died_expires(
     two_servers: tuple[ServerProcess, ServerProcess],
 ) -> None:

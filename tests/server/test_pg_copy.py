@@ -11,9 +11,10 @@ from sqlmodel import Session
 from stoker_server.core.db import make_engine
 from stoker_server.core.settings import Settings
 from stoker_server.core.step_chunks import read_steps
-from stoker_server.ingest.agent_writes import ROLLUP_WIDTHS, BatchJob, open_run, store_batches
+from stoker_server.ingest.agent_writes import BatchJob, open_run, store_batches
 from stoker_server.ingest.protocol import Batch, Hello
 from tests.conftest import DATABASES
+from tests.harness.rollups import assert_rollups_hold
 
 pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)
 
@@ -116,34 +117,10 @@ def test_bulk_rows_are_stored_exactly_once(database: str, tmp_path: Path) -> Non
         ]
         assert _rows(session, "SELECT count(*) FROM metric WHERE run_id = :r", r=run.id) == [(6,)]
 
-        steps = [
-            row
+        sent = [
+            (0, *row)
             for b in batches
             for row in zip(b.steps.step, b.steps.dur, b.steps.wait, strict=True)
         ]
-        for width in ROLLUP_WIDTHS:
-            expected: dict[int, list] = {}
-            for step, dur, wait in steps:
-                bucket = expected.setdefault(step // width, [0, -1, 0.0, dur, dur, 0.0, 0])
-                bucket[0] += 1
-                bucket[1] = max(bucket[1], step)
-                bucket[2] += dur
-                bucket[3], bucket[4] = min(bucket[3], dur), max(bucket[4], dur)
-                if wait is not None:
-                    bucket[5] += wait
-                    bucket[6] += 1
-            stored = _rows(
-                session,
-                "SELECT bucket, n, step_max, dur_sum, dur_min, dur_max, wait_sum, wait_n "
-                "FROM steprollup WHERE run_id = :r AND width = :w ORDER BY bucket",
-                r=run.id,
-                w=width,
-            )
-            assert [r[0] for r in stored] == sorted(expected)
-            for row in stored:
-                n, step_max, dur_sum, dur_min, dur_max, wait_sum, wait_n = expected[row[0]]
-                assert row[1:3] == (n, step_max) and row[7] == wait_n
-                assert (row[4], row[5]) == (dur_min, dur_max)
-                assert row[3] == pytest.approx(dur_sum, rel=1e-12)
-                assert row[6] == pytest.approx(wait_sum, rel=1e-12, abs=1e-15)
+        assert_rollups_hold(session.connection(), run.id, sent)
     engine.dispose()

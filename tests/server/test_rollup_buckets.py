@@ -3,18 +3,17 @@ rollup rows (COPY for buckets past the last stored one, the upsert for the other
 worker that restarts from step 0, a second worker, and a batch that continues a bucket, in
 one group and across groups, on both databases."""
 
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 from sqlmodel import Session
 
 from stoker_server.core.db import make_engine
 from stoker_server.core.settings import Settings
-from stoker_server.ingest.agent_writes import ROLLUP_WIDTHS, BatchJob, open_run, store_batches
+from stoker_server.ingest.agent_writes import BatchJob, open_run, store_batches
 from stoker_server.ingest.protocol import Batch, Hello
 from tests.conftest import DATABASES
+from tests.harness.rollups import assert_rollups_hold
 
 pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)
 
@@ -60,36 +59,5 @@ def test_rollups_sum_every_step_sent(database: str, tmp_path: Path) -> None:
                 steps = b.steps
                 assert steps is not None and steps.wait is not None
                 sent += zip([rank] * len(steps), steps.step, steps.dur, steps.wait, strict=True)
-        for width in ROLLUP_WIDTHS:
-            expected: dict[tuple[int, int], list] = defaultdict(
-                lambda: [0, -1, 0.0, float("inf"), 0.0, 0.0, 0]
-            )
-            for rank, step, dur, wait in sent:
-                bucket = expected[(rank, step // width)]
-                bucket[0] += 1
-                bucket[1] = max(bucket[1], step)
-                bucket[2] += dur
-                bucket[3], bucket[4] = min(bucket[3], dur), max(bucket[4], dur)
-                if wait is not None:
-                    bucket[5] += wait
-                    bucket[6] += 1
-            stored = (
-                session.connection()
-                .execute(
-                    text(
-                        "SELECT rank, bucket, n, step_max, dur_sum, dur_min, dur_max, wait_sum, "
-                        "wait_n FROM steprollup WHERE run_id = :r AND width = :w "
-                        "ORDER BY rank, bucket"
-                    ),
-                    {"r": run.id, "w": width},
-                )
-                .all()
-            )
-            assert [(r[0], r[1]) for r in stored] == sorted(expected)
-            for row in stored:
-                n, step_max, dur_sum, dur_min, dur_max, wait_sum, wait_n = expected[row[:2]]
-                assert (row[2], row[3], row[8]) == (n, step_max, wait_n)
-                assert (row[5], row[6]) == (dur_min, dur_max)
-                assert row[4] == pytest.approx(dur_sum, rel=1e-12)
-                assert row[7] == pytest.approx(wait_sum, rel=1e-12, abs=1e-15)
+        assert_rollups_hold(session.connection(), run.id, sent)
     engine.dispose()
