@@ -188,6 +188,7 @@ def _bench(args: argparse.Namespace) -> None:
                     "data"
                 ]
             )
+            in_database = _stored_steps(server, args.database_url if postgres else None)
         finally:
             server.stop()
         db_bytes = sum(p.stat().st_size for p in Path(tmp).glob("stoker.db*"))
@@ -201,7 +202,10 @@ def _bench(args: argparse.Namespace) -> None:
         print("postgres settings   " + ", ".join(f"{k}={v}" for k, v in settings.items()))
     print(f"machine             {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print(f"agents x batch      {args.agents} x {args.batch} steps, window {args.window}")
-    print(f"acked step rows     {rows:,} in {elapsed:.2f} s (stored: {stored:,})")
+    print(
+        f"acked step rows     {rows:,} in {elapsed:.2f} s (stored: {stored:,} in the runs' "
+        f"summaries, {in_database:,} in the database)"
+    )
     ratio = rate / TARGET_ROWS_PER_S
     print(f"committed rows/s    {rate:,.0f}   target >= {TARGET_ROWS_PER_S:,}  ratio {ratio:.2f}")
     print(f"ack latency p50     {p50:.1f} ms")
@@ -242,6 +246,17 @@ def _bench(args: argparse.Namespace) -> None:
     if db_bytes:
         per_row = db_bytes / max(stored, 1)
         print(f"sqlite file bytes   {db_bytes:,} ({per_row:.1f} per step row, all tables)")
+
+
+def _stored_steps(server: ServerProcess, postgres_url: str | None) -> int:
+    """Steps the database holds (acked = stored: nothing lost)."""
+    sql = "SELECT coalesce(sum(n), 0) FROM stepchunk"
+    if postgres_url is None:
+        return int(server.rows(sql)[0][0])
+    with _postgres(postgres_url) as connection:
+        row = connection.execute(sql).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _wal_lsn(connection: psycopg.Connection) -> int:

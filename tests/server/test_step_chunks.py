@@ -108,3 +108,18 @@ def test_unsorted_steps_are_stored_in_step_order(database: str) -> None:
     rows = chunk_rows(1, 0, step, step * 1.0, step * 0.1, step * 0.0, None)
     assert len(rows) == 1 and rows[0][2:4] == (3, 5)
     assert np.frombuffer(rows[0][7], dtype="<i8").tolist() == [3, 4, 5]
+
+
+def test_ranges_past_the_step_numbers_select_all_or_nothing(database: str, tmp_path: Path) -> None:
+    engine = make_engine(Settings(data_dir=tmp_path, database_url=database))
+    _store(engine, 3, 0, _section(np.arange(10), 1.7e9), None)
+    top, bottom = 2**63 - 1, -(2**63)
+    with engine.connect() as connection:
+        for first, last, expected in [
+            (top + 1, None, []), (None, bottom - 1, []), (5, 4, []), (top, top, []),
+            (bottom, top, list(range(10))), (bottom - 5, top + 5, list(range(10))),
+            (None, 2, [0, 1, 2]), (8, top, [8, 9]),
+        ]:  # fmt: skip
+            steps = read_steps(connection, 3, first_step=first, last_step=last)
+            assert steps.step.tolist() == expected, (first, last)
+    engine.dispose()

@@ -254,18 +254,7 @@ def step_series(
             int(-(-needed // tier)),
             StepRollup.run_id == run_id, StepRollup.rank == rank, StepRollup.width == tier,
         )  # fmt: skip
-        buckets = session.exec(query).all()
-        return StepSeries(
-            run_id=run_id,
-            total=total,
-            downsampled=True,
-            step=[r[0] for r in buckets],
-            t=[r[1] for r in buckets],
-            dur=[float(r[2]) for r in buckets],
-            wait=[None if r[5] is None else float(r[5]) for r in buckets],
-            dur_min=[r[3] for r in buckets],
-            dur_max=[r[4] for r in buckets],
-        )
+        return _rollup_series(run_id, total, session.exec(query).all())
     # Rollups cover whole runs; a range (or a short run) is bucketed from its steps.
     if steps is None:
         steps = read_steps(connection, run_id, rank=rank)
@@ -336,18 +325,22 @@ def _compacted_step_series(
             tier = max((w for w in ROLLUP_WIDTHS if w <= needed), default=finest)
         per_bucket = max(1, int(-(-needed // tier)))
     rows = session.exec(_merged_rollups(per_bucket, *where, StepRollup.width == tier)).all()
+    return _rollup_series(run_id, int(total), rows, compacted=True, finest_steps=finest)
+
+
+def _rollup_series(run_id: int, total: int, buckets: Sequence[Any], **extra: Any) -> StepSeries:
+    """A downsampled series from `_merged_rollups`' rows."""
     return StepSeries(
         run_id=run_id,
-        total=int(total),
+        total=total,
         downsampled=True,
-        step=[r[0] for r in rows],
-        t=[r[1] for r in rows],
-        dur=[float(r[2]) for r in rows],
-        wait=[None if r[5] is None else float(r[5]) for r in rows],
-        dur_min=[r[3] for r in rows],
-        dur_max=[r[4] for r in rows],
-        compacted=True,
-        finest_steps=finest,
+        step=[r[0] for r in buckets],
+        t=[r[1] for r in buckets],
+        dur=[float(r[2]) for r in buckets],
+        wait=[None if r[5] is None else float(r[5]) for r in buckets],
+        dur_min=[r[3] for r in buckets],
+        dur_max=[r[4] for r in buckets],
+        **extra,
     )
 
 

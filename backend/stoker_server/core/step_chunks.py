@@ -21,6 +21,7 @@ from stoker_server.core.db import placeholder
 
 CHUNK_STEPS = 4096
 CHUNK_SPAN = 1 << 16
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 UNKNOWN_BATCH_SIZE = -1
 
 # The stored columns' dtypes. wait: NaN where unknown; batch_size: -1 where unknown, and the
@@ -124,6 +125,17 @@ def read_steps(
     t_max: float | None = None,
 ) -> StepArrays:
     """A run's raw steps (of one rank, or all), within the step and time bounds (inclusive)."""
+    if first_step is not None and last_step is not None and first_step > last_step:
+        return decode([])
+    # Step numbers are int64: bounds past them select all or nothing, not an overflow.
+    if first_step is not None:
+        if first_step > _INT64_MAX:
+            return decode([])
+        first_step = None if first_step <= _INT64_MIN + CHUNK_SPAN else first_step
+    if last_step is not None:
+        if last_step < _INT64_MIN:
+            return decode([])
+        last_step = None if last_step >= _INT64_MAX else last_step
     mark = placeholder(connection)
     where: list[str] = [f"run_id = {mark}"]
     params: list[float] = [run_id]
