@@ -5,8 +5,9 @@
 Builds the data through the real ingest path (ingest.store_batches: rows, rollups, run
 statistics) for one run of `--steps` steps, copies it into four more runs with SQL, adds
 `--runs` small runs, then times over HTTP (keep-alive, 30+ requests each, p50/p95):
-`steps?max_points=2000` of the long run, the runs list (first page of 100, and all 1,000), and
-`compare` of the five long runs. Also prints storage bytes per step row (SQLite).
+`steps?max_points=2000` of the long run (whole, from the rollups; zoomed to its middle fifth
+and to 2,000 steps, from the raw steps), its CSV export, the runs list (first page of 100, and
+all 1,000), and `compare` of the five long runs. Also prints storage bytes per step (SQLite).
 """
 
 import argparse
@@ -190,10 +191,21 @@ def _bench(args: argparse.Namespace) -> None:
         env = {"STOKER_DATABASE_URL": settings.resolved_database_url()}
         server = ServerProcess(data_dir=Path(tmp), env=env).start()
         try:
+            steps_path = f"/api/v1/runs/{ids[0]}/steps"
+            middle = args.steps // 2
+            zoom_fifth = {"max_points": 2000, "after_step": middle - args.steps // 10,
+                          "before_step": middle + args.steps // 10}  # fmt: skip
+            zoom_2000 = {"max_points": 2000, "after_step": middle, "before_step": middle + 2001}
             with httpx.Client(base_url=server.url, timeout=60) as client:
                 results = {
                     "steps": _time(
                         client, f"/api/v1/runs/{ids[0]}/steps", {"max_points": 2000}, args.requests
+                    ),
+                    # Zoomed in: a range is read from the raw steps, bucketed or whole.
+                    "steps zoomed 20%": _time(client, steps_path, zoom_fifth, args.requests),
+                    "steps zoomed 2000": _time(client, steps_path, zoom_2000, args.requests),
+                    "steps CSV": _time(
+                        client, f"/api/v1/runs/{ids[0]}/steps.csv", {}, max(1, args.requests // 10)
                     ),
                     "runs": _time(client, "/api/v1/runs", {}, args.requests),
                     "runs (limit=1000)": _time(

@@ -91,7 +91,7 @@ async def _phase(server: ServerProcess, kept_run: int, args: argparse.Namespace)
     reads: list[float] = []
     stop_at = time.perf_counter() + args.seconds
     load, _ = await asyncio.gather(
-        ingest_load(f"{server.ws_url}/api/v1/agent", args.agents, 1000, args.seconds, 2),
+        ingest_load(f"{server.ws_url}/api/v1/agent", args.agents, 1000, args.seconds, 2, dict),
         _reader(server.url, kept_run, stop_at, reads),
     )
     return {**load, "reads": reads}

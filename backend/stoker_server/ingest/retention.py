@@ -40,11 +40,11 @@ CHUNK_ROWS = 10_000
 PAUSE_RATIO = 2.0
 # Step chunks deleted per transaction (up to core.step_chunks.CHUNK_STEPS steps each).
 CHUNKS_PER_DELETE = 4
-# Bytes per raw row (row, index and page overhead), as stored on SQLite: steps 41 (measured,
-# in chunks), device samples with every field, host samples; and how each table counts its
-# rows. `retention_size_bytes` bounds the raw rows' estimated bytes: rollups, summaries and
-# the rest are kept and small.
-ROW_BYTES = {"stepchunk": 41, "devicesample": 190, "hostsample": 60}
+# Bytes per raw row (row, index and page overhead), as stored on SQLite: steps 40 (in chunks,
+# measured by bench.query), device samples with every field, host samples; and how each table
+# counts its rows. `retention_size_bytes` bounds the raw rows' estimated bytes: rollups,
+# summaries and the rest are kept and small.
+ROW_BYTES = {"stepchunk": 40, "devicesample": 190, "hostsample": 60}
 _ROW_COUNT = {"stepchunk": "sum(n)", "devicesample": "count(*)", "hostsample": "count(*)"}
 
 
