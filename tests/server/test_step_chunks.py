@@ -123,3 +123,16 @@ def test_ranges_past_the_step_numbers_select_all_or_nothing(database: str, tmp_p
             steps = read_steps(connection, 3, first_step=first, last_step=last)
             assert steps.step.tolist() == expected, (first, last)
     engine.dispose()
+
+
+def test_steps_at_the_int64_limit_are_stored(database: str, tmp_path: Path) -> None:
+    """A chunk's span is reckoned without wrapping: steps near 2**63 (an agent may send any
+    int64) are stored, not looped over."""
+    engine = make_engine(Settings(data_dir=tmp_path, database_url=database))
+    top = 2**63 - 1
+    step = np.array([top - CHUNK_SPAN - 1, top - 5, top - 1, top], dtype=np.int64)
+    _store(engine, 4, 0, _section(step % 1000, 1.7e9) | {"step": step}, None)
+    with engine.connect() as connection:
+        assert read_steps(connection, 4).step.tolist() == step.tolist()
+        assert read_steps(connection, 4, first_step=top - 5).step.tolist() == step[1:].tolist()
+    engine.dispose()

@@ -78,8 +78,11 @@ def chunk_rows(
     start, n = 0, len(step)
     while start < n:
         end = min(start + CHUNK_STEPS, n)
-        # Past the span: the chunk ends before the first step CHUNK_SPAN numbers on.
-        end = start + int(np.searchsorted(step[start:end], step[start] + CHUNK_SPAN))
+        # Past the span: the chunk ends before the first step CHUNK_SPAN numbers on (in
+        # Python's integers: near the int64 limit numpy's sum would wrap).
+        limit = int(step[start]) + CHUNK_SPAN
+        if limit <= _INT64_MAX:
+            end = start + int(np.searchsorted(step[start:end], np.int64(limit)))
         piece = slice(start, end)
         rows.append((
             run_id, rank, int(step[start]), int(step[end - 1]),

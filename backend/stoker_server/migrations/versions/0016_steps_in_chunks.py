@@ -80,7 +80,9 @@ def _chunks(run_id: int, rank: int, rows: Sequence[Any]) -> Iterator[tuple[Any, 
     start = 0
     while start < len(step):
         end = min(start + CHUNK_STEPS, len(step))
-        end = start + int(np.searchsorted(step[start:end], step[start] + CHUNK_SPAN))
+        limit = int(step[start]) + CHUNK_SPAN  # Python's integers: numpy's would wrap
+        if limit < 2**63:
+            end = start + int(np.searchsorted(step[start:end], np.int64(limit)))
         piece = slice(start, end)
         arrays = [
             np.ascontiguousarray(a[piece], dtype=d).tobytes()
