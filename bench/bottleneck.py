@@ -313,8 +313,12 @@ def large_shuffle(n: int, batch_delay_s: float) -> tf.data.Dataset:
 def py_function_decode(n: int, batch_delay_s: float) -> tf.data.Dataset:
     per_element_s = batch_delay_s / BATCH
 
+    def slow_identity(v: Any) -> Any:
+        time.sleep(per_element_s)
+        return v
+
     def py_decode(a: Any, b: Any) -> Any:
-        out = tf.py_function(lambda v: (time.sleep(per_element_s), v)[1], [a], a.dtype)
+        out = tf.py_function(slow_identity, [a], a.dtype)
         return tf.ensure_shape(out, a.shape), b
 
     return _rows(n).map(py_decode).batch(BATCH).prefetch(2)

@@ -244,7 +244,7 @@ def stored_runs(server: ServerProcess, entry: Entry, expected: int) -> list[dict
         return runs if len(done) >= expected and len(done) == len(runs) else None
 
     try:
-        runs = wait_for(settled, timeout_s=20, interval_s=0.25, what="runs to settle")
+        runs = wait_for(settled, timeout_s=20, interval_s=0.25, what="runs to settle") or []
     except AssertionError:
         runs = server.get("/api/v1/runs", project=project(entry), limit=100)["data"]
     return sorted(runs, key=lambda run: run["id"])
@@ -264,8 +264,8 @@ def check(entry: Entry, server: ServerProcess, work: Path) -> Outcome:
     ]  # fmt: skip
     stoker = outcome.stoker = execute(entry, stoker_prefix, work)
     problems = outcome.problems
-    for label, run in (("plain", plain), ("stoker", stoker)):
-        if run.exit_code is None:
+    for label, execution in (("plain", plain), ("stoker", stoker)):
+        if execution.exit_code is None:
             problems.append(f"HANG {label}: still running after {entry.timeout_s:.0f} s")
     if plain.exit_code != stoker.exit_code:
         problems.append(f"exit code {plain.exit_code} plain, {stoker.exit_code} under stoker run")

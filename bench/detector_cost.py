@@ -12,11 +12,13 @@ import argparse
 import asyncio
 import time
 from pathlib import Path
+from typing import cast
 
 from stoker_server.core.models import AlertMetric, AlertRule, Comparison, Run, RunStatus
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.detectors import Detectors
 from stoker_server.ingest.protocol import Batch
+from stoker_server.ingest.writer import Writer
 from stoker_server.live.hub import LiveHub
 from stoker_server.service.lifecycle import AgentConnections
 
@@ -56,7 +58,10 @@ def measure(runs: int, rules: int) -> tuple[float, float]:
     settings = Settings(data_dir=Path("/tmp"))
     connections = AgentConnections()
     detectors = Detectors(
-        settings=settings, writer=NoWriter(), hub=LiveHub(16), connections=connections
+        settings=settings,
+        writer=cast("Writer", NoWriter()),
+        hub=LiveHub(16),
+        connections=connections,
     )
     metrics = list(AlertMetric)
     detectors.use_rules(

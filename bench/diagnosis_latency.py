@@ -99,7 +99,10 @@ def keras_cold_start(server: ServerProcess, live: TimedListener, name: str) -> f
     result: dict[str, float] = {}
 
     def watch() -> None:
-        run_id = wait_for(lambda: cb.run_session and cb.run_session.sender.run_id, timeout_s=120)
+        run_id = wait_for(
+            lambda: cb.run_session.sender.run_id if cb.run_session else None, timeout_s=120
+        )
+        assert run_id is not None  # wait_for returns a truthy value
         result["verdict_at"] = _arrival(live, "verdict", _is_verdict(run_id, "highly_input_bound"))
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -131,11 +134,15 @@ def agent_fed_then_starved(server: ServerProcess, live: TimedListener, fed_s: fl
     try:
         run_for(fed_s, 0.0)
         run_id = session.sender.run_id
+        assert run_id is not None, "the agent has no run after its fed phase"
         onset = time.monotonic()
         done = threading.Event()
-        threading.Thread(
-            target=lambda: (run_for(60, 0.8), done.set()), daemon=True
-        ).start()  # keeps starving while we wait
+
+        def starve() -> None:
+            run_for(60, 0.8)
+            done.set()
+
+        threading.Thread(target=starve, daemon=True).start()  # keeps starving while we wait
         arrived = _arrival(live, "verdict", _is_verdict(run_id, "highly_input_bound"))
         return arrived - onset
     finally:

@@ -62,18 +62,18 @@ class TimedStokerCallback(StokerCallback):
     end_s: list[float] = []
     wrap_s: list[float] = []
 
-    def wrap(self, dataset):  # type: ignore[no-untyped-def]
+    def wrap(self, dataset):
         started = time.perf_counter()
         wrapped = super().wrap(dataset)
         TimedStokerCallback.wrap_s.append(time.perf_counter() - started)
         return wrapped
 
-    def on_train_begin(self, logs=None):  # type: ignore[no-untyped-def]
+    def on_train_begin(self, logs=None):
         started = time.perf_counter()
         super().on_train_begin(logs)
         TimedStokerCallback.begin_s.append(time.perf_counter() - started)
 
-    def on_train_end(self, logs=None):  # type: ignore[no-untyped-def]
+    def on_train_end(self, logs=None):
         started = time.perf_counter()
         super().on_train_end(logs)
         TimedStokerCallback.end_s.append(time.perf_counter() - started)

@@ -58,7 +58,7 @@ class Batches(keras.utils.PyDataset):
         return b, b[:, :1]
 
 
-class Slow(torch.utils.data.Dataset):  # type: ignore[type-arg]
+class Slow(torch.utils.data.Dataset):
     def __init__(self, x: np.ndarray, delay_s: float) -> None:
         self.x, self.delay_s = torch.from_numpy(x), delay_s
 

@@ -104,6 +104,7 @@ def run_case(server: ServerProcess, case: Case, args: argparse.Namespace, index:
     else:
         wait_for(lambda: any(r["name"] == name for r in server.get("/api/v1/runs")["data"]),
                  timeout_s=60, what="the run")  # fmt: skip
+    assert server.process is not None  # started
     process = psutil.Process(server.process.pid)
     cpu_before = sum(process.cpu_times()[:2])
     start_file.touch()
@@ -113,6 +114,7 @@ def run_case(server: ServerProcess, case: Case, args: argparse.Namespace, index:
                       if r["name"] == name and r["status"] == "finished"), None),
         timeout_s=60, what="the run finished",
     )  # fmt: skip
+    assert run is not None  # wait_for returns a truthy value
     cpu = sum(process.cpu_times()[:2]) - cpu_before
     done.set()
     if browser is not None:

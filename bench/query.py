@@ -104,12 +104,14 @@ def build(settings: Settings, steps: int, runs: int) -> tuple[list[int], float]:
                 ),
                 {"new": run.id, "old": long_run.id},
             )
+        assert run.id is not None
         ids.append(run.id)
     for i in range(runs - 5):
         with Session(engine) as session:
             run, _ = open_run(
                 session=session, hello=_hello(f"small-{i}", project=f"p{i % 7}", tags=["a"])
             )
+            assert run.id is not None
             store_batches(session=session, jobs=[BatchJob(run.id, "bench:0", 0, _batch(1, 0, 200))])
     engine.dispose()
     return ids, time.perf_counter() - started

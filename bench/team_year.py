@@ -47,7 +47,7 @@ from typing import Any
 import httpx
 import numpy as np
 from sqlalchemy import insert, text, update
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from bench.query import _time
 from stoker_server.core.db import make_engine
@@ -223,15 +223,15 @@ def store_raw(engine: Any, job: Job, rng: np.random.Generator) -> None:
         with Session(engine) as session:
             end_run(session=session, run_id=job.run_id, status=job.status, rank=rank)
     with Session(engine) as session:
-        session.exec(  # type: ignore[call-overload]
+        session.connection().execute(
             update(Run)
-            .where(Run.id == job.run_id)
+            .where(col(Run.id) == job.run_id)
             .values(started_at=_utc(job.start), ended_at=_utc(job.end), last_seen_at=_utc(job.end))
         )
         session.commit()
-        run = session.get(Run, job.run_id)
-        assert run is not None
-        job.stats = run.stats
+        stored = session.get(Run, job.run_id)
+        assert stored is not None
+        job.stats = stored.stats
 
 
 def store_rest(engine: Any, jobs: list[Job], templates: list[Job]) -> None:
@@ -263,15 +263,15 @@ def store_rest(engine: Any, jobs: list[Job], templates: list[Job]) -> None:
         with Session(engine, expire_on_commit=False) as session:
             session.add_all(runs)
             session.commit()
-            rows = []
+            epoch_rows: list[dict[str, Any]] = []
             for job, run in zip(part, runs, strict=True):
                 job.run_id = run.id or 0
                 columns = epochs(job)
-                rows += [
+                epoch_rows += [
                     {"run_id": job.run_id, "epoch": e, "step": s, "t": t, "name": n, "value": v}
                     for e, s, t, n, v in zip(*columns.values(), strict=True)
                 ]
-            session.exec(insert(EpochMetric), params=rows)  # type: ignore[call-overload]
+            session.connection().execute(insert(EpochMetric), epoch_rows)
             session.commit()
 
 
@@ -302,9 +302,9 @@ def store_alerts(engine: Any, jobs: list[Job]) -> int:
                            "data": {"share": job.wait_share}})  # fmt: skip
     with Session(engine) as session:
         if alerts:
-            session.exec(insert(Alert), params=alerts)  # type: ignore[call-overload]
+            session.connection().execute(insert(Alert), alerts)
         if events:
-            session.exec(insert(RunEvent), params=events)  # type: ignore[call-overload]
+            session.connection().execute(insert(RunEvent), events)
         session.commit()
     return len(alerts)
 
@@ -419,7 +419,7 @@ def bench_database(kind: str, args: argparse.Namespace, jobs: list[Job], tmp: Pa
                      key=lambda j: j.duration_s, default=old)  # fmt: skip
         compared = sorted(raw, key=lambda j: -j.duration_s)[:5]
         since = datetime.fromtimestamp(now - args.days * 86400, UTC).isoformat()
-        pages = {
+        pages: dict[str, tuple[str, dict[str, Any]]] = {
             "runs list": ("/api/v1/runs", {}),
             "step chart, old run": (f"/api/v1/runs/{old.run_id}/steps", {"max_points": 2000}),
             "step chart, recent run": (

@@ -35,6 +35,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from websockets.asyncio.client import connect
@@ -213,7 +214,7 @@ async def split_load(servers: list[ServerProcess], agents: int, seconds: float) 
     batch, window = 1000, 2
     frames = int(seconds * TARGET_ROWS_PER_S * 2 / agents / batch) + 10
     payloads = [_frame(seq, (seq - 1) * batch, batch) for seq in range(1, frames + 1)]
-    outs = [{"latencies": [], "rows": 0, "last_ack": 0.0} for _ in servers]
+    outs: list[dict[str, Any]] = [{"latencies": [], "rows": 0, "last_ack": 0.0} for _ in servers]
     start = time.perf_counter()
     await asyncio.gather(
         *(_agent(f"{servers[i % len(servers)].ws_url}/api/v1/agent", payloads, batch, window,

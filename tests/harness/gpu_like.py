@@ -27,7 +27,7 @@ def _keras() -> Any:
     return tf.keras
 
 
-class DeviceHold(_keras().layers.Layer):
+class DeviceHold(_keras().layers.Layer):  # type: ignore[misc]  # Keras chosen at run time
     """Holds the step for `hold_s` after the batch arrived, without the CPU; identity output."""
 
     def __init__(self, hold_s: float, **kwargs: Any) -> None:
@@ -82,7 +82,7 @@ def sleep_per_batch(dataset: Any, delay_s: float, *, parallel: int | None = None
     return mapped.with_options(options)
 
 
-class _StepClock(_keras().callbacks.Callback):
+class _StepClock(_keras().callbacks.Callback):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.begins: list[float] = []
@@ -110,7 +110,7 @@ def measure_step_s(model: Any, dataset: Any, *, steps: int = 12) -> float:
 
 
 def steps_per_execution(model: Any) -> int:
-    value = getattr(model, "steps_per_execution", 1) or 1
+    value: Any = getattr(model, "steps_per_execution", 1) or 1
     try:
         return max(1, int(value))
     except TypeError:
