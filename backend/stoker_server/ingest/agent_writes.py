@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, update
 from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select
 
 from stoker_server.core.db import placeholder
@@ -115,8 +116,8 @@ def store_batch(
 # Built once: SQLAlchemy caches their compiled form, and building an expression per batch
 # cost more than executing it.
 _RUN_STATE = sa_select(
-    col(Run.stats), col(Run.name), col(Run.tags), col(Run.notes), col(Run.status)
-).where(col(Run.id) == bindparam("run_id"))
+    col(Run.id), col(Run.stats), col(Run.name), col(Run.tags), col(Run.notes), col(Run.status)
+).where(col(Run.id).in_(bindparam("run_ids", expanding=True)))
 _RUN_UPDATE = (
     update(Run)
     .where(col(Run.id) == bindparam("run_id"))
@@ -131,29 +132,30 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
     result is the run's fresh `BATCH_RUN_FIELDS`. Each run's row and each stream's cursor is
     read and written once per group; each batch's sections are stored by `SECTIONS`.
     """
+    if not jobs:
+        return []
     connection = session.connection()
     mark = placeholder(connection)
     rows = GroupRows(connection)
-    cursors: dict[tuple[int, str], int] = {}
+    # The group's runs and their streams' cursors, read in one statement each: a team's group
+    # holds batches of many agents, and a statement per stream and per run was a round trip
+    # each on the writer's one thread.
+    run_ids = sorted({job.run_id for job in jobs})
+    cursors = _stored_cursors(connection, run_ids)
+    states = {row.id: row for row in connection.execute(_RUN_STATE, {"run_ids": run_ids})}
     runs: dict[int, dict[str, Any]] = {}
     results: list[dict[str, Any] | None] = []
     for job in jobs:
         key = (job.run_id, job.stream)
-        if key not in cursors:
-            cursors[key] = (
-                connection.exec_driver_sql(
-                    f"SELECT last_seq FROM ingestcursor WHERE run_id = {mark} AND stream = {mark}",
-                    key,
-                ).scalar()
-                or 0
-            )
-        if job.batch.seq <= cursors[key]:
+        if job.batch.seq <= cursors.setdefault(key, 0):
             results.append(None)
             continue
         cursors[key] = job.batch.seq
         run = runs.get(job.run_id)
         if run is None:
-            row = connection.execute(_RUN_STATE, {"run_id": job.run_id}).one()
+            row = states.get(job.run_id)
+            if row is None:
+                raise LookupError(f"run {job.run_id} does not exist (deleted meanwhile?)")
             run = runs[job.run_id] = {
                 "stats": row.stats, "name": row.name, "tags": row.tags, "notes": row.notes,
                 "status": row.status, "dirty_streams": set(),
@@ -163,22 +165,41 @@ def store_batches(*, session: Session, jobs: Sequence[BatchJob]) -> list[dict[st
         results.append(run)
     rows.finish()
     now = utc_now()
-    for run_id, run in runs.items():
+    for run in runs.values():
         run["summary"] = stored_summary(run["stats"])
         run["last_seen_at"] = now
+    if runs:
         connection.execute(
             _RUN_UPDATE,
-            {"run_id": run_id, "stats": run["stats"], "summary": run["summary"], "now": now},
+            [
+                {"run_id": run_id, "stats": run["stats"], "summary": run["summary"], "now": now}
+                for run_id, run in runs.items()
+            ],
         )
-        for stream in run["dirty_streams"]:
-            connection.exec_driver_sql(
-                "INSERT INTO ingestcursor (run_id, stream, last_seq) "
-                f"VALUES ({mark}, {mark}, {mark}) "
-                "ON CONFLICT (run_id, stream) DO UPDATE SET last_seq = excluded.last_seq",
-                (run_id, stream, cursors[(run_id, stream)]),
-            )
+        executemany(
+            connection,
+            "INSERT INTO ingestcursor (run_id, stream, last_seq) "
+            f"VALUES ({mark}, {mark}, {mark}) "
+            "ON CONFLICT (run_id, stream) DO UPDATE SET last_seq = excluded.last_seq",
+            [
+                (run_id, stream, cursors[(run_id, stream)])
+                for run_id, run in runs.items()
+                for stream in sorted(run["dirty_streams"])
+            ],
+        )
     session.commit()
     return [None if r is None else {k: r[k] for k in BATCH_RUN_FIELDS} for r in results]
+
+
+def _stored_cursors(connection: Connection, run_ids: Sequence[int]) -> dict[tuple[int, str], int]:
+    """The last stored seq of every stream of `run_ids`."""
+    mark = placeholder(connection)
+    stored = connection.exec_driver_sql(
+        "SELECT run_id, stream, last_seq FROM ingestcursor "
+        f"WHERE run_id IN ({', '.join([mark] * len(run_ids))})",
+        tuple(run_ids),
+    ).all()
+    return {(run_id, stream): last_seq for run_id, stream, last_seq in stored}
 
 
 def _store_sections(rows: GroupRows, job: BatchJob, stats: dict[str, Any]) -> dict[str, Any]:
