@@ -121,3 +121,74 @@ def test_every_section_is_stored_and_summarised_once(database: str, tmp_path: Pa
 
 def test_every_wire_section_has_a_unit_that_stores_it() -> None:
     assert list(SECTIONS) == [name for name in Batch.model_fields if name not in ("type", "seq")]
+
+
+def _steps_batch(seq: int, first: int, n: int) -> Batch:
+    steps = list(range(first, first + n))
+    return Batch.model_validate(
+        {"type": "batch", "seq": seq,
+         "steps": {"step": steps, "t": [T0 + s for s in steps], "dur": [0.1] * n}}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("database", DATABASES, indirect=True)
+def test_a_group_of_many_runs_and_streams_is_stored_once(database: str, tmp_path: Path) -> None:
+    """A group's runs and cursors are read and written once each: batches of three runs and
+    four streams, replays among them, across two groups; a run deleted meanwhile fails its
+    group (the writer then stores the others one by one)."""
+    engine = make_engine(Settings(data_dir=tmp_path, database_url=database))
+    with Session(engine, expire_on_commit=False) as session:
+        hellos = {
+            key: Hello(type="hello", protocol=1, run_key=f"group-{name}", host="h", rank=rank)
+            for key, name, rank in (("a0", "run-a", 0), ("a1", "run-a", 1), ("b0", "run-b", 0),
+                                    ("c0", "run-c", 0))
+        }  # fmt: skip
+        ids = {key: open_run(session=session, hello=hello)[0].id for key, hello in hellos.items()}
+
+        def job(key: str, seq: int, first: int, n: int) -> BatchJob:
+            run_id = ids[key]
+            assert run_id is not None
+            return BatchJob(
+                run_id, hellos[key].stream, hellos[key].rank, _steps_batch(seq, first, n)
+            )
+
+        first = store_batches(
+            session=session,
+            jobs=[
+                job("a0", 1, 0, 10),
+                job("a1", 1, 0, 7),
+                job("b0", 1, 0, 5),
+                job("a0", 2, 10, 10),
+            ],
+        )
+        assert [r is not None for r in first] == [True] * 4
+        second = store_batches(
+            session=session,
+            jobs=[job("a0", 2, 10, 10), job("a1", 2, 7, 3), job("c0", 1, 0, 4), job("b0", 1, 0, 5),
+                  job("a0", 1, 0, 10)],
+        )  # fmt: skip
+        assert [r is not None for r in second] == [False, True, True, False, False]
+        cursors = (
+            session.connection()
+            .execute(
+                text("SELECT run_id, stream, last_seq FROM ingestcursor ORDER BY run_id, stream")
+            )
+            .all()
+        )
+        assert sorted(tuple(c) for c in cursors) == sorted(
+            [(ids["a0"], "h:0", 2), (ids["a1"], "h:1", 2), (ids["b0"], "h:0", 1),
+             (ids["c0"], "h:0", 1)]
+        )  # fmt: skip
+        stored = {key: _count(session, "stepchunk", run_id) for key, run_id in ids.items()}
+        assert stored == {"a0": 30, "a1": 30, "b0": 5, "c0": 4}  # a0 and a1: one run
+        # A run's summary counts its furthest worker's steps: 20 for a (its rank 1 has 10).
+        for key, steps in (("a0", 20), ("b0", 5), ("c0", 4)):
+            run = session.get(Run, ids[key])
+            assert run is not None
+            session.refresh(run)
+            assert run.summary["steps"] == steps
+
+        with pytest.raises(LookupError, match="does not exist"):
+            store_batches(session=session, jobs=[BatchJob(10**6, "h:0", 0, _steps_batch(1, 0, 3))])
+        session.rollback()
+    engine.dispose()
