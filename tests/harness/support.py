@@ -146,15 +146,14 @@ class ServerProcess:
 
     def steps(self, run_id: int, rank: int | None = None) -> "StepArrays":
         """A run's stored raw steps, read from the server's SQLite store."""
-        from stoker_server.core.step_chunks import decode
+        from stoker_server.core.step_chunks import SELECT_CHUNKS, decode
 
         where, params = "run_id = ?", [run_id]
         if rank is not None:
             where, params = where + " AND rank = ?", [run_id, rank]
         return decode(
             self.rows(
-                "SELECT rank, n, step, t, dur, wait, batch_size FROM stepchunk "
-                f"WHERE {where} ORDER BY rank, first_step",
+                f"{SELECT_CHUNKS} WHERE {where} ORDER BY rank, first_step",
                 *params,
             )
         )

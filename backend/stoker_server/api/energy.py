@@ -11,7 +11,6 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-import numpy as np
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlmodel import Session, col
@@ -78,9 +77,7 @@ def run_energy(
     integrated = {(rank, gpu) for rank, gpu, _, _, flag in device if flag}
     steps: dict[int, tuple[list[float], list[float], list[float | None]]] = {}
     if device:
-        stored = read_steps(session.connection(), run_id)
-        for rank in np.unique(stored.rank).tolist():
-            of_rank = stored.where(stored.rank == rank)
+        for rank, of_rank in read_steps(session.connection(), run_id).by_rank():
             steps[rank] = (of_rank.t.tolist(), of_rank.dur.tolist(), of_rank.wait_or_none())
     split = split_energy(
         [(rank, gpu, t, float(joules)) for rank, gpu, t, joules, _ in device], steps

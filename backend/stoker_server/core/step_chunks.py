@@ -10,7 +10,7 @@ A chunk's steps are sorted and span fewer than CHUNK_SPAN step numbers, so a ran
 are found by first_step alone: those with first_step in (first - CHUNK_SPAN, last].
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,8 @@ COLUMNS = (
     "step", "t", "dur", "wait", "batch_size",
 )  # fmt: skip
 PG_TYPES = ["int4", "int4", "int8", "int8", "float8", "float8", "int4"] + ["bytea"] * 5
+# What `decode` takes, per chunk row.
+SELECT_CHUNKS = "SELECT rank, n, step, t, dur, wait, batch_size FROM stepchunk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,18 @@ class StepArrays:
 
     def batch_size_or_none(self) -> list[int | None]:
         return [None if b == UNKNOWN_BATCH_SIZE else b for b in self.batch_size.tolist()]
+
+    def by_rank(self) -> Iterator[tuple[int, "StepArrays"]]:
+        """Each rank's steps, ranks in order."""
+        for rank in np.unique(self.rank).tolist():
+            yield rank, self.where(self.rank == rank)
+
+    def window_arrays(self) -> tuple[np.ndarray, ...]:
+        """step, t, dur, wait and batch_size as the detectors' window takes them
+        (RunWindow.add_step_arrays: floats, NaN where unknown)."""
+        known = self.batch_size != UNKNOWN_BATCH_SIZE
+        batch_size = np.where(known, self.batch_size, np.nan).astype(np.float64)
+        return (self.step, self.t, self.dur, self.wait, batch_size)
 
 
 def chunk_rows(
@@ -158,8 +172,7 @@ def read_steps(
         where.append(f"first_t <= {mark}")
         params.append(t_max)
     rows = connection.exec_driver_sql(
-        "SELECT rank, n, step, t, dur, wait, batch_size FROM stepchunk "
-        f"WHERE {' AND '.join(where)} ORDER BY rank, first_step",
+        f"{SELECT_CHUNKS} WHERE {' AND '.join(where)} ORDER BY rank, first_step",
         tuple(params),
     ).all()
     steps = decode(rows)
@@ -181,8 +194,7 @@ def read_latest_steps(
     """The last `count` steps of a rank (by step) at or before `t_max`, in step order."""
     mark = placeholder(connection)
     rows = connection.exec_driver_sql(
-        "SELECT rank, n, step, t, dur, wait, batch_size FROM stepchunk "
-        f"WHERE run_id = {mark} AND rank = {mark} AND first_t <= {mark} "
+        f"{SELECT_CHUNKS} WHERE run_id = {mark} AND rank = {mark} AND first_t <= {mark} "
         f"ORDER BY first_step DESC LIMIT {mark}",
         # Chunks of a few steps (a slow run's batches): enough of them for `count` steps.
         # One more: the newest chunk read may end past t_max.

@@ -108,13 +108,8 @@ def window_from_db(
     last_t = run.stats.get("last_t")
     if last_t is not None:
         steps = read_steps(session.connection(), run.id, t_min=last_t - window_s - 1)
-        for rank in np.unique(steps.rank).tolist():
-            of_rank = steps.where(steps.rank == rank)
-            window.add_steps(
-                now=0.0, step=of_rank.step.tolist(), t=of_rank.t.tolist(),
-                dur=of_rank.dur.tolist(), wait=of_rank.wait_or_none(),
-                batch_size=of_rank.batch_size_or_none(), rank=rank,
-            )  # fmt: skip
+        for rank, of_rank in steps.by_rank():
+            window.add_step_arrays(now=0.0, arrays=of_rank.window_arrays(), rank=rank)
     device = _last_window(session, DeviceSample, run_id=run.id, window_s=window_s)
     if device:
         window.add_device(
