@@ -2,7 +2,6 @@
 
 import asyncio
 import contextlib
-import faulthandler
 import os
 import socket
 import sqlite3
@@ -10,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,8 +50,38 @@ def wait_for(
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or condition}")
+            raise AssertionError(
+                f"timed out after {timeout_s}s waiting for {what or condition}\n" + thread_stacks()
+            )
         time.sleep(interval_s)
+
+
+def thread_stacks(frames_per_thread: int = 12) -> str:
+    """Where every thread of this process is now, newest frames last: a wait that timed out
+    says whether the training, the agent's sender or a finalizer held it up."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        stack = "".join(traceback.format_stack(frame)[-frames_per_thread:])
+        parts.append(f"--- thread {names.get(ident, ident)} ---\n{stack}")
+    return "".join(parts) + native_stacks()
+
+
+def native_stacks() -> str:
+    """Every thread's native stack too (py-spy, a dev dependency), where one is installed: a
+    thread stuck in C code (a finalizer run by the garbage collector, a TensorFlow call) shows
+    there, and only there."""
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.exists():
+        return ""
+    try:
+        dump = subprocess.run(
+            [str(spy), "dump", "--native", "--pid", str(os.getpid())],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"--- py-spy failed: {error} ---\n"
+    return f"--- native stacks (py-spy) ---\n{dump.stdout}{dump.stderr}"
 
 
 def run_coroutine(coroutine: Coroutine[Any, Any, T], *, timeout_s: float = 60.0) -> T:
@@ -68,9 +98,7 @@ def run_coroutine(coroutine: Coroutine[Any, Any, T], *, timeout_s: float = 60.0)
     runner = threading.Thread(target=run, daemon=True)
     runner.start()
     runner.join(timeout_s)
-    if not outcome:  # every thread's stack, to show where it hangs
-        faulthandler.dump_traceback(all_threads=True)
-    assert outcome, f"the coroutine did not finish within {timeout_s} s"
+    assert outcome, f"the coroutine did not finish within {timeout_s} s\n{thread_stacks()}"
     result, error = outcome[0]
     if error is not None:
         raise error
