@@ -117,8 +117,12 @@ def test_a_server_down_at_the_second_fit_loses_nothing(
         # The next fit of this process sends what the earlier one left, with no command.
         _fit(model, data, "after", server.url)
         assert trainer_agent.flush(60)
-        wait_for(lambda: len(_runs_by_name(server)) == 3, what="the spooled run uploaded")
-        runs = _runs_by_name(server)
+        # The spooled run's hello makes it appear; its end is stored after its batches.
+        runs = wait_for(
+            lambda: (r := _runs_by_name(server)) and len(r) == 3
+            and all(run["status"] != "running" for run in r.values()) and r,
+            what="the spooled run uploaded to its end",
+        )  # fmt: skip
         for name in ("before", "while-down", "after"):
             run = runs[name]
             assert run["status"] == "finished"
