@@ -13,11 +13,16 @@ from tests.harness.support import REPO, ServerProcess
 
 tf = pytest.importorskip("tensorflow")
 
-from tests.harness.gpu_like import measure_step_s, starving_delay_s  # noqa: E402  (needs TensorFlow)
+from tests.harness.gpu_like import (  # noqa: E402  (needs TensorFlow)
+    held_model,
+    measure_step_s,
+    starving_delay_s,
+)
 
 pytestmark = pytest.mark.tf_matrix  # also on the oldest TF and tf_keras: make test-tf-matrix
 
 BATCH = 16
+MIRRORED_HOLD_S = 0.02  # the held step under MirroredStrategy
 
 
 def _model(steps_per_execution: int = 1) -> "tf.keras.Model":
@@ -184,9 +189,11 @@ def test_fit_under_mirrored_strategy_reports_steps_and_waits(server: ServerProce
 
     strategy = tf.distribute.MirroredStrategy()
     with strategy.scope():
-        model = _model()
-    # The delay follows the mirrored model's own step, several times the plain one's: from
-    # the plain step, the input waited only 0.29 of the time under two pytest workers.
+        # Each replica's step held like a device's (a sleep): real compute shared the CPUs
+        # with the pipeline and the other pytest worker, and its step measured before the fit
+        # was not the step during it (the input waited 0.26 of the time once in CI).
+        model = held_model(8, MIRRORED_HOLD_S)
+    # The delay follows the mirrored model's own step, several times the plain one's.
     delay_s = starving_delay_s(measure_step_s(model, _dataset(20)), floor_s=0.04)
     callback = StokerCallback(run_name="mirrored", server=server.url)
     dataset = callback.wrap(_dataset(10, delay_s))
