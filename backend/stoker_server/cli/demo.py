@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from stoker_server.core.figures import share_text
 from stoker_server.core.settings import Settings
 
 
@@ -126,7 +127,7 @@ def report_run(server_url: str, run_id: int | None) -> None:
         print(f"  (could not read the diagnosis: {error})", flush=True)
         return
     share = diagnosis.get("input_wait_share")
-    figure = "" if share is None else f", input wait {share * 100:.1f} %"
+    figure = "" if share is None else f", input wait {share_text(share)}"
     if diagnosis.get("source") == "fallback":
         figure += ", inferred: input wait not measured"
     words = diagnosis.get("verdict_label") or diagnosis["verdict"]

@@ -41,11 +41,6 @@ def shown_share(share: float) -> float:
     return round(share, SHARE_DECIMALS)
 
 
-def share_text(share: float) -> str:
-    """An input-wait share written as every surface writes it: "5.1 %"."""
-    return f"{shown_share(share) * 100:.1f} %"
-
-
 class InputBoundThresholds(BaseModel):
     """The shares of step time spent waiting for input from which steps are highly and
     moderately input-bound (a share at a threshold is at that level)."""

@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stoker_server.core.levels import VERDICT_WORDS, share_text
+from stoker_server.core.figures import share_text
+from stoker_server.core.levels import VERDICT_WORDS
 from stoker_server.core.models import (
     AlertMetric,
     AlertPublic,
@@ -131,13 +132,15 @@ class FirstSteps:
 
 def verdict_event_message(diagnosis: Diagnosis, previous: Diagnosis | None) -> str:
     """A verdict change as its event says it, in the words and the rounding every surface uses
-    (levels.VERDICT_WORDS, levels.share_text): "verdict not input-bound → moderately
-    input-bound (input wait 5.0 % of step time)"; a run's first verdict has no "from"."""
+    (levels.VERDICT_WORDS, figures.share_text), its window named: "verdict not input-bound →
+    moderately input-bound (input wait 5.0 % of step time over the last 30 s)"; a run's first
+    verdict has no "from"."""
     words = VERDICT_WORDS[diagnosis.verdict]
     if previous is not None:
         words = f"{VERDICT_WORDS[previous.verdict]} → {words}"
     share = diagnosis.input_wait_share
-    detail = f" (input wait {share_text(share)} of step time)" if share is not None else ""
+    over = f" over the {diagnosis.window_label}" if diagnosis.window_label else ""
+    detail = f" (input wait {share_text(share)} of step time{over})" if share is not None else ""
     return f"verdict {words}{detail}"
 
 

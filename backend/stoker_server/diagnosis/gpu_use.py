@@ -17,6 +17,7 @@ silent, never guessed from utilization alone.
 
 from typing import Any
 
+from stoker_server.core.figures import percent_text
 from stoker_server.diagnosis.verdict import Evidence, GpuFinding
 
 LAUNCH_BOUND_UTIL = 80.0  # NVML utilization at least this ...
@@ -72,10 +73,6 @@ def _ev(key: str, value: float, text: str) -> Evidence:
     return Evidence(key=key, value=value, text=text)
 
 
-def _pct(value: float) -> str:
-    return f"{value:.0f} %"
-
-
 def _gib(value: float) -> str:
     return f"{value / 2**30:.1f} GiB"
 
@@ -93,12 +90,14 @@ def gpu_findings(summary: dict[str, Any], environment: dict[str, Any]) -> list[G
     spe = _number(environment.get("steps_per_execution"))
 
     if util is not None and sm is not None and util >= LAUNCH_BOUND_UTIL and sm < LAUNCH_BOUND_SM:
+        busy = percent_text(util)
         evidence = [
-            _ev("gpu_util_mean", util, f"GPU utilization {_pct(util)} (NVML: some kernel ran)"),
-            _ev("sm_util_mean", sm, f"but only {_pct(sm)} of the SMs were busy (GPM)"),
+            _ev("gpu_util_mean", util, f"GPU utilization {busy} (NVML: some kernel ran)"),
+            _ev("sm_util_mean", sm, f"but only {percent_text(sm)} of the SMs were busy (GPM)"),
         ]
         if occupancy is not None:
-            evidence.append(_ev("sm_occupancy_mean", occupancy, f"SM occupancy {_pct(occupancy)}"))
+            occupied = f"SM occupancy {percent_text(occupancy)}"
+            evidence.append(_ev("sm_occupancy_mean", occupancy, occupied))
         advice = ["Use larger batches: each kernel then has enough work to fill the SMs."]
         if jit is not True:
             advice.append(
@@ -173,7 +172,7 @@ def gpu_findings(summary: dict[str, Any], environment: dict[str, Any]) -> list[G
                         key="peak_tf_memory_bytes",
                         value=tf_peak,
                         text=f"allocator peak {_gib(tf_peak)} of {_gib(total)} "
-                        f"({tf_peak / total:.0%})",
+                        f"({percent_text(tf_peak / total * 100)})",
                     ),
                 ],
                 advice=[
@@ -196,13 +195,13 @@ def gpu_findings(summary: dict[str, Any], environment: dict[str, Any]) -> list[G
                 key="peak_memory_bytes",
                 value=used_peak,
                 text=f"NVML shows {_gib(used_peak)} of {_gib(total)} taken "
-                f"({used_peak / total:.0%})",
+                f"({percent_text(used_peak / total * 100)})",
             ),
             Evidence(
                 key="peak_tf_memory_bytes",
                 value=tf_peak,
                 text=f"while TensorFlow's allocator used at most {_gib(tf_peak)} "
-                f"({tf_peak / total:.0%})",
+                f"({percent_text(tf_peak / total * 100)})",
             ),
         ]
         if off:

@@ -10,17 +10,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from stoker_server.core.figures import count_text, ms_text, percent_text, share_text
 from stoker_server.core.levels import (
     HIGHLY_INPUT_BOUND,
     MODERATELY_INPUT_BOUND,
     VERDICT_WORDS,
     Verdict,
     input_bound_verdict,
-    share_text,
     shown_share,
 )
 from stoker_server.diagnosis.stragglers import find_straggler, worker_timings
-from stoker_server.diagnosis.units import ms
 from stoker_server.diagnosis.window import RunWindow
 
 # Fallback (no measured wait): what utilization and host CPU levels mean.
@@ -119,6 +118,15 @@ class _Findings:
             return WHOLE_RUN
         return f"last {self.window.window_s:g} s"
 
+    @property
+    def steps(self) -> int:
+        """The steps the input-wait figure covers: the whole run's (its summary's count), or
+        the window's."""
+        whole = self.window.whole_run
+        if whole is not None and self.window_label == WHOLE_RUN:
+            return whole.steps
+        return self.window.step_count
+
     def add(self, key: str, value: Any, text: str) -> None:
         self.evidence.append(Evidence(key=key, value=value, text=text))
 
@@ -131,7 +139,7 @@ class _Findings:
             source=self.source,
             window_s=self.window.window_s,
             window_label=self.window_label,
-            steps_in_window=self.window.step_count,
+            steps_in_window=self.steps,
             evidence=self.evidence,
             advice=once(self.advice),
         )
@@ -189,16 +197,17 @@ def _stalled(
         "stall_threshold_s",
         round(limit, 1),
         f"stall threshold {limit:.0f} s = max({min_s:g} s, "
-        f"{step_factor:g} x median step time {ms(median or 0)})",
+        f"{step_factor:g} x median step time {ms_text(median or 0)} of the last "
+        f"{len(window.recent_durations)} steps)",
     )
     add("agent_connected", True, "the training process is still connected")
     recent_util = [r.util for r in window.recent_device(10.0) if r.util is not None]
     if recent_util:
         u = sum(recent_util) / len(recent_util)
-        add("gpu_util_pct", round(u, 1), f"GPU utilization {u:.0f} % in the last samples")
+        add("gpu_util_pct", round(u, 1), f"GPU utilization {percent_text(u)} in the last samples")
         if u >= LOW_UTIL_PCT:
             advice.append(
-                f"The GPU is busy ({u:.0f} %) but no step completes: typical of a hung "
+                f"The GPU is busy ({percent_text(u)}) but no step completes: typical of a hung "
                 "collective (all-reduce) in a distributed job. Check that every worker "
                 "is alive and not out of memory; one stuck replica stalls them all."
             )
@@ -217,17 +226,37 @@ def _stalled(
     return found.result(Verdict.stalled, found.share)
 
 
+def _step_time(found: _Findings) -> None:
+    """The step time beside the input-wait figure, over the same steps: an ended run's
+    median over the whole run (its summary's, the figure the run page and the list show),
+    else the mean over the window (the window keeps sums, not every step)."""
+    whole = found.window.whole_run
+    if whole is not None and found.window_label == WHOLE_RUN and whole.median_step_s is not None:
+        median = whole.median_step_s
+        found.add(
+            "median_step_ms",
+            round(median * 1000, 2),
+            f"median step time {ms_text(median)} over the whole run",
+        )
+    elif found.mean_step is not None:
+        mean = found.mean_step
+        found.add(
+            "mean_step_ms",
+            round(mean * 1000, 2),
+            f"mean step time {ms_text(mean)} over the {found.window_label}",
+        )
+
+
 def _describe(found: _Findings, *, min_steps: int) -> None:
     """The evidence every verdict but a stall shows: step time, device and host load, the
     pipeline's shape, a straggling worker."""
     add, pipeline = found.add, found.pipeline
-    mean_step, util, cpu = found.mean_step, found.util, found.cpu
-    if mean_step is not None:
-        add("mean_step_ms", round(mean_step * 1000, 2), f"mean step time {ms(mean_step)}")
+    util, cpu = found.util, found.cpu
+    _step_time(found)
     if util is not None:
-        add("gpu_util_pct", round(util, 1), f"GPU utilization averages {util:.0f} %")
+        add("gpu_util_pct", round(util, 1), f"GPU utilization averages {percent_text(util)}")
     if cpu is not None:
-        add("host_cpu_pct", round(cpu, 1), f"host CPU busy {cpu:.0f} %")
+        add("host_cpu_pct", round(cpu, 1), f"host CPU busy {percent_text(cpu)}")
     if "prefetch" in pipeline:
         has = bool(pipeline["prefetch"])
         add("prefetch", has, "the pipeline prefetches" if has else "the pipeline does not prefetch")
@@ -267,19 +296,13 @@ def _measured(found: _Findings, *, min_steps: int, highly: float, moderately: fl
         )
         found.advice.append("Keep training: the verdict appears once enough steps are measured.")
         return found.result(Verdict.insufficient_data, share)
-    if whole is not None:
-        means = (whole.mean_wait_s, whole.mean_step_s)
-        over = "over the whole run"
-    else:
-        means = window.mean_waited_s() or (None, None)
-        over = f"over the {found.window_label}"
-    per_step_wait, per_step = means
-    assert per_step_wait is not None and per_step is not None  # waited >= min_steps
+    timed = whole.timed_steps if whole is not None else window.step_count
+    measured = "" if waited >= timed else f", input wait measured on {count_text(waited)}"
     found.add(
         "input_wait_share",
         shown_share(share),
-        f"input wait is {share_text(share)} of step time {over} "
-        f"({waited:,} steps: {ms(per_step_wait)} waiting of {ms(per_step)} per step)",
+        f"input wait is {share_text(share)} of step time over the {found.window_label} "
+        f"({count_text(found.steps)} steps{measured})",
     )
     executed = _steps_per_execution(window.environment)
     if executed > 1:
@@ -307,7 +330,9 @@ def _inferred(found: _Findings, *, min_steps: int) -> Diagnosis:
     )
     cv = window.step_cv()
     if cv is not None:
-        found.add("step_time_cv", round(cv, 3), f"step time varies by {cv * 100:.0f} % (std/mean)")
+        found.add(
+            "step_time_cv", round(cv, 3), f"step time varies by {percent_text(cv * 100)} (std/mean)"
+        )
     n = window.step_count
     if n < min_steps or util is None:
         if n >= min_steps and util is None:
@@ -424,9 +449,9 @@ def input_advice(
         advice.append(left.pop(0))
     if cpu is not None and cpu >= CPU_SATURATED_PCT:
         advice.append(
-            f"The host CPU is saturated ({cpu:.0f} %): preprocessing is CPU-bound. Do less of "
-            "it per step: preprocess offline what does not change between epochs (resize and "
-            "normalize once), move augmentation onto the device (Keras preprocessing layers "
+            f"The host CPU is saturated ({percent_text(cpu)}): preprocessing is CPU-bound. Do "
+            "less of it per step: preprocess offline what does not change between epochs (resize "
+            "and normalize once), move augmentation onto the device (Keras preprocessing layers "
             "inside the model), or give the input more host cores or workers (tf.data service)."
             + (f" Also: {'; '.join(adds)}." if adds else "")
         )
@@ -434,8 +459,8 @@ def input_advice(
     elif idle and (adds or not has.fed):
         io_adds = [a for a in adds if not a.startswith(".cache()")] or adds
         advice.append(
-            f"The host CPU is mostly idle ({cpu:.0f} %) while the step waits: the pipeline is "
-            "I/O-bound or serial." + (f" Try: {'; '.join(io_adds)}." if io_adds else "")
+            f"The host CPU is mostly idle ({percent_text(cpu or 0.0)}) while the step waits: the "
+            "pipeline is I/O-bound or serial." + (f" Try: {'; '.join(io_adds)}." if io_adds else "")
         )
     elif adds:
         what = "; ".join(adds)
@@ -512,14 +537,14 @@ def once(advice: list[str]) -> list[str]:
 def _device_advice(advice: list[str], *, util: float | None, mean_step: float | None) -> None:
     if util is not None and util < LOW_UTIL_PCT:
         advice.append(
-            f"GPU utilization is low ({util:.0f} %) without input wait: steps are too small "
-            "or host-side overhead dominates. Try a larger batch, "
+            f"GPU utilization is low ({percent_text(util)}) without input wait: steps are too "
+            "small or host-side overhead dominates. Try a larger batch, "
             "model.compile(..., jit_compile=True), and steps_per_execution to run several "
             "steps per call."
         )
     elif util is None and mean_step is not None and mean_step < 0.005:
         advice.append(
-            f"Steps are short ({ms(mean_step)}): per-step host overhead may dominate. "
+            f"Steps are short ({ms_text(mean_step)}): per-step host overhead may dominate. "
             "steps_per_execution in compile() and a larger batch help."
         )
     if not advice:
