@@ -63,3 +63,11 @@ def duration_text(seconds: float) -> str:
 def count_text(count: int) -> str:
     """A count with thousands separators: "2,070"."""
     return f"{count:,}"
+
+
+def rate_text(rate: float) -> str:
+    """A rate such as samples per second: "1,234", "123", "12.3", "1.23"."""
+    size = abs(rate)
+    if size >= 1000:
+        return count_text(round(rate))
+    return fixed(rate, 0 if size >= 100 else 1 if size >= 10 else 2)

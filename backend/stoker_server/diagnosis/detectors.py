@@ -16,10 +16,11 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from stoker_server.core.figures import share_text
-from stoker_server.core.levels import VERDICT_WORDS
+from stoker_server.core.levels import VERDICT_WORDS, shown_share
 from stoker_server.core.models import (
     AlertMetric,
     AlertPublic,
@@ -29,6 +30,7 @@ from stoker_server.core.models import (
     RunEventPublic,
     RunPublic,
     RunStatus,
+    utc_now,
 )
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.alerting import (
@@ -40,9 +42,12 @@ from stoker_server.diagnosis.alerting import (
     ParamKey,
     RunFacts,
     Transition,
+    ValueWindows,
     alert_message,
     load_rules,
+    resolution_text,
     seed_default_rules,
+    value_text,
 )
 from stoker_server.diagnosis.alerts_and_events import (
     add_event,
@@ -441,7 +446,9 @@ class Detectors:
         temps = [r.temp_c for r in recent if r.temp_c is not None]
         sms = [r.sm_util for r in recent if r.sm_util is not None]
         tensors = [r.tensor_util for r in recent if r.tensor_util is not None]
+        # As the diagnosis shows it (to a tenth of a percent): the alert says the same figure.
         share = window.input_wait_share() if window.waited_count >= s.diagnosis_min_steps else None
+        share = None if share is None else shown_share(share)
         idle = window.seconds_without_steps(now)
         median = window.median_step_s() or 0.0
         stepping = idle is not None and idle <= max(s.alert_value_window_s, 5 * median)
@@ -527,12 +534,24 @@ class Detectors:
         run_id = None if transition.run_id == SERVER_RUN_ID else transition.run_id
         window = self.windows.get(transition.run_id)
         run_name = window.name if window else str(run_id) if run_id is not None else None
-        message = alert_message(rule, transition.state, transition.value, run_name)
-        note = transition.message
-        if not note and AlertMetric(rule.metric) == AlertMetric.run_failed:
+        windows = ValueWindows(
+            wait_s=self.settings.diagnosis_window_s, device_s=self.settings.alert_value_window_s
+        )
+        why = ""
+        if transition.resolution is not None:
+            cleared = transition.cleared_at
+            ago = None if cleared is None else timedelta(seconds=time.monotonic() - cleared)
+            at = None if ago is None else utc_now() - ago
+            why = resolution_text(rule, transition.resolution, at)
+        message = alert_message(
+            rule, transition.state, transition.value, run_name, windows=windows, why=why
+        )
+        note = ""
+        if AlertMetric(rule.metric) == AlertMetric.run_failed:
             note = self._end_notes.get(transition.run_id, "")
         if note:
             message += f" ({note})"
+        reason = None if transition.resolution is None else str(transition.resolution)
         stored = await self.writer.run(
             apply_transition,
             alert_id=instance.alert_id,
@@ -542,6 +561,7 @@ class Detectors:
             state=transition.state,
             value=transition.value,
             message=message,
+            reason=reason,
         )
         if stored is None:
             return
@@ -577,7 +597,13 @@ class Detectors:
                     url=str(channel["url"]),
                     format=fmt,
                     event=str(transition.state),
-                    payload=build(alert_json, event=str(transition.state), run=run),
+                    payload=build(
+                        alert_json,
+                        event=str(transition.state),
+                        run=run,
+                        value=value_text(rule, transition.value, windows),
+                        reason=reason,
+                    ),
                 )
             )
 
