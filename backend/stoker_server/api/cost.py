@@ -41,6 +41,9 @@ class RunCost(BaseModel):
     started_at: datetime
     lost_gpu_hours: float
     input_wait_hours: float
+    # The run's input wait over its whole run, as its summary gives it (0..1, to a tenth of a
+    # percent; null when the wait is not measured).
+    input_wait_share: float | None = None
 
 
 class Starvation(BaseModel):
@@ -82,6 +85,7 @@ def starvation_totals(
         where.append(Run.project == no_nul(project))
     lost = func.coalesce(summary_number(session, "lost_gpu_s"), 0.0)
     wait = func.coalesce(summary_number(session, "input_wait_s"), 0.0)
+    share = summary_number(session, "input_wait_share")
     lost_sum, wait_sum = func.sum(lost), func.sum(wait)
     projects = session.exec(
         select(Run.project, lost_sum, wait_sum, func.count())
@@ -90,7 +94,7 @@ def starvation_totals(
         .order_by(lost_sum.desc(), col(Run.project))
     ).all()
     runs = session.exec(
-        select_columns(Run.id, Run.name, Run.project, Run.status, Run.started_at, lost, wait)
+        select_columns(Run.id, Run.name, Run.project, Run.status, Run.started_at, lost, wait, share)
         .where(*where)
         .order_by(lost.desc(), col(Run.id).desc())
         .limit(limit)
@@ -117,8 +121,9 @@ def starvation_totals(
                 started_at=_utc(started),
                 lost_gpu_hours=float(lost_s) / 3600,
                 input_wait_hours=float(wait_s) / 3600,
+                input_wait_share=None if wait_share is None else float(wait_share),
             )
-            for run_id, name, proj, status, started, lost_s, wait_s in runs
+            for run_id, name, proj, status, started, lost_s, wait_s, wait_share in runs
         ],
     )
 

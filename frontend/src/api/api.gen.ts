@@ -574,6 +574,11 @@ export interface components {
        */
       goal?: "min" | "max";
       /**
+       * Directed
+       * @default true
+       */
+      directed?: boolean;
+      /**
        * Epochs
        * @default 0
        */
@@ -909,6 +914,8 @@ export interface components {
       lost_gpu_hours: number;
       /** Input Wait Hours */
       input_wait_hours: number;
+      /** Input Wait Share */
+      input_wait_share?: number | null;
     };
     /**
      * RunEnergy
@@ -1097,6 +1104,11 @@ export interface components {
        * every run, old or new (the windowed verdict is GET /runs/{id}/diagnosis).
        */
       verdict: components["schemas"]["Verdict"] | null;
+      /**
+       * Verdict Label
+       * @description The verdict's words, as every surface writes them (levels.VERDICT_WORDS).
+       */
+      verdict_label: string | null;
     };
     /**
      * RunUpdate
