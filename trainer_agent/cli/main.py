@@ -95,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     top_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
     top_parser.add_argument("--token", default=None, help="default: STOKER_VIEW_TOKEN")
     top_parser.add_argument("--once", action="store_true", help="print one frame and exit")
+    top_parser.add_argument(
+        "--run", type=int, default=None, metavar="ID",
+        help="open this run (running or ended), as Enter does",
+    )  # fmt: skip
     return parser
 
 
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "top":
         from trainer_agent.top import main as run_top
 
-        return run_top(server=setting.url, token=args.token, once=args.once)
+        return run_top(server=setting.url, token=args.token, once=args.once, run_id=args.run)
     from trainer_agent.delivery.upload import main as run_upload
 
     return run_upload(args.directory, server=server, token=args.token)

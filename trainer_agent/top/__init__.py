@@ -2,7 +2,8 @@
 
 It follows the browsers' live socket (runs, verdicts, alerts as they change) and reads each
 running run's latest steps, GPU readings and verdict over REST every `POLL_S`. Drawn with
-Rich (`rich.live.Live`); keys are read in cbreak mode (keys.py). `--once` prints one frame.
+Rich (`rich.live.Live`); keys are read in cbreak mode (keys.py). `--once` prints one frame;
+`--run ID` opens a run, running or ended, as Enter does.
 """
 
 import asyncio
@@ -42,7 +43,7 @@ def _screen(console: Console, *, cursor: bool = True) -> Screen:
     )  # fmt: skip
 
 
-def main(*, server: str, token: str | None, once: bool) -> int:
+def main(*, server: str, token: str | None, once: bool, run_id: int | None = None) -> int:
     token = token or os.environ.get("STOKER_VIEW_TOKEN") or None
     console = _console()
     if not once:
@@ -55,7 +56,7 @@ def main(*, server: str, token: str | None, once: bool) -> int:
             print("stoker top: needs a terminal; `--once` prints one frame", file=sys.stderr)
             return 2
     try:
-        return asyncio.run(_top(server, token, once, console))
+        return asyncio.run(_top(server, token, once, console, run_id))
     except TopError as error:
         print(f"stoker top: {error}", file=sys.stderr)
         return error.code
@@ -63,12 +64,16 @@ def main(*, server: str, token: str | None, once: bool) -> int:
         return 0
 
 
-async def _top(server: str, token: str | None, once: bool, console: Console) -> int:
+async def _top(
+    server: str, token: str | None, once: bool, console: Console, run_id: int | None
+) -> int:
     link = ServerLink(server, token)
     try:
         socket = await link.open_live()  # says at once whether the server and token are good
         state = TopState(connected=True)
         await link.snapshot(state)
+        if run_id is not None:
+            await link.open_run(state, run_id)
         await link.poll(state)
         if once:
             await socket.close()

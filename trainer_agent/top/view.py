@@ -9,6 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from trainer_agent.figures import ms_text, percent_text, share_text
 from trainer_agent.top.state import VERDICT_STYLES, GpuReading, RunView, TopState
 
 KEYS_LIST = "↑↓ select  enter open  s sort  r reverse  p project  a ended  q quit"
@@ -42,13 +43,17 @@ def _memory(gpu: GpuReading) -> str:
 
 
 def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}%"
+    return "-" if value is None else percent_text(value)
 
 
 def _number(value: float | None, digits: int = 1) -> str:
     if value is None:
         return "-"
     return f"{value:.{digits}f}" if value < 1000 else f"{value:.0f}"
+
+
+def _ms(milliseconds: float | None) -> str:
+    return "-" if milliseconds is None else ms_text(milliseconds / 1000)
 
 
 def _count(steps: int) -> str:
@@ -59,7 +64,7 @@ def _dash(screen: Screen) -> str:
     return "-"
 
 
-def wait_cell(view: RunView, screen: Screen, bar_width: int = 5) -> Text:
+def wait_cell(view: RunView, screen: Screen, bar_width: int = 3) -> Text:
     """The input-wait share as a bar and a figure, in the verdict's colour."""
     share, verdict = view.wait_share, view.verdict or ""
     style = VERDICT_STYLES.get(verdict, "") if screen.color else ""
@@ -71,7 +76,7 @@ def wait_cell(view: RunView, screen: Screen, bar_width: int = 5) -> Text:
     full, empty = ("█", "░") if screen.unicode else ("#", ".")
     cell = Text(full * filled, style=style)
     cell.append(empty * (bar_width - filled), style="bright_black" if screen.color else "")
-    cell.append(f"{' ' if bar_width else ''}{share * 100:.1f}%", style=style)
+    cell.append(f"{' ' if bar_width else ''}{share_text(share)}", style=style)
     if not screen.color:
         cell.append(VERDICT_MARKS.get(verdict, ""))
     return cell
@@ -121,7 +126,7 @@ def _run_rows(state: TopState, view: RunView, screen: Screen) -> list[list[Text]
         Text(view.project),
         Text(_count(view.step)),
         Text(_number(view.steps_per_s)),
-        Text(_number(None if view.step_time_s is None else view.step_time_s * 1000)),
+        Text("-" if view.step_time_s is None else ms_text(view.step_time_s)),
         wait_cell(view, screen),
         *_gpu_cells(gpus[0] if gpus else None, screen),
     ]
@@ -137,7 +142,17 @@ def _run_rows(state: TopState, view: RunView, screen: Screen) -> list[list[Text]
     return rows
 
 
-def _runs_table(screen: Screen, *, header: bool) -> Table:
+def wait_heading(views: list[RunView]) -> str:
+    """The input-wait column's heading, naming what its figures cover when they all cover the
+    same ("WAIT 30 S": the last 30 s, "WAIT RUN": the whole run); each run's own is in its
+    detail view."""
+    windows = {v.wait_window.removesuffix(" so far") for v in views if v.wait_share is not None}
+    if len(windows) != 1:
+        return "INPUT WAIT"
+    return f"WAIT {windows.pop().removeprefix('last ').removeprefix('whole ')}".upper()
+
+
+def _runs_table(screen: Screen, *, header: bool, wait: str = "INPUT WAIT") -> Table:
     table = Table(
         box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, expand=False,
         header_style="bold" if screen.color else "", width=screen.width, show_header=header,
@@ -146,11 +161,11 @@ def _runs_table(screen: Screen, *, header: bool) -> Table:
     table.add_column("PROJECT", ratio=2, no_wrap=True, overflow="ellipsis")
     table.add_column("STEP", justify="right", no_wrap=True, width=6)
     table.add_column("STEP/S", justify="right", no_wrap=True, width=6)
-    table.add_column("MS/STEP", justify="right", no_wrap=True, width=7)
-    table.add_column("INPUT WAIT", no_wrap=True, width=13)
+    table.add_column("MEDIAN", justify="right", no_wrap=True, width=7)  # step time
+    table.add_column(wait, no_wrap=True, width=12)
     table.add_column("GPU", justify="right", no_wrap=True, width=3)
-    table.add_column("UTIL", justify="right", no_wrap=True, width=4)
-    table.add_column("SM", justify="right", no_wrap=True, width=4)
+    table.add_column("UTIL", justify="right", no_wrap=True, width=5)
+    table.add_column("SM", justify="right", no_wrap=True, width=5)
     table.add_column("MEM", justify="right", no_wrap=True, width=8)
     return table
 
@@ -177,7 +192,7 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
     # Consecutive run lines share a table; an alert line spans the width between tables. The
     # columns are as wide in every table (fixed widths, the rest shared by ratio).
     tables: list[RenderableType] = []
-    table = _runs_table(screen, header=True)
+    table = _runs_table(screen, header=True, wait=wait_heading(shown))
     for row, chosen in lines[start : start + room]:
         style = "reverse" if chosen else ""  # reverse video, also without colour
         if len(row) == 1:
@@ -215,25 +230,31 @@ def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> R
     parts: list[RenderableType] = [_header(state, "", screen, title)]
     points = list(view.steps)
     spark_width = max(10, screen.width - 25)
-    step_ms = view.step_time_s
-    line = Text(f"{'step time':<11}{_number(None if step_ms is None else step_ms * 1000):>9} ms  ")
+    step_s = view.step_time_s
+    line = Text(f"{'step time':<11}{'-' if step_s is None else ms_text(step_s):>11}  ")
     line.append(sparkline([p.dur for p in points], spark_width, screen))
     parts.append(line)
     waits = [min(1.0, (p.wait or 0.0) / p.dur) if p.dur > 0 else 0.0 for p in points]
     share, verdict_style = view.wait_share, VERDICT_STYLES.get(view.verdict or "", "")
     line = Text(f"{'input wait':<11}")
     line.append(
-        f"{'-' if share is None else f'{share * 100:.1f}':>9} %",
+        f"{'-' if share is None else share_text(share):>11}",
         style=verdict_style if screen.color else "",
     )
-    line.append(f"{'' if screen.color else VERDICT_MARKS.get(view.verdict or '', ''):<3}")
+    line.append(f"{'' if screen.color else VERDICT_MARKS.get(view.verdict or '', ''):<2}")
     line.append(
-        sparkline(waits, spark_width, screen, top=1.0),
+        sparkline(waits, spark_width - 1, screen, top=1.0),
         style=VERDICT_STYLES.get(view.verdict or "", "") if screen.color else "",
     )
     parts.append(line)
-    window = (view.diagnosis or {}).get("window_label") or "whole run"
-    verdict = Text(f"verdict    {view.verdict_label} ({window})")
+    # Each figure names what it covers, as in the browser.
+    parts.append(
+        Text(
+            f"{'':<11}step time: median, {view.summary_window}; input wait: {view.wait_window}",
+            style="bright_black" if screen.color else "",
+        )
+    )
+    verdict = Text(f"verdict    {view.verdict_label} ({view.wait_window})")
     if screen.color:
         verdict.stylize(VERDICT_STYLES.get(view.verdict or "", ""), 11)
     parts.append(verdict)
@@ -250,16 +271,19 @@ def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> R
         parts.append(Text(f"{mark} {text}", style="red" if screen.color else ""))
     workers = view.summary.get("workers") or []
     if workers:
-        table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="")
-        for name in ("RANK", "HOST", "PID", "STATUS", "STEPS", "MS/STEP", "WAIT", "SAMPLES/S"):
+        table = Table(
+            box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="",
+            title=f"workers, {view.summary_window}", title_justify="left",
+        )  # fmt: skip
+        for name in ("RANK", "HOST", "PID", "STATUS", "STEPS", "MEDIAN", "INPUT WAIT", "SAMPLES/S"):
             table.add_column(name, justify="left" if name in ("HOST", "STATUS") else "right")
         for worker in workers[: max(1, screen.height - 14)]:
             share = worker.get("input_wait_share")
             table.add_row(
                 str(worker.get("rank", 0)), str(worker.get("host") or "-"),
                 str(worker.get("pid") or "-"), str(worker.get("status") or "-"),
-                str(worker.get("steps", 0)), _number(worker.get("step_time_ms_median")),
-                "-" if share is None else f"{share * 100:.1f}%",
+                str(worker.get("steps", 0)), _ms(worker.get("step_time_ms_median")),
+                "-" if share is None else share_text(share),
                 _number(worker.get("samples_per_s")),
             )  # fmt: skip
         parts.append(table)

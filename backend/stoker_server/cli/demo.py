@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from stoker_server.core.figures import share_text
 from stoker_server.core.settings import Settings
+from trainer_agent.figures import share_text
 
 
 def _healthy(url: str) -> bool:

@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from stoker_server.core.figures import ms_text, percent_text, rate_text, share_text
 from stoker_server.core.levels import HIGHLY_INPUT_BOUND
 from stoker_server.core.models import (
     AlertMetric,
@@ -27,6 +26,7 @@ from stoker_server.core.models import (
     Comparison,
     SeedMarker,
 )
+from trainer_agent.figures import ms_text, percent_text, rate_text, share_text
 
 # How a run ended: events, not conditions. Such a rule holds at the tick the end is seen (on a
 # run no longer running), fires at once (its for_s is not waited), and resolves after its

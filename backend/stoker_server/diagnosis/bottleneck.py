@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from stoker_server.core.figures import percent_text, share_text
 from stoker_server.core.levels import MODERATELY_INPUT_BOUND
 from stoker_server.diagnosis.verdict import Diagnosis, Evidence
+from trainer_agent.figures import percent_text, share_text
 
 # A buffer after a starving stage is mostly empty: below this fill.
 EMPTY_BUFFER_FILL = 0.5

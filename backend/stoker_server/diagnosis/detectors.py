@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from stoker_server.core.figures import share_text
 from stoker_server.core.levels import VERDICT_WORDS, shown_share
 from stoker_server.core.models import (
     AlertMetric,
@@ -68,6 +67,7 @@ from stoker_server.ingest.writer import Writer
 from stoker_server.live.hub import LiveHub
 from stoker_server.live.messages import AlertMessage, EventMessage, VerdictMessage
 from stoker_server.service.lifecycle import AgentConnections
+from trainer_agent.figures import share_text
 
 log = logging.getLogger(__name__)
 

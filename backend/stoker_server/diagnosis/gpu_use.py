@@ -17,8 +17,8 @@ silent, never guessed from utilization alone.
 
 from typing import Any
 
-from stoker_server.core.figures import percent_text
 from stoker_server.diagnosis.verdict import Evidence, GpuFinding
+from trainer_agent.figures import percent_text
 
 LAUNCH_BOUND_UTIL = 80.0  # NVML utilization at least this ...
 LAUNCH_BOUND_SM = 40.0  # ... while fewer SMs than this are busy (GPM)

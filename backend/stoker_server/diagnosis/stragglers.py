@@ -5,9 +5,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stoker_server.core.figures import ms_text, share_text
 from stoker_server.core.models import Run, RunPublic
 from stoker_server.diagnosis.window import RunWindow
+from trainer_agent.figures import ms_text, share_text
 from trainer_agent.telemetry.throttle import SLOWING_MASK, throttle_words
 
 # Stragglers: a worker waits at least this share of its steps on input, and this many times

@@ -10,7 +10,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from stoker_server.core.figures import count_text, ms_text, percent_text, share_text
 from stoker_server.core.levels import (
     HIGHLY_INPUT_BOUND,
     MODERATELY_INPUT_BOUND,
@@ -21,6 +20,7 @@ from stoker_server.core.levels import (
 )
 from stoker_server.diagnosis.stragglers import find_straggler, worker_timings
 from stoker_server.diagnosis.window import RunWindow
+from trainer_agent.figures import count_text, ms_text, percent_text, share_text
 
 # Fallback (no measured wait): what utilization and host CPU levels mean.
 LOW_UTIL_PCT = 70.0

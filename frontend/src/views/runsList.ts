@@ -16,7 +16,7 @@ import {
   type RunSortKey,
 } from "../state/runs";
 import { readStorage, writeStorage } from "../app/storage";
-import { loadUiSettings } from "../state/cost";
+import { loadUiSettings, LOST_TIME, LOST_TIME_MEANS } from "../state/cost";
 import { diskSummary, diskSummaryTitle } from "../state/disk";
 import type { RunEnergy } from "../state/energy";
 import { COST_HREF, runHref } from "../app/router";
@@ -44,12 +44,12 @@ const COLUMNS: Column[] = [
   { key: "steps", label: "Steps", numeric: true, sort: "steps" },
   { key: "median", label: "Step median", numeric: true, title: "Median step time", sort: "median" },
   { key: "p95", label: "Step p95", numeric: true, title: "95th percentile step time", sort: "p95" },
-  { key: "wait", label: "Input wait", numeric: true, title: "Share of step time spent waiting for input data", sort: "wait" },
+  { key: "wait", label: "Input wait · whole run", numeric: true, title: "Share of step time spent waiting for input data, over the whole run (so far, while it runs)", sort: "wait" },
   {
     key: "lost",
-    label: "Lost GPU time",
+    label: LOST_TIME,
     numeric: true,
-    title: "GPU time lost to input starvation: the run's input wait times the GPUs it trains on (priced when the server sets STOKER_GPU_HOUR_PRICE); a dash for runs without GPU readings",
+    title: `${LOST_TIME_MEANS} Priced when the server sets STOKER_GPU_HOUR_PRICE.`,
     sort: "lost",
   },
   {
@@ -508,7 +508,7 @@ export class RunsListView implements View {
       num(c.median),
       num(c.p95),
       h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle, "data-testid": "input-wait" } }),
-      h("td", { class: "num", text: c.lostGpu, attrs: { title: c.lostGpuTitle, "data-testid": "lost-gpu", "data-value": c.lostGpu === "—" ? "" : (run.summary?.lost_gpu_s ?? "") } }),
+      h("td", { class: "num", text: c.lostTime, attrs: { title: c.lostTimeTitle, "data-testid": "lost-gpu", "data-value": run.summary?.lost_gpu_s ?? "" } }),
       h(
         "td",
         { class: "num", attrs: { title: c.energyTitle, "data-testid": "run-energy", "data-value": run.summary?.energy_j ?? "" } },

@@ -1,15 +1,18 @@
-"""How the server writes a figure: one function per quantity, used by every text it writes
-(evidence, advice, alert messages, events, webhooks, the demo's report).
+"""How Stoker writes a figure in text: one function per quantity, used by every text the
+server writes (evidence, advice, alert messages, events, webhooks, the demo's report) and by
+`stoker top`. Here, in the base install, because `stoker top` has no server to import.
 
-The UI writes the same quantities with its own functions (frontend/src/app/format.ts); both
-are checked against one table of cases (frontend/src/app/formats.cases.json), so a figure
-reads the same whichever side wrote it. Rounding is JavaScript's `toFixed` (half up, on the
-number's exact value), so that both sides agree on ties.
+The browser writes the same quantities with its own functions (frontend/src/app/format.ts);
+both are checked against one table of cases (frontend/src/app/formats.cases.json), so a
+figure reads the same wherever it is shown. Rounding is JavaScript's `toFixed` (half up, on
+the number's exact value), so that both agree on ties.
 """
 
 from decimal import ROUND_HALF_UP, Decimal
 
-from stoker_server.core.levels import shown_share
+# An input-wait share is shown, and judged, to a tenth of a percent (the server's
+# levels.shown_share rounds the shares it sends so).
+SHARE_DECIMALS = 3
 
 
 def fixed(value: float, digits: int) -> str:
@@ -19,8 +22,8 @@ def fixed(value: float, digits: int) -> str:
 
 def share_text(share: float) -> str:
     """A share of step time (input wait), to a tenth of a percent: "5.1 %". The same figure
-    every surface shows (levels.shown_share)."""
-    return f"{fixed(shown_share(share) * 100, 1)} %"
+    every surface shows (the server's levels.shown_share)."""
+    return f"{fixed(round(share, SHARE_DECIMALS) * 100, 1)} %"
 
 
 def percent_text(percent: float) -> str:
@@ -69,5 +72,5 @@ def rate_text(rate: float) -> str:
     """A rate such as samples per second: "1,234", "123", "12.3", "1.23"."""
     size = abs(rate)
     if size >= 1000:
-        return count_text(round(rate))
+        return count_text(int(fixed(rate, 0)))
     return fixed(rate, 0 if size >= 100 else 1 if size >= 10 else 2)
