@@ -74,3 +74,16 @@ def rate_text(rate: float) -> str:
     if size >= 1000:
         return count_text(int(fixed(rate, 0)))
     return fixed(rate, 0 if size >= 100 else 1 if size >= 10 else 2)
+
+
+def lost_time_text(seconds: float) -> str:
+    """Device time lost to input starvation: "42 s", "12.5 min", from an hour on "42.7 h"."""
+    if seconds <= 0:
+        return "0 s"
+    if seconds < 60:
+        return f"{fixed(seconds, 1 if seconds < 10 else 0)} s"
+    if seconds < 3600:
+        minutes = seconds / 60
+        return f"{fixed(minutes, 1 if minutes < 10 else 0)} min"
+    hours = seconds / 3600
+    return f"{fixed(hours, 2 if hours < 10 else 1 if hours < 100 else 0)} h"

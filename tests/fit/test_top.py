@@ -389,8 +389,8 @@ def test_top_follows_a_real_keras_training(server: ServerProcess, tmux: list[Tmu
             if name not in done.stdout:
                 return None
             row = _row(done.stdout, name)
-            cells = re.search(rf"{name}\s+keras\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s", row)
-            return row if cells and int(cells.group(1)) > 20 else None
+            cells = re.search(rf"{name}\s+keras\s+([\d,]+)\s+([\d.]+)\s+([\d.]+)\s", row)
+            return row if cells and int(cells.group(1).replace(",", "")) > 20 else None
 
         row = wait_for(stepping, timeout_s=180, interval_s=1, what="the Keras run with steps")
         print(row)
@@ -401,7 +401,7 @@ def test_top_follows_a_real_keras_training(server: ServerProcess, tmux: list[Tmu
         assert run["status"] == "running"
         share = re.search(r"(\d+\.\d) %", row)
         assert share is not None  # the wait the callback measured, as a share
-        cells = re.search(rf"{name}\s+keras\s+\d+\s+([\d.]+)\s+([\d.]+)\s", row)
+        cells = re.search(rf"{name}\s+keras\s+[\d,]+\s+([\d.]+)\s+([\d.]+)\s", row)
         assert cells is not None
         assert float(cells.group(2)) >= 20.0  # each step waits for a 20 ms sleep in its map
 

@@ -12,6 +12,7 @@ from tests.harness.support import REPO
 from trainer_agent.figures import (
     count_text,
     duration_text,
+    lost_time_text,
     ms_text,
     percent_text,
     rate_text,
@@ -28,6 +29,7 @@ WRITERS: dict[str, Callable[[Any], str]] = {
     "count": count_text,
     "rate": rate_text,
     "duration": duration_text,
+    "lost": lost_time_text,
 }
 
 

@@ -9,7 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from trainer_agent.figures import ms_text, percent_text, share_text
+from trainer_agent.figures import count_text, ms_text, percent_text, share_text
 from trainer_agent.top.state import VERDICT_STYLES, GpuReading, RunView, TopState
 
 KEYS_LIST = "↑↓ select  enter open  s sort  r reverse  p project  a ended  q quit"
@@ -57,7 +57,10 @@ def _ms(milliseconds: float | None) -> str:
 
 
 def _count(steps: int) -> str:
-    return str(steps) if steps < 1_000_000 else f"{steps / 1e6:.1f}M"
+    """A step count as everywhere ("2,070"), shortened past what the column holds."""
+    if steps < 100_000:
+        return count_text(steps)
+    return f"{steps / 1e3:.0f}k" if steps < 1_000_000 else f"{steps / 1e6:.1f}M"
 
 
 def _dash(screen: Screen) -> str:
@@ -222,7 +225,7 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
 def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> RenderableType:
     """One run: sparklines of step time and input wait, its GPUs, alerts, advice, workers."""
     rate = view.steps_per_s
-    title = f"{view.name} ({view.project}) · {view.status} · step {view.step}"
+    title = f"{view.name} ({view.project}) · {view.status} · step {count_text(view.step)}"
     if rate is not None:
         title += f" · {rate:.1f} steps/s"
     if not screen.unicode:
@@ -282,7 +285,7 @@ def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> R
             table.add_row(
                 str(worker.get("rank", 0)), str(worker.get("host") or "-"),
                 str(worker.get("pid") or "-"), str(worker.get("status") or "-"),
-                str(worker.get("steps", 0)), _ms(worker.get("step_time_ms_median")),
+                count_text(worker.get("steps", 0)), _ms(worker.get("step_time_ms_median")),
                 "-" if share is None else share_text(share),
                 _number(worker.get("samples_per_s")),
             )  # fmt: skip

@@ -119,6 +119,24 @@ class _Findings:
         return f"last {self.window.window_s:g} s"
 
     @property
+    def step(self) -> tuple[str, float, str] | None:
+        """The step time shown beside the input-wait figure, over the same steps, and named:
+        an ended run's median over the whole run (its summary's, the figure the run page and
+        the list show), else the mean over the window (which keeps sums, not every step). As
+        (evidence key, seconds, its words with "{}" for the figure)."""
+        whole = self.window.whole_run
+        if whole is not None and self.window_label == WHOLE_RUN and whole.median_step_s is not None:
+            return "median_step_ms", whole.median_step_s, "median step time {} over the whole run"
+        if self.mean_step is not None:
+            over = f"over the {self.window_label}"
+            return "mean_step_ms", self.mean_step, "mean step time {} " + over
+        return None
+
+    @property
+    def step_s(self) -> float | None:
+        return None if self.step is None else self.step[1]
+
+    @property
     def steps(self) -> int:
         """The steps the input-wait figure covers: the whole run's (its summary's count), or
         the window's."""
@@ -150,12 +168,12 @@ class _Findings:
                 input_advice(
                     cpu=self.cpu,
                     pipeline=self.pipeline,
-                    mean_step_s=self.mean_step,
+                    step_s=self.step_s,
                     steps_per_execution=_steps_per_execution(self.window.environment),
                 )
             )
         else:
-            _device_advice(self.advice, util=self.util, mean_step=self.mean_step)
+            _device_advice(self.advice, util=self.util, step_s=self.step_s)
 
 
 def diagnose(
@@ -227,24 +245,10 @@ def _stalled(
 
 
 def _step_time(found: _Findings) -> None:
-    """The step time beside the input-wait figure, over the same steps: an ended run's
-    median over the whole run (its summary's, the figure the run page and the list show),
-    else the mean over the window (the window keeps sums, not every step)."""
-    whole = found.window.whole_run
-    if whole is not None and found.window_label == WHOLE_RUN and whole.median_step_s is not None:
-        median = whole.median_step_s
-        found.add(
-            "median_step_ms",
-            round(median * 1000, 2),
-            f"median step time {ms_text(median)} over the whole run",
-        )
-    elif found.mean_step is not None:
-        mean = found.mean_step
-        found.add(
-            "mean_step_ms",
-            round(mean * 1000, 2),
-            f"mean step time {ms_text(mean)} over the {found.window_label}",
-        )
+    """The step time beside the input-wait figure (`_Findings.step`)."""
+    if found.step is not None:
+        key, seconds, words = found.step
+        found.add(key, round(seconds * 1000, 2), words.format(ms_text(seconds)))
 
 
 def _describe(found: _Findings, *, min_steps: int) -> None:
@@ -407,7 +411,7 @@ def input_advice(
     *,
     cpu: float | None,
     pipeline: dict[str, Any],
-    mean_step_s: float | None = None,
+    step_s: float | None = None,
     steps_per_execution: int = 1,
 ) -> list[str]:
     """What to change when steps wait for input, from what the pipeline already does: never
@@ -443,7 +447,7 @@ def input_advice(
         adds.append(".cache() after expensive loading or decoding when the data fits")
     if has.prefetch is None:
         adds.append(".prefetch(tf.data.AUTOTUNE) at the end")
-    short = mean_step_s is not None and mean_step_s < SHORT_STEP_S
+    short = step_s is not None and step_s < SHORT_STEP_S
     left = _what_is_left(has, steps_per_execution=steps_per_execution, short=short)
     if short:
         advice.append(left.pop(0))
@@ -534,7 +538,7 @@ def once(advice: list[str]) -> list[str]:
     return kept
 
 
-def _device_advice(advice: list[str], *, util: float | None, mean_step: float | None) -> None:
+def _device_advice(advice: list[str], *, util: float | None, step_s: float | None) -> None:
     if util is not None and util < LOW_UTIL_PCT:
         advice.append(
             f"GPU utilization is low ({percent_text(util)}) without input wait: steps are too "
@@ -542,9 +546,9 @@ def _device_advice(advice: list[str], *, util: float | None, mean_step: float | 
             "model.compile(..., jit_compile=True), and steps_per_execution to run several "
             "steps per call."
         )
-    elif util is None and mean_step is not None and mean_step < 0.005:
+    elif util is None and step_s is not None and step_s < 0.005:
         advice.append(
-            f"Steps are short ({ms_text(mean_step)}): per-step host overhead may dominate. "
+            f"Steps are short ({ms_text(step_s)}): per-step host overhead may dominate. "
             "steps_per_execution in compile() and a larger batch help."
         )
     if not advice:

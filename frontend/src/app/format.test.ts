@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import cases from "./formats.cases.json";
+import { formatLostTime } from "../state/cost";
 import {
   MISSING,
   formatCount,
@@ -92,6 +93,7 @@ describe("one text per figure, as the server writes it", () => {
     count: formatCount,
     rate: formatRate,
     duration: formatDuration,
+    lost: formatLostTime,
   };
   it("has a writer for every quantity of the cases", () => {
     expect(Object.keys(cases).filter((k) => k !== "_").sort()).toEqual(Object.keys(writers).sort());

@@ -475,7 +475,7 @@ export class RunsListView implements View {
     const tr = refs.tr;
     setAttrs(tr, { "data-status": run.status });
     const link = h("a", { class: "run-link", text: c.name, attrs: { href: runHref(run.id) } });
-    const num = (text: string, extra = "") => h("td", { class: `num ${extra}`.trim(), text });
+    const num = (text: string, column?: string) => h("td", { class: "num", text, attrs: { "data-col": column ?? null } });
     const box = h("input", {
       attrs: {
         type: "checkbox",
@@ -503,10 +503,10 @@ export class RunsListView implements View {
         }),
       ),
       h("td", { class: "started", text: c.started, attrs: { title: c.startedTitle } }),
-      num(c.duration),
-      num(c.steps),
-      num(c.median),
-      num(c.p95),
+      num(c.duration, "duration"),
+      num(c.steps, "steps"),
+      num(c.median, "median"),
+      num(c.p95, "p95"),
       h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle, "data-testid": "input-wait" } }),
       h("td", { class: "num", text: c.lostTime, attrs: { title: c.lostTimeTitle, "data-testid": "lost-gpu", "data-value": run.summary?.lost_gpu_s ?? "" } }),
       h(
