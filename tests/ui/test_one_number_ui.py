@@ -84,12 +84,24 @@ def _demo(url: str, port: int, tmp: Path) -> None:
     with log.open("wb") as out:
         demo = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        code = demo.wait(timeout=240)
+        code: int | None = demo.wait(timeout=240)
     except subprocess.TimeoutExpired:
+        code = None
+        stacks = _stacks(demo.pid)
+        (ARTIFACTS / "one-number-demo-stacks.txt").write_text(stacks)
         demo.kill()
         demo.wait()
-        code = None
     assert code == 0, f"stoker demo ended {code}:\n{log.read_text(errors='replace')[-6000:]}"
+
+
+def _stacks(pid: int) -> str:
+    """Where a process that does not end is (py-spy, a dev dependency, where installed)."""
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.exists():
+        return "(no py-spy)"
+    dump = subprocess.run([str(spy), "dump", "--native", "--pid", str(pid)], capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    return dump.stdout + dump.stderr
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +110,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield EXTERNAL
         return
     tmp = tmp_path_factory.mktemp("one-number")
+    ARTIFACTS.mkdir(exist_ok=True)
     server = ServerProcess(data_dir=tmp / "server").start()
     try:
         _demo(server.url, server.port, tmp)

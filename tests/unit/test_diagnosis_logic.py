@@ -225,8 +225,8 @@ def test_alert_messages_write_values_as_the_ui_and_resolutions_say_why() -> None
         "[resolved] starved on run 'demo': the run ended; last reading: input wait 94.2 % of "
         "step time over the last 30 s"
     )
-    assert resolution_text(rule, Resolution.never_fired) == (
-        "never fired: pending, cleared before it held for 60 s"
+    assert resolution_text(rule, Resolution.run_ended, fired=False) == (
+        "never fired: the run ended before it held for 60 s"
     )
     step_rule = _rule(metric=AlertMetric.step_time, comparison=Comparison.gt, threshold=0.5)
     assert alert_message(step_rule, AlertState.firing, 0.0847, None).endswith(
@@ -239,7 +239,7 @@ def test_pending_alert_that_clears_before_for_never_fires() -> None:
     engine.evaluate(_facts(30.0), now=0.0)
     [cleared] = engine.evaluate(_facts(90.0), now=5.0)
     assert cleared.state == AlertState.resolved and cleared.previous == AlertState.pending
-    assert cleared.resolution == Resolution.never_fired
+    assert (cleared.resolution, cleared.cleared_at) == (Resolution.condition_cleared, 5.0)
 
 
 def test_while_stepping_rule_ignores_idle_runs_and_missing_values() -> None:

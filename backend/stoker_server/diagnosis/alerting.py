@@ -258,7 +258,6 @@ class Resolution(StrEnum):
     steps_stopped = "steps_stopped"  # a rule judged only while steps run
     no_value = "no_value"  # its reading stopped coming (no GPU sample, no measured wait)
     rule_changed = "rule_changed"  # the rule was disabled, deleted or no longer applies
-    never_fired = "never_fired"  # pending, cleared before it held for the rule's for_s
 
 
 @dataclass
@@ -392,19 +391,23 @@ def describe_condition(
 
 
 def resolution_text(
-    rule: AlertRule, resolution: Resolution, cleared_at: datetime | None = None
+    rule: AlertRule,
+    resolution: Resolution,
+    cleared_at: datetime | None = None,
+    *,
+    fired: bool = True,
 ) -> str:
-    """Why an alert resolved: "the run ended", "the condition cleared at 07:46:20 UTC"."""
+    """Why an alert resolved: "the run ended", "the condition cleared at 07:46:20 UTC"; one
+    that was pending only (`fired` False) "never fired: the run ended before it held for 60 s"."""
     at = "" if cleared_at is None else f" at {cleared_at.strftime('%H:%M:%S')} UTC"
-    held = f"{rule.for_s:g} s"
-    return {
+    why = {
         Resolution.run_ended: "the run ended",
         Resolution.condition_cleared: f"the condition cleared{at}",
         Resolution.steps_stopped: f"steps stopped{at} (the rule holds only while steps run)",
         Resolution.no_value: f"its value stopped coming{at}",
         Resolution.rule_changed: "the rule no longer applies (disabled, deleted or changed)",
-        Resolution.never_fired: f"never fired: pending, cleared before it held for {held}",
     }[resolution]
+    return why if fired else f"never fired: {why} before it held for {rule.for_s:g} s"
 
 
 _OPS = {
@@ -568,7 +571,7 @@ class AlertEngine:
                 del self.instances[key]
                 return Transition(
                     rule, run_id, AlertState.resolved, AlertState.pending, value, instance,
-                    resolution=Resolution.never_fired,
+                    resolution=why or Resolution.condition_cleared, cleared_at=now,
                 )  # fmt: skip
             instance.last_true_at = now
             if now - instance.active_since >= rule.for_s or at_once:

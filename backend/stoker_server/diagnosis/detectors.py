@@ -542,7 +542,8 @@ class Detectors:
             cleared = transition.cleared_at
             ago = None if cleared is None else timedelta(seconds=time.monotonic() - cleared)
             at = None if ago is None else utc_now() - ago
-            why = resolution_text(rule, transition.resolution, at)
+            fired = transition.previous != AlertState.pending
+            why = resolution_text(rule, transition.resolution, at, fired=fired)
         message = alert_message(
             rule, transition.state, transition.value, run_name, windows=windows, why=why
         )

@@ -42,8 +42,8 @@ const COLUMNS: Column[] = [
   { key: "started", label: "Started", sort: "started" },
   { key: "duration", label: "Duration", numeric: true, sort: "duration" },
   { key: "steps", label: "Steps", numeric: true, sort: "steps" },
-  { key: "median", label: "Step median", numeric: true, title: "Median step time", sort: "median" },
-  { key: "p95", label: "Step p95", numeric: true, title: "95th percentile step time", sort: "p95" },
+  { key: "median", label: "Step time median", numeric: true, title: "Median step time over the whole run", sort: "median" },
+  { key: "p95", label: "Step time p95", numeric: true, title: "95th percentile step time over the whole run", sort: "p95" },
   { key: "wait", label: "Input wait · whole run", numeric: true, title: "Share of step time spent waiting for input data, over the whole run (so far, while it runs)", sort: "wait" },
   {
     key: "lost",
