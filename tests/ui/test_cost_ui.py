@@ -5,7 +5,8 @@ price. Runs are fed through the HTTP ingest, as an agent sends them:
   levels are the server's (the summary's verdict), at a threshold too;
 - compare has the "Lost device time" row among its diagnosis figures, unstarred;
 - a run page says how much sooner the run would have finished had it been fed;
-- the cost page (#/cost) lists projects and runs by lost device hours, each run with its whole-run input wait;
+- the cost page (#/cost) lists projects and runs by lost device hours, each run with its
+  whole-run input wait;
 - when the server's settings cannot be read, the run page says so and shows the cost unpriced.
 
 Screenshots go to test-artifacts/ui-cost-*.png.

@@ -56,7 +56,7 @@ class Figures:
         return cls(
             run=run, fed_id=fed_id, steps=count_text(s["steps"]),
             median=ms_text(s["step_time_ms_median"] / 1000), wait=share_text(s["input_wait_share"]),
-            lost=lost_time_text(s["lost_gpu_s"]), words=s["verdict_label"],
+            lost=lost_time_text(s["lost_gpu_s"]), words=s.get("verdict_label") or "(none)",
         )  # fmt: skip
 
 
@@ -73,12 +73,13 @@ def _newest(url: str, name: str) -> dict[str, Any] | None:
 
 def _demo(url: str, port: int, tmp: Path) -> None:
     """`stoker demo` against the server at `url`: one epoch fed, then the starved run live for
-    15 s, long enough for the demo's alert rule (input-bound for 5 s) to fire."""
+    30 s: long enough for the demo's alert rule (input-bound for 5 s, once 20 steps are
+    measured) to fire even on a loaded machine."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
     env.update(STOKER_SPOOL_DIR=str(tmp / "spool"), TF_CPP_MIN_LOG_LEVEL="2")
     command = [
         sys.executable, "-m", "stoker_server.cli.main", "demo", "--host", "127.0.0.1",
-        "--port", str(port), "--exit", "--epochs", "1", "--live-minutes", "0.25",
+        "--port", str(port), "--exit", "--epochs", "1", "--live-minutes", "0.5",
     ]  # fmt: skip
     log = tmp / "demo.log"
     with log.open("wb") as out:
