@@ -228,6 +228,11 @@ def test_alert_messages_write_values_as_the_ui_and_resolutions_say_why() -> None
     assert resolution_text(rule, Resolution.run_ended, fired=False) == (
         "never fired: the run ended before it held for 60 s"
     )
+    nan = _rule(name="nan", metric=AlertMetric.metric_nonfinite, comparison=Comparison.ge,
+                threshold=1.0, metric_name="val_loss")  # fmt: skip
+    assert alert_message(nan, AlertState.resolved, 1.0, "demo", why=ended) == (
+        "[resolved] nan on run 'demo': the run ended; last reading: val_loss is NaN or infinite"
+    )
     step_rule = _rule(metric=AlertMetric.step_time, comparison=Comparison.gt, threshold=0.5)
     assert alert_message(step_rule, AlertState.firing, 0.0847, None).endswith(
         "on the server: mean step time 84.7 ms over the last 30 s (rule: > 500 ms for 30 s)"

@@ -615,8 +615,7 @@ def alert_message(
     where = "on the server" if run_name is None else f"on run {run_name!r}"
     metric = AlertMetric(rule.metric)
     if state == AlertState.resolved and why and metric not in END_METRICS:
-        was = value_text(rule, value, windows)
-        body = why if metric in _FLAGS else f"{why}; last reading: {was}"
+        body = f"{why}; last reading: {value_text(rule, value, windows)}"
     else:
         body = describe_condition(rule, value, windows)
     return f"[{verb}] {rule.name} {where}: {body}"
