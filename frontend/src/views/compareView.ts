@@ -110,7 +110,7 @@ export class CompareView implements View {
   }
 
   private async load(): Promise<void> {
-    // Prices the lost GPU time row; a failed read is said above the comparison.
+    // Prices the lost device time row; a failed read is said above the comparison.
     const settings = loadUiSettings(this.ctx.api).then(
       () => null,
       (err: unknown) => err,

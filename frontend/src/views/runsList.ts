@@ -79,7 +79,7 @@ export class RunsListView implements View {
   private readonly tbody: HTMLTableSectionElement;
   private readonly table: HTMLTableElement;
   private readonly stateBox: HTMLElement;
-  /** Why the server's settings (the GPU-hour price of the lost GPU time column) could not be read. */
+  /** Why the server's settings (the GPU-hour price of the lost device time column) could not be read. */
   private readonly settingsError: HTMLElement;
   /** Disk use (database, profiles, free space), as the shell last read it. */
   private readonly diskLine: HTMLElement;
@@ -197,7 +197,7 @@ export class RunsListView implements View {
         this.statusSelect,
         this.filterInput,
         this.compareButton,
-        h("a", { class: "button-link", text: "Starvation cost", attrs: { href: COST_HREF, "data-testid": "cost-link", title: "GPU-hours lost to input starvation, per project and run" } }),
+        h("a", { class: "button-link", text: "Starvation cost", attrs: { href: COST_HREF, "data-testid": "cost-link", title: "Device time lost to input starvation, per project and run" } }),
       ),
       h("div", { class: "table-wrap" }, this.table),
       this.stateBox,
