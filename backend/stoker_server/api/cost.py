@@ -1,4 +1,4 @@
-"""What starvation costs: lost GPU-hours per project and per run, and the UI's
+"""What starvation costs: lost device hours per project and per run, and the UI's
 settings (price, input-bound thresholds).
 
 A run's cost is its summary's `lost_gpu_s` (seconds its steps waited on input, times the
@@ -72,7 +72,7 @@ def _utc(moment: datetime) -> datetime:
 def starvation_totals(
     *, session: Session, since: datetime, project: str | None = None, limit: int = 100
 ) -> Starvation:
-    """Lost GPU-hours and input-wait hours per project (all matching runs) and per run (the
+    """Lost device hours and input-wait hours per project (all matching runs) and per run (the
     `limit` costliest, then newest first)."""
     since = _utc(since)
     where: list[Any] = [
@@ -138,7 +138,7 @@ def read_starvation(
     project: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="runs listed, costliest first")] = 100,
 ) -> Starvation:
-    """Lost GPU-hours to input starvation, per project and per run."""
+    """Lost device hours to input starvation, per project and per run."""
     start = since if since is not None else datetime.now(UTC) - DEFAULT_SINCE
     return starvation_totals(session=session, since=start, project=project, limit=limit)
 

@@ -119,7 +119,7 @@ class RunSummary(SQLModel):
     step_time_ms_p95: float | None = None
     input_wait_share: float | None = None
     # Seconds the steps of all workers were blocked on input, and those seconds times the GPUs
-    # each worker trains on: the GPU time starvation cost.
+    # each worker trains on: the device time starvation cost ("Lost device time").
     input_wait_s: float = 0.0
     lost_gpu_s: float = 0.0
     gpu_util_mean: float | None = None

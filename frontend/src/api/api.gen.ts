@@ -157,7 +157,7 @@ export interface paths {
   "/api/v1/starvation": {
     /**
      * Read Starvation
-     * @description Lost GPU-hours to input starvation, per project and per run.
+     * @description Lost device hours to input starvation, per project and per run.
      */
     get: operations["read_starvation_api_v1_starvation_get"];
   };
@@ -2286,7 +2286,7 @@ export interface operations {
   };
   /**
    * Read Starvation
-   * @description Lost GPU-hours to input starvation, per project and per run.
+   * @description Lost device hours to input starvation, per project and per run.
    */
   read_starvation_api_v1_starvation_get: {
     parameters: {
