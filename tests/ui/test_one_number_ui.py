@@ -1,11 +1,12 @@
 """One number for one thing on every surface (issue 38), on the demo's own runs: `stoker demo`
 trains its fed and its starved run (real Keras, the real agent) against a real `stoker serve`,
 and every surface then gives each quantity of the starved run one name and one value: the
-API's summary and diagnosis, the runs list, the run page, compare, the cost page and the alerts
-page (real headless Chromium, 1440 px), and `stoker top`. The quantities: steps, the median
-step time, input wait (a percent, its window named), the lost device time and the verdict's
-words. Expected texts come from the summary written by trainer_agent/figures.py, which
-writes each quantity as the UI does (tests/unit/test_figures.py).
+API's summary and diagnosis, the runs list, the run page, compare, the cost page and the
+alerts page (real headless Chromium, 1440 px), `stoker top` and the demo's own report. The
+quantities: steps, the median step time, input wait (a percent, its window named), the lost
+device time and the verdict's words. Expected texts come from the summary written by
+trainer_agent/figures.py, which writes each quantity as the UI does
+(tests/unit/test_figures.py).
 
 STOKER_ONE_NUMBER_SERVER=http://HOST:PORT runs the same checks on the newest demo runs a
 server there already holds (e.g. a full `stoker demo`, its starved run live for minutes)
@@ -71,7 +72,7 @@ def _newest(url: str, name: str) -> dict[str, Any] | None:
     return max((r for r in runs if r["name"] == name), key=lambda r: r["id"], default=None)
 
 
-def _demo(url: str, port: int, tmp: Path) -> None:
+def _demo(url: str, port: int, tmp: Path) -> str:
     """`stoker demo` against the server at `url`: one epoch fed, then the starved run live for
     30 s: long enough for the demo's alert rule (input-bound for 5 s, once 20 steps are
     measured) to fire even on a loaded machine."""
@@ -92,7 +93,9 @@ def _demo(url: str, port: int, tmp: Path) -> None:
         (ARTIFACTS / "one-number-demo-stacks.txt").write_text(stacks)
         demo.kill()
         demo.wait()
-    assert code == 0, f"stoker demo ended {code}:\n{log.read_text(errors='replace')[-6000:]}"
+    text = log.read_text(errors="replace")
+    assert code == 0, f"stoker demo ended {code}:\n{text[-6000:]}"
+    return text
 
 
 def _stacks(pid: int) -> str:
@@ -105,6 +108,10 @@ def _stacks(pid: int) -> str:
     return dump.stdout + dump.stderr
 
 
+# What `stoker demo` printed, when this module ran it.
+DEMO_OUTPUT: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if EXTERNAL:
@@ -114,7 +121,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ARTIFACTS.mkdir(exist_ok=True)
     server = ServerProcess(data_dir=tmp / "server").start()
     try:
-        _demo(server.url, server.port, tmp)
+        DEMO_OUTPUT.append(_demo(server.url, server.port, tmp))
         yield server.url
     finally:
         server.stop()
@@ -279,6 +286,8 @@ def test_alerts_write_the_value_as_the_ui_and_say_why_they_resolved(
             rf"{re.escape(why)}.*; last reading: {re.escape(last)}",
             alert["message"],
         ), alert["message"]
+    for printed in DEMO_OUTPUT:  # the demo's own report says the same, once resolved
+        assert all(f"  Alert: {alert['message']}" in printed for alert in alerts), printed[-3000:]
     page = page_1440
     page.goto(f"{served}/#/alerts")
     listed = page.get_by_test_id("alerts-view")

@@ -112,6 +112,19 @@ def wait_until_ended(server_url: str, run_id: int, *, timeout_s: float = 60.0) -
         time.sleep(0.2)
 
 
+def settled_alerts(server_url: str, run_id: int, *, timeout_s: float = 15.0) -> list[Any]:
+    """The run's alerts once those still firing as it ended have resolved (each says why: "the
+    run ended"), or as they are after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alerts: list[Any] = httpx.get(
+            f"{server_url}/api/v1/alerts", params={"run_id": run_id}, timeout=10
+        ).json()["data"]
+        if all(a["state"] == "resolved" for a in alerts) or time.monotonic() > deadline:
+            return alerts
+        time.sleep(0.5)
+
+
 def report_run(server_url: str, run_id: int | None) -> None:
     """Print the run's final verdict, its evidence and advice, and its alerts."""
     if run_id is None:
@@ -120,9 +133,7 @@ def report_run(server_url: str, run_id: int | None) -> None:
         print("  (the run's end has not reached the server yet: this verdict may change)")
     try:
         diagnosis = httpx.get(f"{server_url}/api/v1/runs/{run_id}/diagnosis", timeout=10).json()
-        alerts = httpx.get(
-            f"{server_url}/api/v1/alerts", params={"run_id": run_id}, timeout=10
-        ).json()["data"]
+        alerts = settled_alerts(server_url, run_id)
     except (httpx.HTTPError, KeyError, ValueError) as error:
         print(f"  (could not read the diagnosis: {error})", flush=True)
         return
