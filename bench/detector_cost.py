@@ -18,14 +18,19 @@ from stoker_server.core.models import AlertMetric, AlertRule, Comparison, Run, R
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.detectors import Detectors
 from stoker_server.ingest.protocol import Batch
+from stoker_server.ingest.retention import DiskUsage
 from stoker_server.ingest.writer import Writer
+from stoker_server.live.agents import AgentLink, ConnectedAgents
 from stoker_server.live.hub import LiveHub
-from stoker_server.service.lifecycle import AgentConnections
 
 
 class NoWriter:
     async def run(self, fn, /, **kwargs):
         raise AssertionError("a steady tick should not write")
+
+
+async def _ignore(message: dict) -> None:
+    pass
 
 
 def _batch(seq: int, first: int, t0: float, n: int = 50) -> Batch:
@@ -56,12 +61,14 @@ def _batch(seq: int, first: int, t0: float, n: int = 50) -> Batch:
 
 def measure(runs: int, rules: int) -> tuple[float, float]:
     settings = Settings(data_dir=Path("/tmp"))
-    connections = AgentConnections()
+    connections = ConnectedAgents()
     detectors = Detectors(
         settings=settings,
         writer=cast("Writer", NoWriter()),
         hub=LiveHub(16),
         connections=connections,
+        disk=DiskUsage(),
+        capture_profile=None,
     )
     metrics = list(AlertMetric)
     detectors.use_rules(
@@ -78,7 +85,7 @@ def measure(runs: int, rules: int) -> tuple[float, float]:
     )
     for run_id in range(1, runs + 1):
         run = Run(id=run_id, name=f"run{run_id}", run_key=f"k{run_id}", status=RunStatus.running)
-        connections.connect(run_id)
+        connections.attach(run_id, AgentLink(rank=0, send=_ignore))
         detectors.attach(run)
         for k in range(60):  # 30 s of steps, 0.5 s per batch
             detectors.observe_batch(run, _batch(k + 1, k * 50, 1.7e9 + k * 0.5))

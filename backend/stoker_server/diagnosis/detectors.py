@@ -59,9 +59,9 @@ from stoker_server.ingest.disks import disk_space, free_share
 from stoker_server.ingest.protocol import Batch
 from stoker_server.ingest.retention import DiskUsage
 from stoker_server.ingest.writer import Writer
+from stoker_server.live.agents import ConnectedAgents
 from stoker_server.live.hub import LiveHub
 from stoker_server.live.messages import AlertMessage, EventMessage, VerdictMessage
-from stoker_server.service.lifecycle import AgentConnections
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,14 @@ def verdict_event_message(diagnosis: Diagnosis, previous: Diagnosis | None) -> s
 
 class Detectors:
     def __init__(
-        self, *, settings: Settings, writer: Writer, hub: LiveHub, connections: AgentConnections
+        self,
+        *,
+        settings: Settings,
+        writer: Writer,
+        hub: LiveHub,
+        connections: ConnectedAgents,
+        disk: DiskUsage,
+        capture_profile: CaptureProfile | None,
     ) -> None:
         self.settings = settings
         self.connections = connections
@@ -152,9 +159,9 @@ class Detectors:
         self.windows: dict[int, RunWindow] = {}
         self.verdicts: dict[int, Diagnosis] = {}
         self.engine = AlertEngine()
-        # The disk figures the retention pass measures (set by the app): where the database's
-        # rows are written, for the disk rule.
-        self.disk: DiskUsage | None = None
+        # The disk figures the retention pass measures: where the database's rows are
+        # written, for the disk rule.
+        self.disk = disk
         self._rules_stale = True
         self.webhooks = WebhookSender(
             record=self._record_delivery,
@@ -174,7 +181,7 @@ class Detectors:
         self._baseline_runs: dict[int, tuple[float, float | None]] = {}
         self._metric_names: set[str] = set()
         self._first_horizon_s = DEFAULT_BASELINE_S
-        self.capture_profile: CaptureProfile | None = None
+        self.capture_profile = capture_profile
         self._server_rules = False  # an enabled rule watches the server (SERVER_METRICS)
 
     # -- fed by ingest (event loop, never blocks) ------------------------------------------
@@ -480,8 +487,7 @@ class Detectors:
         """The server's own values: the free share of the fuller of its disks, the data
         directory's and the database's own (where the last disk measure found it)."""
         shares = [free_share(*disk_space(self.settings.data_dir))]
-        if self.disk is not None:
-            shares.append(free_share(*self.disk.database_space()))
+        shares.append(free_share(*self.disk.database_space()))
         known = [share for share in shares if share is not None]
         free = min(known) if known else None
         return RunFacts(

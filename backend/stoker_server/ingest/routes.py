@@ -93,11 +93,7 @@ async def agent_socket(websocket: WebSocket) -> None:
         return
     run, last_seq = await writer.run(open_run, hello=hello)
     assert run.id is not None
-    state.connections.connect(run.id)
-    try:
-        await _serve_agent(websocket, state, run, hello, last_seq)
-    finally:
-        state.connections.disconnect(run.id)
+    await _serve_agent(websocket, state, run, hello, last_seq)
 
 
 # Batches of one agent being stored at once. The agent may send ahead of its acks; while
@@ -137,7 +133,9 @@ async def _serve_agent(
     async def send(message: dict[str, Any]) -> None:
         await websocket.send_json(message)
 
-    # Told whether a browser watches the run, and sent commands (e.g. profile) by rank.
+    # Told whether a browser watches the run, and sent commands (e.g. profile) by rank. It
+    # counts as connected until its last frame is answered: an `end` it sent before closing
+    # is then read as said by a live agent.
     agent = AgentLink(rank=hello.rank, send=send, run_key=hello.run_key)
     state.agents.attach(run.id, agent)
     in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
@@ -178,9 +176,9 @@ async def _serve_agent(
             stored = writer.submit_store(BatchJob(run.id, hello.stream, hello.rank, frame))
             await in_flight.put(_InFlight(frame, stored))
     finally:
-        state.agents.detach(run.id, agent)
         await in_flight.put(None)
         await acknowledging
+        state.agents.detach(run.id, agent)
 
 
 async def _acknowledge(
