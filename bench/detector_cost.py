@@ -17,6 +17,8 @@ from typing import cast
 from stoker_server.core.models import AlertMetric, AlertRule, Comparison, Run, RunStatus
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.detectors import Detectors
+from stoker_server.diagnosis.effects import DiagnosisEffects
+from stoker_server.diagnosis.webhooks import Delivery
 from stoker_server.ingest.protocol import Batch
 from stoker_server.ingest.retention import DiskUsage
 from stoker_server.ingest.writer import Writer
@@ -27,6 +29,10 @@ from stoker_server.live.hub import LiveHub
 class NoWriter:
     async def run(self, fn, /, **kwargs):
         raise AssertionError("a steady tick should not write")
+
+
+def _refuse(delivery: Delivery) -> bool:
+    raise AssertionError("a steady tick should deliver nothing")
 
 
 async def _ignore(message: dict) -> None:
@@ -62,13 +68,16 @@ def _batch(seq: int, first: int, t0: float, n: int = 50) -> Batch:
 def measure(runs: int, rules: int) -> tuple[float, float]:
     settings = Settings(data_dir=Path("/tmp"))
     connections = ConnectedAgents()
+    writer = cast("Writer", NoWriter())
+    effects = DiagnosisEffects(
+        writer=writer, publisher=LiveHub(16), submit_delivery=_refuse, capture_profile=None
+    )
     detectors = Detectors(
         settings=settings,
-        writer=cast("Writer", NoWriter()),
-        hub=LiveHub(16),
-        connections=connections,
+        writer=writer,
+        effects=effects,
+        connected=connections.run_ids,
         disk=DiskUsage(),
-        capture_profile=None,
     )
     metrics = list(AlertMetric)
     detectors.use_rules(
@@ -90,17 +99,17 @@ def measure(runs: int, rules: int) -> tuple[float, float]:
         for k in range(60):  # 30 s of steps, 0.5 s per batch
             detectors.observe_batch(run, _batch(k + 1, k * 50, 1.7e9 + k * 0.5))
     now = time.monotonic()
-    for run_id, window in detectors.windows.items():  # settled verdicts: a steady tick
+    for run_id, window in detectors.runs.windows.items():  # settled verdicts: a steady tick
         window.last_step_at = now  # setup took a while; the runs are stepping, not stalled
         verdict = detectors.diagnose_now(run_id)
         assert verdict is not None
-        detectors.verdicts[run_id] = verdict
+        detectors.runs.verdicts[run_id] = verdict
     ticks = 5
 
     async def timed() -> float:
         started = time.perf_counter()
         for _ in range(ticks):
-            for window in detectors.windows.values():
+            for window in detectors.runs.windows.values():
                 window.dirty = True  # as if every run sent a batch since the last tick
             await detectors.tick()
         return (time.perf_counter() - started) / ticks

@@ -28,7 +28,7 @@ from stoker_server.diagnosis.alerting import (
     param_key,
     seed_default_rules,
 )
-from stoker_server.diagnosis.detectors import FirstSteps, MetricTrack
+from stoker_server.diagnosis.watched import FirstSteps, MetricTrack
 
 
 def _rule(rule_id: int, metric: AlertMetric, threshold: float, **fields: object) -> AlertRule:

@@ -16,14 +16,19 @@ from typing import Any
 
 import orjson
 
+from stoker_server.core.models import AlertPublic, RunEventPublic
+from stoker_server.diagnosis.verdict import Diagnosis
 from stoker_server.live.messages import (
+    AlertMessage,
     Broadcast,
+    EventMessage,
     LiveMessage,
     NoticeMessage,
     RunDeletedMessage,
     RunMessage,
     StepsData,
     StepsMessage,
+    VerdictMessage,
 )
 
 Relay = Callable[..., None]
@@ -208,6 +213,15 @@ class LiveHub:
         if self._relay is not None:
             run_id = getattr(message, "run_id", 0)
             self._relay("message", run_id, m=message.model_dump(mode="json"))
+
+    def publish_verdict(self, diagnosis: Diagnosis) -> None:
+        self.broadcast(VerdictMessage(run_id=diagnosis.run_id, diagnosis=diagnosis))
+
+    def publish_event(self, run_id: int, event: RunEventPublic) -> None:
+        self.broadcast(EventMessage(run_id=run_id, event=event))
+
+    def publish_alert(self, alert: AlertPublic) -> None:
+        self.broadcast(AlertMessage(alert=alert))
 
     def broadcast_here(self, message: dict[str, Any]) -> None:
         """Send a message (as JSON) to every browser connected to this process only, never

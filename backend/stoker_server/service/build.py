@@ -11,6 +11,8 @@ from stoker_server.api.profile_captures import ProfileCaptures
 from stoker_server.core.models import Run
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.detectors import Detectors
+from stoker_server.diagnosis.effects import DiagnosisEffects, delivery_recorder
+from stoker_server.diagnosis.webhooks import WebhookSender
 from stoker_server.ingest.publish import publish_run_ended
 from stoker_server.ingest.retention import DiskUsage, retention_loop
 from stoker_server.ingest.writer import Writer
@@ -55,15 +57,23 @@ def build_state(settings: Settings, engine: Engine) -> AppState:
     profiles = ProfileCaptures(
         settings=settings, engine=engine, writer=writer, hub=hub, agents=agents
     )
-    # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks); an alert rule's action
-    # "capture N steps of profile" takes the user's path.
-    detectors = Detectors(
-        settings=settings,
+    webhooks = WebhookSender(
+        record=delivery_recorder(writer, hub),
+        timeout_s=settings.webhook_timeout_s,
+        attempts=settings.webhook_attempts,
+        backoff_s=settings.webhook_backoff_s,
+        queue_size=settings.webhook_queue_size,
+    )
+    # Diagnosis and alerts (verdicts, stalls, alert rules); an alert rule's action "capture N
+    # steps of profile" takes the user's path.
+    effects = DiagnosisEffects(
         writer=writer,
-        hub=hub,
-        connections=agents,
-        disk=disk,
+        publisher=hub,
+        submit_delivery=webhooks.submit,
         capture_profile=profiles.for_alerts(),
+    )
+    detectors = Detectors(
+        settings=settings, writer=writer, effects=effects, connected=agents.run_ids, disk=disk
     )
     return AppState(
         settings=settings,
@@ -73,6 +83,7 @@ def build_state(settings: Settings, engine: Engine) -> AppState:
         agents=agents,
         telemetry=Telemetry(agents=agents, hub=hub, writer=writer, disk=disk),
         detectors=detectors,
+        webhooks=webhooks,
         profiles=profiles,
         relay=relay,
         fanout=fanout,
@@ -119,7 +130,7 @@ async def start_loops(state: AppState) -> list[asyncio.Task[None]]:
             ),
             name="stoker-retention",
         ),
-        asyncio.create_task(state.detectors.webhooks.run_forever(), name="stoker-webhooks"),
+        asyncio.create_task(state.webhooks.run_forever(), name="stoker-webhooks"),
     ]
     return tasks
 

@@ -9,6 +9,7 @@ from starlette.requests import HTTPConnection
 from stoker_server.api.profile_captures import ProfileCaptures
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.detectors import Detectors
+from stoker_server.diagnosis.webhooks import WebhookSender
 from stoker_server.ingest.writer import Writer
 from stoker_server.live.agents import ConnectedAgents
 from stoker_server.live.fanout import PgFanout, PgRelay
@@ -26,6 +27,8 @@ class AppState:
     agents: ConnectedAgents
     telemetry: Telemetry
     detectors: Detectors
+    # Alert deliveries to webhooks, queued by the detectors.
+    webhooks: WebhookSender
     # Profiler captures: asked of the agents, stored, analysed (one analysis at a time each).
     profiles: ProfileCaptures
     # With PostgreSQL, live updates to and from the other servers sharing the database.
