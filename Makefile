@@ -37,6 +37,7 @@ test: build
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	cd frontend && npm test
 	$(BIN)/pytest -ra --durations=30 $(PYTEST_PARALLEL) $(TEST_TIERS) $(addprefix --ignore=,$(OWN_PROCESS_TESTS) $(ALONE_TESTS))
 	# Each in a process of its own. test_diagnosis_keras: after the rest of the suite, its
@@ -98,6 +99,7 @@ $(NODE_MODULES): frontend/package-lock.json
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(INSTALLED)
 	$(BIN)/ruff check --fix .

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
+from stoker_server.api.deps import AgentAuth, RunDep, RunId, SessionDep, StateDep, ViewerAuth
 from stoker_server.core.errors import BadRequest
 from stoker_server.core.models import (
     MAX_INT64,
@@ -17,7 +18,6 @@ from stoker_server.core.models import (
     RunStatus,
 )
 from stoker_server.ingest import profiles as store
-from stoker_server.service.deps import AgentAuth, RunDep, RunId, SessionDep, StateDep, ViewerAuth
 
 ProfileId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 Rank = Annotated[int, Query(ge=0, le=100_000, description="the worker's rank (its hello's)")]

@@ -6,6 +6,15 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 from sqlmodel import Session
 
+from stoker_server.api.deps import (
+    HubDep,
+    RunDep,
+    RunExists,
+    RunId,
+    SessionDep,
+    ViewerAuth,
+    WriterDep,
+)
 from stoker_server.api.edits import delete_run, update_run
 from stoker_server.api.queries import (
     RUN_SORT_PATTERN,
@@ -30,15 +39,6 @@ from stoker_server.core.models import (
     RunStatus,
     RunUpdate,
     StepSeries,
-)
-from stoker_server.service.deps import (
-    HubDep,
-    RunDep,
-    RunExists,
-    RunId,
-    SessionDep,
-    ViewerAuth,
-    WriterDep,
 )
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[ViewerAuth])

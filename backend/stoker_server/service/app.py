@@ -14,17 +14,26 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from stoker_server import __version__
-from stoker_server.api import alerts, cost, disk, energy, pipeline, profiles, run_diagnosis, runs
+from stoker_server.api import (
+    agent_ingest,
+    alerts,
+    cost,
+    disk,
+    energy,
+    live_updates,
+    pipeline,
+    profiles,
+    run_diagnosis,
+    runs,
+)
+from stoker_server.api.deps import ViewerAuth
+from stoker_server.api.state import app_state
 from stoker_server.core.db import make_engine
 from stoker_server.core.errors import StokerError
 from stoker_server.core.middleware import BodySizeLimit
 from stoker_server.core.models import Health
 from stoker_server.core.settings import Settings, get_settings
-from stoker_server.ingest import routes as ingest_routes
-from stoker_server.live import routes as live_routes
 from stoker_server.service.build import build_state, start_loops, stop_loops
-from stoker_server.service.deps import ViewerAuth
-from stoker_server.service.state import app_state
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent.parent / "static"
@@ -86,8 +95,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         )
 
     app.include_router(runs.router)
-    app.include_router(ingest_routes.router)
-    app.include_router(live_routes.router)
+    app.include_router(agent_ingest.router)
+    app.include_router(live_updates.router)
     app.include_router(run_diagnosis.router)
     app.include_router(pipeline.router)
     app.include_router(alerts.router)

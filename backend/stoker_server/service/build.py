@@ -8,20 +8,20 @@ import logging
 from sqlalchemy.engine import Engine
 
 from stoker_server.api.profile_captures import ProfileCaptures
+from stoker_server.api.publish import publish_run_ended
+from stoker_server.api.state import AppState
+from stoker_server.api.telemetry import Telemetry
 from stoker_server.core.models import Run
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.detectors import Detectors
 from stoker_server.diagnosis.effects import DiagnosisEffects, delivery_recorder
 from stoker_server.diagnosis.webhooks import WebhookSender
-from stoker_server.ingest.publish import publish_run_ended
 from stoker_server.ingest.retention import DiskUsage, retention_loop
 from stoker_server.ingest.writer import Writer
 from stoker_server.live.agents import ConnectedAgents
 from stoker_server.live.fanout import PgFanout, PgRelay
 from stoker_server.live.hub import LiveHub
 from stoker_server.service.lifecycle import reaper_loop
-from stoker_server.service.state import AppState
-from stoker_server.service.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 # How long the server waits, at start, to be listening to the other servers' live updates.

@@ -7,6 +7,7 @@ from sqlalchemy.engine import Engine
 from starlette.requests import HTTPConnection
 
 from stoker_server.api.profile_captures import ProfileCaptures
+from stoker_server.api.telemetry import Telemetry
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.detectors import Detectors
 from stoker_server.diagnosis.webhooks import WebhookSender
@@ -14,7 +15,6 @@ from stoker_server.ingest.writer import Writer
 from stoker_server.live.agents import ConnectedAgents
 from stoker_server.live.fanout import PgFanout, PgRelay
 from stoker_server.live.hub import LiveHub
-from stoker_server.service.telemetry import Telemetry
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request, WebSocket
 from pydantic import Field, TypeAdapter, ValidationError
 
+from stoker_server.api.deps import AgentAuth, StateDep, TokenKind, check_token, refuse_websocket
+from stoker_server.api.publish import (
+    publish_run_ended,
+    publish_stored_batch,
+    push_live_steps,
+    refreshed,
+)
+from stoker_server.api.state import AppState, app_state
+from stoker_server.api.telemetry import Telemetry
 from stoker_server.core.errors import BadRequest, PayloadTooLarge, StokerError, describe
 from stoker_server.core.models import IngestResult, Run, RunPublic, RunStatus
 from stoker_server.ingest.agent_writes import BatchJob, end_run, open_run, store_batch
@@ -23,18 +32,9 @@ from stoker_server.ingest.protocol import (
     HttpIngest,
     Welcome,
 )
-from stoker_server.ingest.publish import (
-    publish_run_ended,
-    publish_stored_batch,
-    push_live_steps,
-    refreshed,
-)
 from stoker_server.ingest.summary import run_public
 from stoker_server.ingest.writer import StreamFailed
 from stoker_server.live.agents import AgentLink
-from stoker_server.service.deps import AgentAuth, StateDep, TokenKind, check_token, refuse_websocket
-from stoker_server.service.state import AppState, app_state
-from stoker_server.service.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["agent"])
