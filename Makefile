@@ -22,7 +22,7 @@ TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
 
-.PHONY: demo serve test test-venvs test-tf-matrix test-jax build lint format clean api-types corpus
+.PHONY: demo serve test test-venvs test-tf-matrix test-jax build lint format clean api-types settings-doc corpus
 
 demo: build
 	$(BIN)/stoker demo
@@ -112,6 +112,10 @@ clean:
 api-types: $(INSTALLED) $(NODE_MODULES)
 	$(BIN)/python -c "import json, sys, tempfile, pathlib; from stoker_server.service.app import create_app; from stoker_server.core.settings import Settings; json.dump(create_app(Settings(data_dir=pathlib.Path(tempfile.mkdtemp()))).openapi(), sys.stdout, indent=2); print()" > frontend/openapi.json
 	cd frontend && npm run gen:api
+
+# docs/settings.md from the settings models of both sides (a unit test fails while they differ).
+settings-doc: $(INSTALLED)
+	$(BIN)/python -m stoker_server.core.settings_reference docs/settings.md
 
 # Public training scripts run plain and under `stoker run` (tests/corpus/README.md). They are
 # never committed: place them first with CORPUS_ARGS="--from-git OWNER/NAME=GIT_DIR ...".
