@@ -34,7 +34,7 @@ def start_server(settings: Settings) -> subprocess.Popen[bytes] | None:
         print(f"Using the Stoker server already running at {url}", flush=True)
         return None
     command = [
-        sys.executable, "-m", "stoker_server.cli.main", "serve",
+        sys.executable, "-m", "stoker_server.cli", "serve",
         "--host", settings.host, "--port", str(settings.port),
         "--data-dir", str(settings.data_dir),
     ]  # fmt: skip
