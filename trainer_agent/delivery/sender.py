@@ -135,6 +135,15 @@ if hasattr(os, "register_at_fork"):
 
 
 class Sender:
+    """One run's delivery, on the sender thread: flushes while the run is live, the drain at
+    its end, what is left to the spool, and what the user is told of each (see the module).
+
+    One class, past 300 lines, because its phases (`Phase`) share one transport, outbox and
+    reconnect state, and what the end says depends on what the live flushes met; apart, each
+    part would reach into the others' state. The pieces with no state of the run's are apart:
+    `Drain`, `Outbox`, `Reconnect`, the transports, `_Workers`.
+    """
+
     def __init__(
         self,
         *,

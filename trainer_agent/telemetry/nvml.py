@@ -58,6 +58,10 @@ def _text(value: Any) -> str | None:
 class Nvml:
     """Thread-safe NVML access with lazy init; every method returns None on failure.
 
+    The agent's one NVML chokepoint, by design (every call under one lock, "not supported"
+    read as None, a missing symbol said once, static facts cached): hence one class, past 300
+    lines, for every device reading the samplers take.
+
     Args:
         library: A module with pynvml's API; defaults to importing `pynvml`.
     """
