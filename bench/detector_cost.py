@@ -3,13 +3,15 @@
 Builds `Detectors` with N watched runs (each window full: 30 s of 10 ms steps with measured
 wait, 1 Hz samples of 8 GPUs and the host) and R enabled rules, then times `tick()` once
 steady (no verdict or alert changes, so no writes), and the ingest-side `observe_batch` of
-one 50-step batch. Prints microseconds per tick, per run and per (run, rule) pair.
+one 50-step batch. Prints microseconds per tick, per run and per (run, rule) pair, and the
+Python function calls of one steady tick (a count the machine's load does not change).
 
 Usage: .venv/bin/python -m bench.detector_cost [--runs 10,100,1000] [--rules 3,30]
 """
 
 import argparse
 import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import cast
@@ -65,7 +67,7 @@ def _batch(seq: int, first: int, t0: float, n: int = 50) -> Batch:
     )
 
 
-def measure(runs: int, rules: int) -> tuple[float, float]:
+def measure(runs: int, rules: int) -> tuple[float, float, int]:
     settings = Settings(data_dir=Path("/tmp"))
     connections = ConnectedAgents()
     writer = cast("Writer", NoWriter())
@@ -115,13 +117,32 @@ def measure(runs: int, rules: int) -> tuple[float, float]:
         return (time.perf_counter() - started) / ticks
 
     tick_s = asyncio.run(timed())
+    calls = asyncio.run(_calls_of(detectors))
     run = Run(id=1, name="run1", run_key="k1", status=RunStatus.running)
     batch = _batch(999, 10_000, 1.7e9 + 31)
     started = time.perf_counter()
     for _ in range(200):
         detectors.observe_batch(run, batch)
     observe_s = (time.perf_counter() - started) / 200
-    return tick_s, observe_s
+    return tick_s, observe_s, calls
+
+
+async def _calls_of(detectors: Detectors) -> int:
+    """Python function calls in one more steady tick: a count the machine's load leaves alone."""
+    for window in detectors.runs.windows.values():
+        window.dirty = True
+    calls = 0
+
+    def count(frame: object, event: str, arg: object) -> None:
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        await detectors.tick()
+    finally:
+        sys.setprofile(None)
+    return calls
 
 
 def main() -> None:
@@ -131,11 +152,12 @@ def main() -> None:
     args = parser.parse_args()
     for rules in (int(r) for r in args.rules.split(",")):
         for runs in (int(r) for r in args.runs.split(",")):
-            tick_s, observe_s = measure(runs, rules)
+            tick_s, observe_s, calls = measure(runs, rules)
             print(
                 f"runs={runs:5d} rules={rules:3d}: tick {tick_s * 1e3:8.2f} ms "
                 f"({tick_s / runs * 1e6:6.1f} µs/run, {tick_s / (runs * rules) * 1e6:5.2f} "
-                f"µs per run-rule pair); observe_batch {observe_s * 1e6:6.1f} µs",
+                f"µs per run-rule pair, {calls} Python calls); observe_batch "
+                f"{observe_s * 1e6:6.1f} µs",
                 flush=True,
             )
 
