@@ -90,15 +90,19 @@ $(JAX_VENV)/.installed: pyproject.toml
 build: $(INSTALLED) $(NODE_MODULES)
 	cd frontend && npm run build
 
-# The UI is built by `make build`, not by pip (STOKER_SKIP_UI_BUILD).
+# The UI is built by `make build`, not by pip (STOKER_SKIP_UI_BUILD). setuptools says of every
+# editable install of packages from two folders (`.` and `backend/`) that "folders in your working
+# directory with the same name as your package ... may take precedence": true of any editable
+# install, and no news to whoever runs `make demo` in the clone.
+EDITABLE := STOKER_SKIP_UI_BUILD=1 PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install --quiet -e
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	STOKER_SKIP_UI_BUILD=1 $(BIN)/pip install --quiet -e '.[tensorflow,server]'
+	$(EDITABLE) '.[tensorflow,server]'
 	touch $@
 
 $(DEV_INSTALLED): $(INSTALLED)
-	STOKER_SKIP_UI_BUILD=1 $(BIN)/pip install --quiet -e '.[tensorflow,server,dev]'
+	$(EDITABLE) '.[tensorflow,server,dev]'
 	touch $@
 
 $(NODE_MODULES): frontend/package-lock.json

@@ -84,3 +84,20 @@ export function capacityBarPct(ratio: number | null): number {
   const pct = ((Math.log10(ratio) + 1) / 3) * 100;
   return Math.max(2, Math.min(100, pct));
 }
+
+/** A stage's capacity as the view writes it: its rate, or why it has none. */
+export function capacityText(stage: Pick<PipelineStage, "elements" | "ms_per_element">, capacity: number | null): string {
+  if (capacity != null && Number.isFinite(capacity)) return formatRate(capacity);
+  return stage.elements === 0 || stage.ms_per_element === null ? "not timed yet" : "—";
+}
+
+export const NOT_TIMED =
+  "tf.data had no time per element for this stage when its model was read: the stage had produced no element yet (a shuffle filling its buffer, a cache being filled, the stages after them)";
+
+/** The line under the stages: what the bars compare, or why there are none. */
+export function pipelineLegend(demandStepsPerS: number | null): string {
+  if (demandStepsPerS === null) {
+    return "No bars for this read: it came before enough steps to set their pace, which is what the bars compare each stage with. tf.data's model is read every few seconds while the run lives, so a run that short has one read.";
+  }
+  return `Bars: the steps per second each stage could feed (log scale), against the ${formatRate(demandStepsPerS)} the steps would take when fed (the mark); a stage short of the mark starves the steps. Buffer: the elements ready when the model was read.`;
+}

@@ -14,7 +14,10 @@ import {
   bufferFill,
   capacityBarPct,
   capacityRatio,
+  capacityText,
   formatRate,
+  NOT_TIMED,
+  pipelineLegend,
   type PipelineAnswer,
   type PipelineStage,
   parsePipeline,
@@ -118,7 +121,8 @@ export class PipelinePanel {
       ...rows,
       h("li", { class: "pipeline-model muted", text: "→ model (one element a step)" }),
     );
-    const children: Node[] = [list];
+    const legend = h("p", { class: "pipeline-legend muted", text: pipelineLegend(demand), attrs: { "data-testid": "pipeline-legend" } });
+    const children: Node[] = [list, legend];
     const b = answer.bottleneck;
     if (b) {
       children.unshift(
@@ -140,6 +144,7 @@ export class PipelinePanel {
     const barFill = h("span", { class: "bar-fill" });
     barFill.style.width = `${capacityBarPct(ratio)}%`;
     const short = ratio !== null && ratio < 1;
+    const timed = capacity != null && Number.isFinite(capacity);
     const details = [
       `${stage.name}`,
       stage.parallelism ? `${stage.parallelism} thread${stage.parallelism === 1 ? "" : "s"}` : "",
@@ -157,9 +162,13 @@ export class PipelinePanel {
       h("span", { class: "stage-details muted", text: details.join(" · ") }),
       h(
         "span",
-        { class: "stage-capacity", attrs: { title: "Steps per second this stage could feed (bar: against the demand, log scale; the mark is the demand)" } },
-        h("span", { class: "bar" }, barFill, h("span", { class: "bar-mark" })),
-        h("span", { class: "bar-text", text: formatRate(capacity) }),
+        {
+          class: "stage-capacity",
+          attrs: { title: timed ? "Steps per second this stage could feed (bar: against the demand, log scale; the mark is the demand)" : NOT_TIMED },
+        },
+        // A bar only where there is a figure and a demand to compare it with (the legend says why not).
+        timed && demand !== null ? h("span", { class: "bar" }, barFill, h("span", { class: "bar-mark" })) : null,
+        h("span", { class: `bar-text${timed ? "" : " muted"}`, text: capacityText(stage, capacity) }),
       ),
       h(
         "span",
