@@ -34,14 +34,21 @@ interface Column {
   sort?: RunSortKey;
   /** A GPU figure: the column is hidden while no run listed has GPU readings. */
   gpu?: boolean;
+  /** A second figure in the same column, under the first (its own sort button). */
+  under?: Column;
 }
 
 const COLUMNS: Column[] = [
   { key: "name", label: "Name", sort: "name" },
   { key: "project", label: "Project", sort: "project" },
-  { key: "tags", label: "Tags" },
-  { key: "status", label: "Status", sort: "status" },
-  { key: "verdict", label: "Verdict", sort: "verdict", title: "Is the GPU being fed? The latest diagnosis" },
+  // The verdict under the status, each badge on one line: side by side, the two columns left
+  // too little room at 1024 px for the others without breaking words.
+  {
+    key: "status",
+    label: "Status",
+    sort: "status",
+    under: { key: "verdict", label: "Verdict", sort: "verdict", title: "Is the GPU being fed? The latest diagnosis" },
+  },
   { key: "started", label: "Started", sort: "started" },
   { key: "duration", label: "Duration", numeric: true, sort: "duration" },
   { key: "steps", label: "Steps", numeric: true, sort: "steps" },
@@ -256,10 +263,18 @@ export class RunsListView implements View {
   }
 
   private headerCell(c: Column): HTMLElement {
-    const cls = [c.numeric ? "num" : "", c.gpu ? "gpu-col" : ""].join(" ").trim();
+    const cls = [c.numeric ? "num" : "", c.gpu ? "gpu-col" : "", c.under ? "stacked" : ""].join(" ").trim();
     if (!c.sort) return h("th", { class: cls, text: c.label, attrs: { scope: "col", title: c.title ?? null } });
+    const buttons = [this.sortButton(c), c.under ? this.sortButton(c.under) : null];
+    const th = h("th", { class: cls, attrs: { scope: "col" } }, ...buttons);
+    for (const key of [c.sort, c.under?.sort]) if (key) this.headers.set(key, th);
+    return th;
+  }
+
+  private sortButton(c: Column): HTMLButtonElement | null {
     const key = c.sort;
-    const button = h(
+    if (!key) return null;
+    return h(
       "button",
       {
         class: "sort",
@@ -274,9 +289,6 @@ export class RunsListView implements View {
       c.label,
       h("span", { class: "sort-mark", attrs: { "aria-hidden": "true" } }),
     );
-    const th = h("th", { class: cls, attrs: { scope: "col" } }, button);
-    this.headers.set(key, th);
-    return th;
   }
 
   /** Show (or hide, for "") the best value of an epoch metric as a column, sorted best first. */
@@ -342,10 +354,12 @@ export class RunsListView implements View {
   }
 
   private showSort(): void {
+    const sorted = this.headers.get(this.sort.key);
     for (const [key, th] of this.headers) {
       const active = key === this.sort.key;
-      setAttrs(th, { "aria-sort": active ? (this.sort.desc ? "descending" : "ascending") : null });
-      const mark = th.querySelector(".sort-mark");
+      // A column of two figures is sorted when either is.
+      if (th !== sorted || active) setAttrs(th, { "aria-sort": active ? (this.sort.desc ? "descending" : "ascending") : null });
+      const mark = th.querySelector(`[data-sort="${key}"] .sort-mark`) ?? th.querySelector(".sort-mark");
       if (mark) setText(mark, active ? (this.sort.desc ? "▾" : "▴") : "");
     }
   }
@@ -516,13 +530,13 @@ export class RunsListView implements View {
     replaceChildren(
       tr,
       h("td", { class: "select-col" }, box),
-      h("td", { class: "name" }, link, h("span", { class: "run-id", text: `#${run.id}` })),
+      // Tags under the name: a column of their own left the others too little room at 1024 px.
+      h("td", { class: "name" }, link, h("span", { class: "run-id", text: `#${run.id}` }), c.tags.length ? tagList(c.tags) : null),
       h("td", { class: `project${keepWhole(c.project, PROJECT_WHOLE)}`, text: c.project }),
-      h("td", { class: "tags-cell" }, tagList(c.tags)),
-      h("td", null, statusBadge(c.status, run.summary.steps_to_upload)),
       h(
         "td",
-        null,
+        { class: "stacked" },
+        statusBadge(c.status, run.summary.steps_to_upload),
         h("span", {
           class: c.verdict ? `badge verdict tone-${c.verdictTone}` : "muted",
           text: c.verdictText,
