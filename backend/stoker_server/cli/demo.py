@@ -418,8 +418,8 @@ def run_demo(
     if no_driver is not None:
         print(
             "  No NVIDIA driver was found (NVML: "
-            f"{no_driver}), so the GPU panels (utilization, memory, temperature) stay "
-            "empty and the model trains on the CPU. Step time and input wait are measured "
+            f"{no_driver}), so the model trains on the CPU and the run pages show no GPU "
+            "charts (utilization, memory, temperature). Step time and input wait are measured "
             "all the same, and the diagnosis works from them.\n",
             flush=True,
         )
