@@ -119,36 +119,50 @@ FIGURE_COLUMNS = (("STEP", 6, True), ("STEP/S", 6, True), ("MS/STEP", 7, True),
                   ("INPUT WAIT", 13, False))  # fmt: skip
 GPU_COLUMNS = (("GPU", 3, True), ("UTIL", 4, True), ("SM", 4, True), ("MEM", 8, True))
 NAME_MIN, PROJECT_MIN = len("RUN"), len("PROJECT")
+# GPU readings go in columns of the run's line only while that leaves the names this much (or
+# all they need); else each run's GPUs get a line of their own under it.
+NAMES_BESIDE_GPUS = 30
 
 
 @dataclass(frozen=True)
 class ListLayout:
     """The runs list's columns for the runs shown: a status column only when some has ended, GPU
-    columns only when some has GPU readings, and the rest of the width to the names."""
+    readings only when some has them (in columns, or on lines under each run when columns
+    would leave the names too little), and the rest of the width to the names."""
 
     name_width: int
     project_width: int
     status_width: int  # 0: no status column
-    gpus: bool
+    gpus: bool  # GPU columns
+    gpu_lines: bool = False  # each run's GPUs on a line of their own under it
 
     @classmethod
     def of(cls, shown: list[RunView], width: int) -> "ListLayout":
-        gpus = any(view.gpus for view in shown)
+        readings = any(view.gpus for view in shown)
         ended = any(view.status != "running" for view in shown)
         status = max([len("STATUS"), *(len(view.status) for view in shown)]) if ended else 0
-        fixed = [width for _, width, _ in FIGURE_COLUMNS]
-        fixed += [width for _, width, _ in GPU_COLUMNS] if gpus else []
-        fixed += [status] if status else []
-        gaps = len(fixed) + 1  # one space after every column but the last
-        free = max(NAME_MIN + PROJECT_MIN, width - sum(fixed) - gaps)
         longest_name = max([NAME_MIN, *(len(view.name) for view in shown)])
         longest_project = max([PROJECT_MIN, *(len(view.project) for view in shown)])
+        needed = longest_name + longest_project
+
+        def free_for_names(gpus: bool) -> int:
+            fixed = [width for _, width, _ in FIGURE_COLUMNS]
+            fixed += [width for _, width, _ in GPU_COLUMNS] if gpus else []
+            fixed += [status] if status else []
+            gaps = len(fixed) + 1  # one space after every column but the last
+            return max(NAME_MIN + PROJECT_MIN, width - sum(fixed) - gaps)
+
+        gpus = readings and free_for_names(True) >= min(needed, NAMES_BESIDE_GPUS)
+        free = free_for_names(gpus)
         # The project takes up to a third of what is free, the name the rest; what the name
         # does not need goes back to the project.
         project = min(longest_project, max(PROJECT_MIN, free // 3))
         name = min(longest_name, free - project)
         project = min(longest_project, free - name)
-        return cls(name_width=name, project_width=project, status_width=status, gpus=gpus)
+        return cls(
+            name_width=name, project_width=project, status_width=status, gpus=gpus,
+            gpu_lines=readings and not gpus,
+        )  # fmt: skip
 
     def leading(self) -> int:
         """Columns before the GPU columns."""
@@ -174,12 +188,33 @@ def _run_rows(
     rows = [first]
     if layout.gpus:
         rows += [[Text("")] * layout.leading() + _gpu_cells(gpu, screen) for gpu in gpus[1:]]
+    if layout.gpu_lines:
+        rows += [[line] for line in _gpu_lines(gpus, screen)]
     for alert in state.alerts_of(view.id):
         mark = "▲ " if screen.unicode else "^ "
         line = Text(f"  {mark}{alert.get('message') or alert.get('rule_name', 'alert')}")
         line.stylize("red" if screen.color else "")
         rows.append([line])
     return rows
+
+
+def _gpu_lines(gpus: list[GpuReading], screen: Screen) -> list[Text]:
+    """A run's GPUs as lines under it, as many to a line as fit: "GPU 0  91% SM 64% 29/80G"."""
+    parts = []
+    for gpu in gpus:
+        label = str(gpu.gpu) if gpu.rank == 0 else f"{gpu.rank}/{gpu.gpu}"
+        util, sm = _percent(gpu.util), _percent(gpu.sm_util)
+        parts.append(f"GPU {label} {util:>4} SM {sm:>4} {_memory(gpu):>8}")
+    lines: list[Text] = []
+    line = ""
+    for part in parts:
+        if line and len(line) + 3 + len(part) > screen.width:
+            lines.append(Text(line))
+            line = ""
+        line = f"{line}   {part}" if line else f"  {part}"
+    if line:
+        lines.append(Text(line))
+    return lines
 
 
 def _runs_table(screen: Screen, layout: ListLayout, *, header: bool) -> Table:
@@ -218,8 +253,8 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
     # Scrolled only as far as needed to show the selected run's lines, its first at least.
     chosen_lines = [i for i, (_, chosen) in enumerate(lines) if chosen] or [0]
     start = min(chosen_lines[0], max(0, chosen_lines[-1] - room + 1))
-    # Consecutive run lines share a table; an alert line spans the width between tables. The
-    # columns are as wide in every table (fixed widths, the rest shared by ratio).
+    # Consecutive run lines share a table; a line of its own (an alert, GPUs under their run)
+    # spans the width between tables. The columns are as wide in every table (fixed widths).
     tables: list[RenderableType] = []
     table = _runs_table(screen, layout, header=True)
     for row, chosen in lines[start : start + room]:
