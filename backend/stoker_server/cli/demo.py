@@ -269,7 +269,7 @@ def report_run(server_url: str, run_id: int | None) -> None:
 SAMPLES, HELD_OUT, FEATURES, CLASSES, BATCH_SIZE = 4096, 512, 64, 4, 64
 STEPS_PER_EPOCH = SAMPLES // BATCH_SIZE
 # Batches of the starved pipeline timed to size the live run in whole epochs.
-PROBE_BATCHES = 8
+PROBE_BATCHES = 16
 
 
 def live_epochs(live_s: float, epoch_s: float) -> int:

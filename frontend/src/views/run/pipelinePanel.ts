@@ -16,6 +16,8 @@ import {
   capacityRatio,
   capacityText,
   formatRate,
+  laterIdle,
+  NOT_KNOWN,
   NOT_TIMED,
   pipelineLegend,
   type PipelineAnswer,
@@ -113,7 +115,13 @@ export class PipelinePanel {
     this.info.textContent =
       demand !== null ? `the steps would take ${formatRate(demand)} when fed` : "stages from tf.data's autotuning model";
     const rows = answer.stages.map((stage, i) =>
-      this.stageRow(stage, answer.capacity_steps_per_s?.[i] ?? null, demand, answer.bottleneck?.position === stage.position),
+      this.stageRow(
+        stage,
+        answer.capacity_steps_per_s?.[i] ?? null,
+        demand,
+        answer.bottleneck?.position === stage.position,
+        laterIdle(answer.stages, stage.position),
+      ),
     );
     const list = h(
       "ol",
@@ -121,7 +129,8 @@ export class PipelinePanel {
       ...rows,
       h("li", { class: "pipeline-model muted", text: "→ model (one element a step)" }),
     );
-    const legend = h("p", { class: "pipeline-legend muted", text: pipelineLegend(demand), attrs: { "data-testid": "pipeline-legend" } });
+    const waiting = answer.stages.some((s) => s.elements === 0);
+    const legend = h("p", { class: "pipeline-legend muted", text: pipelineLegend(demand, waiting), attrs: { "data-testid": "pipeline-legend" } });
     const children: Node[] = [list, legend];
     const b = answer.bottleneck;
     if (b) {
@@ -138,7 +147,7 @@ export class PipelinePanel {
     replaceChildren(this.body, ...children);
   }
 
-  private stageRow(stage: PipelineStage, capacity: number | null, demand: number | null, isBottleneck: boolean): HTMLElement {
+  private stageRow(stage: PipelineStage, capacity: number | null, demand: number | null, isBottleneck: boolean, idleAfter: boolean): HTMLElement {
     const ratio = capacityRatio(capacity, demand);
     const fill = bufferFill(stage);
     const barFill = h("span", { class: "bar-fill" });
@@ -164,11 +173,19 @@ export class PipelinePanel {
         "span",
         {
           class: "stage-capacity",
-          attrs: { title: timed ? "Steps per second this stage could feed (bar: against the demand, log scale; the mark is the demand)" : NOT_TIMED },
+          attrs: {
+            title: timed
+              ? "Steps per second this stage could feed (bar: against the demand, log scale; the mark is the demand)"
+              : stage.elements === 0 || stage.ms_per_element === null
+                ? NOT_TIMED
+                : idleAfter
+                  ? NOT_KNOWN
+                  : null,
+          },
         },
         // A bar only where there is a figure and a demand to compare it with (the legend says why not).
         timed && demand !== null ? h("span", { class: "bar" }, barFill, h("span", { class: "bar-mark" })) : null,
-        h("span", { class: `bar-text${timed ? "" : " muted"}`, text: capacityText(stage, capacity) }),
+        h("span", { class: `bar-text${timed ? "" : " muted"}`, text: capacityText(stage, capacity, idleAfter) }),
       ),
       h(
         "span",
