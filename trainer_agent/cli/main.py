@@ -95,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     top_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
     top_parser.add_argument("--token", default=None, help="default: STOKER_VIEW_TOKEN")
     top_parser.add_argument("--once", action="store_true", help="print one frame and exit")
+    top_parser.add_argument(
+        "--all", action="store_true", help="ended runs too, with their status (the `a` key)"
+    )
     return parser
 
 
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "top":
         from trainer_agent.top import main as run_top
 
-        return run_top(server=setting.url, token=args.token, once=args.once)
+        return run_top(server=setting.url, token=args.token, once=args.once, show_ended=args.all)
     from trainer_agent.delivery.upload import main as run_upload
 
     return run_upload(args.directory, server=server, token=args.token)

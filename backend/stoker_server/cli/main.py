@@ -153,10 +153,14 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from stoker_server.cli.demo import run_demo
+    from stoker_server.cli.demo import demo_place, run_demo
 
+    place = demo_place(
+        host=args.host, port=args.port, data_dir=args.data_dir,
+        database_url=args.database_url, server=args.server,
+    )  # fmt: skip
     return run_demo(
-        _settings_from(args),
+        place,
         epochs=args.epochs,
         keep_serving=not args.exit,
         live_minutes=args.live_minutes,
@@ -183,9 +187,31 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser.set_defaults(func=serve)
 
     demo_parser = commands.add_parser(
-        "demo", help="start a server and stream a real Keras training into it"
+        "demo",
+        help="start a server and stream a real Keras training into it",
+        description="Start a Stoker server of its own, on a fresh data directory (only the "
+        "demo's runs show), and train a small Keras model twice into it: behind a fed input "
+        "pipeline, then a starved one, live for a few minutes.",
     )
-    _add_server_flags(demo_parser)
+    demo_parser.add_argument("--host", default="127.0.0.1", help="bind address (%(default)s)")
+    demo_parser.add_argument(
+        "--port", type=int, default=None, help="(default 8470, or the next free port after it)"
+    )
+    demo_parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="keep the demo's runs here, beside any already there (default: a fresh directory)",
+    )
+    demo_parser.add_argument(
+        "--database-url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir)"
+    )
+    demo_parser.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="stream into this running server instead of starting one (its runs show too)",
+    )
     demo_parser.add_argument("--epochs", type=int, default=3, help="epochs per demo run")
     demo_parser.add_argument(
         "--exit", action="store_true", help="stop the server when training ends"
