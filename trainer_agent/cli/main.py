@@ -86,9 +86,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server_flags(serve_parser)
 
     demo_parser = commands.add_parser(
-        "demo", help="start a server and stream a real Keras training into it (needs the server)"
+        "demo",
+        help="start a server and stream a real Keras training into it (needs the server)",
+        description="Start a Stoker server of its own, on a fresh data directory (only the "
+        "demo's runs show), and train a small Keras model twice into it: behind a fed input "
+        "pipeline, then a starved one, live for a few minutes.",
     )
-    _add_server_flags(demo_parser)
+    demo_parser.add_argument("--host", default="127.0.0.1", help="bind address (%(default)s)")
+    demo_parser.add_argument(
+        "--port", type=int, default=None, help="(default 8470, or the next free port after it)"
+    )
+    demo_parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="keep the demo's runs here, beside any already there (default: a fresh directory)",
+    )
+    demo_parser.add_argument(
+        "--database-url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir)"
+    )
+    demo_parser.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="stream into this running server instead of starting one (its runs show too)",
+    )
     demo_parser.add_argument("--epochs", type=int, default=3, help="epochs per demo run")
     demo_parser.add_argument(
         "--exit", action="store_true", help="stop the server when training ends"
@@ -133,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     top_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
     top_parser.add_argument("--token", default=None, help="default: STOKER_VIEW_TOKEN")
     top_parser.add_argument("--once", action="store_true", help="print one frame and exit")
+    top_parser.add_argument(
+        "--all", action="store_true", help="ended runs too, with their status (the `a` key)"
+    )
     return parser
 
 
@@ -164,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "top":
         from trainer_agent.top import main as run_top
 
-        return run_top(server=setting.url, token=args.token, once=args.once)
+        return run_top(server=setting.url, token=args.token, once=args.once, show_ended=args.all)
     from trainer_agent.delivery.upload import main as run_upload
 
     return run_upload(args.directory, server=server, token=args.token)

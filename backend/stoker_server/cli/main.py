@@ -151,10 +151,14 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from stoker_server.cli.demo import run_demo
+    from stoker_server.cli.demo import demo_place, run_demo
 
+    place = demo_place(
+        host=args.host, port=args.port, data_dir=args.data_dir,
+        database_url=args.database_url, server=args.server,
+    )  # fmt: skip
     return run_demo(
-        settings_from(args),
+        place,
         epochs=args.epochs,
         keep_serving=not args.exit,
         live_minutes=args.live_minutes,
