@@ -11,7 +11,7 @@ from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 from trainer_agent.log_once import warn_once
-from trainer_agent.settings import DEFAULT_SERVER, AgentSettings, read_agent_settings
+from trainer_agent.settings import DEFAULT_SERVER, AgentSettings, agent_setting
 
 log = logging.getLogger("trainer_agent")
 
@@ -234,7 +234,7 @@ def server_setting(server: str | None, *, argument: str = "server=") -> ServerSe
     default, checked."""
     if server and server.strip():
         return check_server(server, argument)
-    from_env = read_agent_settings().server
+    from_env = agent_setting("server")
     if from_env:
         return check_server(from_env, "STOKER_SERVER")
     return ServerSetting(url=DEFAULT_SERVER, source="")
@@ -247,17 +247,16 @@ def resolve_server(server: str | None) -> str:
 def resolve_token(token: str | None) -> str | None:
     if token:
         return token
-    settings = read_agent_settings()
-    return settings.agent_token or settings.token
+    return agent_setting("agent_token") or agent_setting("token")
 
 
 def resolve_interval_s(interval_s: float | None) -> float:
-    return float(interval_s) if interval_s is not None else read_agent_settings().sample_interval_s
+    return float(interval_s) if interval_s is not None else agent_setting("sample_interval_s")
 
 
 def _from_env(name: str) -> Any:
     """A default from the environment: the agent setting `name` (trainer_agent/settings.py)."""
-    return field(default_factory=lambda: getattr(read_agent_settings(), name))
+    return field(default_factory=lambda: agent_setting(name))
 
 
 def websocket_url(server: str, path: str) -> str:
@@ -300,7 +299,7 @@ class AgentConfig:
     close_timeout_s: float = _from_env("close_timeout_s")
     # ...and how long, at most, to keep sending to a server that acknowledges.
     drain_timeout_s: float = _from_env("drain_timeout_s")
-    spool_dir: Path | None = field(default_factory=lambda: read_agent_settings().spool_dir)
+    spool_dir: Path | None = field(default_factory=lambda: agent_setting("spool_dir"))
     spool_max_bytes: int = _from_env("spool_max_bytes")
     # "websocket" (falls back to HTTP when the upgrade is refused) or "http".
     transport: str = _from_env("transport")
@@ -324,7 +323,7 @@ class AgentConfig:
             tags=list(options.tags),
             config=dict(options.config),
             sample_interval_s=resolve_interval_s(options.sample_interval_s),
-            all_gpus=read_agent_settings().all_gpus if all_gpus is None else all_gpus,
+            all_gpus=agent_setting("all_gpus") if all_gpus is None else all_gpus,
         )
         if setting.notice:
             warn_once(setting.notice, "Stoker: %s", setting.notice)

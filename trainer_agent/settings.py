@@ -10,6 +10,7 @@ training. docs/settings.md is generated from these fields and the server's
 Explicit arguments (`StokerCallback(server=...)`, `stoker run --server`) win over these.
 """
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -201,25 +202,47 @@ def read_agent_settings(environ: Mapping[str, str] | None = None) -> AgentSettin
     """Every agent setting from `environ` (default: this process's environment). A variable
     that is unset or empty takes its default; one that cannot be read is said once (with what
     it accepts) and takes its default too."""
+    return AgentSettings(**{name: agent_setting(name, environ) for name in _VARIABLES})
+
+
+def agent_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The agent setting `name` (a field of AgentSettings) from `environ` (default: this
+    process's environment), read as `read_agent_settings` reads it: one variable, for the
+    callers that need one (an AgentConfig reads its defaults one by one, autolog makes one
+    per fit)."""
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    for name, variable, _ in variables():
-        raw = environ.get(variable.env)
-        if raw is None or not raw.strip():
-            continue
-        try:
-            value = variable.parse(raw)
-            if variable.positive and value <= 0:
-                raise ValueError(f"{raw!r} is not more than 0")
-        except ValueError as error:
-            warn_once(
-                f"setting:{variable.env}={raw}",
-                "Stoker: %s=%r cannot be used (%s); using the default, %s",
-                variable.env, raw, error, shown_default(variable, getattr(DEFAULTS, name)),
-            )  # fmt: skip
-            continue
-        values[name] = value
-    return AgentSettings(**values)
+    variable, _ = _VARIABLES[name]
+    raw = environ.get(variable.env)
+    if raw is None or not raw.strip():
+        return _default(name)
+    value, problem = _parsed(name, raw)
+    if problem is not None:
+        warn_once(*problem)
+    return value
+
+
+def _default(name: str) -> Any:
+    """Setting `name`'s default, made now (the spool directory follows $XDG_CACHE_HOME)."""
+    spec = AgentSettings.__dataclass_fields__[name]
+    return spec.default_factory() if spec.default_factory is not MISSING else spec.default
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(name: str, raw: str) -> tuple[Any, tuple[str, str, str] | None]:
+    """Setting `name`'s value from its variable's raw value (the default when it cannot be
+    read), and what to say then: (warn-once key, format, message)."""
+    variable, default = _VARIABLES[name]
+    try:
+        value = variable.parse(raw)
+        if variable.positive and value <= 0:
+            raise ValueError(f"{raw!r} is not more than 0")
+    except ValueError as error:
+        message = (
+            f"Stoker: {variable.env}={raw!r} cannot be used ({error}); using the default, "
+            f"{shown_default(variable, default)}"
+        )
+        return _default(name), (f"setting:{variable.env}={raw}", "%s", message)
+    return value, None
 
 
 def shown_default(variable: Variable, default: Any) -> str:
@@ -233,4 +256,5 @@ def shown_default(variable: Variable, default: Any) -> str:
     return str(default)
 
 
-DEFAULTS = AgentSettings()
+# Each setting's variable and default (as the reference shows it), by field name.
+_VARIABLES = {name: (variable, default) for name, variable, default in variables()}

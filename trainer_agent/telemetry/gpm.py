@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainer_agent.settings import read_agent_settings
+from trainer_agent.settings import agent_setting
 from trainer_agent.telemetry.nvml import DeviceKey, Nvml
 
 log = logging.getLogger("trainer_agent")
@@ -49,7 +49,7 @@ MAX_FAILURES = 3
 
 def gpm_enabled() -> bool:
     """False when `STOKER_GPM` turns GPM off (0, false, no, off)."""
-    return read_agent_settings().gpm
+    return agent_setting("gpm")
 
 
 def _empty() -> dict[str, float | None]:
