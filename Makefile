@@ -26,7 +26,7 @@ TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
 
-.PHONY: demo serve test test-venvs test-tf-matrix test-jax build lint format clean api-types corpus
+.PHONY: demo serve test test-venvs test-tf-matrix test-jax build lint format clean api-types settings-doc corpus
 
 demo: build
 	$(BIN)/stoker demo
@@ -42,6 +42,7 @@ test: $(DEV_INSTALLED) $(NODE_DEV) build
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	cd frontend && npm test
 	$(BIN)/pytest -ra --durations=30 $(PYTEST_PARALLEL) $(TEST_TIERS) $(addprefix --ignore=,$(OWN_PROCESS_TESTS) $(ALONE_TESTS))
 	# Each in a process of its own. test_diagnosis_keras: after the rest of the suite, its
@@ -116,6 +117,7 @@ $(NODE_DEV): frontend/package-lock.json
 lint: $(DEV_INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(DEV_INSTALLED)
 	$(BIN)/ruff check --fix .
@@ -128,6 +130,10 @@ clean:
 api-types: $(INSTALLED) $(NODE_DEV)
 	$(BIN)/python -c "import json, sys, tempfile, pathlib; from stoker_server.service.app import create_app; from stoker_server.core.settings import Settings; json.dump(create_app(Settings(data_dir=pathlib.Path(tempfile.mkdtemp()))).openapi(), sys.stdout, indent=2); print()" > frontend/openapi.json
 	cd frontend && npm run gen:api
+
+# docs/settings.md from the settings models of both sides (a unit test fails while they differ).
+settings-doc: $(INSTALLED)
+	$(BIN)/python -m stoker_server.core.settings_reference docs/settings.md
 
 # Public training scripts run plain and under `stoker run` (tests/corpus/README.md). They are
 # never committed: place them first with CORPUS_ARGS="--from-git OWNER/NAME=GIT_DIR ...".

@@ -8,7 +8,6 @@ Rich (`rich.live.Live`); keys are read in cbreak mode (keys.py). `--once` prints
 import asyncio
 import contextlib
 import itertools
-import os
 import signal
 import sys
 
@@ -16,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from websockets.asyncio.client import ClientConnection
 
+from trainer_agent.settings import agent_setting
 from trainer_agent.top.link import EXIT_REFUSED, ServerLink, TopError, read_messages
 from trainer_agent.top.state import TopState
 from trainer_agent.top.view import Screen, render
@@ -43,7 +43,7 @@ def _screen(console: Console, *, interactive: bool = True) -> Screen:
 
 
 def main(*, server: str, token: str | None, once: bool, show_ended: bool = False) -> int:
-    token = token or os.environ.get("STOKER_VIEW_TOKEN") or None
+    token = token or agent_setting("view_token")
     console = _console()
     if not once:
         try:
