@@ -250,6 +250,13 @@ export function runRowCells(
   };
 }
 
+/** Whether the run is on a GPU: GPUs listed in its environment, or GPU rows (utilization, or
+ * device memory: a MIG device has no utilization of its own). */
+export function hasGpuReadings(run: Run): boolean {
+  const peak = run.summary?.peak_memory_bytes;
+  return deviceWord(run) === "GPU" || (typeof peak === "number" && Number.isFinite(peak));
+}
+
 export type RunSortKey =
   | "name"
   | "project"
