@@ -72,15 +72,15 @@ def _newest(url: str, name: str) -> dict[str, Any] | None:
     return max((r for r in runs if r["name"] == name), key=lambda r: r["id"], default=None)
 
 
-def _demo(url: str, port: int, tmp: Path) -> str:
+def _demo(url: str, tmp: Path) -> str:
     """`stoker demo` against the server at `url`: one epoch fed, then the starved run live for
     30 s: long enough for the demo's alert rule (input-bound for 5 s, once 20 steps are
     measured) to fire even on a loaded machine."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STOKER_")}
     env.update(STOKER_SPOOL_DIR=str(tmp / "spool"), TF_CPP_MIN_LOG_LEVEL="2")
     command = [
-        sys.executable, "-m", "stoker_server.cli.main", "demo", "--host", "127.0.0.1",
-        "--port", str(port), "--exit", "--epochs", "1", "--live-minutes", "0.5",
+        sys.executable, "-m", "stoker_server.cli", "demo", "--server", url,
+        "--epochs", "1", "--live-minutes", "0.5",
     ]  # fmt: skip
     log = tmp / "demo.log"
     with log.open("wb") as out:
@@ -94,7 +94,8 @@ def _demo(url: str, port: int, tmp: Path) -> str:
         demo.kill()
         demo.wait()
     text = log.read_text(errors="replace")
-    assert code == 0, f"stoker demo ended {code}:\n{text[-6000:]}"
+    done = code == 0 and "Demo training finished" in text
+    assert done, f"stoker demo ended {code}:\n{text[-6000:]}"
     return text
 
 
@@ -121,7 +122,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ARTIFACTS.mkdir(exist_ok=True)
     server = ServerProcess(data_dir=tmp / "server").start()
     try:
-        DEMO_OUTPUT.append(_demo(server.url, server.port, tmp))
+        DEMO_OUTPUT.append(_demo(server.url, tmp))
         yield server.url
     finally:
         server.stop()
