@@ -142,10 +142,10 @@ def test_once_prints_one_frame_of_the_running_runs(
     assert "60.0 %!!" in starved  # highly input-bound, said without colour
     assert "0.0 %" in fed and "!" not in fed
     assert "WAIT 30 S" in frame  # what the figures cover: the last 30 s
-    assert re.search(r"\s0\s+35 %\s+21 %\s+3\.7/15G$", starved), starved  # GPU 0, util, SM, mem
+    assert re.search(r"\s0\s+35%\s+21%\s+3\.7/15G$", starved), starved  # GPU 0, util, SM, mem
     second = frame.splitlines()[frame.splitlines().index(starved) + 1]
-    assert re.fullmatch(r"\s+1\s+33 %\s+19 %\s+5\.6/15G", second), second  # its GPU 1
-    assert re.search(r"\s0\s+97 %\s+-\s+3\.7/15G$", fed), fed  # no SM activity: not 0
+    assert re.fullmatch(r"\s+1\s+33%\s+19%\s+5\.6/15G", second), second  # its GPU 1
+    assert re.search(r"\s0\s+97%\s+-\s+3\.7/15G$", fed), fed  # no SM activity: not 0
     first, second = frame.index(f"starved-{tag}"[:10]), frame.index(f"fed-{tag}")
     assert first < second  # sorted by steps/s, fastest first
 
@@ -230,7 +230,7 @@ def test_once_at_80_columns_gives_names_the_room_and_status_its_own_column(
     lines = frame.rstrip("\n").splitlines()
     assert len(lines) <= 24 and all(len(line) <= 80 for line in lines), frame
     header = lines[1]  # no GPU columns: they would cut the names
-    assert re.match(r"RUN\s+PROJECT\s+STATUS\s+STEP\s+STEP/S\s+MS/STEP\s+INPUT WAIT\s*$", header)
+    assert re.match(r"RUN\s+PROJECT\s+STATUS\s+STEP\s+STEP/S\s+MEDIAN\s+INPUT WAIT\s*$", header)
     rows = [line for line in lines[2:] if not line.lstrip().startswith(("▲", "GPU"))]
     assert rows and "…" not in "".join(rows)  # no name cut: no GPU columns take their room
     for name, project, status in ENDED:
@@ -238,7 +238,7 @@ def test_once_at_80_columns_gives_names_the_room_and_status_its_own_column(
         assert re.match(rf"{re.escape(name)}\s+{project}\s+{status}\s+192\s+-\s", row), row
     running = _row(frame, "starved-pipeline")
     assert re.match(r"starved-pipeline\s+stoker-demo\s+running\s+20\s", running), running
-    assert "80.0%" in running  # 40 ms of 50 waiting
+    assert "80.0 %" in running  # 40 ms of 50 waiting
     # GPU columns would leave the names 8 characters here: the GPUs go on a line under their run.
     assert re.match(rf"{GPU_RUN}\s+nlp\s+running\s+40\s", _row(frame, GPU_RUN))
     under = lines[lines.index(_row(frame, GPU_RUN)) + 1]
@@ -334,12 +334,12 @@ def test_top_in_an_80x24_terminal_sorts_filters_opens_and_quits(
     term = _top_in_tmux(tmux, server)
     frame = term.shows(f"fed-{tag}", "both runs on screen")
     assert frame.startswith("stoker top")
-    assert re.search(r"\s35 %\s+21 %\s+3\.7/15G", _row(frame, starved_name))  # one line
+    assert re.search(r"\s35%\s+21%\s+3\.7/15G", _row(frame, starved_name))  # one line
     # The alert (scripted GPUs run at 60 °C) fires on the live socket and shows under its run.
     frame = term.shows(f"hot-{tag}", "the firing alert under its run")
     lines = frame.splitlines()
     alert_line = next(i for i, line in enumerate(lines) if f"hot-{tag}" in line)
-    assert starved_name in lines[alert_line - 2] and "33 %" in lines[alert_line - 1]
+    assert starved_name in lines[alert_line - 2] and "33%" in lines[alert_line - 1]
     (ARTIFACTS / "top-frame.txt").parent.mkdir(exist_ok=True)
     (ARTIFACTS / "top-frame.txt").write_text(frame)
     coloured = term.screen(escapes=True)

@@ -44,7 +44,9 @@ def _memory(gpu: GpuReading) -> str:
 
 
 def _percent(value: float | None) -> str:
-    return "-" if value is None else percent_text(value)
+    """A GPU reading in percent, rounded as everywhere ("35 %", figures.percent_text) but with
+    its sign close ("35%", "100%"): the GPU columns are 4 wide so that names keep 80 columns."""
+    return "-" if value is None else percent_text(value).replace(" ", "")
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -126,7 +128,7 @@ def _gpu_cells(gpu: GpuReading | None, screen: Screen) -> list[Text]:
 # "MEDIAN": the run's median step time; the input wait's heading names its window (ListLayout).
 FIGURE_COLUMNS = (("STEP", 6, True), ("STEP/S", 6, True), ("MEDIAN", 7, True),
                   ("INPUT WAIT", 13, False))  # fmt: skip
-GPU_COLUMNS = (("GPU", 3, True), ("UTIL", 5, True), ("SM", 5, True), ("MEM", 8, True))
+GPU_COLUMNS = (("GPU", 3, True), ("UTIL", 4, True), ("SM", 4, True), ("MEM", 8, True))
 NAME_MIN, PROJECT_MIN = len("RUN"), len("PROJECT")
 # GPU readings go in columns of the run's line only while that leaves the names this much (or
 # all they need); else each run's GPUs get a line of their own under it.
