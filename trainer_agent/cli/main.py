@@ -1,6 +1,6 @@
-"""The `stoker` command. The agent's commands (`run`, `doctor`, `upload`, `top`, `--version`) need
-only the base install; the server's (`serve`, `demo`) are handed to the server's command line,
-which `stoker[server]` installs."""
+"""The `stoker` command. The agent's commands (`run`, `tune`, `doctor`, `upload`, `top`,
+`--version`) need only the base install; the server's (`serve`, `demo`) are handed to the
+server's command line, which `stoker[server]` installs."""
 
 import argparse
 import sys
@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trainer_agent.config import ServerSetting
 
-AGENT_COMMANDS = ("run", "doctor", "upload", "top")
+AGENT_COMMANDS = ("run", "tune", "doctor", "upload", "top")
+# The commands that run a command given after `--`.
+COMMAND_RUNNERS = ("run", "tune")
 SERVER_INSTALL = "pip install 'stoker[server]'"
 
 
@@ -76,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
         "script", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run"
     )
 
+    _add_tune_parser(commands)
+
     commands.add_parser(
         "doctor", help="check the NVIDIA driver, NVML, CUDA/cuDNN/TensorFlow match and GPUs"
     )
@@ -98,12 +102,50 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_tune_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from trainer_agent.tune.command import DEFAULT_STEPS
+
+    tune_parser = commands.add_parser(
+        "tune",
+        help="measure Stoker's advice on the script's own pipeline before editing a line",
+        usage="stoker tune [--steps N] [--only ADVICE] [--cache-memory SIZE] [--project P] "
+        "[--server URL] -- python train.py ARGS",
+        description="Runs the script's first fit for N steps as it is, then once per change "
+        "Stoker advises (applied inside the process; the script file is never touched), "
+        "repeats the best, and prints the table: steps/s, input wait, speed-up and the line "
+        "to edit. Each trial is a run of a tune group on the server.",
+    )
+    tune_parser.add_argument(
+        "--steps", type=int, default=DEFAULT_STEPS, help="steps per trial (default %(default)s)"
+    )
+    tune_parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="ADVICE",
+        help="try only these: parallel, prefetch, autotune, steps_per_execution, cache "
+        "(comma-separated or repeated)",
+    )
+    tune_parser.add_argument(
+        "--cache-memory",
+        default=None,
+        metavar="SIZE",
+        help="the most a cache() may hold, e.g. 2G (default: a quarter of the free memory)",
+    )
+    tune_parser.add_argument("--project", default=None, help="the trials' project")
+    tune_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
+    tune_parser.add_argument("--token", default=None, help="default: STOKER_AGENT_TOKEN")
+    tune_parser.add_argument(
+        "script", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and not argv[0].startswith("-") and argv[0] not in AGENT_COMMANDS:
         return _server_main(argv)
     command: list[str] = []
-    if argv[:1] == ["run"] and "--" in argv:  # options before `--`, the command after it
+    if argv[:1] and argv[0] in COMMAND_RUNNERS and "--" in argv:  # options, `--`, the command
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
     args = _parser().parse_args(argv)
@@ -122,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         return run(
             command or args.script, run_name=args.name, project=args.project, tags=args.tag,
             server=server,
+        )  # fmt: skip
+    if args.command == "tune":
+        from trainer_agent.tune.command import main as run_tune
+
+        return run_tune(
+            command or args.script, steps=args.steps, only=args.only, server=server,
+            token=args.token, project=args.project, cache_memory=args.cache_memory,
         )  # fmt: skip
     if args.command == "top":
         from trainer_agent.top import main as run_top
