@@ -6,7 +6,9 @@ pipeline (the GPU, or here the CPU, starves), so the two runs can be watched and
 Both datasets go through `cb.wrap`, so input wait is measured; the starved run gets the
 highly input-bound verdict, its advice and an alert, the fed one does not. The starved run
 stays live for a few minutes (or until Ctrl-C) so that it can be watched, and its alert
-captures a profile of its steps by itself (the demo rule's action).
+captures a profile of its steps by itself (the demo rule's action). The data, the model and
+both pipelines are in demo_pipelines.py, which also runs the starved one as a plain script for
+`stoker tune`.
 """
 
 import os
@@ -65,6 +67,8 @@ DEMO_RULE = {
     "profile_steps": 20,
 }
 DEFAULT_LIVE_MINUTES = 3.0
+# `stoker tune` on the starved pipeline, as a script of its own (demo_pipelines.py).
+TUNE_COMMAND = "stoker tune --steps 200 -- python -m stoker_server.cli.demo_pipelines starved"
 
 
 def nvidia_driver_status() -> str | None:
@@ -149,41 +153,13 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
     """The fed run for `epochs` epochs, then the starved one: `epochs` epochs too, or, with
     `live_s`, for that many seconds (until Ctrl-C), so that it can be watched live."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
     import tensorflow as tf
 
+    from stoker_server.cli import demo_pipelines
     from trainer_agent import StokerCallback
 
-    rng = np.random.default_rng(0)
-    samples, held_out, features, classes = 4096, 512, 64, 4
-    centers = rng.normal(size=(classes, features)).astype("float32")
-    all_labels = rng.integers(0, classes, size=samples + held_out)
-    noise = rng.normal(scale=5.0, size=(samples + held_out, features))  # not trivially separable
-    all_inputs = (centers[all_labels] + noise).astype("float32")
-    inputs, labels = all_inputs[:samples], all_labels[:samples]
-    # Held out for validation: val_loss and val_accuracy are what runs are compared by.
-    validation = tf.data.Dataset.from_tensor_slices(
-        (all_inputs[samples:], all_labels[samples:])
-    ).batch(256)
-
-    def slow_decode(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        # Stands in for costly per-example decoding/augmentation on the host CPU.
-        def work(v: np.ndarray) -> np.ndarray:
-            time.sleep(0.0008)
-            return v
-
-        x = tf.numpy_function(work, [x], tf.float32)
-        x.set_shape([features])
-        return x, y
-
-    def starved() -> tf.data.Dataset:
-        ds = tf.data.Dataset.from_tensor_slices((inputs, labels)).shuffle(samples)
-        return ds.map(slow_decode).batch(64)
-
-    def fed() -> tf.data.Dataset:
-        ds = tf.data.Dataset.from_tensor_slices((inputs, labels))
-        ds = ds.map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
-        return ds.shuffle(samples).batch(64).prefetch(tf.data.AUTOTUNE)
+    validation = demo_pipelines.validation()
+    fed, starved = demo_pipelines.fed, demo_pipelines.starved
 
     class StopAt(tf.keras.callbacks.Callback):
         """Ends the live run once its time is up."""
@@ -198,19 +174,7 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
 
     for name, make_dataset in (("fed-pipeline", fed), ("starved-pipeline", starved)):
         live = live_s > 0 and name == "starved-pipeline"
-        model = tf.keras.Sequential(
-            [
-                tf.keras.Input(shape=(features,)),
-                tf.keras.layers.Dense(256, activation="relu"),
-                tf.keras.layers.Dense(256, activation="relu"),
-                tf.keras.layers.Dense(classes),
-            ]
-        )
-        model.compile(
-            optimizer="adam",
-            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
+        model = demo_pipelines.model()
         callback = StokerCallback(
             run_name=name,
             project="stoker-demo",
@@ -246,6 +210,8 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
         )
         run_id = getattr(getattr(kept.get("session"), "sender", None), "run_id", None)
         report_run(server_url, run_id or _last_run_id(server_url, name))
+        if name == "starved-pipeline":
+            print(f"  Measure that advice before editing a line:\n    {TUNE_COMMAND}\n", flush=True)
 
 
 def _last_run_id(server_url: str, name: str) -> int | None:
