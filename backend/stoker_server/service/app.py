@@ -15,7 +15,17 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from stoker_server import __version__
-from stoker_server.api import alerts, cost, disk, energy, pipeline, profiles, run_diagnosis, runs
+from stoker_server.api import (
+    alerts,
+    cost,
+    disk,
+    energy,
+    pipeline,
+    profiles,
+    run_diagnosis,
+    runs,
+    tune,
+)
 from stoker_server.core.db import make_engine
 from stoker_server.core.errors import StokerError
 from stoker_server.core.middleware import BodySizeLimit
@@ -168,6 +178,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(cost.router)
     app.include_router(energy.router)
     app.include_router(disk.router)
+    app.include_router(tune.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> Health:
