@@ -122,6 +122,10 @@ def _parallel_changes(chain: list[Link], files: list[str], options: Any) -> list
         keywords = {"num_parallel_calls": "{TF}.data.AUTOTUNE"}
         if serial:
             keywords["deterministic"] = "True"
+        if what == "interleave" and _cycle_length(link) != int(link.node._cycle_length):
+            # AUTOTUNE: a serial interleave cycles through as many inputs as there are cores,
+            # a parallel one through fewer; the order is kept only with the number written.
+            keywords["cycle_length"] = str(_cycle_length(link))
         change = Change(
             id=f"parallel:{link.index}",
             advice="parallel",
@@ -132,13 +136,7 @@ def _parallel_changes(chain: list[Link], files: list[str], options: Any) -> list
             defined_at=function_where(link.function),
             edit=_edit(keyword_edit(link, files, keywords)),
             python=calls_python(link),
-            keeps=(
-                f"the same {name} on the same elements; deterministic=True hands them over in "
-                "the input's order"
-                + (", with the same cycle_length and block_length" if what == "interleave" else "")
-                if serial
-                else f"the same {name} on the same elements, in the order it already kept"
-            ),
+            keeps=_parallel_keeps(link, what, serial),
         )
         if serial and link.kind == "Map" and _parallelized_by_tf_data(link, options):
             change.not_tried = (
@@ -149,6 +147,34 @@ def _parallel_changes(chain: list[Link], files: list[str], options: Any) -> list
             change.not_tried = unrebuildable_after(chain, link.index)
         changes.append(change)
     return changes
+
+
+def _cycle_length(link: Link) -> int:
+    """The interleave's cycle length as it runs: AUTOTUNE is the number of cores."""
+    cycle = int(link.node._cycle_length)
+    return schedulable_cpus() if cycle == AUTOTUNE else cycle
+
+
+def _parallel_keeps(link: Link, what: str, serial: bool) -> str:
+    name = link.function_name
+    if serial:
+        keeps = (
+            f"the same {name} on the same elements; deterministic=True hands them over in the "
+            "input's order"
+        )
+        if what == "interleave":
+            keeps += (
+                f", with the same cycle_length ({_cycle_length(link)}) and block_length "
+                f"({int(link.node._block_length)})"
+            )
+    else:
+        keeps = f"the same {name} on the same elements, in the order it already kept"
+    if link.facts.random_ops:
+        keeps += (
+            f"; {name} draws random numbers, and threads draw them in another order than one "
+            "thread: each element gets other random values, from the same distribution"
+        )
+    return keeps
 
 
 def _parallelized_by_tf_data(link: Link, options: Any) -> bool:
@@ -328,9 +354,7 @@ def _cache_change(chain: list[Link], files: list[str], options: Any, context: Co
     prefix, stop = _deterministic_prefix(chain, options)
     work = [link for link in prefix if link.kind in _WORK]
     if not work:
-        change.not_tried = (
-            f"nothing before {stop} does work worth caching" if stop else "nothing to cache"
-        )
+        change.not_tried = _nothing_to_cache(stop)
         return change
     link = work[-1]  # right after the last work the prefix does: "cache after decoding"
     change.id = f"cache:{link.index}"
@@ -339,13 +363,13 @@ def _cache_change(chain: list[Link], files: list[str], options: Any, context: Co
     change.label = f"cache after {link.label}"
     change.function = link.function_name or None
     change.edit = _edit(appended_edit(link, files, ".cache()"))
-    reason = _cache_blocked(chain, link, stop, context)
+    reason = _cache_blocked(chain, link, context)
     if reason:
         change.not_tried = reason
     return change
 
 
-def _cache_blocked(chain: list[Link], link: Link, stop: str | None, context: Context) -> str:
+def _cache_blocked(chain: list[Link], link: Link, context: Context) -> str:
     """Why a cache after `link` is not tried, or ""."""
     count = cardinality(link.node)
     if count < 0:
@@ -381,14 +405,17 @@ def _bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-def _deterministic_prefix(chain: list[Link], options: Any) -> tuple[list[Link], str | None]:
+def _deterministic_prefix(
+    chain: list[Link], options: Any
+) -> tuple[list[Link], tuple[Link, str] | None]:
     """The links from the source up to the first one whose elements may differ from one pass
-    to the next, and how that one is named (None when every link is deterministic)."""
+    to the next, and that one with how (None when Stoker can tell that every link is
+    deterministic)."""
     prefix: list[Link] = []
     for link in chain:
         why = _varies(link, options)
         if why:
-            return prefix, why
+            return prefix, (link, why)
         prefix.append(link)
     return prefix, None
 
@@ -397,20 +424,30 @@ def _varies(link: Link, options: Any) -> str:
     """How the link may change its elements or their order from one pass to the next ("" when
     Stoker can tell it does not)."""
     if link.kind == "Shuffle":
-        return f"the shuffle (stage {link.index})"
+        return "shuffles: a cache after it would repeat the first epoch's order"
     if link.kind in ("Random", "RandomDataset"):
-        return f"the random source (stage {link.index})"
+        return "makes random elements"
     if link.facts.random_ops:
         ops = ", ".join(link.facts.random_ops[:3])
-        return f"{link.label}, which draws random numbers ({ops})"
+        return (
+            f"draws random numbers ({ops}): a cache after it would repeat the first epoch's "
+            "random values"
+        )
     if link.facts.python_ops:
         return (
-            f"{link.label}, which runs Python (numpy_function/py_function): Stoker cannot tell "
-            "whether it draws random numbers"
+            "runs Python (numpy_function/py_function): Stoker cannot tell whether it draws "
+            "random numbers, which a cache after it would repeat"
         )
     if not ordered(link, options):
-        return f"{link.label}, which hands its elements over in any order (deterministic=False)"
+        return "hands its elements over in any order (deterministic=False)"
     return ""
+
+
+def _nothing_to_cache(stop: tuple[Link, str] | None) -> str:
+    if stop is None:
+        return "no stage of the pipeline does work worth caching"
+    link, why = stop
+    return f"{link.label} (stage {link.index}) {why}, and nothing before it does work worth caching"
 
 
 def candidate_changes(
@@ -467,7 +504,7 @@ def apply_to_dataset(
         else:
             changed = upstream.interleave(
                 replayed(link.wrapper),
-                cycle_length=int(link.node._cycle_length),
+                cycle_length=_cycle_length(link),
                 block_length=int(link.node._block_length),
                 num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=deterministic,

@@ -109,18 +109,11 @@ def _verdict(gain: float, noise: float) -> str:
     return NO_GAIN
 
 
-def _gil_note(change: dict[str, Any], trial: TrialResult) -> str:
+def _gil_note(change: dict[str, Any]) -> str:
     function = change.get("function") or "its function"
-    cores = (
-        f" (the process used {trial.cpu_cores:.2g} of its cores)"
-        if trial.cpu_cores is not None
-        else ""
-    )
     return (
         f"{function} runs Python (numpy_function/py_function): its threads take turns on "
-        f"Python's GIL{cores}, so more of them cannot run it faster. Instead, "
-        + GIL_ALTERNATIVES
-        + "."
+        "Python's GIL, so more of them cannot run it faster. Instead, " + GIL_ALTERNATIVES + "."
     )
 
 
@@ -170,11 +163,11 @@ def judge(
     comparable: dict[str, TrialResult] = {}
     for change in changes:
         trial = trials.get(change["id"])
-        if asked is not None and change.get("advice") not in asked and trial is None:
-            rows.append(_row(change, NOT_ASKED, "not in --only"))
-            continue
         if change.get("not_tried"):
             rows.append(_row(change, NOT_TRIED, change["not_tried"]))
+            continue
+        if asked is not None and change.get("advice") not in asked and trial is None:
+            rows.append(_row(change, NOT_ASKED, "not in --only"))
             continue
         if trial is None:
             rows.append(_row(change, NOT_TRIED, "not run"))
@@ -211,7 +204,7 @@ def judge(
         row.verdict = _verdict(min(rates) / baseline.steps_per_s - 1.0, noise)
         change = next(c for c in changes if c["id"] == row.id)
         if row.verdict != SPEED_UP and change.get("python") and change.get("advice") == "parallel":
-            row.note = _gil_note(change, trial)
+            row.note = _gil_note(change)
     table.best = _best(rows)
     table.conclusion = _conclusion(table, baseline)
     table.elements_text = _elements_text(baseline, comparable, steps)
@@ -307,7 +300,7 @@ def render(table: Table, *, header: str = "") -> str:
         )
         if row.note and row.verdict in (NO_GAIN, SLOWER, SPEED_UP):
             lines.append(f"      {row.note}")
-        if row.edit and row.verdict in (NO_GAIN, SLOWER, SPEED_UP):
+        if row.edit and row.verdict == SPEED_UP:
             edit = row.edit
             lines.append(f"      {edit['where']}  {edit['before']}")
             lines.append(f"      {' ' * len(edit['where'])}  -> {edit['after']}")
