@@ -25,7 +25,7 @@ tf = pytest.importorskip("tensorflow")
 from tests.harness.gpu_like import MARGIN, held_model, measure_step_s  # noqa: E402
 
 SCRIPT = REPO / "tests" / "examples" / "tune_fit.py"
-HOLD_S = 0.015
+HOLD_S = 0.05  # long next to the step's own overhead, which the machine's load stretches
 FEATURES, BATCH = 32, 16  # as in the script
 STEPS = 30
 

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer_agent.capture.pipeline_model import _is_stamping, _py_inputs, _py_kind
+from trainer_agent.capture.pipeline_model import _py_kind, user_datasets
 
 MAX_LINKS = 200
 AUTOTUNE = -1
@@ -72,12 +72,14 @@ class Link:
     @property
     def label(self) -> str:
         """`map slow_decode`, `batch`: how the table names the link."""
-        kind = _KIND_WORDS.get(self.kind, self.kind.lower())
+        kind = METHODS.get(self.kind, self.kind.lower())
         name = self.function_name
         return f"{kind} {name}" if name else kind
 
 
-_KIND_WORDS = {
+# The Dataset method that makes a link of each kind (how the table names a link, and how
+# the line to edit is found in the source).
+METHODS = {
     "Map": "map",
     "ParallelMap": "map",
     "Interleave": "interleave",
@@ -86,11 +88,15 @@ _KIND_WORDS = {
     "Filter": "filter",
     "Batch": "batch",
     "ParallelBatch": "batch",
+    "PaddedBatch": "padded_batch",
     "Prefetch": "prefetch",
-    "Cache": "cache",
     "Shuffle": "shuffle",
+    "Cache": "cache",
+    "Repeat": "repeat",
+    "Take": "take",
+    "Skip": "skip",
+    "Unbatch": "unbatch",
 }
-_READERS = ("TFRecord", "TextLine", "FixedLengthRecord")
 # Wrappers that make no tf.data node of their own.
 _TRANSPARENT = ("Options",)
 _FUNCTION_ATTRIBUTES = ("_map_func", "_predicate")
@@ -104,22 +110,10 @@ def function_name(function: Any) -> str:
 
 
 def links(dataset: Any) -> list["Link"]:
-    """The user's pipeline from the source to `dataset`, source first. The walk follows each
-    dataset's only input and stops at a source, a file reader or a dataset of several inputs
-    (zip, concatenate, sample_from_datasets), which is then the first link."""
-    chain: list[Link] = []
-    node, seen = dataset, 0
-    while node is not None and seen < MAX_LINKS:
-        seen += 1
-        inputs = _py_inputs(node)
-        if _is_stamping(node, inputs):
-            node = _py_inputs(inputs[0])[-1]
-            continue
-        link = _link(node)
-        chain.append(link)
-        # A reader's input is its file names; a zip's, several pipelines.
-        node = inputs[0] if len(inputs) == 1 and link.kind not in _READERS else None
-    chain.reverse()
+    """The user's pipeline from the source to `dataset`, source first: the datasets the
+    pipeline view walks (`user_datasets`), the first one a source, a file reader or a dataset
+    of several inputs (zip, concatenate, sample_from_datasets)."""
+    chain = [_link(node) for node in reversed(user_datasets(dataset, MAX_LINKS))]
     for index, link in enumerate(chain):
         link.index = index
     return chain

@@ -72,36 +72,34 @@ def _shuffle(link: Link, upstream: Any) -> Any:
     return rebuilt
 
 
+def _parallel(link: Link) -> dict[str, Any]:
+    """A parallel link's `num_parallel_calls` and `deterministic`; nothing for a serial one."""
+    if not link.kind.startswith("Parallel"):
+        return {}
+    return {"num_parallel_calls": link.parallelism, "deterministic": _deterministic(link)}
+
+
 def _map(link: Link, upstream: Any) -> Any:
-    parallel = {}
-    if link.kind == "ParallelMap":
-        parallel = {"num_parallel_calls": link.parallelism, "deterministic": _deterministic(link)}
-    return upstream.map(replayed(link.wrapper), **parallel, **_name(link))
+    return upstream.map(replayed(link.wrapper), **_parallel(link), **_name(link))
 
 
 def _interleave(link: Link, upstream: Any) -> Any:
     node = link.node
-    parallel = {}
-    if link.kind == "ParallelInterleave":
-        parallel = {"num_parallel_calls": link.parallelism, "deterministic": _deterministic(link)}
     return upstream.interleave(
         replayed(link.wrapper),
         cycle_length=_int(node._cycle_length),
         block_length=_int(node._block_length),
-        **parallel,
+        **_parallel(link),
         **_name(link),
     )
 
 
 def _batch(link: Link, upstream: Any) -> Any:
     node = link.node
-    parallel = {}
-    if link.kind == "ParallelBatch":
-        parallel = {"num_parallel_calls": link.parallelism, "deterministic": _deterministic(link)}
     return upstream.batch(
         _int(node._batch_size),
         drop_remainder=bool(node._drop_remainder),
-        **parallel,
+        **_parallel(link),
         **_name(link),
     )
 

@@ -15,30 +15,11 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from trainer_agent.tune.chain import Link
+from trainer_agent.tune.chain import METHODS, Link
 
 MAX_SOURCE_BYTES = 2_000_000
 MAX_TEXT = 300
 
-# The method a link of each kind is written with.
-_METHODS = {
-    "Map": "map",
-    "ParallelMap": "map",
-    "Interleave": "interleave",
-    "ParallelInterleave": "interleave",
-    "FlatMap": "flat_map",
-    "Filter": "filter",
-    "Batch": "batch",
-    "ParallelBatch": "batch",
-    "PaddedBatch": "padded_batch",
-    "Prefetch": "prefetch",
-    "Shuffle": "shuffle",
-    "Cache": "cache",
-    "Repeat": "repeat",
-    "Take": "take",
-    "Skip": "skip",
-    "Unbatch": "unbatch",
-}
 # Keyword names of a function argument, by method.
 _FUNCTION_KEYWORDS = ("map_func", "predicate")
 # The attribute holding a stage's first literal argument, to tell `.batch(64)` from
@@ -176,7 +157,7 @@ def _calls(tree: ast.Module, method: str) -> list[ast.Call]:
 
 def find_call(link: Link, files: list[str]) -> tuple[str, str, ast.Call] | None:
     """(path, source, call) of the call that made `link`, or None when none matches."""
-    method = _METHODS.get(link.kind)
+    method = METHODS.get(link.kind)
     if method is None:
         return None
     for path in files:

@@ -91,21 +91,10 @@ def tune_groups_public(session: Session, rows: list[TuneGroup]) -> list[TuneGrou
         for trial in row.trials:
             run_id, status = runs.get(str(trial.get("run_key")), (None, None))
             trials.append(TuneTrialPublic(**trial, run_id=run_id, run_status=status))
-        assert row.id is not None
         groups.append(
-            TuneGroupPublic(
-                id=row.id,
-                key=row.key,
-                name=row.name,
-                project=row.project,
-                command=row.command,
-                cwd=row.cwd,
-                steps=row.steps,
-                status=row.status,
-                created_at=row.created_at,
-                updated_at=row.updated_at,
-                trials=trials,
-                table=TuneTable.model_validate(row.table),
+            TuneGroupPublic.model_validate(
+                row,
+                update={"trials": trials, "table": TuneTable.model_validate(row.table)},
             )
         )
     return groups
