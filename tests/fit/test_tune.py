@@ -169,3 +169,22 @@ def test_tune_never_caches_after_a_random_augmentation(
     assert parallel["verdict"] in ("speed-up", "no measurable gain", "slower")
     assert "other random values" in parallel["keeps"]
     _check_trials(tune_server, group, ["parallel:1"])
+
+
+def test_tune_says_why_it_cannot_tune_a_fit_that_brings_its_own_callback(
+    tune_server: ServerProcess,
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2",
+           "STOKER_SPOOL_DIR": "off"}  # fmt: skip
+    script = REPO / "tests" / "examples" / "own_callback_fit.py"
+    command = [
+        sys.executable, "-m", "trainer_agent.cli", "tune", "--steps", "10",
+        "--server", tune_server.url, "--project", "tune-own", "--", sys.executable, str(script),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "passes its own StokerCallback" in done.stdout
+    assert "run the script without that callback" in done.stdout
+    group = tune_server.get("/api/v1/tune-groups", project="tune-own")["data"][0]
+    assert group["status"] == "failed"
+    assert "passes its own StokerCallback" in group["table"]["error"]

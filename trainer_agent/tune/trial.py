@@ -130,7 +130,11 @@ class TrialHooks:
 
     def declined(self, reason: str) -> None:
         if self._claim():
-            result = TrialResult(trial=self.spec.trial, status="declined", error=reason)
+            error = (
+                f"{reason}: stoker tune measures a fit that it monitors itself; run the script "
+                "without that callback (stoker tune and stoker run add one)"
+            )
+            result = TrialResult(trial=self.spec.trial, status="declined", error=error)
             _write(self.spec.result_path, result)
             end_process(NOT_APPLIED_EXIT)
 
