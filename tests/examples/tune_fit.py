@@ -6,7 +6,8 @@
   prefetches: each step waits for its batch to be decoded);
 - `python_map`: a map whose function parses each record in Python, holding the GIL all the
   while (as pure-Python parsing does);
-- `random_augment`: a serial map that reads each record slowly and adds random noise.
+- `random_augment`: a serial map that reads each record slowly and adds random noise;
+- `fed`: records in memory, batched and prefetched: short steps that never wait.
 The delays come from the test, from the step it measured (tests/harness/gpu_like.py).
 
 Run: stoker tune --steps 30 -- python tests/examples/tune_fit.py --pipeline serial_map \
@@ -32,7 +33,7 @@ def main() -> None:
     parser.add_argument(
         "--pipeline",
         required=True,
-        choices=["serial_map", "no_prefetch", "python_map", "random_augment"],
+        choices=["serial_map", "no_prefetch", "python_map", "random_augment", "fed"],
     )
     parser.add_argument("--delay-s", type=float, required=True, help="input time per batch")
     parser.add_argument("--hold-s", type=float, default=0.015, help="the device's step time")
@@ -84,8 +85,10 @@ def main() -> None:
         dataset = records.batch(BATCH).map(decode_batch).with_options(options)
     elif args.pipeline == "python_map":
         dataset = records.map(parse_in_python).batch(BATCH)
-    else:
+    elif args.pipeline == "random_augment":
         dataset = records.map(augment).batch(BATCH)
+    else:
+        dataset = records.batch(BATCH).prefetch(tf.data.AUTOTUNE)
     model = held_model(FEATURES, args.hold_s)
     model.fit(dataset, epochs=2)
     print("trained: the rest of the script runs too")

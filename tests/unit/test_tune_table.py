@@ -134,6 +134,17 @@ def test_measure_skips_the_warm_up_and_counts_every_element() -> None:
     assert result.compute_ms_median == pytest.approx(50.0)
 
 
+def test_measure_leaves_out_the_first_call_of_several_steps() -> None:
+    # steps_per_execution=16: the first call's steps share its tracing time and have no wait.
+    rows = {step: (0.002, 0.0, 16) for step in range(64)}
+    for step in range(16):
+        rows[step] = (0.05, None, 16)
+    result = measure(rows, 60, TrialResult(trial="steps_per_execution"), 16)
+    assert (result.warmup_steps, result.measured_steps, result.batches) == (16, 44, 60)
+    assert result.steps_per_s == pytest.approx(500.0)
+    assert result.input_wait_share == 0.0
+
+
 def test_steps_per_execution_is_tried_only_for_short_fed_steps() -> None:
     change = {"id": "steps_per_execution", "advice": "steps_per_execution", "pending": True,
               "edit": {**EDIT, "after": "model.compile(steps_per_execution={K})"}}  # fmt: skip

@@ -286,21 +286,26 @@ def _cache_file(work_dir: str, trial: str) -> Any:
     return path
 
 
-def warmup_steps(steps: int) -> int:
-    return max(1, min(MAX_WARMUP_STEPS, int(steps * WARMUP_SHARE)))
+def warmup_steps(steps: int, steps_per_execution: int = 1) -> int:
+    """The first steps left out: a tenth of them (at most 20), and at least the first call of
+    the train function (its steps share the tracing time)."""
+    return max(1, steps_per_execution, min(MAX_WARMUP_STEPS, int(steps * WARMUP_SHARE)))
 
 
 def measure(
-    rows: dict[int, tuple[float, float | None, int | None]], steps: int, result: TrialResult
+    rows: dict[int, tuple[float, float | None, int | None]],
+    steps: int,
+    result: TrialResult,
+    steps_per_execution: int = 1,
 ) -> TrialResult:
     """The result's figures from the recorded steps (step -> duration, wait, batch size):
-    steps `warmup_steps(steps)` to `steps - 1` are measured, all `steps` counted."""
+    the steps after the warm-up up to `steps - 1` are measured, all `steps` counted."""
     counted = [rows[step] for step in sorted(rows) if step < steps]
     result.steps = len(counted)
     result.batches = len(counted)
     sizes = [size for _, _, size in counted]
     result.examples = sum(s for s in sizes if s is not None) if None not in sizes else None
-    result.warmup_steps = warmup_steps(steps)
+    result.warmup_steps = warmup_steps(steps, steps_per_execution)
     window = [rows[step] for step in sorted(rows) if result.warmup_steps <= step < steps]
     result.measured_steps = len(window)
     total = sum(duration for duration, _, _ in window)
@@ -308,11 +313,10 @@ def measure(
         return result
     result.steps_per_s = len(window) / total
     result.step_ms_median = statistics.median(d for d, _, _ in window) * 1000
-    waits = [wait for _, wait, _ in window]
-    if None not in waits:
-        result.input_wait_share = sum(w for w in waits if w is not None) / total
-        computes = [max(0.0, d - (w or 0.0)) for d, w, _ in window]
-        result.compute_ms_median = statistics.median(computes) * 1000
+    waited = [(d, w) for d, w, _ in window if w is not None]
+    if len(waited) * 2 >= len(window):  # an epoch's first step may have no measured wait
+        result.input_wait_share = sum(w for _, w in waited) / sum(d for d, _ in waited)
+        result.compute_ms_median = statistics.median(max(0.0, d - w) for d, w in waited) * 1000
     else:
         result.compute_ms_median = result.step_ms_median
     return result
@@ -355,7 +359,7 @@ class TrialCallbackBase:
         per_call = _steps_per_call(self.model)
         step = self.steps_before_epoch + batch
         self.steps_in_epoch = batch + per_call
-        warmup = warmup_steps(self.spec.steps)
+        warmup = warmup_steps(self.spec.steps, per_call)
         if self.cpu_started is None and step >= warmup:
             self.cpu_started = (time.process_time(), time.perf_counter())
         if not self.stopping and step + per_call >= self.spec.steps:
@@ -387,7 +391,7 @@ class TrialCallbackBase:
             elapsed = time.perf_counter() - wall
             if elapsed > 0:
                 self.result.cpu_cores = (time.process_time() - cpu) / elapsed
-        result = measure(self.rows, self.spec.steps, self.result)
+        result = measure(self.rows, self.spec.steps, self.result, _steps_per_call(self.model))
         _write(self.spec.result_path, result)
         from trainer_agent.capture.session import flush
 
