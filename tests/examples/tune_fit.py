@@ -7,7 +7,9 @@
 - `python_map`: a map whose function parses each record in Python, holding the GIL all the
   while (as pure-Python parsing does);
 - `random_augment`: a serial map that reads each record slowly and adds random noise;
-- `fed`: records in memory, batched and prefetched: short steps that never wait.
+- `fed`: records in memory, batched and prefetched: short steps that never wait;
+- `stateless_load`: a map whose function, declared stateless, reads each record slowly: the
+  same every epoch.
 The delays come from the test, from the step it measured (tests/harness/gpu_like.py).
 
 Run: stoker tune --steps 30 -- python tests/examples/tune_fit.py --pipeline serial_map \
@@ -33,7 +35,14 @@ def main() -> None:
     parser.add_argument(
         "--pipeline",
         required=True,
-        choices=["serial_map", "no_prefetch", "python_map", "random_augment", "fed"],
+        choices=[
+            "serial_map",
+            "no_prefetch",
+            "python_map",
+            "random_augment",
+            "fed",
+            "stateless_load",
+        ],
     )
     parser.add_argument("--delay-s", type=float, required=True, help="input time per batch")
     parser.add_argument("--hold-s", type=float, default=0.015, help="the device's step time")
@@ -47,6 +56,11 @@ def main() -> None:
 
     def read_record(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         x = tf.numpy_function(wait_for_storage, [x], tf.float32)
+        return tf.ensure_shape(x, [FEATURES]), y
+
+    def load_record(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        # Its author declares it stateless: the same record loads the same every epoch.
+        x = tf.numpy_function(wait_for_storage, [x], tf.float32, stateful=False)
         return tf.ensure_shape(x, [FEATURES]), y
 
     def decode_batch(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -87,6 +101,8 @@ def main() -> None:
         dataset = records.map(parse_in_python).batch(BATCH)
     elif args.pipeline == "random_augment":
         dataset = records.map(augment).batch(BATCH)
+    elif args.pipeline == "stateless_load":
+        dataset = records.map(load_record).batch(BATCH)
     else:
         dataset = records.batch(BATCH).prefetch(tf.data.AUTOTUNE)
     model = held_model(FEATURES, args.hold_s)

@@ -56,6 +56,7 @@ def stoker_tune(
     *options: str,
     project: str,
     hold_s: float = HOLD_S,
+    batches: int = 40,
 ) -> tuple[str, dict[str, Any]]:
     """Run `stoker tune` on the script; its output and the group the server stored."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2",
@@ -64,7 +65,7 @@ def stoker_tune(
         sys.executable, "-m", "trainer_agent.cli", "tune", "--steps", str(STEPS),
         "--server", server.url, "--project", project, *options, "--",
         sys.executable, str(SCRIPT.relative_to(REPO)), "--pipeline", pipeline,
-        "--delay-s", f"{delay_s:.4f}", "--hold-s", str(hold_s),
+        "--delay-s", f"{delay_s:.4f}", "--hold-s", str(hold_s), "--batches", str(batches),
     ]  # fmt: skip
     before = _digest()
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
@@ -207,3 +208,21 @@ def test_tune_tries_steps_per_execution_on_short_fed_steps(tune_server: ServerPr
     assert row["label"].startswith("steps_per_execution=")
     assert row["verdict"] in ("speed-up", "no measurable gain", "slower")
     _check_trials(tune_server, group, ["steps_per_execution"])
+
+
+def test_tune_caches_a_deterministic_slow_load_and_it_wins_after_the_first_epoch(
+    tune_server: ServerProcess, step_s: float
+) -> None:
+    # Its loader is declared stateless (so tf.data runs it in parallel already) and 10 batches
+    # make an epoch: the 30 steps reach a third epoch, which a cache serves from memory.
+    _, group = stoker_tune(
+        tune_server, "stateless_load", 2 * MARGIN * step_s, "--only", "cache,parallel",
+        project="tune-cache", batches=10,
+    )  # fmt: skip
+    rows = _rows(group)
+    cache = rows["cache:1"]
+    assert cache["title"] == "cache() after map load_record"
+    assert cache["verdict"] == "speed-up"
+    assert cache["edit"]["after"] == ".map(load_record).cache()"
+    assert "already in effect" in rows["parallel:1"]["note"]  # tf.data's map_parallelization
+    _check_trials(tune_server, group, ["cache:1"])
