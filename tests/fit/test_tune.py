@@ -12,7 +12,6 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,10 +30,9 @@ STEPS = 30
 
 
 @pytest.fixture(scope="module")
-def tune_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = ServerProcess(data_dir=tmp_path_factory.mktemp("tune")).start()
-    yield process
-    process.stop()
+def tune_server(shared_server: ServerProcess) -> ServerProcess:
+    """The module's server: each test reads only its own project's group."""
+    return shared_server
 
 
 @pytest.fixture(scope="module")

@@ -148,12 +148,14 @@ def test_measure_leaves_out_the_first_call_of_several_steps() -> None:
 def test_steps_per_execution_is_tried_only_for_short_fed_steps() -> None:
     change = {"id": "steps_per_execution", "advice": "steps_per_execution", "pending": True,
               "edit": {**EDIT, "after": "model.compile(steps_per_execution={K})"}}  # fmt: skip
-    decided, steps = decide_steps_per_execution(change, 0.002, 0.01)
+    decided, steps = decide_steps_per_execution(change, 0.002, 0.01, 200)
     assert steps == 32 and not decided.get("not_tried")
     assert decided["edit"]["after"] == "model.compile(steps_per_execution=32)"
-    decided, steps = decide_steps_per_execution(change, 0.02, 0.01)
+    # 30 steps a trial: at most 4 a call, so that three calls are measured after the first.
+    assert decide_steps_per_execution(change, 0.002, 0.01, 30)[1] == 4
+    decided, steps = decide_steps_per_execution(change, 0.02, 0.01, 200)
     assert steps is None and "20 ms" in decided["not_tried"]
-    decided, steps = decide_steps_per_execution(change, 0.002, 0.6)
+    decided, steps = decide_steps_per_execution(change, 0.002, 0.6, 200)
     assert steps is None and "wait for input 60%" in decided["not_tried"]
 
 

@@ -303,10 +303,12 @@ def steps_per_execution(model: Any) -> int | None:
 
 
 def decide_steps_per_execution(
-    change: dict[str, Any], compute_s: float | None, wait_share: float | None
+    change: dict[str, Any], compute_s: float | None, wait_share: float | None, steps: int
 ) -> tuple[dict[str, Any], int | None]:
     """The pending steps_per_execution change decided on the unchanged run's median compute
-    time per step and its input-wait share: (the change, the steps per call to try or None)."""
+    time per step and its input-wait share: (the change, the steps per call to try or None).
+    The steps per call leave at least three calls to measure after the first (whose steps
+    share the tracing) within the `steps` of a trial."""
     decided = {**change, "pending": False}
     if compute_s is None:
         decided["not_tried"] = "the unchanged run measured no step time"
@@ -324,15 +326,16 @@ def decide_steps_per_execution(
             f"{SHORT_STEP_S * 1000:g} ms"
         )
         return decided, None
-    steps = 2 ** round(math.log2(max(2.0, EXECUTION_TARGET_S / max(compute_s, 1e-6))))
-    steps = min(MAX_STEPS_PER_EXECUTION, max(2, steps))
-    decided["title"] = f"steps_per_execution={steps} in compile"
-    decided["label"] = f"steps_per_execution={steps}"
+    per_call = 2 ** round(math.log2(max(2.0, EXECUTION_TARGET_S / max(compute_s, 1e-6))))
+    measurable = 2 ** int(math.log2(max(2, steps // 4)))
+    per_call = min(MAX_STEPS_PER_EXECUTION, measurable, max(2, per_call))
+    decided["title"] = f"steps_per_execution={per_call} in compile"
+    decided["label"] = f"steps_per_execution={per_call}"
     if decided.get("edit"):
         edit = dict(decided["edit"])
-        edit["after"] = str(edit["after"]).replace("{K}", str(steps))
+        edit["after"] = str(edit["after"]).replace("{K}", str(per_call))
         decided["edit"] = edit
-    return decided, steps
+    return decided, per_call
 
 
 def _cache_change(chain: list[Link], files: list[str], options: Any, context: Context) -> Change:

@@ -244,7 +244,7 @@ class Tuner:
                 compute = baseline.compute_ms_median
                 change, steps = decide_steps_per_execution(
                     change, compute / 1000 if compute is not None else None,
-                    baseline.input_wait_share,
+                    baseline.input_wait_share, self.steps,
                 )  # fmt: skip
             decided.append(change)
         return decided, steps
