@@ -7,3 +7,6 @@ the fit (`changes.py` says which apply and why others do not), and never touches
 file; the line to edit is found in the user's source (`source.py`). `table.py` turns the
 trials' figures into the verdicts the table prints and the server stores.
 """
+
+# Steps each trial measures, unless `--steps` says otherwise.
+DEFAULT_STEPS = 200

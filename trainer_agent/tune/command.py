@@ -27,11 +27,11 @@ from typing import Any
 from trainer_agent.capture.run import command_environment
 from trainer_agent.config import RunOptions, resolve_token, server_setting
 from trainer_agent.delivery.classify import Route, Verdict, post, shared_http_post
+from trainer_agent.tune import DEFAULT_STEPS
 from trainer_agent.tune.changes import ADVICE, ADVICE_ALIASES, decide_steps_per_execution
 from trainer_agent.tune.table import Table, judge, render
 from trainer_agent.tune.trial import NOT_APPLIED_EXIT, TUNE_ENV, UNCHANGED, TrialResult, TrialSpec
 
-DEFAULT_STEPS = 200
 MIN_STEPS = 10
 # Without --cache-memory, a cache may take this share of the memory available now.
 CACHE_MEMORY_SHARE = 0.25

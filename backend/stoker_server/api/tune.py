@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Query, Response
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from stoker_server.api.deps import AgentAuth, SessionDep, ViewerAuth, WriterDep
 from stoker_server.core.errors import StokerError
 from stoker_server.core.models import (
     Run,
@@ -23,7 +24,6 @@ from stoker_server.core.models import (
     TuneTable,
     TuneTrialPublic,
 )
-from stoker_server.service.deps import AgentAuth, SessionDep, ViewerAuth, WriterDep
 
 router = APIRouter(prefix="/api/v1", tags=["tune"])
 

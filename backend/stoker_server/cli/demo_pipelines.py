@@ -3,40 +3,48 @@
 `stoker demo` trains the same small model behind the fed and the starved pipeline. Run as a
 script (`python -m stoker_server.cli.demo_pipelines [starved|fed]`), this module trains one
 of them the way a user's script would: no Stoker in it, so `stoker run` or `stoker tune`
-(`stoker tune --steps 200 -- python -m stoker_server.cli.demo_pipelines`) can be shown on it.
+(`stoker tune --steps 200 -- python -m stoker_server.cli.demo_pipelines starved`) can be shown
+on it. TensorFlow is imported when a pipeline or the model is made, not with the module (the
+demo imports it its own way, quietly).
 """
 
-import os
+import functools
 import sys
 import time
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np
-import tensorflow as tf
-
-SAMPLES, HELD_OUT, FEATURES, CLASSES = 4096, 512, 64, 4
-BATCH_SIZE = 64
+# SAMPLES examples in batches of BATCH_SIZE, STEPS_PER_EPOCH steps an epoch.
+SAMPLES, HELD_OUT, FEATURES, CLASSES, BATCH_SIZE = 4096, 512, 64, 4, 64
+STEPS_PER_EPOCH = SAMPLES // BATCH_SIZE
 # Per example: stands in for costly decoding or augmentation on the host CPU.
 DECODE_S = 0.0008
 
-_rng = np.random.default_rng(0)
-_centers = _rng.normal(size=(CLASSES, FEATURES)).astype("float32")
-_all_labels = _rng.integers(0, CLASSES, size=SAMPLES + HELD_OUT)
-_noise = _rng.normal(scale=5.0, size=(SAMPLES + HELD_OUT, FEATURES))  # not trivially separable
-_all_inputs = (_centers[_all_labels] + _noise).astype("float32")
-inputs, labels = _all_inputs[:SAMPLES], _all_labels[:SAMPLES]
+
+@functools.cache
+def _examples() -> tuple[Any, Any, Any, Any]:
+    """(inputs, labels) for training and for validation: a learnable task, not a trivial one."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(CLASSES, FEATURES)).astype("float32")
+    labels = rng.integers(0, CLASSES, size=SAMPLES + HELD_OUT)
+    noise = rng.normal(scale=5.0, size=(SAMPLES + HELD_OUT, FEATURES))
+    inputs = (centers[labels] + noise).astype("float32")
+    return inputs[:SAMPLES], labels[:SAMPLES], inputs[SAMPLES:], labels[SAMPLES:]
 
 
-def validation() -> tf.data.Dataset:
+def validation() -> Any:
     """Held out: val_loss and val_accuracy are what runs are compared by."""
-    held_out = (_all_inputs[SAMPLES:], _all_labels[SAMPLES:])
-    return tf.data.Dataset.from_tensor_slices(held_out).batch(256)
+    import tensorflow as tf
+
+    _, _, inputs, labels = _examples()
+    return tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(256)
 
 
-def slow_decode(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def slow_decode(x: Any, y: Any) -> tuple[Any, Any]:
     """Stands in for costly per-example decoding on the host: a Python function that waits."""
+    import numpy as np
+    import tensorflow as tf
 
     def work(v: np.ndarray) -> np.ndarray:
         time.sleep(DECODE_S)
@@ -47,18 +55,26 @@ def slow_decode(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return x, y
 
 
-def starved() -> tf.data.Dataset:
+def starved() -> Any:
+    import tensorflow as tf
+
+    inputs, labels, _, _ = _examples()
     ds = tf.data.Dataset.from_tensor_slices((inputs, labels)).shuffle(SAMPLES)
     return ds.map(slow_decode).batch(BATCH_SIZE)
 
 
-def fed() -> tf.data.Dataset:
+def fed() -> Any:
+    import tensorflow as tf
+
+    inputs, labels, _, _ = _examples()
     ds = tf.data.Dataset.from_tensor_slices((inputs, labels))
     ds = ds.map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
     return ds.shuffle(SAMPLES).batch(BATCH_SIZE).prefetch(tf.data.AUTOTUNE)
 
 
 def model() -> Any:
+    import tensorflow as tf
+
     made = tf.keras.Sequential(
         [
             tf.keras.Input(shape=(FEATURES,)),
@@ -83,7 +99,7 @@ def main(argv: list[str]) -> int:
     if name not in PIPELINES:
         print(f"usage: python -m stoker_server.cli.demo_pipelines [{'|'.join(PIPELINES)}]")
         return 2
-    model().fit(PIPELINES[name](), validation_data=validation(), epochs=3, verbose=2)
+    model().fit(PIPELINES[name](), validation_data=validation(), epochs=3, verbose=2, shuffle=False)
     return 0
 
 

@@ -1,7 +1,7 @@
 """tune groups (`stoker tune`: a group of trial runs and the table comparing them)
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-11-29 09:00:00.000000
 """
 
@@ -12,8 +12,8 @@ import sqlmodel
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0018"
-down_revision: str | None = "0017"
+revision: str = "0019"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
