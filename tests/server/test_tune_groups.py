@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import DATABASES
 from tests.harness.support import ServerProcess
+from tests.harness.tune_groups import edit, group_body
 from tests.server.test_ingest_websocket import hello
 
 AGENT, VIEW = "tune-agent-token", "tune-view-token"
@@ -50,20 +51,13 @@ def _group(key: str, run_keys: list[str], **overrides: Any) -> dict[str, Any]:
          "input_wait_share": 0.93, "batches": 200, "examples": 12800, "run_key": run_keys[0]},
         {"id": "parallel:2", "advice": "parallel", "label": "parallel map slow_decode",
          "verdict": "speed-up", "steps_per_s": 21.3, "speedup": 2.17, "repeat_speedup": 2.1,
-         "function": "slow_decode", "run_key": run_keys[1],
-         "edit": {"where": "train.py:42", "path": "/w/train.py", "line": 42,
-                  "before": ".map(slow_decode)",
-                  "after": ".map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE)"}},
+         "function": "slow_decode", "run_key": run_keys[1], "edit": edit("train.py:42")},
     ]  # fmt: skip
-    group = {
-        "key": key, "name": "python train.py", "project": "tune-tests",
-        "command": ["python", "train.py"], "cwd": "/w", "steps": 200, "status": "finished",
-        "trials": [{"id": "unchanged", "label": "unchanged", "run_key": run_keys[0]},
-                   {"id": "parallel:2", "label": "parallel map slow_decode",
-                    "run_key": run_keys[1]}],
-        "table": {"rows": rows, "steps": 200, "noise": 0.05, "best": "parallel:2",
-                  "conclusion": "Best: parallel map slow_decode"},
-    }  # fmt: skip
+    trials = [("unchanged", "unchanged", run_keys[0]),
+              ("parallel:2", "parallel map slow_decode", run_keys[1])]  # fmt: skip
+    group = group_body(key, ["python", "train.py"], trials, rows, project="tune-tests",
+                       noise=0.05, best="parallel:2",
+                       conclusion="Best: parallel map slow_decode")  # fmt: skip
     group.update(overrides)
     return group
 

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.harness.support import ServerProcess
+from tests.harness.tune_groups import edit, group_body, post_group
 
 expect = pytest.importorskip("playwright.sync_api").expect
 
@@ -49,9 +50,7 @@ def _run(
     return int(response.json()["run_id"])
 
 
-PARALLEL = ".map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)"
-EDIT = {"where": "train.py:42", "path": "/w/train.py", "line": 42,
-        "before": ".map(slow_decode)", "after": PARALLEL}  # fmt: skip
+EDIT = edit("train.py:42")
 TIMES = "\u00d7"  # the multiplication sign the UI writes a speed-up with
 
 
@@ -77,19 +76,15 @@ def test_a_tune_group_shows_its_table_and_each_trials_step_time(
         {"id": "cache", "advice": "cache", "label": "cache <b>after</b>", "verdict": "not tried",
          "note": "map slow_decode (stage 2) runs Python: Stoker cannot tell <i>whether</i>"},
     ]  # fmt: skip
-    group = {
-        "key": key, "name": "python train.py --lr 0.1", "project": "ui-tune",
-        "command": ["python", "train.py", "--lr", "0.1"], "cwd": "/w", "steps": 60,
-        "status": "finished",
-        "trials": [{"id": "unchanged", "label": "unchanged", "run_key": keys[0]},
-                   {"id": "parallel:2", "label": "parallel map slow_decode", "run_key": keys[1]},
-                   {"id": "repeat", "label": "parallel map slow_decode (again)",
-                    "run_key": keys[2]}],
-        "table": {"rows": rows, "steps": 60, "noise": 0.05, "best": "parallel:2",
-                  "noise_text": "the best change's two runs differ by 4.2%",
-                  "conclusion": "Best: num_parallel_calls=AUTOTUNE on map slow_decode: 2.22x"},
-    }  # fmt: skip
-    stored = httpx.post(f"{shared_server.url}/api/v1/tune-groups", json=group, timeout=30)
+    trials = [("unchanged", "unchanged", keys[0]),
+              ("parallel:2", "parallel map slow_decode", keys[1]),
+              ("repeat", "parallel map slow_decode (again)", keys[2])]  # fmt: skip
+    group = group_body(
+        key, ["python", "train.py", "--lr", "0.1"], trials, rows, project="ui-tune", steps=60,
+        noise=0.05, best="parallel:2", noise_text="the best change's two runs differ by 4.2%",
+        conclusion="Best: num_parallel_calls=AUTOTUNE on map slow_decode: 2.22x",
+    )  # fmt: skip
+    stored = post_group(shared_server, group)
     assert stored.status_code == 200, stored.text
     group_id = stored.json()["id"]
 

@@ -26,6 +26,7 @@ from tests.conftest import ARTIFACTS
 from tests.harness.detect_support import FAST_DETECTORS, ScriptedAgent
 from tests.harness.page_layout import layout_problems
 from tests.harness.support import ServerProcess, wait_for
+from tests.harness.tune_groups import edit, group_body, post_group
 
 WIDTHS = (1024, 1440, 1920)
 THEMES = ("light", "dark")
@@ -186,20 +187,14 @@ def _tune_group(server: ServerProcess, fed: int, starved: int) -> int:
     keys = [
         server.rows("SELECT run_key FROM run WHERE id = ?", run)[0][0] for run in (starved, fed)
     ]
-    edit = {
-        "where": "stoker_server/cli/demo_pipelines.py:52",
-        "path": "/x/demo_pipelines.py",
-        "line": 52,
-        "before": ".map(slow_decode)",
-        "after": ".map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)",
-    }
     rows = [
         {"id": "unchanged", "label": "unchanged", "verdict": "unchanged", "steps_per_s": 12.3,
          "input_wait_share": 0.925, "batches": 200, "examples": 12800, "run_key": keys[0]},
         {"id": "parallel:2", "advice": "parallel", "label": "parallel map slow_decode",
          "title": "num_parallel_calls=AUTOTUNE, deterministic=True on map slow_decode",
          "verdict": "speed-up", "steps_per_s": 24.7, "input_wait_share": 0.871, "speedup": 2.0,
-         "repeat_speedup": 1.96, "function": "slow_decode", "edit": edit, "run_key": keys[1]},
+         "repeat_speedup": 1.96, "function": "slow_decode",
+         "edit": edit("stoker_server/cli/demo_pipelines.py:63"), "run_key": keys[1]},
         {"id": "prefetch", "advice": "prefetch", "label": "prefetch at the end",
          "verdict": "not tried", "note": "already in effect: tf.data appends prefetch(AUTOTUNE) "
          "itself to a pipeline that ends in a synchronous stage (its inject_prefetch rewrite)"},
@@ -207,22 +202,19 @@ def _tune_group(server: ServerProcess, fed: int, starved: int) -> int:
          "note": "shuffle (stage 1) shuffles: a cache after it would repeat the first epoch's "
          "order, and nothing before it does work worth caching"},
     ]  # fmt: skip
-    group = {
-        "key": uuid.uuid4().hex[:16], "name": "python -m stoker_server.cli.demo_pipelines starved",
-        "project": PROJECT, "command": ["python", "-m", "stoker_server.cli.demo_pipelines",
-                                        "starved"],
-        "cwd": "/home/user/work", "steps": 200, "status": "finished",
-        "trials": [{"id": "unchanged", "label": "unchanged", "run_key": keys[0]},
-                   {"id": "parallel:2", "label": "parallel map slow_decode",
-                    "run_key": keys[1]}],
-        "table": {"rows": rows, "steps": 200, "noise": 0.05, "best": "parallel:2",
-                  "noise_text": "the best change's two runs differ by 2.0%, under the 5% floor",
-                  "elements_text": "Every trial compared took the same elements in its 200 "
-                  "steps as the unchanged run: 200 batches, 12,800 examples.",
-                  "conclusion": "Best: num_parallel_calls=AUTOTUNE, deterministic=True on map "
-                  "slow_decode: 2.00x the unchanged run's steps/s, 1.96x again."},
-    }  # fmt: skip
-    stored = httpx.post(f"{server.url}/api/v1/tune-groups", json=group, timeout=10)
+    command = ["python", "-m", "stoker_server.cli.demo_pipelines", "starved"]
+    trials = [("unchanged", "unchanged", keys[0]),
+              ("parallel:2", "parallel map slow_decode", keys[1])]  # fmt: skip
+    group = group_body(
+        uuid.uuid4().hex[:16], command, trials, rows, project=PROJECT, cwd="/home/user/work",
+        noise=0.05, best="parallel:2",
+        noise_text="the best change's two runs differ by 2.0%, under the 5% floor",
+        elements_text="Every trial compared took the same elements in its 200 steps as the "
+        "unchanged run: 200 batches, 12,800 examples.",
+        conclusion="Best: num_parallel_calls=AUTOTUNE, deterministic=True on map slow_decode: "
+        "2.00x the unchanged run's steps/s, 1.96x again.",
+    )  # fmt: skip
+    stored = post_group(server, group)
     assert stored.status_code == 200, stored.text
     return int(stored.json()["id"])
 
