@@ -19,11 +19,11 @@ from stoker_server.diagnosis.alerts_and_events import (
     list_rules,
     update_rule,
 )
+from stoker_server.service.auth import AdminAuth, ViewerAuth
 from stoker_server.service.deps import (
     DetectorsDep,
     OptionalRunIdQuery,
     SessionDep,
-    ViewerAuth,
     WriterDep,
 )
 
@@ -36,7 +36,7 @@ def read_rules(session: SessionDep) -> AlertRulesPublic:
     return list_rules(session=session)
 
 
-@router.post("/alert-rules", status_code=201)
+@router.post("/alert-rules", status_code=201, dependencies=[AdminAuth])
 async def add_rule(
     spec: AlertRuleCreate, writer: WriterDep, detectors: DetectorsDep
 ) -> AlertRulePublic:
@@ -45,7 +45,7 @@ async def add_rule(
     return rule
 
 
-@router.patch("/alert-rules/{rule_id}")
+@router.patch("/alert-rules/{rule_id}", dependencies=[AdminAuth])
 async def change_rule(
     rule_id: RuleId, patch: AlertRuleUpdate, writer: WriterDep, detectors: DetectorsDep
 ) -> AlertRulePublic:
@@ -54,7 +54,7 @@ async def change_rule(
     return rule
 
 
-@router.delete("/alert-rules/{rule_id}", status_code=204)
+@router.delete("/alert-rules/{rule_id}", status_code=204, dependencies=[AdminAuth])
 async def remove_rule(rule_id: RuleId, writer: WriterDep, detectors: DetectorsDep) -> Response:
     await writer.run(delete_rule, rule_id=rule_id)
     detectors.rules_changed()

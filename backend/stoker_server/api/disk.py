@@ -10,7 +10,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from stoker_server.ingest.retention import measure
-from stoker_server.service.deps import SessionDep, StateDep, ViewerAuth
+from stoker_server.service.auth import ViewerAuth
+from stoker_server.service.deps import SessionDep, StateDep
 
 router = APIRouter(prefix="/api/v1", tags=["disk"], dependencies=[ViewerAuth])
 

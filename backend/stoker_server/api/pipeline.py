@@ -19,7 +19,8 @@ from stoker_server.diagnosis.bottleneck import (
 from stoker_server.diagnosis.verdict import Diagnosis, Verdict
 from stoker_server.ingest.pipeline_store import pipeline_read
 from stoker_server.ingest.protocol import PipelineStage
-from stoker_server.service.deps import RunId, SessionDep, ViewerAuth, get_run
+from stoker_server.service.auth import ViewerAuth
+from stoker_server.service.deps import RunId, SessionDep, get_run
 
 router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
 

@@ -24,7 +24,8 @@ from stoker_server.ingest import profiles as store
 from stoker_server.ingest.profile_analysis import analyse
 from stoker_server.live.agents import AgentLink
 from stoker_server.live.messages import ProfileMessage
-from stoker_server.service.deps import AgentAuth, RunDep, RunId, SessionDep, StateDep, ViewerAuth
+from stoker_server.service.auth import AdminAuth, AgentAuth, ViewerAuth
+from stoker_server.service.deps import RunDep, RunId, SessionDep, StateDep
 from stoker_server.service.state import AppState
 
 ProfileId = Annotated[int, Path(ge=1, le=2**31 - 1)]
@@ -58,7 +59,7 @@ def _announce(state: AppState, profile: ProfilePublic) -> None:
     state.hub.broadcast_relayed(message.model_dump(mode="json"))
 
 
-@router.post("", status_code=202, dependencies=[ViewerAuth])
+@router.post("", status_code=202, dependencies=[AdminAuth])
 async def request_profile(
     run_id: RunId, run: RunDep, body: ProfileRequest, state: StateDep
 ) -> ProfilePublic:

@@ -12,6 +12,7 @@ from stoker_server.diagnosis.alerts_and_events import list_events
 from stoker_server.diagnosis.gpu_use import gpu_findings
 from stoker_server.diagnosis.history import StarvedRanges, starved_ranges, window_from_db
 from stoker_server.diagnosis.verdict import Diagnosis, Verdict, once
+from stoker_server.service.auth import ViewerAuth
 from stoker_server.service.deps import (
     DetectorsDep,
     RunDep,
@@ -19,7 +20,6 @@ from stoker_server.service.deps import (
     RunId,
     SessionDep,
     SettingsDep,
-    ViewerAuth,
 )
 
 router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])

@@ -31,13 +31,13 @@ from stoker_server.core.models import (
     RunUpdate,
     StepSeries,
 )
+from stoker_server.service.auth import AdminAuth, ViewerAuth
 from stoker_server.service.deps import (
     HubDep,
     RunDep,
     RunExists,
     RunId,
     SessionDep,
-    ViewerAuth,
     WriterDep,
 )
 
@@ -83,7 +83,7 @@ def read_run(run: RunDep) -> RunPublic:
     return run_public(run)
 
 
-@router.patch("/runs/{run_id}")
+@router.patch("/runs/{run_id}", dependencies=[AdminAuth])
 async def edit_run(run_id: RunId, body: RunUpdate, writer: WriterDep, hub: HubDep) -> RunPublic:
     """Change a run's name, tags or notes (only the fields sent)."""
     changes = body.model_dump(exclude_unset=True, exclude_none=True)
@@ -95,7 +95,7 @@ async def edit_run(run_id: RunId, body: RunUpdate, writer: WriterDep, hub: HubDe
     return public
 
 
-@router.delete("/runs/{run_id}", status_code=204)
+@router.delete("/runs/{run_id}", status_code=204, dependencies=[AdminAuth])
 async def remove_run(run_id: RunId, writer: WriterDep, hub: HubDep) -> Response:
     """Delete a run with all its steps, samples and metrics."""
     if not await writer.run(delete_run, run_id=run_id):

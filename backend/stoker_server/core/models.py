@@ -466,6 +466,20 @@ class Health(BaseModel):
     version: str
 
 
+class AccessPublic(BaseModel):
+    """What the presented token (or none) may do here: the UI shows only those actions."""
+
+    roles: list[Literal["agent", "viewer", "admin"]] = PydanticField(
+        description="the roles granted: viewer reads, admin also edits, deletes, manages "
+        "alert rules and webhooks and starts profiles, agent delivers runs"
+    )
+    token_required: bool = PydanticField(description="reading needs a token on this server")
+    admin_available: bool = PydanticField(
+        description="false when the server has a viewer token and no admin token: nobody may "
+        "edit or delete"
+    )
+
+
 # --- Diagnosis and alerts -----------------------------------------------------------------
 
 

@@ -1,12 +1,13 @@
 """Server configuration from `STOKER_*` environment variables (mirrored by CLI flags)."""
 
+import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def _default_data_dir() -> Path:
@@ -18,6 +19,19 @@ _SIZE_UNITS = {
     "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }  # fmt: skip
+
+
+# A list setting from the environment: JSON (`'["a", "b"]'`) or comma-separated (`a,b`).
+NameList = Annotated[list[str], NoDecode]
+
+
+def _name_list(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _with_unit(value: Any, units: dict[str, int]) -> Any:
@@ -38,17 +52,69 @@ class Settings(BaseSettings):
     port: int = 8470
     data_dir: Path = Field(default_factory=_default_data_dir)
     database_url: str | None = None
-    agent_token: str | None = None
-    view_token: str | None = None
+    # Who may do what (service/auth.py, docs/security.md). Each token is the token itself or
+    # its hash, `sha256:<64 hex digits>`; an empty value is unset.
+    agent_token: str | None = Field(
+        default=None, description="delivers runs only (the agent WebSocket, POST /ingest)"
+    )
+    view_token: str | None = Field(
+        default=None, description="reads runs, charts, /metrics and the live socket"
+    )
+    admin_token: str | None = Field(
+        default=None,
+        description="reads, and edits or deletes runs, manages alert rules and webhooks, "
+        "starts profiles; unset while a view token is set: those actions are off",
+    )
+    no_auth: bool = Field(
+        default=False,
+        description="serve without tokens even when bound beyond loopback (said at start); "
+        "without it such a server makes tokens on first start (<data_dir>/tokens.json)",
+    )
+    allowed_hosts: NameList = Field(
+        default=[],
+        description="Host header names answered besides localhost, 127.0.0.1 and ::1 when "
+        "bound to loopback (DNS rebinding); when set, also enforced beyond loopback",
+    )
+    allowed_origins: NameList = Field(
+        default=[],
+        description="browser origins (scheme://host:port) allowed to open the WebSockets and "
+        "send writes besides the server's own",
+    )
+    webhook_allowed_hosts: NameList = Field(
+        default=[],
+        description="webhook hosts allowed although they are or resolve to loopback, "
+        "link-local, private or metadata addresses",
+    )
     max_frame_bytes: int = 8 * 1024 * 1024
     # HTTP request bodies (the ingest fallback and offline upload carry many batches).
     max_request_bytes: int = 8 * 1024 * 1024
     # A running run with no agent connected and nothing heard for this long is interrupted.
     heartbeat_timeout_s: float = 60.0
     # Browser origins allowed to call the API from another site; none by default (CORS off).
-    cors_origins: list[str] = []
+    cors_origins: NameList = []
     max_batch_rows: int = 100_000
+    # A run's config and environment as sent in its hello, as JSON.
+    max_config_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="a run's config as JSON, at most (413 beyond)"
+    )
+    max_environment_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="a run's environment as JSON, at most (413)"
+    )
     live_queue_size: int = 1000
+    live_client_max_bytes: int = Field(
+        default=8 * 2**20,
+        ge=64 * 1024,
+        description="bytes queued for one browser at most; beyond, its oldest messages drop",
+    )
+    live_max_clients: int = Field(
+        default=256, ge=1, description="live sockets (browsers, stoker top) open at once"
+    )
+    live_max_subscriptions: int = Field(
+        default=64, ge=1, description="runs one live socket may subscribe to at once"
+    )
+    max_agent_connections: int = Field(
+        default=4096, ge=1, description="agent WebSockets open at once"
+    )
     # permessage-deflate on WebSockets: off, because compressing every live message for every
     # browser costs the server more CPU than the bytes cost on loopback or a LAN.
     ws_compression: bool = False
@@ -81,12 +147,25 @@ class Settings(BaseSettings):
     webhook_attempts: int = Field(default=3, ge=1)
     webhook_backoff_s: float = Field(default=1.0, ge=0)
     webhook_queue_size: int = Field(default=1000, ge=1)
+    webhook_deadline_s: float = Field(
+        default=30.0, gt=0, description="one delivery, all its attempts, takes at most this"
+    )
+    webhook_max_response_bytes: int = Field(
+        default=64 * 1024, ge=0, description="bytes of a receiver's answer read at most"
+    )
 
     # Profiler captures from the browser.
     profile_max_steps: int = Field(default=200, ge=1)
     profile_max_s: float = Field(default=120.0, gt=0)  # the agent stops a capture after this
     profile_max_trace_bytes: int = Field(default=200 * 2**20, ge=1)
     profile_quota_bytes: int = Field(default=2 * 2**30, ge=0)  # stored traces, oldest evicted
+    # Traces are analysed in a child process, one at a time, within these limits.
+    profile_analysis_timeout_s: float = Field(
+        default=300.0, gt=0, description="a trace's analysis (a child process) is killed after"
+    )
+    profile_analysis_max_bytes: int = Field(
+        default=8 * 2**30, ge=64 * 2**20, description="the analysing child's address space"
+    )
 
     # Retention (stoker_server.ingest.retention), like Prometheus's retention.time/.size:
     # an ended run older than retention_time_s, or beyond retention_size_bytes of raw rows
@@ -105,10 +184,27 @@ class Settings(BaseSettings):
     def _duration(cls, value: Any) -> Any:
         return _with_unit(value, _DURATION_UNITS)
 
-    @field_validator("retention_size_bytes", "disk_low_free_bytes", mode="before")
+    @field_validator(
+        "retention_size_bytes", "disk_low_free_bytes", "max_config_bytes",
+        "max_environment_bytes", "live_client_max_bytes", "webhook_max_response_bytes",
+        "profile_analysis_max_bytes", mode="before",
+    )  # fmt: skip
     @classmethod
     def _size(cls, value: Any) -> Any:
         return _with_unit(value, _SIZE_UNITS)
+
+    @field_validator(
+        "allowed_hosts", "allowed_origins", "webhook_allowed_hosts", "cors_origins", mode="before"
+    )
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        return _name_list(value)
+
+    @field_validator("agent_token", "view_token", "admin_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # `STOKER_VIEW_TOKEN=` (compose passes empty values through) sets no token.
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _watch_outlives_its_renewal(self) -> "Settings":

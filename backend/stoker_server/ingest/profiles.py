@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from sqlmodel import Session, col, select
 
-from stoker_server.core.errors import StokerError
+from stoker_server.core.errors import Conflict, StokerError
 from stoker_server.core.models import (
     Profile,
     ProfilePublic,
@@ -38,10 +38,6 @@ from stoker_server.core.step_chunks import read_steps
 IN_PROGRESS = (ProfileStatus.requested, ProfileStatus.capturing, ProfileStatus.uploading)
 # Statuses the agent may report; `ready` is the server's own, after the analysis.
 AGENT_STATUSES = {ProfileStatus.capturing, ProfileStatus.uploading, ProfileStatus.failed}
-
-
-class Conflict(StokerError):
-    status_code = 409
 
 
 class ProfileNotFound(StokerError):

@@ -4,6 +4,7 @@ import math
 from typing import Annotated, Any, Literal
 
 import numpy as np
+import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -282,6 +283,24 @@ class End(_Strict):
     status: Literal["finished", "failed", "interrupted"] = "finished"
     # Steps the agent still holds in its spool: the run ended, but they arrive later.
     unsent_steps: int = Field(default=0, ge=0, le=MAX_INT64)
+
+
+def oversize_hello(
+    hello: Hello, *, max_config_bytes: int, max_environment_bytes: int
+) -> str | None:
+    """Why the hello's config or environment is refused (over its byte limit, as JSON), or
+    None. Every browser and comparison reads them: they are bounded like any input."""
+    for name, value, limit in (
+        ("config", hello.config, max_config_bytes),
+        ("environment", hello.environment, max_environment_bytes),
+    ):
+        size = len(orjson.dumps(value))
+        if size > limit:
+            return (
+                f"the run's {name} is {size} bytes as JSON, over the server's {limit}-byte "
+                f"limit: send a smaller {name} (e.g. paths instead of contents)"
+            )
+    return None
 
 
 class HttpIngest(_Strict):

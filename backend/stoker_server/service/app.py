@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from stoker_server import __version__
+from stoker_server.api import access as access_routes
 from stoker_server.api import alerts, cost, disk, energy, pipeline, profiles, run_diagnosis, runs
 from stoker_server.core.db import make_engine
 from stoker_server.core.errors import StokerError
@@ -30,7 +31,8 @@ from stoker_server.live import routes as live_routes
 from stoker_server.live.agents import ConnectedAgents
 from stoker_server.live.fanout import PgFanout
 from stoker_server.live.hub import LiveHub
-from stoker_server.service.deps import ViewerAuth
+from stoker_server.service.auth import ViewerAuth, access_policy
+from stoker_server.service.browser_guard import BrowserGuard
 from stoker_server.service.lifecycle import AgentConnections, reaper_loop
 from stoker_server.service.state import AppState, app_state
 from stoker_server.service.telemetry import Telemetry
@@ -57,7 +59,12 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         if engine is None:
             engine = await asyncio.to_thread(make_engine, settings)
         writer = Writer(engine)
-        hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
+        hub = LiveHub(
+            settings.live_queue_size, settings.live_run_interval_s,
+            client_max_bytes=settings.live_client_max_bytes,
+            max_clients=settings.live_max_clients,
+            max_subscriptions=settings.live_max_subscriptions,
+        )  # fmt: skip
         agents = ConnectedAgents()
         hub.on_watch = agents.set_watched
         connections = AgentConnections()
@@ -133,6 +140,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
 
     app = FastAPI(title="Stoker", version=__version__, lifespan=lifespan)
     app.state.settings = settings
+    app.state.access = access = access_policy(settings)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     if settings.cors_origins:
         app.add_middleware(
@@ -141,6 +149,13 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
+
+    # Outermost: a request from another site or to another host name is refused before any
+    # other part of the server reads it.
+    app.add_middleware(
+        BrowserGuard, loopback=access.loopback, allowed_hosts=settings.allowed_hosts,
+        allowed_origins=[*settings.allowed_origins, *settings.cors_origins],
+    )  # fmt: skip
 
     @app.exception_handler(StokerError)
     async def _stoker_error(_request: Request, error: StokerError) -> JSONResponse:
@@ -158,6 +173,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             status_code=500,
         )
 
+    app.include_router(access_routes.router)
     app.include_router(runs.router)
     app.include_router(ingest_routes.router)
     app.include_router(live_routes.router)
