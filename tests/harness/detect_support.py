@@ -17,6 +17,8 @@ FAST_DETECTORS = {
     "STOKER_ALERT_VALUE_WINDOW_S": "1",
     "STOKER_DIAGNOSIS_WINDOW_S": "30",
     "STOKER_WEBHOOK_BACKOFF_S": "0.05",
+    # The tests' webhook receivers listen on loopback, which webhooks may not reach by default.
+    "STOKER_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
 }
 
 

@@ -162,6 +162,9 @@ class Detectors:
             attempts=settings.webhook_attempts,
             backoff_s=settings.webhook_backoff_s,
             queue_size=settings.webhook_queue_size,
+            deadline_s=settings.webhook_deadline_s,
+            max_response_bytes=settings.webhook_max_response_bytes,
+            allowed_hosts=settings.webhook_allowed_hosts,
         )
         self.ticks = 0
         self.last_tick_s = 0.0

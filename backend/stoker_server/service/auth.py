@@ -180,9 +180,7 @@ def access_policy(settings: Settings) -> AccessPolicy:
     """The policy for `settings`; bound beyond loopback without `no_auth`, the roles with
     no token set take the ones in the data directory's token file (made on first start)."""
     given = configured_tokens(settings)
-    credentials = {
-        role: Credential.parse(value, SETTING[role]) for role, value in given.items()
-    }
+    credentials = {role: Credential.parse(value, SETTING[role]) for role, value in given.items()}
     admin_off = Role.viewer in credentials and Role.admin not in credentials
     open_roles = frozenset(
         role for role in Role if role not in credentials and not (role == Role.admin and admin_off)
