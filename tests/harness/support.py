@@ -192,6 +192,47 @@ class ServerProcess:
         return response.json()
 
 
+@dataclass
+class InProcessServer:
+    """A real uvicorn serving `app` on a loopback port, in a thread of this process: for tests
+    that hand the app a part of their own (FastAPI's `app.dependency_overrides`)."""
+
+    app: Any
+    port: int = field(default_factory=free_port)
+    server: Any = None
+    thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self) -> "InProcessServer":
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
+        self.thread.start()
+        wait_for(lambda: self.server.started, timeout_s=60, what=f"in-process server {self.url}")
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None and self.thread is not None:
+            self.server.should_exit = True
+            self.thread.join(30)
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = httpx.get(f"{self.url}{path}", params=params, timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+
 PG_BIN = Path(os.environ.get("STOKER_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
 
