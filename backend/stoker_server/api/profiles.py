@@ -21,7 +21,7 @@ from stoker_server.core.models import (
     RunStatus,
 )
 from stoker_server.ingest import profiles as store
-from stoker_server.ingest.profile_analysis import analyse
+from stoker_server.ingest.profile_analysis import AnalysisFailed, AnalysisLimits, analyse
 from stoker_server.live.agents import AgentLink
 from stoker_server.live.messages import ProfileMessage
 from stoker_server.service.auth import AdminAuth, AgentAuth, ViewerAuth
@@ -209,13 +209,25 @@ async def _analyse(state: AppState, pid: int) -> None:
     each row the first host's (the lowest rank's). So with several workers each trace is also
     analysed on its own, for each worker's step breakdown and input share."""
     settings = state.settings
+    limits = AnalysisLimits(
+        timeout_s=settings.profile_analysis_timeout_s,
+        max_bytes=settings.profile_analysis_max_bytes,
+    )
     try:
+        # The quota first: traces over it are not analysed (nor kept).
+        over = await state.writer.run(
+            store.make_room, pid=pid, data_dir=settings.data_dir,
+            quota_bytes=settings.profile_quota_bytes,
+        )  # fmt: skip
+        if over is not None:
+            raise store.Conflict(over)
         paths = await state.writer.run(store.stored_traces, pid=pid, data_dir=settings.data_dir)
-        merged = await asyncio.to_thread(analyse, list(paths.values()))
-        per_worker = dict.fromkeys(paths, merged)
-        if len(paths) > 1:
-            for rank, path in paths.items():
-                per_worker[rank] = await asyncio.to_thread(analyse, [path])
+        async with state.analyses.one_at_a_time:
+            merged = await asyncio.to_thread(analyse, list(paths.values()), limits)
+            per_worker = dict.fromkeys(paths, merged)
+            if len(paths) > 1:
+                for rank, path in paths.items():
+                    per_worker[rank] = await asyncio.to_thread(analyse, [path], limits)
         analysis, share, steps = merged
         await _await_steps(state, pid, steps, {rank: got[2] for rank, got in per_worker.items()})
         profile = await state.writer.run(
@@ -223,6 +235,18 @@ async def _analyse(state: AppState, pid: int) -> None:
             data_dir=settings.data_dir, quota_bytes=settings.profile_quota_bytes,
             per_worker=per_worker,
         )  # fmt: skip
+    except store.Conflict as refused:
+        message = f"profile failed: {refused.detail}"
+        fallback = await state.writer.run(store.fail, pid=pid, error=message)
+        if fallback is None:
+            return
+        profile = fallback
+    except AnalysisFailed as error:
+        message = f"profile failed: analysis: {error}"
+        fallback = await state.writer.run(store.fail, pid=pid, error=message)
+        if fallback is None:
+            return
+        profile = fallback
     except Exception as error:
         message = f"profile failed: analysis: {type(error).__name__}: {error}"
         fallback = await state.writer.run(store.fail, pid=pid, error=message)

@@ -38,6 +38,7 @@ from stoker_server.service.deps import (
     RunExists,
     RunId,
     SessionDep,
+    SettingsDep,
     WriterDep,
 )
 
@@ -96,9 +97,12 @@ async def edit_run(run_id: RunId, body: RunUpdate, writer: WriterDep, hub: HubDe
 
 
 @router.delete("/runs/{run_id}", status_code=204, dependencies=[AdminAuth])
-async def remove_run(run_id: RunId, writer: WriterDep, hub: HubDep) -> Response:
-    """Delete a run with all its steps, samples and metrics."""
-    if not await writer.run(delete_run, run_id=run_id):
+async def remove_run(
+    run_id: RunId, writer: WriterDep, hub: HubDep, settings: SettingsDep
+) -> Response:
+    """Delete an ended run with all its steps, samples, metrics and profiler traces; a running
+    run is refused (409)."""
+    if not await writer.run(delete_run, run_id=run_id, data_dir=settings.data_dir):
         raise RunNotFound(run_id)
     hub.publish_deleted(run_id)
     return Response(status_code=204)

@@ -455,6 +455,27 @@ def finish(
     return public(profile)
 
 
+def make_room(*, session: Session, pid: int, data_dir: Path, quota_bytes: int) -> str | None:
+    """Before a profile is analysed: None when its traces fit in `quota_bytes`, the oldest
+    other traces evicted as needed; else why not, its own traces then deleted (a trace the
+    quota cannot hold is not worth analysing)."""
+    profile = session.get(Profile, pid)
+    if profile is None:
+        return None
+    own = stored_bytes(profile)
+    if own > quota_bytes:
+        shutil.rmtree(trace_path(data_dir, pid).parent, ignore_errors=True)
+        profile.trace_evicted = True
+        session.add(profile)
+        session.commit()
+        return (
+            f"its traces ({own} bytes) are over the server's profile quota ({quota_bytes} "
+            "bytes, STOKER_PROFILE_QUOTA_BYTES): deleted, not analysed"
+        )
+    evict_beyond_quota(session=session, data_dir=data_dir, quota_bytes=quota_bytes)
+    return None
+
+
 def stored_bytes(profile: Profile) -> int:
     """What the profile's traces take on disk: each worker's bytes received (its finished
     trace, or the part of one being or given up being uploaded)."""

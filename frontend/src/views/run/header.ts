@@ -37,7 +37,19 @@ export function renderRunHeader(box: HTMLElement, run: Run, actions: RunActions)
           : null,
         h("button", { text: "Export CSV", attrs: { type: "button", "data-testid": "export-csv", "aria-label": "Download all steps as CSV" }, on: { click: actions.exportCsv } }),
         actions.canEdit
-          ? h("button", { class: "danger", text: "Delete", attrs: { type: "button", "data-testid": "run-delete", "aria-label": "Delete this run" }, on: { click: actions.remove } })
+          ? h("button", {
+              class: "danger",
+              text: "Delete",
+              attrs: {
+                type: "button",
+                "data-testid": "run-delete",
+                "aria-label": "Delete this run",
+                // Its next batch would bring a partial copy back: the server refuses it.
+                disabled: run.status === "running",
+                title: run.status === "running" ? "A running run cannot be deleted: stop its training first" : null,
+              },
+              on: { click: actions.remove },
+            })
           : null,
       ),
     ),
