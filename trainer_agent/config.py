@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
-from trainer_agent.delivery.spool import DEFAULT_MAX_BYTES, default_spool_dir
+from trainer_agent.delivery.spool import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_TOTAL_MAX_BYTES,
+    default_spool_dir,
+)
 
 DEFAULT_SERVER = "http://127.0.0.1:8470"
 DEFAULT_SAMPLE_INTERVAL_S = 1.0
@@ -342,6 +346,12 @@ class AgentConfig:
     spool_dir: Path | None = field(default_factory=spool_dir_from_env)
     spool_max_bytes: int = field(
         default_factory=lambda: int(_env_float("STOKER_SPOOL_MAX_BYTES", DEFAULT_MAX_BYTES))
+    )
+    # Every run's spool in `spool_dir` together (runs left behind by earlier processes too).
+    spool_total_max_bytes: int = field(
+        default_factory=lambda: int(
+            _env_float("STOKER_SPOOL_TOTAL_MAX_BYTES", DEFAULT_TOTAL_MAX_BYTES)
+        )
     )
     # "websocket" (falls back to HTTP when the upgrade is refused) or "http".
     transport: str = field(

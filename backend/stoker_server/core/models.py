@@ -133,6 +133,8 @@ class RunSummary(SQLModel):
     energy_integrated: bool = False
     duration_s: float | None = None
     dropped_rows: int = 0
+    # Spooled batch files the run's agents could not read back (moved aside as *.bad).
+    unreadable_spool_files: int = 0
     nonfinite_metrics: int = 0
     # Steps an ended run's agents still hold in their spools (sent later, automatically).
     steps_to_upload: int = 0

@@ -260,6 +260,8 @@ class PipelineColumns(Columns):
 class AgentCounters(_Strict):
     dropped_rows: int = Field(default=0, ge=0, le=MAX_INT64)
     spooled_rows: int = Field(default=0, ge=0, le=MAX_INT64)
+    # Spooled batch files the agent could not read (moved aside as *.bad); sent when not 0.
+    unreadable_spool_files: int = Field(default=0, ge=0, le=MAX_INT64)
 
 
 class Batch(_Strict):

@@ -25,7 +25,8 @@ export interface paths {
     get: operations["read_run_api_v1_runs__run_id__get"];
     /**
      * Remove Run
-     * @description Delete a run with all its steps, samples and metrics.
+     * @description Delete an ended run with all its steps, samples, metrics and profiler traces; a running
+     * run is refused (409).
      */
     delete: operations["remove_run_api_v1_runs__run_id__delete"];
     /**
@@ -1108,6 +1109,11 @@ export interface components {
        */
       dropped_rows?: number;
       /**
+       * Unreadable Spool Files
+       * @default 0
+       */
+      unreadable_spool_files?: number;
+      /**
        * Nonfinite Metrics
        * @default 0
        */
@@ -1425,7 +1431,8 @@ export interface operations {
   };
   /**
    * Remove Run
-   * @description Delete a run with all its steps, samples and metrics.
+   * @description Delete an ended run with all its steps, samples, metrics and profiler traces; a running
+   * run is refused (409).
    */
   remove_run_api_v1_runs__run_id__delete: {
     parameters: {
@@ -1888,6 +1895,11 @@ export interface operations {
                  * @default 0
                  */
                 spooled_rows?: number;
+                /**
+                 * Unreadable Spool Files
+                 * @default 0
+                 */
+                unreadable_spool_files?: number;
               } | null;
             })[];
           end?: ({
