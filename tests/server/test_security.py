@@ -21,7 +21,7 @@ from websockets.sync.client import connect
 from stoker_server.core.settings import Settings
 from stoker_server.service.app import create_app
 from stoker_server.service.auth import ROLE_OF_DEPENDENCY
-from tests.harness.support import ServerProcess, wait_for
+from tests.harness.support import REPO, ServerProcess, wait_for
 from tests.server.test_ingest_websocket import hello
 
 AGENT, VIEW, ADMIN = "agent-secret-1", "view-secret-2", "admin-secret-3"
@@ -288,6 +288,25 @@ def test_bound_beyond_loopback_without_tokens_it_makes_them_and_prints_the_url(
         assert json.loads(token_file.read_text()) == tokens
     finally:
         again.stop()
+
+
+def test_the_docker_image_and_compose_file_are_not_open(tmp_path: Path) -> None:
+    """The image's environment (STOKER_HOST=0.0.0.0) with what compose passes (the three
+    tokens, empty unless set): tokens are made, nothing is served without one."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^ENV STOKER_HOST=0\.0\.0\.0 ", dockerfile, re.M)
+    compose = (REPO / "docker-compose.yml").read_text()
+    for name in ("STOKER_AGENT_TOKEN", "STOKER_VIEW_TOKEN", "STOKER_ADMIN_TOKEN"):
+        assert f"{name}: ${{{name}:-}}" in compose
+    env = {"STOKER_HOST": "0.0.0.0", "STOKER_AGENT_TOKEN": "", "STOKER_VIEW_TOKEN": "",
+           "STOKER_ADMIN_TOKEN": ""}  # fmt: skip
+    server = ServerProcess(data_dir=tmp_path, env=env).start()
+    try:
+        assert "?token=" in _printed_url(server)
+        assert httpx.get(f"{server.url}/api/v1/runs").status_code == 401
+        assert httpx.get(f"{server.url}/healthz").status_code == 200  # the healthcheck
+    finally:
+        server.stop()
 
 
 def test_no_auth_is_the_explicit_and_logged_way_out(tmp_path: Path) -> None:
