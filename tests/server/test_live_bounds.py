@@ -4,7 +4,6 @@ connections and subscriptions are capped. And the real agent keeps a run whose c
 too big, leaving out its largest entries."""
 
 import json
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from tests.harness.detect_support import first_drop_notice, stalled_live_client
 from tests.harness.support import ServerProcess, wait_for
 from tests.server.test_ingest_websocket import hello
 
@@ -125,13 +125,7 @@ def test_a_live_clients_queue_is_bounded_in_bytes(tmp_path: Path) -> None:
         agent = connect(f"{server.ws_url}/api/v1/agent", max_size=None).__enter__()
         agent.send(json.dumps({**hello(name="bytes"), "run_key": uuid.uuid4().hex}))
         run_id = json.loads(agent.recv(timeout=10))["run_id"]
-        sock = socket.socket()  # a tiny receive buffer: the server's writes back up at once
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", server.port))
-        slow = connect(
-            f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1, compression=None
-        ).__enter__()
-        slow.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+        slow = stalled_live_client(server, run_id)
         batches = 400
         for seq in range(1, batches + 1):
             first = (seq - 1) * STEPS_PER_BATCH
@@ -144,13 +138,7 @@ def test_a_live_clients_queue_is_bounded_in_bytes(tmp_path: Path) -> None:
             while (reply := json.loads(agent.recv(timeout=10)))["type"] == "command":
                 pass
             assert reply == {"type": "ack", "seq": seq}
-        notices, received = [], 0
-        while not notices and received < 3 * batches:
-            message = json.loads(slow.recv(timeout=10))
-            received += 1
-            if message["type"] == "notice":
-                notices.append(message)
-        assert notices and notices[0]["dropped"] > 0, f"no drop notice in {received} messages"
+        assert first_drop_notice(slow, most=3 * batches)["dropped"] > 0
         agent.close()
     finally:
         server.stop()

@@ -15,6 +15,19 @@ from tests.harness.support import ServerProcess, wait_for
 TRACE = bytes(range(256)) * 4  # 1 KiB that no converter can read: still, only a child fails
 
 
+def _profiled(server: ServerProcess, name: str, data: bytes) -> tuple[ScriptedAgent, int, Any]:
+    """A live run of 5 steps, profiled with `data` for its trace: (its agent, the profile id,
+    the profile once its analysis settled)."""
+    agent = ScriptedAgent(server, name=name)
+    try:
+        agent.steps(5, dur=0.02, wait=0.0)
+        pid = _profile_with_trace(server, agent, data)
+        return agent, pid, _settled(server, agent.run_id, pid)
+    except BaseException:
+        agent.close()
+        raise
+
+
 def _profile_with_trace(server: ServerProcess, agent: ScriptedAgent, data: bytes) -> int:
     """Ask the run's agent for a profile, then report and upload its trace as the agent does."""
     base = f"{server.url}/api/v1/runs/{agent.run_id}/profiles"
@@ -54,11 +67,8 @@ def test_a_trace_over_the_memory_limit_fails_its_child_not_the_server(
 ) -> None:
     """With 64 MiB of address space xprof's converter aborts (std::bad_alloc): in the server's
     own process that would have ended the server."""
-    agent = ScriptedAgent(limited, name="memory-limited")
+    agent, pid, profile = _profiled(limited, "memory-limited", TRACE)
     try:
-        agent.steps(5, dur=0.02, wait=0.0)
-        pid = _profile_with_trace(limited, agent, TRACE)
-        profile = _settled(limited, agent.run_id, pid)
         assert profile["status"] == "failed"
         assert "STOKER_PROFILE_ANALYSIS_MAX_BYTES" in profile["error"], profile["error"]
         assert httpx.get(f"{limited.url}/healthz").status_code == 200
@@ -79,11 +89,8 @@ def test_a_trace_over_the_memory_limit_fails_its_child_not_the_server(
 
 
 def test_a_trace_over_the_quota_is_not_analysed(limited: ServerProcess) -> None:
-    agent = ScriptedAgent(limited, name="over-quota")
+    agent, pid, profile = _profiled(limited, "over-quota", TRACE * 2)  # 2 KiB; quota 1500 B
     try:
-        agent.steps(5, dur=0.02, wait=0.0)
-        pid = _profile_with_trace(limited, agent, TRACE * 2)  # 2 KiB, the quota 1500 bytes
-        profile = _settled(limited, agent.run_id, pid)
         assert profile["status"] == "failed" and profile["trace_evicted"] is True
         assert "over the server's profile quota" in profile["error"]
         assert "not analysed" in profile["error"]
@@ -96,13 +103,10 @@ def test_an_analysis_over_its_time_is_stopped(tmp_path: Path) -> None:
     server = ServerProcess(
         data_dir=tmp_path, env={"STOKER_PROFILE_ANALYSIS_TIMEOUT_S": "0.01"}
     ).start()
-    agent = ScriptedAgent(server, name="slow-analysis")
     try:
-        agent.steps(5, dur=0.02, wait=0.0)
-        pid = _profile_with_trace(server, agent, TRACE)
-        profile = _settled(server, agent.run_id, pid)
+        agent, _, profile = _profiled(server, "slow-analysis", TRACE)
+        agent.close()
         assert profile["status"] == "failed"
         assert "took over 0.01 s" in profile["error"], profile["error"]
     finally:
-        agent.close()
         server.stop()

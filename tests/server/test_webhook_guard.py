@@ -3,9 +3,7 @@ delivery; URLs shown redacted except to admins and never logged in clear; generi
 errors; one destination's slow receiver delays no other's."""
 
 import hashlib
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -122,41 +120,11 @@ def test_a_destination_is_checked_again_at_delivery(tmp_path: Path) -> None:
         receiver.close()
 
 
-class HeldReceiver:
-    """A receiver that holds every request until released (a receiver that hangs)."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.arrived = threading.Event()
-        held = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                held.arrived.set()
-                held.release.wait(120)
-                self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def test_a_hanging_receiver_delays_no_other_destination(tmp_path: Path) -> None:
     """Deliveries go concurrently per destination: with the hanging receiver listed first,
     the other receives its firing while the hanging one's delivery is still unsettled (one
     at a time, it would have waited for the hanging one's timeouts and retries)."""
-    hanging, other = HeldReceiver(), WebhookReceiver()
+    hanging, other = WebhookReceiver(hold=True), WebhookReceiver()
     env = {**FAST_DETECTORS, "STOKER_WEBHOOK_TIMEOUT_S": "60", "STOKER_WEBHOOK_DEADLINE_S": "90"}
     server = ServerProcess(data_dir=tmp_path, env=env).start()
     agent = ScriptedAgent(server, name="two-receivers")

@@ -93,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
         "top", help="a live terminal view of the server's running runs (q quits)"
     )
     top_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
-    top_parser.add_argument("--token", default=None, help="default: STOKER_VIEW_TOKEN")
+    top_parser.add_argument(
+        "--token", default=None, help="default: STOKER_VIEW_TOKEN, then STOKER_ADMIN_TOKEN"
+    )
     top_parser.add_argument("--once", action="store_true", help="print one frame and exit")
     return parser
 

@@ -35,9 +35,12 @@ def within_bytes(section: dict[str, Any], max_bytes: int = MAX_SECTION_BYTES) ->
     """`section` as it fits in `max_bytes` of JSON: the largest top-level entries are left
     out until the rest fits, and named under `_stoker_dropped`, so a run with a huge value in
     its config (a vocabulary, a dataset listing) is still stored, with everything else."""
-    if len(dumps(section)) <= max_bytes:
+    try:
+        if len(dumps(section)) <= max_bytes:
+            return section
+        sizes = sorted(((len(dumps(v)), str(k)) for k, v in section.items()), reverse=True)
+    except (TypeError, ValueError):  # not encodable here (an int over 64 bits): sent as it is
         return section
-    sizes = sorted(((len(dumps(value)), str(key)) for key, value in section.items()), reverse=True)
     kept = {str(key): value for key, value in section.items()}
     dropped: list[str] = []
     for _size, key in sizes:

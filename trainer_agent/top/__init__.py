@@ -43,7 +43,9 @@ def _screen(console: Console, *, cursor: bool = True) -> Screen:
 
 
 def main(*, server: str, token: str | None, once: bool) -> int:
-    token = token or os.environ.get("STOKER_VIEW_TOKEN") or None
+    # The viewer token reads; an admin's own token reads too.
+    token = token or os.environ.get("STOKER_VIEW_TOKEN") or os.environ.get("STOKER_ADMIN_TOKEN")
+    token = token or None
     console = _console()
     if not once:
         try:

@@ -235,25 +235,21 @@ async def _analyse(state: AppState, pid: int) -> None:
             data_dir=settings.data_dir, quota_bytes=settings.profile_quota_bytes,
             per_worker=per_worker,
         )  # fmt: skip
-    except store.Conflict as refused:
-        message = f"profile failed: {refused.detail}"
-        fallback = await state.writer.run(store.fail, pid=pid, error=message)
-        if fallback is None:
-            return
-        profile = fallback
-    except AnalysisFailed as error:
-        message = f"profile failed: analysis: {error}"
-        fallback = await state.writer.run(store.fail, pid=pid, error=message)
-        if fallback is None:
-            return
-        profile = fallback
     except Exception as error:
-        message = f"profile failed: analysis: {type(error).__name__}: {error}"
-        fallback = await state.writer.run(store.fail, pid=pid, error=message)
+        fallback = await state.writer.run(store.fail, pid=pid, error=_failure(error))
         if fallback is None:
             return
         profile = fallback
     _announce(state, profile)
+
+
+def _failure(error: Exception) -> str:
+    """What a profile whose analysis did not come through says."""
+    if isinstance(error, store.Conflict):  # not analysed: over the quota
+        return f"profile failed: {error.detail}"
+    if isinstance(error, AnalysisFailed):  # the child said why
+        return f"profile failed: analysis: {error}"
+    return f"profile failed: analysis: {type(error).__name__}: {error}"
 
 
 async def _await_steps(

@@ -1,5 +1,6 @@
 """Agent ⇄ server wire messages (docs/protocol.md). Strict: unknown fields are errors."""
 
+import json
 import math
 from typing import Annotated, Any, Literal
 
@@ -287,6 +288,13 @@ class End(_Strict):
     unsent_steps: int = Field(default=0, ge=0, le=MAX_INT64)
 
 
+def _json_bytes(value: Any) -> int:
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:  # an integer beyond 64 bits, which orjson does not write
+        return len(json.dumps(value, ensure_ascii=False).encode())
+
+
 def oversize_hello(
     hello: Hello, *, max_config_bytes: int, max_environment_bytes: int
 ) -> str | None:
@@ -296,7 +304,7 @@ def oversize_hello(
         ("config", hello.config, max_config_bytes),
         ("environment", hello.environment, max_environment_bytes),
     ):
-        size = len(orjson.dumps(value))
+        size = _json_bytes(value)
         if size > limit:
             return (
                 f"the run's {name} is {size} bytes as JSON, over the server's {limit}-byte "
