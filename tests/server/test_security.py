@@ -186,9 +186,8 @@ def test_viewer_token_cannot_delete_create_rules_or_profile(locked_server: Serve
     """The probes of issue 39: with the viewer token, deleting a run, creating an alert rule
     with a webhook, and starting a profile are refused, and nothing changes."""
     base = f"{locked_server.url}/api/v1"
-    stored = httpx.post(
-        f"{base}/ingest", json={"hello": hello(name="kept")}, headers=_bearer(AGENT)
-    ).json()
+    ended = {"hello": hello(name="kept"), "end": {"type": "end"}}
+    stored = httpx.post(f"{base}/ingest", json=ended, headers=_bearer(AGENT)).json()
     run_id = stored["run_id"]
     view = _bearer(VIEW)
     assert httpx.delete(f"{base}/runs/{run_id}", headers=view).status_code == 403
@@ -225,7 +224,8 @@ def test_on_loopback_a_role_without_a_token_is_open_but_admin_never_beyond_viewe
         open_ingest = httpx.post(ingest, json={"hello": hello()})
         if only == "agent":
             assert open_ingest.status_code == 401 and "agent token" in open_ingest.json()["detail"]
-            stored = httpx.post(ingest, json={"hello": hello()}, headers=_bearer(token)).json()
+            ended = {"hello": hello(), "end": {"type": "end"}}
+            stored = httpx.post(ingest, json=ended, headers=_bearer(token)).json()
             open_read = httpx.get(runs)
             assert open_read.status_code == 200 and open_read.json()["count"] == 1
             with connect(f"{server.ws_url}/api/v1/live") as ws:
