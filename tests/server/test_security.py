@@ -414,6 +414,8 @@ def test_the_ui_is_served_with_csp_no_framing_and_nosniff(open_server: ServerPro
         policy = headers["content-security-policy"]
         assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy
         assert "connect-src 'self'" in policy
+    docs = httpx.get(f"{open_server.url}/docs").headers  # Swagger UI: its CDN scripts load
+    assert "content-security-policy" not in docs and docs["x-frame-options"] == "DENY"
 
 
 def test_cors_is_off_by_default(locked_server: ServerProcess) -> None:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+API_BROWSERS = {"/docs", "/docs/oauth2-redirect", "/redoc"}
 SIMPLE_CONTENT_TYPES = {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"}
 _HOST_CHARS = re.compile(r"[A-Za-z0-9.\-:\[\]]+")
 _DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
@@ -119,7 +120,9 @@ class BrowserGuard:
         if kind == "websocket":
             await self.app(scope, receive, send)
             return
-        policy = content_security_policy(host)
+        # FastAPI's API browsers (/docs, /redoc) load their scripts from a CDN and inline:
+        # they get the other headers, not the UI's policy.
+        policy = "" if scope.get("path") in API_BROWSERS else content_security_policy(host)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -181,8 +184,9 @@ def content_security_policy(host_header: str) -> str:
 
 @lru_cache(maxsize=256)
 def _security_headers(policy: str) -> tuple[tuple[bytes, bytes], ...]:
+    csp = ((b"content-security-policy", policy.encode("latin-1")),) if policy else ()
     return (
-        (b"content-security-policy", policy.encode("latin-1")),
+        *csp,
         (b"x-frame-options", b"DENY"),
         (b"x-content-type-options", b"nosniff"),
         (b"referrer-policy", b"no-referrer"),
