@@ -18,9 +18,9 @@ from fastapi.routing import APIRoute, APIWebSocketRoute
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from stoker_server.core.auth import ROLE_OF_DEPENDENCY
 from stoker_server.core.settings import Settings
 from stoker_server.service.app import create_app
-from stoker_server.service.auth import ROLE_OF_DEPENDENCY
 from tests.harness.support import REPO, ServerProcess, wait_for
 from tests.server.test_ingest_websocket import hello
 

@@ -2,8 +2,8 @@
 
 from fastapi import APIRouter, Request
 
+from stoker_server.core.auth import Role, app_access, granted_roles
 from stoker_server.core.models import AccessPublic
-from stoker_server.service.auth import Role, app_access, granted_roles
 
 router = APIRouter(prefix="/api/v1", tags=["access"])
 

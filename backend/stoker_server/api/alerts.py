@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
+from stoker_server.core.auth import AdminAuth, Role, ViewerAuth, granted_roles
 from stoker_server.core.errors import BadRequest
 from stoker_server.core.models import (
     AlertRuleCreate,
@@ -22,7 +23,6 @@ from stoker_server.diagnosis.alerts_and_events import (
     list_rules,
     update_rule,
 )
-from stoker_server.service.auth import AdminAuth, Role, ViewerAuth, granted_roles
 from stoker_server.service.deps import (
     DetectorsDep,
     OptionalRunIdQuery,

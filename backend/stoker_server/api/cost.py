@@ -15,10 +15,10 @@ from sqlalchemy import and_, func, or_
 from sqlmodel import Session, col, select
 
 from stoker_server.api.queries import summary_number
+from stoker_server.core.auth import ViewerAuth
 from stoker_server.core.db import select_columns
 from stoker_server.core.levels import INPUT_BOUND, InputBoundThresholds
 from stoker_server.core.models import Run, RunStatus
-from stoker_server.service.auth import ViewerAuth
 from stoker_server.service.deps import SessionDep, SettingsDep
 
 router = APIRouter(prefix="/api/v1", tags=["cost"], dependencies=[ViewerAuth])

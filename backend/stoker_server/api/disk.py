@@ -9,8 +9,8 @@ also refreshes the figures `/metrics` serves.
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from stoker_server.core.auth import ViewerAuth
 from stoker_server.ingest.retention import measure
-from stoker_server.service.auth import ViewerAuth
 from stoker_server.service.deps import SessionDep, StateDep
 
 router = APIRouter(prefix="/api/v1", tags=["disk"], dependencies=[ViewerAuth])

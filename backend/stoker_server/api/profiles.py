@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 from sqlmodel import Session
 
+from stoker_server.core.auth import AdminAuth, AgentAuth, ViewerAuth
 from stoker_server.core.errors import BadRequest
 from stoker_server.core.models import (
     MAX_INT64,
@@ -24,7 +25,6 @@ from stoker_server.ingest import profiles as store
 from stoker_server.ingest.profile_analysis import AnalysisFailed, AnalysisLimits, analyse
 from stoker_server.live.agents import AgentLink
 from stoker_server.live.messages import ProfileMessage
-from stoker_server.service.auth import AdminAuth, AgentAuth, ViewerAuth
 from stoker_server.service.deps import RunDep, RunId, SessionDep, StateDep
 from stoker_server.service.state import AppState
 

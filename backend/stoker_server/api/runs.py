@@ -19,6 +19,7 @@ from stoker_server.api.queries import (
     steps_csv,
 )
 from stoker_server.api.sample_series import device_series, host_series
+from stoker_server.core.auth import AdminAuth, ViewerAuth
 from stoker_server.core.errors import RunNotFound
 from stoker_server.core.models import (
     DeviceSeries,
@@ -31,7 +32,6 @@ from stoker_server.core.models import (
     RunUpdate,
     StepSeries,
 )
-from stoker_server.service.auth import AdminAuth, ViewerAuth
 from stoker_server.service.deps import (
     HubDep,
     RunDep,

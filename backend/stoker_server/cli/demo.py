@@ -35,7 +35,7 @@ _HEADERS: dict[str, str] = {}
 def use_tokens(settings: Settings) -> None:
     """Hand the demo's training (the agent) and its REST calls the tokens the server needs:
     those set in the environment, or made for a server bound beyond loopback."""
-    from stoker_server.service.auth import Role, tokens_in_clear
+    from stoker_server.core.auth import Role, tokens_in_clear
 
     tokens = tokens_in_clear(settings)
     if Role.agent in tokens:

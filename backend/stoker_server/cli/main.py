@@ -18,7 +18,7 @@ from urllib.parse import quote
 from stoker_server.core.settings import Settings
 
 if TYPE_CHECKING:
-    from stoker_server.service.auth import AccessPolicy
+    from stoker_server.core.auth import AccessPolicy
 
 
 def _add_server_flags(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +115,7 @@ def open_database(settings: Settings) -> Any:
 def check_access(settings: Settings) -> "AccessPolicy":
     """Who may do what; bound beyond loopback, the tokens made on first start. A token setting
     that cannot be used, or a token file that cannot be read or written, is one line."""
-    from stoker_server.service.auth import TokenSettingError, access_policy
+    from stoker_server.core.auth import TokenSettingError, access_policy
 
     try:
         return access_policy(settings)
@@ -128,7 +128,7 @@ def check_access(settings: Settings) -> "AccessPolicy":
 def announce_access(settings: Settings, access: "AccessPolicy", port: int) -> str:
     """Say who may reach the server, and return the URL to print (with the viewer token when
     reading needs one, as Jupyter prints its URL)."""
-    from stoker_server.service.auth import Role, tokens_in_clear
+    from stoker_server.core.auth import Role, tokens_in_clear
 
     log = logging.getLogger("stoker_server")
     wildcard = settings.host in ("0.0.0.0", "::", "")

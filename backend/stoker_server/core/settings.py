@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     port: int = 8470
     data_dir: Path = Field(default_factory=_default_data_dir)
     database_url: str | None = None
-    # Who may do what (service/auth.py, docs/security.md). Each token is the token itself or
+    # Who may do what (core/auth.py, docs/security.md). Each token is the token itself or
     # its hash, `sha256:<64 hex digits>`; an empty value is unset.
     agent_token: str | None = Field(
         default=None, description="delivers runs only (the agent WebSocket, POST /ingest)"

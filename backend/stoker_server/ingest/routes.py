@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, WebSocket
 from pydantic import Field, TypeAdapter, ValidationError
 
+from stoker_server.core.auth import AgentAuth, Role, check_role, refuse_websocket
 from stoker_server.core.errors import (
     BadRequest,
     PayloadTooLarge,
@@ -40,7 +41,6 @@ from stoker_server.ingest.publish import (
 from stoker_server.ingest.summary import run_public
 from stoker_server.ingest.writer import StreamFailed
 from stoker_server.live.agents import AgentLink
-from stoker_server.service.auth import AgentAuth, Role, check_role, refuse_websocket
 from stoker_server.service.deps import StateDep
 from stoker_server.service.state import AppState, app_state
 from stoker_server.service.telemetry import Telemetry

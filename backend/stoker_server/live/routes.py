@@ -10,10 +10,10 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from stoker_server.api.queries import list_runs_json
+from stoker_server.core.auth import Role, check_role, refuse_websocket
 from stoker_server.core.errors import StokerError
 from stoker_server.live.hub import LiveClient, LiveHub, live_run
 from stoker_server.live.messages import NoticeMessage, RunMessage
-from stoker_server.service.auth import Role, check_role, refuse_websocket
 from stoker_server.service.state import app_state
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,8 @@ from sqlalchemy.engine import Engine
 from stoker_server import __version__
 from stoker_server.api import access as access_routes
 from stoker_server.api import alerts, cost, disk, energy, pipeline, profiles, run_diagnosis, runs
+from stoker_server.core.auth import ViewerAuth, access_policy
+from stoker_server.core.browser_guard import BrowserGuard
 from stoker_server.core.db import make_engine
 from stoker_server.core.errors import StokerError
 from stoker_server.core.middleware import BodySizeLimit
@@ -31,8 +33,6 @@ from stoker_server.live import routes as live_routes
 from stoker_server.live.agents import ConnectedAgents
 from stoker_server.live.fanout import PgFanout
 from stoker_server.live.hub import LiveHub
-from stoker_server.service.auth import ViewerAuth, access_policy
-from stoker_server.service.browser_guard import BrowserGuard
 from stoker_server.service.lifecycle import AgentConnections, reaper_loop
 from stoker_server.service.state import AppState, app_state
 from stoker_server.service.telemetry import Telemetry

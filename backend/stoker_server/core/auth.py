@@ -31,7 +31,7 @@ from starlette.requests import HTTPConnection
 
 from stoker_server.core.errors import Forbidden, StokerError, Unauthorized
 from stoker_server.core.settings import Settings
-from stoker_server.service.token_file import load_or_make_tokens, token_path
+from stoker_server.core.token_file import load_or_make_tokens, token_path
 
 log = logging.getLogger("stoker_server")
 
