@@ -32,9 +32,12 @@ def _healthy(url: str) -> bool:
 _HEADERS: dict[str, str] = {}
 
 
-def use_tokens(settings: Settings) -> None:
+def use_tokens(settings: Settings) -> str:
     """Hand the demo's training (the agent) and its REST calls the tokens the server needs:
-    those set in the environment, or made for a server bound beyond loopback."""
+    those set in the environment, or made for a server bound beyond loopback. Returns what
+    the UI's URL needs after it (`?token=<viewer token>`, or nothing)."""
+    from urllib.parse import quote
+
     from stoker_server.core.auth import Role, tokens_in_clear
 
     tokens = tokens_in_clear(settings)
@@ -43,6 +46,8 @@ def use_tokens(settings: Settings) -> None:
     reader = tokens.get(Role.admin) or tokens.get(Role.viewer)
     if reader:
         _HEADERS["Authorization"] = f"Bearer {reader}"
+    viewer = tokens.get(Role.viewer)
+    return f"?token={quote(viewer, safe='')}" if viewer else ""
 
 
 def _api(method: str, server_url: str, path: str, **options: Any) -> httpx.Response:
@@ -287,9 +292,9 @@ def run_demo(
     live_minutes: float = DEFAULT_LIVE_MINUTES,
 ) -> int:
     url = f"http://{settings.host}:{settings.port}"
-    use_tokens(settings)
+    with_token = use_tokens(settings)
     server = start_server(settings)
-    print(f"\n  Stoker is running. Open {url}/ in your browser.\n", flush=True)
+    print(f"\n  Stoker is running. Open {url}/{with_token} in your browser.\n", flush=True)
     no_driver = nvidia_driver_status()
     if no_driver is not None:
         print(
