@@ -38,7 +38,8 @@ def load_or_make_tokens(data_dir: Path) -> dict[str, str]:
     if all(tokens.get(role) for role in ROLES):
         return tokens
     made = {role: tokens.get(role) or secrets.token_urlsafe(32) for role in ROLES}
-    _write_private(path, json.dumps(made, indent=2).encode() + b"\n")
+    if not _write_private(path, json.dumps(made, indent=2).encode() + b"\n", first=not tokens):
+        return load_or_make_tokens(data_dir)  # another server made them first: use those
     log.warning("made access tokens for this server in %s (mode 0600)", path)
     return made
 
@@ -51,10 +52,12 @@ def _keep_private(path: Path) -> None:
         log.warning("the token file %s was readable by others (mode %o): now 0600", path, mode)
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Write `data` to `path` with mode 0600 from the first byte, atomically and durably."""
+def _write_private(path: Path, data: bytes, *, first: bool) -> bool:
+    """Write `data` to `path` with mode 0600 from the first byte, atomically and durably.
+    With `first`, only if `path` does not exist yet (two servers starting on one data
+    directory agree on the first one's tokens): False when it did."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.fchmod(descriptor, 0o600)  # a leftover temporary file keeps its own mode
@@ -62,7 +65,15 @@ def _write_private(path: Path, data: bytes) -> None:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)
+        if first:
+            try:
+                os.link(temporary, path)  # fails if it exists: never over another's tokens
+            except FileExistsError:
+                return False
+            finally:
+                temporary.unlink(missing_ok=True)
+        else:
+            os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
@@ -71,3 +82,4 @@ def _write_private(path: Path, data: bytes) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+    return True
