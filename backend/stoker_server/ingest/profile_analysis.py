@@ -145,6 +145,10 @@ def _child_failure(returncode: int, stderr: str, limits: AnalysisLimits) -> str:
 
 def analyse_here(paths: list[Path]) -> Analysed:
     """The analysis itself, in this process: `trace_child` runs it."""
+    try:
+        import xprof  # noqa: F401
+    except ImportError:  # found, but it does not import: as good as not installed
+        return {"available": False, "message": NOT_INSTALLED}, None, None
     with _alone(paths) as alone:
         return _analyse(alone)
 
