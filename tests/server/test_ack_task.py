@@ -18,10 +18,10 @@ from starlette.requests import HTTPConnection
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from stoker_server.api.publish import BatchPublisher, stored_batch_publisher
 from stoker_server.core.models import RunPublic
 from stoker_server.core.settings import Settings
 from stoker_server.ingest.protocol import Batch
-from stoker_server.ingest.publish import BatchPublisher, stored_batch_publisher
 from stoker_server.service.app import create_app
 from tests.harness.support import InProcessServer, wait_for
 from tests.server.test_ingest_websocket import batch, hello
@@ -60,7 +60,7 @@ def faulty(
 
 
 def _agent_connections(server: InProcessServer) -> int:
-    return server.app.state.stoker.connections.total
+    return server.app.state.stoker.agents.total
 
 
 def test_an_error_while_publishing_closes_the_connection_and_keeps_what_was_stored(

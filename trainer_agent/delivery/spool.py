@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from trainer_agent.delivery import wire
+from trainer_agent.settings import DEFAULT_SPOOL_MAX_BYTES, DEFAULT_SPOOL_TOTAL_MAX_BYTES
 
 log = logging.getLogger("trainer_agent")
 
@@ -45,8 +46,6 @@ try:
 except ImportError:  # Windows: no flock; spooled runs are then only sent by `stoker upload`
     fcntl = None  # type: ignore[assignment]
 
-DEFAULT_MAX_BYTES = 512 * 2**20
-DEFAULT_TOTAL_MAX_BYTES = 2 * 2**30  # every run's spool together
 UNREADABLE = "unreadable"  # where unreadable batch files are moved aside, under the spool dir
 # How long the other runs' share of the total is trusted before it is measured again.
 OTHERS_FRESH_S = 30.0
@@ -61,11 +60,6 @@ _left_behind = 0
 def left_behind_count() -> int:
     """How many times this process let go of a run it left in a spool directory."""
     return _left_behind
-
-
-def default_spool_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "stoker" / "spool"
 
 
 def run_spool_directory(spool_dir: Path, run_key: str, rank: int) -> Path:
@@ -159,8 +153,8 @@ class Spool:
         self,
         directory: Path,
         *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        total_max_bytes: int = DEFAULT_TOTAL_MAX_BYTES,
+        max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
+        total_max_bytes: int = DEFAULT_SPOOL_TOTAL_MAX_BYTES,
         server: str | None = None,
     ) -> None:
         self.directory = Path(directory)

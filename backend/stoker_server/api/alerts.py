@@ -4,6 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
+from stoker_server.api.deps import (
+    DetectorsDep,
+    OptionalRunIdQuery,
+    SessionDep,
+    SettingsDep,
+    WriterDep,
+)
 from stoker_server.core.auth import AdminAuth, Role, ViewerAuth, granted_roles
 from stoker_server.core.errors import BadRequest
 from stoker_server.core.models import (
@@ -22,13 +29,6 @@ from stoker_server.diagnosis.alerts_and_events import (
     list_alerts,
     list_rules,
     update_rule,
-)
-from stoker_server.service.deps import (
-    DetectorsDep,
-    OptionalRunIdQuery,
-    SessionDep,
-    SettingsDep,
-    WriterDep,
 )
 
 RuleId = Annotated[int, Path(ge=1, le=2**31 - 1)]

@@ -9,9 +9,9 @@ also refreshes the figures `/metrics` serves.
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from stoker_server.api.deps import SessionDep, StateDep
 from stoker_server.core.auth import ViewerAuth
 from stoker_server.ingest.retention import measure
-from stoker_server.service.deps import SessionDep, StateDep
 
 router = APIRouter(prefix="/api/v1", tags=["disk"], dependencies=[ViewerAuth])
 

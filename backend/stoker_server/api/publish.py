@@ -7,12 +7,12 @@ from typing import Any
 
 from starlette.requests import HTTPConnection
 
+from stoker_server.api.state import AppState, app_state
 from stoker_server.core.models import Run, RunPublic, RunStatus, RunSummary
 from stoker_server.ingest.protocol import Batch
 from stoker_server.ingest.summary import run_public
 from stoker_server.live.hub import LiveHub
 from stoker_server.live.messages import StepsData
-from stoker_server.service.state import AppState, app_state
 
 # What a committed batch changed, published: (the run now, the batch, its rank).
 BatchPublisher = Callable[[RunPublic, Batch, int], None]

@@ -10,6 +10,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, WebSocket
 from pydantic import Field, TypeAdapter, ValidationError
 
+from stoker_server.api.deps import StateDep
+from stoker_server.api.publish import (
+    BatchPublisher,
+    publish_run_ended,
+    push_live_steps,
+    refreshed,
+    stored_batch_publisher,
+)
+from stoker_server.api.state import AppState, app_state
+from stoker_server.api.telemetry import Telemetry
 from stoker_server.core.auth import AgentAuth, Role, check_role, refuse_websocket
 from stoker_server.core.errors import (
     BadRequest,
@@ -31,19 +41,9 @@ from stoker_server.ingest.protocol import (
     Welcome,
     oversize_hello,
 )
-from stoker_server.ingest.publish import (
-    BatchPublisher,
-    publish_run_ended,
-    push_live_steps,
-    refreshed,
-    stored_batch_publisher,
-)
 from stoker_server.ingest.summary import run_public
 from stoker_server.ingest.writer import StreamFailed
 from stoker_server.live.agents import AgentLink
-from stoker_server.service.deps import StateDep
-from stoker_server.service.state import AppState, app_state
-from stoker_server.service.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["agent"])
@@ -94,7 +94,7 @@ async def agent_socket(websocket: WebSocket, publish: PublisherDep) -> None:
         telemetry.rejects.labels("unauthorized").inc()
         await refuse_websocket(websocket, error)
         return
-    if state.connections.total >= settings.max_agent_connections:
+    if state.agents.total >= settings.max_agent_connections:
         telemetry.rejects.labels("too_many_connections").inc()
         await websocket.accept()  # closed at once: the agent retries later, or posts over HTTP
         await websocket.close(code=CLOSE_TRY_AGAIN_LATER, reason="too many agent connections")
@@ -115,11 +115,7 @@ async def agent_socket(websocket: WebSocket, publish: PublisherDep) -> None:
         return
     run, last_seq = await writer.run(open_run, hello=hello)
     assert run.id is not None
-    state.connections.connect(run.id)
-    try:
-        await _serve_agent(websocket, state, run, hello, last_seq, publish)
-    finally:
-        state.connections.disconnect(run.id)
+    await _serve_agent(websocket, state, run, hello, last_seq, publish)
 
 
 # Batches of one agent being stored at once. The agent may send ahead of its acks; while
@@ -175,7 +171,9 @@ async def _serve_agent(
     async def send(message: dict[str, Any]) -> None:
         await websocket.send_json(message)
 
-    # Told whether a browser watches the run, and sent commands (e.g. profile) by rank.
+    # Told whether a browser watches the run, and sent commands (e.g. profile) by rank. It
+    # counts as connected until its last frame is answered: an `end` it sent before closing
+    # is then read as said by a live agent.
     agent = AgentLink(rank=hello.rank, send=send, run_key=hello.run_key)
     state.agents.attach(run.id, agent)
     in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
@@ -216,9 +214,9 @@ async def _serve_agent(
             stored = writer.submit_store(BatchJob(run.id, hello.stream, hello.rank, frame))
             await in_flight.put(_InFlight(frame, stored))
     finally:
-        state.agents.detach(run.id, agent)
         await in_flight.put(None)
         await acknowledging
+        state.agents.detach(run.id, agent)
 
 
 async def _acknowledge(

@@ -10,11 +10,11 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from stoker_server.api.queries import list_runs_json
+from stoker_server.api.state import app_state
 from stoker_server.core.auth import Role, check_role, refuse_websocket
 from stoker_server.core.errors import StokerError
 from stoker_server.live.hub import LiveClient, LiveHub, live_run
 from stoker_server.live.messages import NoticeMessage, RunMessage
-from stoker_server.service.state import app_state
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["live"])
