@@ -38,6 +38,8 @@ WRITES = {
     ("post", "/api/v1/alert-rules"): "admin",
     ("patch", "/api/v1/alert-rules/{rule_id}"): "admin",
     ("delete", "/api/v1/alert-rules/{rule_id}"): "admin",
+    ("post", "/api/v1/tune-groups"): "agent",  # `stoker tune` stores its group
+    ("delete", "/api/v1/tune-groups/{group_id}"): "admin",
 }
 WEBSOCKETS = {"/api/v1/agent": "agent", "/api/v1/live": "viewer"}
 # Which tokens each role's routes take: the admin token reads too; the agent's reads nothing.
