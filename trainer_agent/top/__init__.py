@@ -51,7 +51,8 @@ def main(
     show_ended: bool = False,
     run_id: int | None = None,
 ) -> int:
-    token = token or agent_setting("view_token")
+    # The viewer token reads; an admin's own token reads too.
+    token = token or agent_setting("view_token") or agent_setting("admin_token")
     console = _console()
     if not once:
         try:
