@@ -42,6 +42,16 @@ class IteratorWatcher(Protocol):
     def watch(self, iterator: Any) -> None: ...
 
 
+class Stamper(Protocol):
+    """Makes the train function's iterator one whose fetches are stamped (TensorFlow)."""
+
+    def stamped(self, iterator: Any) -> Any:
+        """The iterator to give the train function for `iterator` (itself if unstamped)."""
+
+    def failed(self, error: BaseException) -> None:
+        """Tracing the stamps raised `error`: the fit went on with the plain iterator."""
+
+
 # Called on the training thread when a train-function call returned: (when, the stamps of
 # the batches it fetched itself or None where the backend fetches elsewhere).
 ReturnedCallback = Callable[[float, list[Stamp] | None], None]
@@ -85,18 +95,18 @@ def keras_backend(model: Any) -> str:
 
 
 def watch_train_function(
-    model: Any, watcher: IteratorWatcher, on_return: ReturnedCallback | None = None
+    model: Any,
+    watcher: IteratorWatcher,
+    on_return: ReturnedCallback | None = None,
+    stamp: Stamper | None = None,
 ) -> str:
     """Wrap `model.train_function`: `watcher` is handed each new `tf.data` iterator; under
     JAX and PyTorch `on_return` is told of each call's return (and under JAX, its fetches).
+    Under TensorFlow, `stamp` (when given) makes each new iterator the one the function
+    fetches from: the same iterator with its fetches stamped (input wait).
 
     Returns how steps are timed: "returns" when `on_return` will be called, "hooks" when the
     batch hooks must time them (TensorFlow, or no wrapper)."""
-    if _keras2_under_a_strategy(model):
-        # Keras 2 (tf_keras, TF <= 2.15's tf.keras) under a distribution strategy: wrapping its
-        # train function there made the input-wait stamps miss (tested with MirroredStrategy).
-        log.info("Stoker: the pipeline view is off for Keras 2 under a distribution strategy")
-        return "hooks"
     current = getattr(model, "train_function", None)
     # A wrapper of ours is left over only by a fit that raised before on_train_end.
     original = getattr(current, STOKER_ORIGINAL, current)
@@ -109,23 +119,55 @@ def watch_train_function(
     elif backend != "tensorflow" and on_return is not None:
         train_function = _returns_wrapper(original, on_return)
     else:
-        train_function = _tf_wrapper(original, watcher)
+        train_function = _tf_wrapper(original, watcher, stamp)
         on_return = None
     setattr(train_function, STOKER_ORIGINAL, original)
     model.train_function = train_function
     return "hooks" if on_return is None else "returns"
 
 
-def _tf_wrapper(original: Callable[..., Any], watcher: IteratorWatcher) -> Callable[..., Any]:
-    seen: list[Any] = [None]
+def _tf_wrapper(
+    original: Callable[..., Any], watcher: IteratorWatcher, stamp: Stamper | None
+) -> Callable[..., Any]:
+    # The iterator Keras passes, what the train function is given for it (the same, stamped),
+    # and whether a call with the stamped iterator has succeeded yet.
+    seen: list[Any] = [None, None, False]
 
     def train_function(iterator: Any, *args: Any, **kwargs: Any) -> Any:
         if iterator is not seen[0]:
-            seen[0] = iterator
+            seen[0] = seen[1] = iterator
             watcher.watch(iterator)
-        return original(iterator, *args, **kwargs)
+            if stamp is not None:
+                seen[1] = stamp.stamped(iterator)
+        given = seen[1]
+        if given is iterator or seen[2]:
+            return original(given, *args, **kwargs)
+        return _first_stamped_call(original, iterator, given, args, kwargs)
 
-    train_function.stoker_release = lambda: seen.__setitem__(0, None)  # type: ignore[attr-defined]
+    def _first_stamped_call(
+        original: Callable[..., Any], iterator: Any, given: Any, args: Any, kwargs: Any
+    ) -> Any:
+        """The first call with a stamped iterator traces the stamps: if that fails (an
+        iterator TensorFlow builds differently), the fit goes on unstamped."""
+        try:
+            result = original(given, *args, **kwargs)
+        except StopIteration:
+            raise
+        except Exception as error:
+            if type(error).__module__.startswith("tensorflow.python.framework.errors"):
+                raise  # raised while running: the data's or the step's, not the tracing's
+            assert stamp is not None
+            stamp.failed(error)
+            seen[1] = iterator
+            return original(iterator, *args, **kwargs)
+        seen[2] = True
+        return result
+
+    def release() -> None:
+        seen[0] = seen[1] = None
+        seen[2] = False
+
+    train_function.stoker_release = release  # type: ignore[attr-defined]
     return train_function
 
 
@@ -179,9 +221,3 @@ def unwatch_train_function(model: Any) -> None:
 
 def is_watched(model: Any) -> bool:
     return hasattr(getattr(model, "train_function", None), STOKER_ORIGINAL)
-
-
-def _keras2_under_a_strategy(model: Any) -> bool:
-    keras2 = ".engine." in type(model).__module__ or type(model).__module__.startswith("tf_keras")
-    strategy = getattr(model, "distribute_strategy", None)
-    return keras2 and strategy is not None and "Default" not in type(strategy).__name__
