@@ -238,7 +238,9 @@ class StokerHooks:
         self._session.before_abnormal_close = self._hand_over_completed_steps
         self._session.start()
         names = self._function_names
-        self._session.pipeline.describe(names or [], stamped=names is not None)
+        # Stoker appends nothing to the pipeline: a prefetch the names do not account for
+        # is tf.data's.
+        self._session.pipeline.describe(names or [], stamped=False)
         profiler, boundary = self._session.profiler, self._boundary
         backend = keras_backend(self.model)
         self._ring = None
