@@ -198,7 +198,9 @@ def test_ops_stoker_adds_to_each_elements_path_stay_under_the_stated_count(
     from bench.capturing import CapturingCallback
 
     x = np.zeros((64, 4), "float32")
-    dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(16, drop_remainder=fixed_batch)
+    dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(
+        16, drop_remainder=fixed_batch
+    )
     keras = tf.keras
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")

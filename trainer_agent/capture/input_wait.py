@@ -20,7 +20,7 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # Row layout of a `StampTable`: (generation, index) is the element's key, the generation
 # its iterator (1, 2, ... in the order the train function saw them).
@@ -29,8 +29,10 @@ _REQ, _TS, _GEN, _INDEX, _BATCH = range(5)
 CALL_PATHS_KEPT = 15
 
 
-@dataclass
-class Stamp:
+class Stamp(NamedTuple):
+    """One fetch. A tuple, so a fetch timed in Python (`train_function.FetchTimer`) is
+    recorded as a plain `(ts, batch_size, requested)` tuple, with no object made per step."""
+
     ts: float  # perf_counter seconds: the element was handed over to the consumer
     batch_size: int | None
     requested: float | None = None  # perf_counter seconds: the consumer asked for it
