@@ -438,6 +438,9 @@ class StokerHooks:
             log.exception("Stoker could not read input stamps; input wait is not measured")
             self._ring = None
             stamps = StampTable.of({})
+        if self._boundary.steps_per_execution == 1:  # nothing to shorten: one step a call
+            self._record(self._resolver.resolve(executions, stamps))
+            return
         counted = sum(execution.n for execution in executions)
         self._record(self._resolver.resolve(executions, stamps))
         # The resolver shortens an execution that ran out of data; number on from its end.
@@ -447,10 +450,8 @@ class StokerHooks:
 
     def _record(self, rows: list[StepRow]) -> None:
         session = self._session
-        if session is None:
-            return
-        for row in rows:
-            session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
+        if session is not None:
+            session.record_steps(rows)
 
 
 class _FetchStamps:

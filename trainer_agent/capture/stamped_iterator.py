@@ -78,6 +78,8 @@ class StampRing:
             return None
         copy: Any = object.__new__(stamped_cls)
         copy.__dict__.update(iterator.__dict__)
+        # Its type spec, made once: the train function's call reads it at every step.
+        copy._stoker_spec = copy._stoker_spec_of()
         return copy
 
     def started(self) -> int:
@@ -242,11 +244,16 @@ def _stamped_class(cls: type, ring: StampRing) -> type:
         spec.__class__ = sub
         return spec
 
-    def _type_spec(self: Any) -> Any:
+    def _stoker_spec_of(self: Any) -> Any:
         return stamped_spec(cls._type_spec.__get__(self))
 
+    def _type_spec(self: Any) -> Any:
+        spec = self.__dict__.get("_stoker_spec")
+        return spec if spec is not None else self._stoker_spec_of()
+
     def __tf_tracing_type__(self: Any, context: Any) -> Any:
-        return self._type_spec
+        spec = self._stoker_spec
+        return spec if spec is not None else self._stoker_spec_of()
 
     def get_next_as_optional(self: Any) -> Any:
         asked = requested()
@@ -259,6 +266,8 @@ def _stamped_class(cls: type, ring: StampRing) -> type:
         return optional
 
     attributes: dict[str, Any] = {
+        "_stoker_spec_of": _stoker_spec_of,
+        "_stoker_spec": None,  # an iterator made from components has none of its own
         "_type_spec": property(_type_spec),
         "__tf_tracing_type__": __tf_tracing_type__,
         "get_next_as_optional": get_next_as_optional,
