@@ -37,7 +37,6 @@ import os
 import random
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,13 +47,20 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
+from bench.thread_cpu import (
+    THREAD_CLASSES,
+    by_class,
+    paired,
+    spread_us,
+    stoker_thread_ids,
+    thread_cpu_ns,
+)
 from tests.harness.fake_nvml import FakeNvml, build
 from tests.harness.support import ServerProcess
 from trainer_agent import StokerCallback
 
 SKIP = 50  # steps before the timed window (tracing, warm-up, the agent's start)
 CONFIGS = ("baseline", "baseline-again", "stoker", "tensorboard")
-THREAD_CLASSES = ("training", "tensorflow", "stoker")
 
 
 @dataclass
@@ -76,39 +82,6 @@ MODELS = {
     "mlp": Model("small MLP", 3.0, 784, [256, 256], 10, 128),
     "wide": Model("wide", 20.0, 512, [1024, 1024], 1, 128),
 }
-
-
-def thread_cpu_ns() -> dict[int, int]:
-    """Each thread of this process (native id) and the CPU time it has used, in ns."""
-    times = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat") as stat:
-                times[int(tid)] = int(stat.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # the thread just ended
-    return times
-
-
-def stoker_thread_ids() -> set[int]:
-    """Stoker's threads: sender, sampler, uploads, and the WebSocket client's reader thread
-    (websockets names it after its function)."""
-    return {
-        t.native_id
-        for t in threading.enumerate()
-        if (t.name.startswith("stoker-") or "(recv_events)" in t.name) and t.native_id
-    }
-
-
-def by_class(before: dict[int, int], after: dict[int, int], stoker: set[int]) -> dict[str, int]:
-    """CPU ns used between two snapshots, by thread class."""
-    main = threading.main_thread().native_id
-    used = dict.fromkeys(THREAD_CLASSES, 0)
-    for tid, ns in after.items():
-        spent = ns - before.get(tid, 0)
-        kind = "training" if tid == main else "stoker" if tid in stoker else "tensorflow"
-        used[kind] += spent
-    return used
 
 
 class Timer(tf.keras.callbacks.Callback):
@@ -218,18 +191,6 @@ def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, wo
             if config == "stoker":
                 fits.own_s.append(TimedCallback.spent_ns / 1e9 / max(1, TimedCallback.steps))
     return fits
-
-
-def paired(values: dict[str, list[float]], config: str) -> list[float]:
-    return [v - b for v, b in zip(values[config], values["baseline"], strict=True)]
-
-
-def spread_us(values: list[float]) -> str:
-    """Median and IQR in µs."""
-    if len(values) < 2:
-        return f"{values[0] * 1e6:+8.1f} (one round)"
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return f"{median * 1e6:+8.1f} ({q1 * 1e6:+.0f}..{q3 * 1e6:+.0f})"
 
 
 def report(model: Model, spe: int, fits: Fits) -> None:

@@ -103,20 +103,25 @@ class StampRing:
         from trainer_agent.capture.input_wait import StampTable
 
         rows = self._rows.numpy()
+        starts = self._starts
+        if not starts:
+            return StampTable(np.empty((0, 5)))
+        first = starts[0] if after is None else starts[after[0] - 1] + after[1]
+        last = int(rows[:, _FETCH].max())
+        if last < first:
+            return StampTable(np.empty((0, 5)))
+        # The fetches still wanted, first to last, where the ring keeps them; a slot that
+        # holds another fetch (overwritten) is left out, as is an exhausted optional.
+        first = max(first, last - self.size + 1)
+        rows = rows[np.arange(first, last + 1) % self.size]
+        rows = rows[(rows[:, _FETCH] >= first) & (rows[:, _BATCH] != NO_ELEMENT)]
         fetch = rows[:, _FETCH]
-        starts = np.asarray(self._starts, dtype=np.float64)
-        first = 1.0 if after is None or not len(starts) else starts[after[0] - 1] + after[1]
-        # Fetches of this ring's iterators, elements only (an exhausted optional is none).
-        keep = (fetch >= max(first, starts[0] if len(starts) else np.inf)) & (
-            rows[:, _BATCH] != NO_ELEMENT
-        )
-        rows = rows[keep]
-        generation = np.searchsorted(starts, rows[:, _FETCH], side="right")
+        generation = np.searchsorted(np.asarray(starts, dtype=np.float64), fetch, side="right")
         table = np.empty((len(rows), 5))
         table[:, 0] = rows[:, _REQUESTED] - wall_to_perf_s
         table[:, 1] = rows[:, _HANDED_OVER] - wall_to_perf_s
         table[:, 2] = generation
-        table[:, 3] = rows[:, _FETCH] - starts[generation - 1] if len(rows) else 0.0
+        table[:, 3] = fetch - np.asarray(starts, dtype=np.float64)[generation - 1]
         table[:, 4] = rows[:, _BATCH]
         if batch_hint is not None:
             table[table[:, 4] == BATCH_UNKNOWN, 4] = batch_hint
