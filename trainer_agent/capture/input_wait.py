@@ -228,13 +228,13 @@ def split_dispatched(
     end = max(done, start)
     compute = 0.0
     if n > 1:
-        compute = _solve_compute_s(start, end, [s.ts for s in stamps])
+        compute = _solve_compute_s(start, end, [s[0] for s in stamps])
     waits: list[float] = []
     free = start
-    for stamp in stamps:
-        idle_from = free if stamp.requested is None else max(free, stamp.requested)
-        waits.append(max(0.0, stamp.ts - idle_from))
-        free = max(free, stamp.ts) + compute
+    for ts, _, requested in stamps:  # plain tuples from `FetchTimer`, or `Stamp`s
+        idle_from = free if requested is None else max(free, requested)
+        waits.append(max(0.0, ts - idle_from))
+        free = max(free, ts) + compute
     total, waited = end - start, sum(waits)
     scale = min(1.0, total / waited) if waited > 0 else 1.0
     rest = (total - waited * scale) / n
@@ -242,7 +242,7 @@ def split_dispatched(
     for j, (stamp, wait) in enumerate(zip(stamps, waits, strict=True)):
         dur = wait * scale + rest if j < n - 1 else end - t
         shown = wait * scale if execution.count_wait else None
-        rows.append(StepRow(execution.first_step + j, t, dur, shown, stamp.batch_size))
+        rows.append(StepRow(execution.first_step + j, t, dur, shown, stamp[1]))
         t += dur
     return rows
 
