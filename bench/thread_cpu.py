@@ -52,4 +52,4 @@ def spread_us(values: list[float]) -> str:
     if len(values) < 2:
         return f"{values[0] * 1e6:+8.1f} (one round)"
     q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return f"{median * 1e6:+8.1f} ({q1 * 1e6:+.0f}..{q3 * 1e6:+.0f})"
+    return f"{median * 1e6:+8.1f} ({q1 * 1e6:+.1f}..{q3 * 1e6:+.1f})"
