@@ -69,7 +69,12 @@ class StampRing:
 
     def stamped(self, iterator: Any) -> Any | None:
         """`iterator` as the same iterator whose fetches are stamped; None for a kind of
-        iterator this cannot stamp (the fit then runs unstamped)."""
+        iterator this cannot stamp (the fit then runs unstamped).
+
+        A `tf.distribute` iterator is stamped where each worker fetches its own elements
+        (its per-worker iterators), not around its whole `get_next`: under
+        `MultiWorkerMirroredStrategy` that also waits for the other workers (a collective
+        says which have data), and a fast worker would take a slow one's input wait."""
         cls = type(iterator)
         stamped_cls = self._classes.get(cls)
         if stamped_cls is None:
@@ -78,8 +83,19 @@ class StampRing:
             return None
         copy: Any = object.__new__(stamped_cls)
         copy.__dict__.update(iterator.__dict__)
+        if _DISTRIBUTED in stamped_cls.__dict__:
+            copy._iterators = [self._stamped_worker(worker) for worker in iterator._iterators]
         # Its type spec, made once: the train function's call reads it at every step.
         copy._stoker_spec = copy._stoker_spec_of()
+        return copy
+
+    def _stamped_worker(self, worker: Any) -> Any:
+        cls = type(worker)
+        stamped_cls = self._classes.get(cls)
+        if stamped_cls is None:
+            stamped_cls = self._classes[cls] = _stamped_worker_class(cls, self)
+        copy: Any = object.__new__(stamped_cls)
+        copy.__dict__.update(worker.__dict__)
         return copy
 
     def started(self) -> int:
@@ -199,7 +215,61 @@ def _batch_of(element: Any, spec: Any) -> Any:
     return tf.cast(tf.shape(first)[0], tf.float64)
 
 
+def _batch_of_value(element: Any, replicas: int) -> Any:
+    """Graph code: the batch size of one replica's `element` times the replicas."""
+    import tensorflow as tf
+
+    first = tf.nest.flatten(element, expand_composites=True)[0]
+    shape = first.shape
+    if not shape.rank:
+        return tf.constant(BATCH_UNKNOWN, tf.float64)
+    if shape[0] is not None:
+        return tf.constant(float(shape[0] * replicas), tf.float64)
+    return tf.cast(tf.shape(first)[0] * replicas, tf.float64)
+
+
 _UNSTAMPABLE = type("_Unstampable", (), {})
+# The attribute that marks a stamped `tf.distribute` iterator class (its workers are stamped).
+_DISTRIBUTED = "_stoker_distributed"
+
+
+def _stamped_worker_class(cls: type, ring: StampRing) -> type:
+    """A subclass of a `tf.distribute` per-worker iterator class (one list element per local
+    device) whose fetches are stamped: the worker's own input, before any collective."""
+    import tensorflow as tf
+
+    def get_next_as_list(self: Any, name: Any = None) -> Any:
+        with tf.device(ring._device):
+            asked = tf.timestamp()
+        with tf.control_dependencies([asked]):
+            values = cls.get_next_as_list(self, name)  # type: ignore[attr-defined]
+        leaves = tf.nest.flatten(values, expand_composites=True)
+        with tf.device(ring._device):
+            batch = _batch_of_value(values[0], replicas=len(values))
+        ring.record(asked, leaves, batch)
+        return values
+
+    def get_next_as_optional_list(self: Any) -> Any:
+        with tf.device(ring._device):
+            asked = tf.timestamp()
+        with tf.control_dependencies([asked]):
+            optionals = cls.get_next_as_optional_list(self)  # type: ignore[attr-defined]
+        with tf.device(ring._device):
+            has_value = optionals[0].has_value()
+            batch = tf.where(has_value, _float64(BATCH_UNKNOWN), _float64(NO_ELEMENT))
+        arrived = [optional._variant_tensor for optional in optionals] + [has_value]
+        ring.record(asked, arrived, batch)
+        return optionals
+
+    return type(
+        f"Stoker{cls.__name__}",
+        (cls,),
+        {
+            "get_next_as_list": get_next_as_list,
+            "get_next_as_optional_list": get_next_as_optional_list,
+            "__module__": __name__,
+        },
+    )
 
 
 def _stamped_class(cls: type, ring: StampRing) -> type:
@@ -207,6 +277,8 @@ def _stamped_class(cls: type, ring: StampRing) -> type:
     import tensorflow as tf
 
     owned = hasattr(cls, "_next_internal")  # OwnedIterator: get_next and __next__ use it
+    # tf.distribute's DistributedIterator: its per-worker iterators fetch (see `stamped`).
+    distributed = hasattr(cls, "_get_next_no_partial_batch_handling")
     if not (owned or hasattr(cls, "get_next")) or not hasattr(cls, "_type_spec"):
         return _UNSTAMPABLE
 
@@ -234,6 +306,9 @@ def _stamped_class(cls: type, ring: StampRing) -> type:
             def _from_components(self: Any, components: Any) -> Any:
                 value = base._from_components(self, components)
                 value.__class__ = stamped
+                if distributed:
+                    for worker in value._iterators:
+                        worker.__class__ = ring._classes.get(type(worker)) or type(worker)
                 return value
 
             sub = specs[base] = type(
@@ -278,7 +353,10 @@ def _stamped_class(cls: type, ring: StampRing) -> type:
         "get_next_as_optional": get_next_as_optional,
         "__module__": __name__,
     }
-    if owned:
+    if distributed:
+        attributes[_DISTRIBUTED] = True
+        del attributes["get_next_as_optional"]  # the workers' fetches are stamped instead
+    elif owned:
 
         def _next_internal(self: Any) -> Any:
             return stamp_element(lambda: cls._next_internal(self), self.element_spec)  # type: ignore[attr-defined]
