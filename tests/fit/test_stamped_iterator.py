@@ -212,3 +212,36 @@ def test_ops_stoker_adds_to_each_elements_path_stay_under_the_stated_count(
     print(f"ops Stoker adds per element: {added} ({sorted(created)})")
     assert added <= MAX_OPS_PER_FETCH
     assert sum(r.wait is not None for r in callback.rows) == 3  # it measured: step 0 excepted
+
+
+def test_a_fit_whose_stamps_fail_to_trace_runs_on_unstamped(monkeypatch: Any, caplog: Any) -> None:
+    """Never in the way: the first stamped call traces the stamps; if that raises, the fit
+    runs on with the plain iterator, its steps recorded without input wait, said once."""
+    from bench.capturing import CapturingCallback
+    from trainer_agent.capture.stamped_iterator import StampRing
+
+    def broken(self: Any, *args: Any) -> None:
+        raise NotImplementedError("no stamps here")
+
+    from trainer_agent.capture.session import RunSession
+
+    monkeypatch.setattr(StampRing, "record", broken)
+    recorded: list[tuple[int, Any]] = []
+    record_step = RunSession.record_step
+
+    def keep(self: Any, step: int, start: float, dur: float, wait: Any = None, *rest: Any) -> None:
+        recorded.append((step, wait))
+        record_step(self, step, start, dur, wait, *rest)
+
+    monkeypatch.setattr(RunSession, "record_step", keep)
+    x = np.zeros((64, 4), "float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(16)
+    keras = tf.keras
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    callback = CapturingCallback()
+    history = model.fit(callback.wrap(dataset), epochs=2, callbacks=[callback], verbose=0)
+    assert len(history.history["loss"]) == 2
+    assert [step for step, _ in recorded] == list(range(8))  # every step, none waited
+    assert all(wait is None for _, wait in recorded) and callback.rows == []
+    assert sum("input wait is not measured" in r.getMessage() for r in caplog.records) == 1

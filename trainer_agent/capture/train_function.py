@@ -3,7 +3,10 @@
 Keras makes `model.train_function` before `on_train_begin` and calls it every step (or every
 `steps_per_execution` steps). `watch_train_function` puts a thin Python wrapper in its place:
 - under TensorFlow it hands the pipeline view (trainer_agent/capture/pipeline_model.py) each new
-  `tf.data` iterator; the wrapper costs one identity comparison a step;
+  `tf.data` iterator and, when the fit measures input wait, calls the train function with the
+  same iterator whose fetches are stamped in its graph (`Stamper`;
+  trainer_agent/capture/stamped_iterator.py); the wrapper costs one identity comparison a
+  step (one Python call: tests/unit/test_train_function.py counts each backend's);
 - under JAX (`train_function(state, iterator)`: the batches are fetched inside it, between
   the batch-begin and batch-end hooks) it passes a `FetchTimer` for the iterator, which
   times each `next()`: the input wait, measured where the step asks for its batch. It also
