@@ -16,10 +16,11 @@ tf = pytest.importorskip("tensorflow")
 
 DELAY_S = 0.03
 # What the stamps may add to each element's path: the ops around one fetch in the train
-# function's graph (trainer_agent/capture/stamped_iterator.py: 10 ops and 5 constants; 15
-# and 5 where the element spec leaves the batch size open) and the tf.data stages and
-# function ops added to the pipeline (none).
-MAX_OPS_PER_FETCH = 20
+# function's graph (trainer_agent/capture/stamped_iterator.py: 10 ops and 5 constants on
+# Keras 3, 13 and 7 where the element spec leaves the batch size open; tf_keras's graph adds
+# an Identity and a NoOp to each) and the tf.data stages and function ops added to the
+# pipeline (none). The stamping stage before this read 65 and 75.
+MAX_OPS_PER_FETCH = 22
 
 
 def _slow(n: int, delay_s: float) -> "tf.data.Dataset":
@@ -208,40 +209,38 @@ def test_ops_stoker_adds_to_each_elements_path_stay_under_the_stated_count(
     with _counting_stoker_ops() as created:
         wrapped = callback.wrap(dataset)
         model.fit(wrapped, epochs=1, callbacks=[callback], verbose=0)
-    added = _graph_nodes(wrapped) - _graph_nodes(dataset) + len(created)  # one fetch traced
+    # Each traced fetch has its two timestamps (tf_keras traces its train function twice).
+    traced = max(1, created.count("Timestamp") // 2)
+    added = _graph_nodes(wrapped) - _graph_nodes(dataset) + len(created) / traced
     print(f"ops Stoker adds per element: {added} ({sorted(created)})")
     assert added <= MAX_OPS_PER_FETCH
     assert sum(r.wait is not None for r in callback.rows) == 3  # it measured: step 0 excepted
 
 
-def test_a_fit_whose_stamps_fail_to_trace_runs_on_unstamped(monkeypatch: Any, caplog: Any) -> None:
-    """Never in the way: the first stamped call traces the stamps; if that raises, the fit
-    runs on with the plain iterator, its steps recorded without input wait, said once."""
+def test_a_fit_whose_stamps_fail_to_trace_runs_on_unstamped(caplog: Any) -> None:
+    """Never in the way: if building the stamps' ops raises while the train function traces,
+    it traces on without them: the fit runs, its steps are recorded without input wait, and
+    that is said once."""
     from bench.capturing import CapturingCallback
     from trainer_agent.capture.stamped_iterator import StampRing
 
-    def broken(self: Any, *args: Any) -> None:
-        raise NotImplementedError("no stamps here")
-
-    from trainer_agent.capture.session import RunSession
-
-    monkeypatch.setattr(StampRing, "record", broken)
-    recorded: list[tuple[int, Any]] = []
-    record_step = RunSession.record_step
-
-    def keep(self: Any, step: int, start: float, dur: float, wait: Any = None, *rest: Any) -> None:
-        recorded.append((step, wait))
-        record_step(self, step, start, dur, wait, *rest)
-
-    monkeypatch.setattr(RunSession, "record_step", keep)
     x = np.zeros((64, 4), "float32")
     dataset = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(16)
     keras = tf.keras
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     callback = CapturingCallback()
-    history = model.fit(callback.wrap(dataset), epochs=2, callbacks=[callback], verbose=0)
+    original = StampRing._record
+
+    def broken(self: Any, *args: Any) -> None:
+        raise NotImplementedError("no stamps here")
+
+    StampRing._record = broken  # type: ignore[method-assign]
+    try:
+        history = model.fit(callback.wrap(dataset), epochs=2, callbacks=[callback], verbose=0)
+    finally:
+        StampRing._record = original  # type: ignore[method-assign]
     assert len(history.history["loss"]) == 2
-    assert [step for step, _ in recorded] == list(range(8))  # every step, none waited
-    assert all(wait is None for _, wait in recorded) and callback.rows == []
+    assert [r.step for r in callback.rows] == list(range(8))
+    assert all(r.wait is None for r in callback.rows)
     assert sum("input wait is not measured" in r.getMessage() for r in caplog.records) == 1

@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from trainer_agent.log_once import warn_once
+
 T = TypeVar("T")
 
 DEFAULT_RING_SIZE = 2048
@@ -146,6 +148,19 @@ class StampRing:
     def record(self, requested: Any, arrived: list[Any], batch: Any) -> None:
         """Graph code, run once per fetch: the hand-over stamp (once `arrived`, the fetched
         tensors, exist) and the fetch's row. Nothing the step computes depends on it."""
+        try:
+            self._record(requested, arrived, batch)
+        except Exception as error:
+            # Never in the way: the train function traces on without the stamps (its
+            # fetches then have no rows, and their steps no input wait), said once.
+            warn_once(
+                f"stamps:{type(error).__name__}",
+                "Stoker: input wait is not measured for this fit: its input cannot be "
+                "stamped (%s: %s). Step times and device metrics are still recorded.",
+                type(error).__name__, error,
+            )  # fmt: skip
+
+    def _record(self, requested: Any, arrived: list[Any], batch: Any) -> None:
         import tensorflow as tf
 
         with tf.device(self._device):
