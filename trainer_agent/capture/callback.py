@@ -65,8 +65,8 @@ class StokerHooks:
 
     A step's time is measured from one `on_train_batch_begin` to the next, so it includes
     everything the training loop does per step. Pass the training data through
-    `cb.wrap(dataset)` to measure input wait: one synchronous stage at the end of the
-    `tf.data` pipeline stamps when each element is asked for and when it is handed over.
+    `cb.wrap(dataset)` to measure input wait: the train function's own fetch of each batch
+    is stamped in its graph when it asks and when the batch is handed over.
     The batch hooks only append to memory; the stamps are read every ~50 steps, the scalar
     logs kept every `every_n_batches` steps. All I/O happens in one background thread; if
     the server is down, training is unaffected. Each `fit()` call is one run. If the agent
@@ -147,23 +147,15 @@ class StokerHooks:
         its graph), and `wrap` only describes the pipeline for the diagnosis's advice and the
         pipeline view. Nothing is traced here.
         """
-        self._wrapped = True
-        described = _last_wrapped.get(dataset)
-        if described is not None:
-            self._input_pipeline, self._function_names, self._batch_hint = described
-            return dataset
         try:
-            self._input_pipeline = describe_pipeline(dataset)
-            self._function_names = function_names(dataset)
-            self._batch_hint = batch_hint(dataset)
+            self._wrapped = True
+            described = _last_wrapped.get(dataset)
+            if described is None:
+                described = _described(dataset)
+                _last_wrapped.put(dataset, described)
+            self._input_pipeline, self._function_names, self._batch_hint = described
         except Exception as error:
-            self._input_pipeline = self._function_names = self._batch_hint = None
-            warn_once(
-                f"describe:{type(error).__name__}",
-                "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
-            )  # fmt: skip
-        described = (self._input_pipeline, self._function_names, self._batch_hint)
-        _last_wrapped.put(dataset, described)
+            return self._unstamped(error, dataset)
         return dataset
 
     def _stamped(self, iterator: Any) -> Any:
@@ -547,6 +539,19 @@ def _learning_rate(model: Any) -> float | None:
         return float(model.optimizer.learning_rate)
     except Exception:
         return None
+
+
+def _described(dataset: Any) -> tuple[Any, Any, Any]:
+    """What `wrap` keeps of a pipeline: its description, its functions' names and the batch
+    size it batches to; all None (said once) when it cannot be walked."""
+    try:
+        return describe_pipeline(dataset), function_names(dataset), batch_hint(dataset)
+    except Exception as error:
+        warn_once(
+            f"describe:{type(error).__name__}",
+            "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
+        )  # fmt: skip
+        return None, None, None
 
 
 def _unwrapped(dataset: Any) -> Any:
