@@ -187,6 +187,11 @@ class AgentSettings:
         meaning="set by `stoker run` for the script it starts: the run options it was given; "
         "not for setting by hand",
     )  # fmt: skip
+    tune: str | None = _setting(
+        env="STOKER_TUNE", parse=_text, kind="JSON", default_text="none",
+        meaning="set by `stoker tune` for each trial of the script it starts: the change to "
+        "apply and the steps to measure; not for setting by hand",
+    )  # fmt: skip
 
 
 def variables() -> list[tuple[str, Variable, Any]]:

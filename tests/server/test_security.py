@@ -25,6 +25,7 @@ AGENT_ONLY = {
     ("post", "/api/v1/ingest"),
     ("post", "/api/v1/runs/1/profiles/1/status"),  # the agent reports its profiler capture
     ("post", "/api/v1/runs/1/profiles/1/trace"),
+    ("post", "/api/v1/tune-groups"),  # `stoker tune` stores its group
 }
 
 

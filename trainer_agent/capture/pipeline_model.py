@@ -159,16 +159,13 @@ def _tf_data_own(node: Any) -> bool:
     return str(getattr(func, "__module__", "")).startswith("tensorflow.")
 
 
-def function_names(dataset: Any, max_nodes: int = 200) -> list[tuple[str, str]]:
-    """The user's chain of datasets as (kind, function name or ""), source first.
+def user_datasets(dataset: Any, max_nodes: int = 200) -> list[Any]:
+    """The datasets on the user's input spine, from `dataset` to the source (consumer first).
 
-    Every dataset on the input spine, not only those with a function: `stages_from_proto`
-    aligns this chain with tf.data's model nodes after its rewrites (map+batch fused into
-    MapAndBatch, serial maps made parallel, consecutive maps fused, the prefetch tf.data or
-    Stoker appends), so a function is named by the node that runs it, not by counting.
-    Stoker's own stamping stage (a map over `Zip(Range, pipeline)`) is left out.
-    """
-    chain: list[tuple[str, str]] = []
+    Stoker's own stamping stage (a map over `Zip(Range, pipeline)`) is left out. The walk
+    follows each dataset's only input and ends at a source, a file reader (its input is its
+    file names) or a dataset of several inputs (a zip), which is then the last one."""
+    nodes: list[Any] = []
     node, seen = dataset, 0
     while node is not None and seen < max_nodes:
         seen += 1
@@ -176,18 +173,33 @@ def function_names(dataset: Any, max_nodes: int = 200) -> list[tuple[str, str]]:
         if _is_stamping(node, inputs):
             node = _py_inputs(inputs[0])[-1]
             continue
+        nodes.append(node)
+        if _PY_KINDS.get(_py_kind(node)) == "file_reader" or len(inputs) != 1:
+            break
+        node = inputs[0]
+    return nodes
+
+
+def function_names(dataset: Any, max_nodes: int = 200) -> list[tuple[str, str]]:
+    """The user's chain of datasets as (kind, function name or ""), source first.
+
+    Every dataset on the input spine (`user_datasets`), not only those with a function:
+    `stages_from_proto` aligns this chain with tf.data's model nodes after its rewrites
+    (map+batch fused into MapAndBatch, serial maps made parallel, consecutive maps fused, the
+    prefetch tf.data or Stoker appends), so a function is named by the node that runs it, not
+    by counting.
+    """
+    chain: list[tuple[str, str]] = []
+    for node in user_datasets(dataset, max_nodes):
         base = _py_kind(node)
         kind = _PY_KINDS.get(base)
         if kind is None:
-            kind = "source" if not inputs else kind_of(base)
+            kind = "source" if not _py_inputs(node) else kind_of(base)
         function = _py_function(node)
         if kind == "flat_map" and _tf_data_own(node):
             kind, function = "generator", ""  # from_generator: a flat_map of tf.data's own
         if kind:
             chain.append((kind, function))
-        if kind == "file_reader" or len(inputs) != 1:
-            break  # a reader's input is its file names; a zip has several inputs
-        node = inputs[0]
     chain.reverse()
     return chain
 
@@ -486,6 +498,23 @@ class PipelineSource:
         """Training thread: keep a reference (the read happens on the sampler thread)."""
         self._iterator = iterator
 
+    def _read(self, iterator: Any) -> tuple[Any, list[dict[str, Any]]]:
+        """The tf.data iterator inside `iterator` and its stages, read from its model now."""
+        import tensorflow as tf
+
+        owned = owned_iterator(iterator)
+        if owned is None:
+            raise TypeError(f"no tf.data iterator in {type(iterator).__name__}")
+        proto = tf.data.experimental.get_model_proto(owned)
+        if not self._names and not self._stamped:
+            self._names = function_names(getattr(owned, "_dataset", None))
+        return owned, stages_from_proto(proto, self._names, stamped=self._stamped)
+
+    def stages_now(self) -> list[dict[str, Any]]:
+        """The watched iterator's stages, read now on the calling thread (`stoker tune` reads
+        them at a trial's last step). Raises when no iterator is watched or the read fails."""
+        return self._read(self._iterator)[1]
+
     def sample(self, t: float, recorder: Recorder) -> None:
         iterator = self._iterator
         now = time.monotonic()
@@ -494,15 +523,7 @@ class PipelineSource:
         self._next_read = now + self.interval_s
         started = time.perf_counter()
         try:
-            import tensorflow as tf
-
-            owned = owned_iterator(iterator)
-            if owned is None:
-                raise TypeError(f"no tf.data iterator in {type(iterator).__name__}")
-            proto = tf.data.experimental.get_model_proto(owned)
-            if not self._names and not self._stamped:
-                self._names = function_names(getattr(owned, "_dataset", None))
-            stages = stages_from_proto(proto, self._names, stamped=self._stamped)
+            owned, stages = self._read(iterator)
             previous = self._previous
             if previous is not None and previous[0] is owned:
                 with_parallelism_shown(stages, previous[2], now - previous[1])

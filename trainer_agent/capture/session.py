@@ -34,6 +34,8 @@ PROTOCOL_VERSION = 1
 
 # The hello's environment, or a function that reads it on the sender thread (it can be slow).
 Environment = dict[str, Any] | Callable[[], dict[str, Any]]
+# (step, start in perf_counter seconds, duration s, input wait s or None, batch size or None)
+StepListener = Callable[[int, float, float, float | None, int | None], None]
 
 _registry_lock = threading.Lock()
 _open_sessions: set["RunSession"] = set()
@@ -163,6 +165,9 @@ class RunSession:
         # Profiler captures the server asks for (trainer_agent/profiling/profile.py).
         self.profiler = Profiler(config, lambda: self.sender.run_id)
         self.closed = False
+        # Told every step recorded (step, start, duration, wait, batch size): `stoker tune`
+        # measures its trials with it (trainer_agent/tune/trial.py).
+        self.step_listener: StepListener | None = None
         # Set by the owner to hand over what it still holds before an abnormal close.
         self.before_abnormal_close: Callable[[], None] | None = None
 
@@ -209,6 +214,8 @@ class RunSession:
         self.recorder.steps.append(
             step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size
         )
+        if self.step_listener is not None:
+            self.step_listener(step, start_perf_s, duration_s, wait_s, batch_size)
         if self.sampler is not None:  # GPM windows line up with steps longer than a window
             self.sampler.step_ended(duration_s)
 

@@ -10,7 +10,9 @@ captures a profile of its steps by itself (the demo rule's action).
 
 It starts on a clean slate: its own server on a fresh data directory, so that no other run
 (an earlier demo's, the user's own in ~/.stoker) shows beside its two or fires an alert among
-them, unless asked for (`--data-dir`, `--server`). It says where it keeps what.
+them, unless asked for (`--data-dir`, `--server`). It says where it keeps what. The data, the
+model and both pipelines are in demo_pipelines.py, which also runs the starved one as a plain
+script for `stoker tune`.
 """
 
 import os
@@ -27,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from stoker_server.cli.demo_pipelines import BATCH_SIZE, SAMPLES, STEPS_PER_EPOCH
 from stoker_server.core.settings import Settings
 
 DEFAULT_PORT = 8470
@@ -185,6 +188,8 @@ DEMO_RULE = {
     "profile_steps": 20,
 }
 DEFAULT_LIVE_MINUTES = 3.0
+# `stoker tune` on the starved pipeline, as a script of its own (demo_pipelines.py).
+TUNE_COMMAND = "stoker tune --steps 200 -- python -m stoker_server.cli.demo_pipelines starved"
 
 
 def nvidia_driver_status() -> str | None:
@@ -265,9 +270,6 @@ def report_run(server_url: str, run_id: int | None) -> None:
     print(f"  Run page: {server_url}/#/runs/{run_id}\n", flush=True)
 
 
-# The demo's data: SAMPLES examples in batches of BATCH_SIZE, STEPS_PER_EPOCH steps an epoch.
-SAMPLES, HELD_OUT, FEATURES, CLASSES, BATCH_SIZE = 4096, 512, 64, 4, 64
-STEPS_PER_EPOCH = SAMPLES // BATCH_SIZE
 # Batches of the starved pipeline timed to size the live run in whole epochs.
 PROBE_BATCHES = 16
 
@@ -294,58 +296,16 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
     `live_s`, as many whole epochs as take about that long, so that it can be watched live.
     Each run's config says the epochs and steps it is given."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
-
     tf = import_tensorflow_quietly()
 
+    from stoker_server.cli import demo_pipelines
     from trainer_agent import StokerCallback
 
-    rng = np.random.default_rng(0)
-    samples, held_out, features, classes = SAMPLES, HELD_OUT, FEATURES, CLASSES
-    centers = rng.normal(size=(classes, features)).astype("float32")
-    all_labels = rng.integers(0, classes, size=samples + held_out)
-    noise = rng.normal(scale=5.0, size=(samples + held_out, features))  # not trivially separable
-    all_inputs = (centers[all_labels] + noise).astype("float32")
-    inputs, labels = all_inputs[:samples], all_labels[:samples]
-    # Held out for validation: val_loss and val_accuracy are what runs are compared by.
-    validation = tf.data.Dataset.from_tensor_slices(
-        (all_inputs[samples:], all_labels[samples:])
-    ).batch(256)
-
-    def slow_decode(x: Any, y: Any) -> tuple[Any, Any]:
-        # Stands in for costly per-example decoding/augmentation on the host CPU.
-        def work(v: np.ndarray) -> np.ndarray:
-            time.sleep(0.0008)
-            return v
-
-        x = tf.numpy_function(work, [x], tf.float32)
-        x.set_shape([features])
-        return x, y
-
-    def starved() -> Any:
-        ds = tf.data.Dataset.from_tensor_slices((inputs, labels)).shuffle(samples)
-        return ds.map(slow_decode).batch(BATCH_SIZE)
-
-    def fed() -> Any:
-        ds = tf.data.Dataset.from_tensor_slices((inputs, labels))
-        ds = ds.map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
-        return ds.shuffle(samples).batch(BATCH_SIZE).prefetch(tf.data.AUTOTUNE)
-
+    validation = demo_pipelines.validation()
+    fed, starved = demo_pipelines.fed, demo_pipelines.starved
     for name, make_dataset in (("fed-pipeline", fed), ("starved-pipeline", starved)):
         live = live_s > 0 and name == "starved-pipeline"
-        model = tf.keras.Sequential(
-            [
-                tf.keras.Input(shape=(features,)),
-                tf.keras.layers.Dense(256, activation="relu"),
-                tf.keras.layers.Dense(256, activation="relu"),
-                tf.keras.layers.Dense(classes),
-            ]
-        )
-        model.compile(
-            optimizer="adam",
-            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
+        model = demo_pipelines.model()
         run_epochs = live_epochs(live_s, epoch_seconds(make_dataset())) if live else epochs
         callback = StokerCallback(
             run_name=name,
@@ -356,7 +316,7 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
                 "epochs": run_epochs,
                 "steps_per_epoch": STEPS_PER_EPOCH,
                 "batch_size": BATCH_SIZE,
-                "examples": samples,
+                "examples": SAMPLES,
             },
             tags=["demo"],
         )
@@ -385,6 +345,8 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
         )
         run_id = getattr(getattr(kept.get("session"), "sender", None), "run_id", None)
         report_run(server_url, run_id or _last_run_id(server_url, name))
+        if name == "starved-pipeline":
+            print(f"  Measure that advice before editing a line:\n    {TUNE_COMMAND}\n", flush=True)
 
 
 def _last_run_id(server_url: str, name: str) -> int | None:

@@ -823,3 +823,141 @@ class PipelineRead(SQLModel, table=True):
     source: str = Field(max_length=20)  # "autotune_model" | "unavailable"
     stages: list[dict[str, Any]] = _json(default_factory=list)
     read_us: float | None = None
+
+
+# `stoker tune` (trainer_agent/tune/): a group of trial runs and the table comparing them.
+TuneText = Annotated[str, StringConstraints(max_length=2000), AfterValidator(no_nul)]
+TuneLabel = Annotated[str, StringConstraints(max_length=300), AfterValidator(no_nul)]
+TuneKey = Annotated[
+    str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+]
+RunKey = Annotated[str, StringConstraints(min_length=8, max_length=128)]
+Figure = Annotated[float, PydanticField(allow_inf_nan=False)]
+Count = Annotated[int, PydanticField(ge=0, le=MAX_INT64)]
+
+
+class TuneStatus(StrEnum):
+    running = "running"
+    finished = "finished"
+    failed = "failed"
+    interrupted = "interrupted"
+
+
+class _TuneInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TuneEdit(_TuneInput):
+    """The line to edit: the call as written and as changed."""
+
+    where: TuneLabel
+    path: TuneText = ""
+    line: int = PydanticField(ge=0, le=10_000_000)
+    before: TuneText
+    after: TuneText
+
+
+class TuneRow(_TuneInput):
+    """One change of the tune table (trainer_agent/tune/table.py's `Row`)."""
+
+    id: TuneLabel
+    advice: TuneLabel = ""
+    label: TuneLabel
+    title: TuneText = ""
+    verdict: TuneLabel
+    note: TuneText = ""
+    steps_per_s: Figure | None = None
+    input_wait_share: Figure | None = None
+    speedup: Figure | None = None
+    repeat_steps_per_s: Figure | None = None
+    repeat_speedup: Figure | None = None
+    batches: Count | None = None
+    examples: Count | None = None
+    cpu_cores: Figure | None = None
+    function: TuneLabel | None = None
+    defined_at: TuneText | None = None
+    edit: TuneEdit | None = None
+    keeps: TuneText = ""
+    run_key: RunKey | None = None
+    repeat_run_key: RunKey | None = None
+
+
+class TuneTable(_TuneInput):
+    rows: list[TuneRow] = PydanticField(default_factory=list, max_length=100)
+    steps: Count = 0
+    noise: Figure | None = None
+    noise_text: TuneText = ""
+    best: TuneLabel | None = None
+    conclusion: TuneText = ""
+    elements_text: TuneText = ""
+    warnings: list[TuneText] = PydanticField(default_factory=list, max_length=20)
+    # Why the group gave no table (its unchanged run failed).
+    error: TuneText | None = None
+
+
+class TuneTrial(_TuneInput):
+    """One trial of the group and the run it streamed as."""
+
+    id: TuneLabel  # "unchanged", a change id, or "repeat"
+    label: TuneLabel
+    run_key: RunKey
+
+
+class TuneGroupIn(_TuneInput):
+    """`POST /tune-groups`: the whole group as `stoker tune` knows it now (stored by `key`)."""
+
+    key: TuneKey
+    name: Annotated[str, StringConstraints(max_length=200), AfterValidator(no_nul)] = ""
+    project: Annotated[str, StringConstraints(max_length=200), AfterValidator(no_nul)] = "default"
+    command: list[TuneText] = PydanticField(default_factory=list, max_length=200)
+    cwd: TuneText = ""
+    steps: int = PydanticField(ge=1, le=10_000_000)
+    status: TuneStatus = TuneStatus.running
+    trials: list[TuneTrial] = PydanticField(default_factory=list, max_length=100)
+    table: TuneTable = PydanticField(default_factory=TuneTable)
+
+
+class TuneGroup(SQLModel, table=True):
+    """A `stoker tune` invocation: its trials (runs, by run key) and its table."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(max_length=64, unique=True, index=True)
+    name: str = Field(default="", max_length=200)
+    project: str = Field(default="default", max_length=200)
+    command: list[str] = _json(default_factory=list)
+    cwd: str = Field(default="", max_length=2000)
+    steps: int = 0
+    status: TuneStatus = TuneStatus.running
+    created_at: datetime = Field(default_factory=utc_now, index=True)
+    updated_at: datetime = Field(default_factory=utc_now)
+    trials: list[dict[str, Any]] = _json(default_factory=list)
+    table: dict[str, Any] = _json(default_factory=dict)
+
+
+class TuneTrialPublic(SQLModel):
+    id: str
+    label: str
+    run_key: str
+    # The run the trial streamed as (null until the server has it, or once it is deleted).
+    run_id: int | None = None
+    run_status: RunStatus | None = None
+
+
+class TuneGroupPublic(SQLModel):
+    id: int
+    key: str
+    name: str
+    project: str
+    command: list[str]
+    cwd: str
+    steps: int
+    status: TuneStatus
+    created_at: datetime
+    updated_at: datetime
+    trials: list[TuneTrialPublic]
+    table: TuneTable
+
+
+class TuneGroupsPublic(SQLModel):
+    data: list[TuneGroupPublic]
+    count: int

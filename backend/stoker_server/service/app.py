@@ -25,6 +25,7 @@ from stoker_server.api import (
     profiles,
     run_diagnosis,
     runs,
+    tune,
 )
 from stoker_server.api.deps import ViewerAuth
 from stoker_server.api.state import app_state
@@ -104,6 +105,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(cost.router)
     app.include_router(energy.router)
     app.include_router(disk.router)
+    app.include_router(tune.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> Health:

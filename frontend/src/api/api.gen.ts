@@ -176,6 +176,28 @@ export interface paths {
     /** Read Disk */
     get: operations["read_disk_api_v1_disk_get"];
   };
+  "/api/v1/tune-groups": {
+    /**
+     * Read Tune Groups
+     * @description The newest groups first; `key` finds one group (a trial run's `config.tune.group`).
+     */
+    get: operations["read_tune_groups_api_v1_tune_groups_get"];
+    /**
+     * Post Tune Group
+     * @description Store `stoker tune`'s group as it is now (the agent token; replaces the group with
+     * the same key).
+     */
+    post: operations["post_tune_group_api_v1_tune_groups_post"];
+  };
+  "/api/v1/tune-groups/{group_id}": {
+    /** Read Tune Group */
+    get: operations["read_tune_group_api_v1_tune_groups__group_id__get"];
+    /**
+     * Remove Tune Group
+     * @description Delete a group (its trial runs are runs like any other: they stay).
+     */
+    delete: operations["remove_tune_group_api_v1_tune_groups__group_id__delete"];
+  };
   "/healthz": {
     /**
      * Healthz
@@ -1212,6 +1234,214 @@ export interface components {
       compacted?: boolean;
       /** Finest Steps */
       finest_steps?: number | null;
+    };
+    /**
+     * TuneEdit
+     * @description The line to edit: the call as written and as changed.
+     */
+    TuneEdit: {
+      /** Where */
+      where: string;
+      /**
+       * Path
+       * @default
+       */
+      path?: string;
+      /** Line */
+      line: number;
+      /** Before */
+      before: string;
+      /** After */
+      after: string;
+    };
+    /**
+     * TuneGroupIn
+     * @description `POST /tune-groups`: the whole group as `stoker tune` knows it now (stored by `key`).
+     */
+    TuneGroupIn: {
+      /** Key */
+      key: string;
+      /**
+       * Name
+       * @default
+       */
+      name?: string;
+      /**
+       * Project
+       * @default default
+       */
+      project?: string;
+      /** Command */
+      command?: string[];
+      /**
+       * Cwd
+       * @default
+       */
+      cwd?: string;
+      /** Steps */
+      steps: number;
+      /** @default running */
+      status?: components["schemas"]["TuneStatus"];
+      /** Trials */
+      trials?: components["schemas"]["TuneTrial"][];
+      table?: components["schemas"]["TuneTable"];
+    };
+    /** TuneGroupPublic */
+    TuneGroupPublic: {
+      /** Id */
+      id: number;
+      /** Key */
+      key: string;
+      /** Name */
+      name: string;
+      /** Project */
+      project: string;
+      /** Command */
+      command: string[];
+      /** Cwd */
+      cwd: string;
+      /** Steps */
+      steps: number;
+      status: components["schemas"]["TuneStatus"];
+      /**
+       * Created At
+       * Format: date-time
+       */
+      created_at: string;
+      /**
+       * Updated At
+       * Format: date-time
+       */
+      updated_at: string;
+      /** Trials */
+      trials: components["schemas"]["TuneTrialPublic"][];
+      table: components["schemas"]["TuneTable"];
+    };
+    /** TuneGroupsPublic */
+    TuneGroupsPublic: {
+      /** Data */
+      data: components["schemas"]["TuneGroupPublic"][];
+      /** Count */
+      count: number;
+    };
+    /**
+     * TuneRow
+     * @description One change of the tune table (trainer_agent/tune/table.py's `Row`).
+     */
+    TuneRow: {
+      /** Id */
+      id: string;
+      /**
+       * Advice
+       * @default
+       */
+      advice?: string;
+      /** Label */
+      label: string;
+      /**
+       * Title
+       * @default
+       */
+      title?: string;
+      /** Verdict */
+      verdict: string;
+      /**
+       * Note
+       * @default
+       */
+      note?: string;
+      /** Steps Per S */
+      steps_per_s?: number | null;
+      /** Input Wait Share */
+      input_wait_share?: number | null;
+      /** Speedup */
+      speedup?: number | null;
+      /** Repeat Steps Per S */
+      repeat_steps_per_s?: number | null;
+      /** Repeat Speedup */
+      repeat_speedup?: number | null;
+      /** Batches */
+      batches?: number | null;
+      /** Examples */
+      examples?: number | null;
+      /** Cpu Cores */
+      cpu_cores?: number | null;
+      /** Function */
+      function?: string | null;
+      /** Defined At */
+      defined_at?: string | null;
+      edit?: components["schemas"]["TuneEdit"] | null;
+      /**
+       * Keeps
+       * @default
+       */
+      keeps?: string;
+      /** Run Key */
+      run_key?: string | null;
+      /** Repeat Run Key */
+      repeat_run_key?: string | null;
+    };
+    /**
+     * TuneStatus
+     * @enum {string}
+     */
+    TuneStatus: "running" | "finished" | "failed" | "interrupted";
+    /** TuneTable */
+    TuneTable: {
+      /** Rows */
+      rows?: components["schemas"]["TuneRow"][];
+      /**
+       * Steps
+       * @default 0
+       */
+      steps?: number;
+      /** Noise */
+      noise?: number | null;
+      /**
+       * Noise Text
+       * @default
+       */
+      noise_text?: string;
+      /** Best */
+      best?: string | null;
+      /**
+       * Conclusion
+       * @default
+       */
+      conclusion?: string;
+      /**
+       * Elements Text
+       * @default
+       */
+      elements_text?: string;
+      /** Warnings */
+      warnings?: string[];
+      /** Error */
+      error?: string | null;
+    };
+    /**
+     * TuneTrial
+     * @description One trial of the group and the run it streamed as.
+     */
+    TuneTrial: {
+      /** Id */
+      id: string;
+      /** Label */
+      label: string;
+      /** Run Key */
+      run_key: string;
+    };
+    /** TuneTrialPublic */
+    TuneTrialPublic: {
+      /** Id */
+      id: string;
+      /** Label */
+      label: string;
+      /** Run Key */
+      run_key: string;
+      /** Run Id */
+      run_id?: number | null;
+      run_status?: components["schemas"]["RunStatus"] | null;
     };
     /**
      * UiSettings
@@ -2345,6 +2575,106 @@ export interface operations {
       200: {
         content: {
           "application/json": components["schemas"]["DiskPublic"];
+        };
+      };
+    };
+  };
+  /**
+   * Read Tune Groups
+   * @description The newest groups first; `key` finds one group (a trial run's `config.tune.group`).
+   */
+  read_tune_groups_api_v1_tune_groups_get: {
+    parameters: {
+      query?: {
+        key?: string | null;
+        project?: string | null;
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TuneGroupsPublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /**
+   * Post Tune Group
+   * @description Store `stoker tune`'s group as it is now (the agent token; replaces the group with
+   * the same key).
+   */
+  post_tune_group_api_v1_tune_groups_post: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["TuneGroupIn"];
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TuneGroupPublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /** Read Tune Group */
+  read_tune_group_api_v1_tune_groups__group_id__get: {
+    parameters: {
+      path: {
+        /** @description the tune group's id */
+        group_id: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TuneGroupPublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /**
+   * Remove Tune Group
+   * @description Delete a group (its trial runs are runs like any other: they stay).
+   */
+  remove_tune_group_api_v1_tune_groups__group_id__delete: {
+    parameters: {
+      path: {
+        /** @description the tune group's id */
+        group_id: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      204: {
+        content: never;
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
         };
       };
     };

@@ -27,6 +27,7 @@ import type {
   SamplesData,
   StarvedRanges,
   StepsResponse,
+  TuneGroup,
 } from "./types";
 
 export const API_BASE = "/api/v1";
@@ -153,6 +154,15 @@ export class ApiClient {
   /** The run's GPU energy split by what its steps were doing (`/runs/{id}/energy`). */
   getEnergy(id: number, signal?: AbortSignal): Promise<RunEnergy> {
     return this.getJson<RunEnergy>(`/runs/${encodeURIComponent(String(id))}/energy`, signal);
+  }
+
+  /** `stoker tune`'s groups, newest first; `key` finds a trial run's group. */
+  listTuneGroups(query: { key?: string; limit?: number } = {}, signal?: AbortSignal): Promise<ListPage<TuneGroup>> {
+    return this.getJson<ListPage<TuneGroup>>(`/tune-groups${queryString(query)}`, signal);
+  }
+
+  getTuneGroup(id: number, signal?: AbortSignal): Promise<TuneGroup> {
+    return this.getJson<TuneGroup>(`/tune-groups/${encodeURIComponent(String(id))}`, signal);
   }
 
   getDiagnosis(id: number, signal?: AbortSignal): Promise<Diagnosis> {

@@ -46,6 +46,9 @@ export type DeviceSeries = Schemas["DeviceSeries"];
 export type HostSeries = Schemas["HostSeries"];
 export type MetricSeries = Schemas["MetricSeries"];
 export type DiskUse = Schemas["DiskPublic"];
+export type TuneGroup = Schemas["TuneGroupPublic"];
+export type TuneRow = Schemas["TuneRow"];
+export type TuneTrial = Schemas["TuneTrialPublic"];
 
 export interface ListPage<T> {
   data: T[];

@@ -3,7 +3,7 @@
 
 import { h, setAttrs, setText } from "./dom";
 import type { ConnectionState } from "../api/liveClient";
-import { ALERTS_HREF, COST_HREF, parseRoute, RUNS_HREF, type Route } from "./router";
+import { ALERTS_HREF, COST_HREF, parseRoute, RUNS_HREF, TUNE_HREF, type Route } from "./router";
 import { effectiveTheme, nextTheme, parseTheme, THEME_EVENT, THEME_KEY, type ThemeChoice } from "./theme";
 import type { Alert } from "../api/types";
 import { diskBanner, DISK_POLL_MS } from "../state/disk";
@@ -13,6 +13,7 @@ import { CompareView } from "../views/compareView";
 import { CostView } from "../views/costView";
 import { RunPageView } from "../views/runPage";
 import { RunsListView } from "../views/runsList";
+import { TuneListView, TuneView } from "../views/tuneView";
 import { readStorage, writeStorage } from "./storage";
 
 interface MountableView extends View {
@@ -70,6 +71,7 @@ export class App {
         h("a", { text: "Runs", attrs: { href: RUNS_HREF, "data-testid": "nav-runs" } }),
         this.alertsLink,
         h("a", { text: "Cost", attrs: { href: COST_HREF, "data-testid": "nav-cost", title: "GPU time lost to input starvation, per project and run" } }),
+        h("a", { text: "Tune", attrs: { href: TUNE_HREF, "data-testid": "nav-tune", title: "stoker tune: advice measured on a script before it is edited" } }),
       ),
       h("div", { class: "spacer" }),
       this.statusEl,
@@ -238,6 +240,12 @@ export class App {
       case "cost":
         document.title = "Starvation cost · Stoker";
         return new CostView(this.ctx, route.since);
+      case "tunes":
+        document.title = "Tune · Stoker";
+        return new TuneListView(this.ctx);
+      case "tune":
+        document.title = `Tune #${route.id} · Stoker`;
+        return new TuneView(this.ctx, route.id);
       case "notFound": {
         document.title = "Not found · Stoker";
         const el = h(

@@ -20,6 +20,7 @@ import {
 } from "../../state/verdict";
 import type { AppContext } from "../common";
 import { cannotLoad } from "../loading";
+import { ProveIt } from "./proveIt";
 
 export class VerdictBanner {
   readonly el: HTMLElement;
@@ -34,6 +35,8 @@ export class VerdictBanner {
   private readonly runId: number;
   private readonly signal: AbortSignal;
   private readonly run: () => Run | null;
+  /** "Prove it": the `stoker tune` command that measures the advice (kept open across renders). */
+  private readonly proveIt = new ProveIt();
 
   constructor(ctx: AppContext, runId: number, signal: AbortSignal, run: () => Run | null) {
     this.ctx = ctx;
@@ -92,6 +95,10 @@ export class VerdictBanner {
     if (d) renderDiagnosis(this.el, d, this.run());
     else renderWithoutDiagnosis(this.el, this.state, this.run());
     if (this.findings.length > 0) this.el.append(renderGpuFindings(this.findings));
+    if (d && d.advice.length > 0) {
+      this.proveIt.update(this.run());
+      this.el.append(this.proveIt.el);
+    }
   }
 }
 
