@@ -227,6 +227,10 @@ class RunSession:
         self.recorder.steps.extend(
             [(r.step, r.start + offset, r.dur, r.wait, r.batch_size) for r in rows]
         )
+        listener = self.step_listener
+        if listener is not None:
+            for r in rows:
+                listener(r.step, r.start, r.dur, r.wait, r.batch_size)
         if self.sampler is not None:
             self.sampler.step_ended(rows[-1].dur)
 
