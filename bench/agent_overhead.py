@@ -18,7 +18,7 @@ over rounds; the A/A row gives the same for two plain fits: a cost inside that r
 resolved by this run.
 
 Stoker's own time on the training thread is also timed directly (`time.thread_time_ns()`
-around its batch hooks, including the stamp ring's read every ~50 steps and the
+around its batch hooks, including the stamp ring's read every ~400 steps or second and the
 train-function wrapper's new-iterator work), per step: what profiling the thread would
 attribute to Stoker, without the fit's noise.
 
@@ -113,7 +113,7 @@ class Timer(tf.keras.callbacks.Callback):
 
 class TimedCallback(StokerCallback):
     """StokerCallback whose batch hooks (all of Stoker's per-step Python on the training
-    thread: step timing, the ring read every ~50 steps, scalar logs) are timed in this
+    thread: step timing, the ring read every ~400 steps or second, scalar logs) are timed in this
     thread's CPU time."""
 
     spent_ns = 0
@@ -229,7 +229,7 @@ def report(model: Model, spe: int, fits: Fits) -> None:
 def hooks_alone(server: str, steps: int = 20_000) -> float:
     """Stoker's batch hooks called directly, no fit (so no TensorFlow beside them): CPU time
     per step of this thread, the median of 7 rounds. The stamp ring is the model's and is
-    read every ~50 steps as in a fit (it holds no stamps: the steps resolve without)."""
+    read as in a fit (it holds no stamps: the steps resolve without)."""
     keras_model = make_model(MODELS["tiny"], 1)
     callback = StokerCallback(run_name="bench-hooks", server=server)
     callback.wrap(dataset(MODELS["tiny"], 10))
@@ -308,7 +308,7 @@ def main() -> None:
             "functions traced"
         )
         print(
-            f"Stoker's batch hooks alone (recording each step, the ring read every ~50): "
+            f"Stoker's batch hooks alone (recording each step, the ring read as in a fit): "
             f"{hooks_alone(server.url) * 1e6:.2f} µs/step of CPU (target ≤ 20)"
         )
         for name in args.models.split(","):

@@ -1,7 +1,7 @@
 """Input wait in `model.fit`: match the stamps of each fetch to the steps that consumed them.
 
 The stamps come from the train function's own fetches (TensorFlow: the stamped iterator of
-trainer_agent/capture/stamped_iterator.py, read from its ring every ~50 steps; JAX: the
+trainer_agent/capture/stamped_iterator.py, read from its ring every ~400 steps or second; JAX: the
 `FetchTimer` around each `next()`), one per element: when the step asked for it (the
 request) and when it was handed over. The element itself is untouched.
 

@@ -220,7 +220,8 @@ class RunSession:
             self.sampler.step_ended(duration_s)
 
     def record_steps(self, rows: list[StepRow]) -> None:
-        """`record_step` for many steps (resolved together, every ~50 steps): one lock."""
+        """`record_step` for many steps, resolved together (every ~400 steps or second):
+        one lock."""
         if not rows:
             return
         offset = self._wall_offset_s

@@ -11,9 +11,10 @@ request), another once the element is there (the hand-over), and one row
 No Python and no tf.data function runs per element, the pipeline itself is untouched, and
 nothing waits on the ring's update: the step's compute depends only on the element.
 
-The training thread reads the ring every ~50 steps (`StampRing.read`), and numbers each
-iterator's fetches from 0 as the wait resolver (trainer_agent/capture/input_wait.py) expects:
-it notes the ring's fetch count when the wrapper sees a new iterator (`StampRing.started`).
+The training thread reads the ring every ~400 steps or every second (`StampRing.read`),
+and numbers each iterator's fetches from 0 as the wait resolver expects
+(trainer_agent/capture/input_wait.py): it notes the ring's fetch count when the wrapper sees
+a new iterator (`StampRing.started`).
 
 The stamped iterator is a subclass of the iterator's own class (`OwnedIterator`, or a
 `tf.distribute` `DistributedIterator` under a strategy), made once per class and ring; its

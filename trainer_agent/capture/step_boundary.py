@@ -7,7 +7,7 @@ runs `steps_per_execution` of them, fewer at an epoch's end), keeps the call in 
 `Execution` (begin, return, the batches it fetched) and hands each boundary to its
 subscribers, given per fit to `attach`:
 - `began(first_step, now, n)` at each batch-begin, once the call is numbered: the profiler's
-  step markers, then the callback's timing (it reads the stamp ring every ~50 steps);
+  step markers, then the callback's timing (it reads the stamp ring every ~400 steps or second);
 - `computed()` once the call's compute returned: on the training thread under JAX and
   PyTorch (the train-function wrapper sees the return), and at every batch-end: the
   profiler closes its marker there, and only on the thread that opened it;
