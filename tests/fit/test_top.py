@@ -21,12 +21,13 @@ from tests.harness.detect_support import FAST_DETECTORS, ScriptedAgent
 from tests.harness.support import REPO, ServerProcess, free_port, wait_for
 
 VIEW = "look-" + uuid.uuid4().hex[:8]
+ADMIN = "change-" + uuid.uuid4().hex[:8]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # The viewer token alone: reading is locked, delivery is open (docs/api.md).
-    env = {**FAST_DETECTORS, "STOKER_VIEW_TOKEN": VIEW}
+    # Reading and changing locked, delivery open (on loopback, docs/security.md).
+    env = {**FAST_DETECTORS, "STOKER_VIEW_TOKEN": VIEW, "STOKER_ADMIN_TOKEN": ADMIN}
     process = ServerProcess(data_dir=tmp_path_factory.mktemp("top-server"), env=env).start()
     yield process
     process.stop()
@@ -313,7 +314,7 @@ def test_top_in_an_80x24_terminal_sorts_filters_opens_and_quits(
         f"{server.url}/api/v1/alert-rules",
         json={"name": f"hot-{tag}", "metric": "temperature", "comparison": ">",
               "threshold": 50, "scope": "project", "project": f"v-{tag}"},
-        headers={"Authorization": f"Bearer {VIEW}"},
+        headers={"Authorization": f"Bearer {ADMIN}"},  # a rule is the admin's to make
     )  # fmt: skip
     assert rule.status_code == 201, rule.text
     term = _top_in_tmux(tmux, server)

@@ -14,9 +14,10 @@ from tests.harness.support import ServerProcess
 from tests.harness.tune_groups import edit, group_body
 from tests.server.test_ingest_websocket import hello
 
-AGENT, VIEW = "tune-agent-token", "tune-view-token"
+AGENT, VIEW, ADMIN = "tune-agent-token", "tune-view-token", "tune-admin-token"
 AS_AGENT = {"Authorization": f"Bearer {AGENT}"}
 AS_VIEWER = {"Authorization": f"Bearer {VIEW}"}
+AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
 
 
 @pytest.fixture(scope="module", params=DATABASES)
@@ -24,7 +25,7 @@ def tune_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     data_dir = tmp_path_factory.mktemp(f"tune-{request.param}")
-    env = {"STOKER_AGENT_TOKEN": AGENT, "STOKER_VIEW_TOKEN": VIEW}
+    env = {"STOKER_AGENT_TOKEN": AGENT, "STOKER_VIEW_TOKEN": VIEW, "STOKER_ADMIN_TOKEN": ADMIN}
     if request.param == "postgres":
         env["STOKER_DATABASE_URL"] = request.getfixturevalue("postgres_server").create_database()
     process = ServerProcess(data_dir=data_dir, env=env).start()
@@ -93,7 +94,9 @@ def test_the_agent_stores_a_group_and_viewers_read_it_with_its_runs(
     assert listed["data"][0]["status"] == "finished"
     assert [t["run_id"] for t in listed["data"][0]["trials"]] == [run_id, second_run]
 
-    deleted = httpx.delete(f"{tune_server.url}/api/v1/tune-groups/{group_id}", headers=AS_VIEWER)
+    group_url = f"{tune_server.url}/api/v1/tune-groups/{group_id}"
+    assert httpx.delete(group_url, headers=AS_VIEWER).status_code == 403  # a change: admin's
+    deleted = httpx.delete(group_url, headers=AS_ADMIN)
     assert deleted.status_code == 204
     gone = httpx.get(f"{tune_server.url}/api/v1/tune-groups/{group_id}", headers=AS_VIEWER)
     assert gone.status_code == 404 and "not found" in gone.json()["detail"]

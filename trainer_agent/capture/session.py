@@ -24,6 +24,7 @@ from trainer_agent.capture.recorder import Recorder
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.sender import Sender
 from trainer_agent.delivery.upload import start_background_upload
+from trainer_agent.delivery.wire import within_bytes
 from trainer_agent.profiling.profile import Profiler, TraceUploader, wait_for_uploads
 from trainer_agent.telemetry.nvml import Nvml, shared_nvml
 from trainer_agent.telemetry.samplers import DeviceSource, HostSource, Sampler
@@ -145,8 +146,8 @@ class RunSession:
             "name": config.run_name,
             "project": config.project,
             "tags": list(config.tags),
-            "config": config.config,
-            "environment": environment if isinstance(environment, dict) else {},
+            "config": within_bytes(config.config),
+            "environment": within_bytes(environment) if isinstance(environment, dict) else {},
             "host": socket.gethostname()[:200],
             "pid": os.getpid(),
             "rank": rank,
@@ -295,6 +296,6 @@ class RunSession:
 
 def _environment_filler(read: Callable[[], dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
     def fill(hello: dict[str, Any]) -> None:
-        hello["environment"] = read()
+        hello["environment"] = within_bytes(read())
 
     return fill

@@ -76,6 +76,16 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
+def _add_no_auth_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve without tokens even beyond loopback (anyone who reaches it may read, "
+        "delete and deliver; said at start); default: STOKER_NO_AUTH, else off: a server bound "
+        "beyond loopback makes its tokens on first start",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `stoker` command line: every command, agent's and server's."""
     parser = argparse.ArgumentParser(prog="stoker", description="Live GPU training monitor.")
@@ -86,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help=f"run the Stoker server (needs {SERVER_INSTALL})"
     )
     _add_server_flags(serve_parser)
+    _add_no_auth_flag(serve_parser)
 
     demo_parser = commands.add_parser(
         "demo",
@@ -113,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="stream into this running server instead of starting one (its runs show too)",
     )
+    _add_no_auth_flag(demo_parser)
     demo_parser.add_argument("--epochs", type=int, default=3, help="epochs per demo run")
     demo_parser.add_argument(
         "--exit", action="store_true", help="stop the server when training ends"
@@ -157,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
         "top", help="a live terminal view of the server's running runs (q quits)"
     )
     top_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
-    top_parser.add_argument("--token", default=None, help="default: STOKER_VIEW_TOKEN")
+    top_parser.add_argument(
+        "--token", default=None, help="default: STOKER_VIEW_TOKEN, then STOKER_ADMIN_TOKEN"
+    )
     top_parser.add_argument("--once", action="store_true", help="print one frame and exit")
     top_parser.add_argument(
         "--all", action="store_true", help="ended runs too, with their status (the `a` key)"

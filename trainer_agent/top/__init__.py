@@ -43,7 +43,8 @@ def _screen(console: Console, *, interactive: bool = True) -> Screen:
 
 
 def main(*, server: str, token: str | None, once: bool, show_ended: bool = False) -> int:
-    token = token or agent_setting("view_token")
+    # The viewer token reads; an admin's own token reads too.
+    token = token or agent_setting("view_token") or agent_setting("admin_token")
     console = _console()
     if not once:
         try:

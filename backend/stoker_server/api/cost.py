@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from sqlalchemy import and_, func, or_
 from sqlmodel import Session, col, select
 
-from stoker_server.api.deps import SessionDep, SettingsDep, ViewerAuth
+from stoker_server.api.deps import SessionDep, SettingsDep
 from stoker_server.api.queries import summary_number
+from stoker_server.core.auth import ViewerAuth
 from stoker_server.core.db import select_columns
 from stoker_server.core.levels import INPUT_BOUND, InputBoundThresholds
 from stoker_server.core.models import Run, RunStatus

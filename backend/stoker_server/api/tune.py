@@ -13,7 +13,8 @@ from fastapi import APIRouter, Path, Query, Response
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from stoker_server.api.deps import AgentAuth, SessionDep, ViewerAuth, WriterDep
+from stoker_server.api.deps import SessionDep, WriterDep
+from stoker_server.core.auth import AdminAuth, AgentAuth, ViewerAuth
 from stoker_server.core.errors import StokerError
 from stoker_server.core.models import (
     Run,
@@ -135,7 +136,7 @@ def read_tune_group(group_id: TuneGroupId, session: SessionDep) -> TuneGroupPubl
     return tune_group_public(session, row)
 
 
-@router.delete("/tune-groups/{group_id}", status_code=204, dependencies=[ViewerAuth])
+@router.delete("/tune-groups/{group_id}", status_code=204, dependencies=[AdminAuth])
 async def remove_tune_group(group_id: TuneGroupId, writer: WriterDep) -> Response:
     """Delete a group (its trial runs are runs like any other: they stay)."""
     if not await writer.run(delete_tune_group, group_id=group_id):

@@ -45,6 +45,33 @@ def _healthy(url: str) -> bool:
         return False
 
 
+# The demo's REST calls (its alert rule, the runs' verdicts): the admin token when the server
+# needs one (use_tokens).
+_HEADERS: dict[str, str] = {}
+
+
+def use_tokens(settings: Settings) -> str:
+    """Hand the demo's training (the agent) and its REST calls the tokens the server needs:
+    those set in the environment, or made for a server bound beyond loopback. Returns what
+    the UI's URL needs after it (`?token=<viewer token>`, or nothing)."""
+    from urllib.parse import quote
+
+    from stoker_server.core.auth import Role, tokens_in_clear
+
+    tokens = tokens_in_clear(settings)
+    if Role.agent in tokens:
+        os.environ["STOKER_AGENT_TOKEN"] = tokens[Role.agent]
+    reader = tokens.get(Role.admin) or tokens.get(Role.viewer)
+    if reader:
+        _HEADERS["Authorization"] = f"Bearer {reader}"
+    viewer = tokens.get(Role.viewer)
+    return f"?token={quote(viewer, safe='')}" if viewer else ""
+
+
+def _api(method: str, server_url: str, path: str, **options: Any) -> httpx.Response:
+    return httpx.request(method, f"{server_url}/api/v1{path}", headers=_HEADERS, **options)
+
+
 def port_is_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         try:
@@ -72,6 +99,8 @@ def start_server(settings: Settings) -> subprocess.Popen[bytes]:
     ]  # fmt: skip
     if settings.database_url:
         command += ["--database-url", settings.database_url]
+    if settings.no_auth:
+        command += ["--no-auth"]
     env = {k: v for k, v in os.environ.items() if k != "STOKER_DATABASE_URL"}
     env.setdefault("STOKER_LOG_LEVEL", "warning")
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
@@ -101,6 +130,7 @@ def demo_place(
     data_dir: Path | None,
     database_url: str | None,
     server: str | None,
+    no_auth: bool = False,
 ) -> DemoPlace:
     """Decide (and say) where the demo runs: by default its own server on a fresh directory."""
     if server:
@@ -125,6 +155,8 @@ def demo_place(
         host=host, port=chosen, data_dir=directory or Path.home() / ".stoker",
         database_url=database_url or None,
     )  # fmt: skip
+    if no_auth:  # the flag turns it on; without it STOKER_NO_AUTH decides
+        settings = settings.model_copy(update={"no_auth": True})
     url = f"http://{host}:{chosen}"
     lines = [f"Server    {url}/ (the demo's own; Ctrl-C stops it)"]
     if chosen != DEFAULT_PORT and port is None:
@@ -208,13 +240,13 @@ def ensure_demo_rule(server_url: str) -> None:
     """A short alert rule scoped to the demo project, so an alert shows within the demo.
     The default rules (60 s input-bound, 30 s low utilization) are longer than a demo run."""
     try:
-        rules = httpx.get(f"{server_url}/api/v1/alert-rules", timeout=5).json()["data"]
+        rules = _api("GET", server_url, "/alert-rules", timeout=5).json()["data"]
         known = next((r for r in rules if r["name"] == DEMO_RULE["name"]), None)
         if known is None:
-            httpx.post(f"{server_url}/api/v1/alert-rules", json=DEMO_RULE, timeout=5)
+            _api("POST", server_url, "/alert-rules", json=DEMO_RULE, timeout=5)
         elif not known.get("profile_steps"):  # made by a demo from before the profile action
-            url = f"{server_url}/api/v1/alert-rules/{known['id']}"
-            httpx.patch(url, json={"profile_steps": DEMO_RULE["profile_steps"]}, timeout=5)
+            patch = {"profile_steps": DEMO_RULE["profile_steps"]}
+            _api("PATCH", server_url, f"/alert-rules/{known['id']}", json=patch, timeout=5)
     except (httpx.HTTPError, KeyError, ValueError) as error:
         print(f"  (could not create the demo alert rule: {error})", flush=True)
 
@@ -226,7 +258,7 @@ def wait_until_ended(server_url: str, run_id: int, *, timeout_s: float = 60.0) -
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            run = httpx.get(f"{server_url}/api/v1/runs/{run_id}", timeout=10).json()
+            run = _api("GET", server_url, f"/runs/{run_id}", timeout=10).json()
             if run.get("status") != "running":
                 return True
         except (httpx.HTTPError, ValueError):
@@ -243,10 +275,9 @@ def report_run(server_url: str, run_id: int | None) -> None:
     if not wait_until_ended(server_url, run_id):
         print("  (the run's end has not reached the server yet: this verdict may change)")
     try:
-        diagnosis = httpx.get(f"{server_url}/api/v1/runs/{run_id}/diagnosis", timeout=10).json()
-        alerts = httpx.get(
-            f"{server_url}/api/v1/alerts", params={"run_id": run_id}, timeout=10
-        ).json()["data"]
+        diagnosis = _api("GET", server_url, f"/runs/{run_id}/diagnosis", timeout=10).json()
+        query = {"run_id": run_id}
+        alerts = _api("GET", server_url, "/alerts", params=query, timeout=10).json()["data"]
     except (httpx.HTTPError, KeyError, ValueError) as error:
         print(f"  (could not read the diagnosis: {error})", flush=True)
         return
@@ -351,7 +382,7 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
 
 def _last_run_id(server_url: str, name: str) -> int | None:
     try:
-        runs = httpx.get(f"{server_url}/api/v1/runs", timeout=10).json()["data"]
+        runs = _api("GET", server_url, "/runs", timeout=10).json()["data"]
     except (httpx.HTTPError, KeyError, ValueError):
         return None
     return next((r["id"] for r in runs if r["name"] == name), None)
@@ -375,7 +406,10 @@ def run_demo(
         # The agent's spool (records not yet delivered) beside the demo's runs.
         os.environ.setdefault("STOKER_SPOOL_DIR", str(place.settings.data_dir / "spool"))
     url = place.url
-    print(f"\n  Stoker is running. Open {url}/ in your browser.\n", flush=True)
+    # The tokens its own server needs (set, or made beyond loopback), or those set for the
+    # server it streams into.
+    with_token = use_tokens(place.settings or Settings())
+    print(f"\n  Stoker is running. Open {url}/{with_token} in your browser.\n", flush=True)
     no_driver = nvidia_driver_status()
     if no_driver is not None:
         print(

@@ -133,6 +133,8 @@ class RunSummary(SQLModel):
     energy_integrated: bool = False
     duration_s: float | None = None
     dropped_rows: int = 0
+    # Spooled batch files the run's agents could not read back (moved aside as *.bad).
+    unreadable_spool_files: int = 0
     nonfinite_metrics: int = 0
     # Steps an ended run's agents still hold in their spools (sent later, automatically).
     steps_to_upload: int = 0
@@ -464,6 +466,20 @@ class IngestResult(BaseModel):
 class Health(BaseModel):
     status: str
     version: str
+
+
+class AccessPublic(BaseModel):
+    """What the presented token (or none) may do here: the UI shows only those actions."""
+
+    roles: list[Literal["agent", "viewer", "admin"]] = PydanticField(
+        description="the roles granted: viewer reads, admin also edits, deletes, manages "
+        "alert rules and webhooks and starts profiles, agent delivers runs"
+    )
+    token_required: bool = PydanticField(description="reading needs a token on this server")
+    admin_available: bool = PydanticField(
+        description="false when the server has a viewer token and no admin token: nobody may "
+        "edit or delete"
+    )
 
 
 # --- Diagnosis and alerts -----------------------------------------------------------------

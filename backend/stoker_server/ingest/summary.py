@@ -355,6 +355,9 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
         steps_to_upload=sum(stats.get("unsent_steps", {}).values()),
         duration_s=stats["last_t"] - stats["first_t"] if "first_t" in stats else None,
         dropped_rows=sum(a.get("dropped_rows", 0) for a in stats.get("agents", {}).values()),
+        unreadable_spool_files=sum(
+            a.get("unreadable_spool_files", 0) for a in stats.get("agents", {}).values()
+        ),
         nonfinite_metrics=stats.get("nonfinite_metrics", 0),
         epoch_metrics=stats.get("epoch_metrics", {}),
         workers=workers,

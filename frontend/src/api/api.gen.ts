@@ -5,6 +5,14 @@
 
 
 export interface paths {
+  "/api/v1/access": {
+    /**
+     * Read Access
+     * @description The roles the request's token grants (none: those open to anyone). Needs no token: it
+     * says only whether the one presented is valid, as every other route does.
+     */
+    get: operations["read_access_api_v1_access_get"];
+  };
   "/api/v1/runs": {
     /**
      * Read Runs
@@ -17,7 +25,8 @@ export interface paths {
     get: operations["read_run_api_v1_runs__run_id__get"];
     /**
      * Remove Run
-     * @description Delete a run with all its steps, samples and metrics.
+     * @description Delete an ended run with all its steps, samples, metrics and profiler traces; a running
+     * run is refused (409).
      */
     delete: operations["remove_run_api_v1_runs__run_id__delete"];
     /**
@@ -116,7 +125,10 @@ export interface paths {
     get: operations["read_pipeline_api_v1_runs__run_id__pipeline_get"];
   };
   "/api/v1/alert-rules": {
-    /** Read Rules */
+    /**
+     * Read Rules
+     * @description The rules; a webhook's URL (its path is its secret) in full to admins only.
+     */
     get: operations["read_rules_api_v1_alert_rules_get"];
     /** Add Rule */
     post: operations["add_rule_api_v1_alert_rules_post"];
@@ -218,6 +230,27 @@ export type webhooks = Record<string, never>;
 
 export interface components {
   schemas: {
+    /**
+     * AccessPublic
+     * @description What the presented token (or none) may do here: the UI shows only those actions.
+     */
+    AccessPublic: {
+      /**
+       * Roles
+       * @description the roles granted: viewer reads, admin also edits, deletes, manages alert rules and webhooks and starts profiles, agent delivers runs
+       */
+      roles: ("agent" | "viewer" | "admin")[];
+      /**
+       * Token Required
+       * @description reading needs a token on this server
+       */
+      token_required: boolean;
+      /**
+       * Admin Available
+       * @description false when the server has a viewer token and no admin token: nobody may edit or delete
+       */
+      admin_available: boolean;
+    };
     /**
      * AlertMetric
      * @enum {string}
@@ -1098,6 +1131,11 @@ export interface components {
        */
       dropped_rows?: number;
       /**
+       * Unreadable Spool Files
+       * @default 0
+       */
+      unreadable_spool_files?: number;
+      /**
        * Nonfinite Metrics
        * @default 0
        */
@@ -1551,6 +1589,21 @@ export type external = Record<string, never>;
 export interface operations {
 
   /**
+   * Read Access
+   * @description The roles the request's token grants (none: those open to anyone). Needs no token: it
+   * says only whether the one presented is valid, as every other route does.
+   */
+  read_access_api_v1_access_get: {
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AccessPublic"];
+        };
+      };
+    };
+  };
+  /**
    * Read Runs
    * @description Runs matching all filters; `count` is how many match, `data` one page of them.
    */
@@ -1608,7 +1661,8 @@ export interface operations {
   };
   /**
    * Remove Run
-   * @description Delete a run with all its steps, samples and metrics.
+   * @description Delete an ended run with all its steps, samples, metrics and profiler traces; a running
+   * run is refused (409).
    */
   remove_run_api_v1_runs__run_id__delete: {
     parameters: {
@@ -2071,6 +2125,11 @@ export interface operations {
                  * @default 0
                  */
                 spooled_rows?: number;
+                /**
+                 * Unreadable Spool Files
+                 * @default 0
+                 */
+                unreadable_spool_files?: number;
               } | null;
             })[];
           end?: ({
@@ -2229,7 +2288,10 @@ export interface operations {
       };
     };
   };
-  /** Read Rules */
+  /**
+   * Read Rules
+   * @description The rules; a webhook's URL (its path is its secret) in full to admins only.
+   */
   read_rules_api_v1_alert_rules_get: {
     responses: {
       /** @description Successful Response */

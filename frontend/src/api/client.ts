@@ -113,8 +113,8 @@ export function sessionTokenStore(storage: Pick<Storage, "getItem" | "setItem" |
   };
 }
 
-/** Shows the token form; resolves with what the user entered. */
-export type TokenPrompt = (reason: "required" | "rejected") => Promise<string>;
+/** Shows the token form; resolves with what the user entered (null: the user cancelled). */
+export type TokenPrompt = (reason: "required" | "rejected" | "admin") => Promise<string | null>;
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
@@ -145,6 +145,20 @@ export class ApiClient {
 
   get token(): string | null {
     return this.tokens.get();
+  }
+
+  /** What the token in use may do (`GET /access`; no token needed to ask). */
+  getAccess(signal?: AbortSignal): Promise<unknown> {
+    return this.getJson<unknown>("/access", signal);
+  }
+
+  /** Ask for a token with more rights (the admin's); true when one was entered. */
+  async askForAdminToken(): Promise<boolean> {
+    const token = (await this.prompt("admin"))?.trim();
+    if (!token) return false;
+    this.tokens.set(token);
+    this.onToken?.(token);
+    return true;
   }
 
   listRuns(signal?: AbortSignal, query: RunsQuery = {}): Promise<RunsPage> {
@@ -330,7 +344,7 @@ export class ApiClient {
       if (rejected) this.tokens.set(null);
       this.pendingPrompt = this.prompt(rejected ? "rejected" : "required")
         .then((token) => {
-          const t = token.trim();
+          const t = (token ?? "").trim();
           this.tokens.set(t);
           this.onToken?.(t);
           return t;

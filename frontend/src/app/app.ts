@@ -6,6 +6,7 @@ import type { ConnectionState } from "../api/liveClient";
 import { ALERTS_HREF, COST_HREF, parseRoute, RUNS_HREF, TUNE_HREF, type Route } from "./router";
 import { effectiveTheme, nextTheme, parseTheme, THEME_EVENT, THEME_KEY, type ThemeChoice } from "./theme";
 import type { Alert } from "../api/types";
+import { accessBadge, parseAccess } from "../state/access";
 import { diskBanner, DISK_POLL_MS } from "../state/disk";
 import { AlertsView } from "../views/alertsView";
 import { errorMessage, type AppContext, type View } from "../views/common";
@@ -32,6 +33,8 @@ export class App {
   private readonly alertsLink: HTMLAnchorElement;
   private readonly alertsCount: HTMLElement;
   private readonly themeButton: HTMLButtonElement;
+  /** What the token in use may do; a reader may click it to enter the admin token. */
+  private readonly accessButton: HTMLButtonElement;
   /** While the database's disk is full or nearly full. */
   private readonly diskBanner: HTMLElement;
   private theme: ThemeChoice = "auto";
@@ -51,6 +54,11 @@ export class App {
     this.main = h("main", { class: "main", attrs: { id: "main", tabindex: "-1" } });
     this.alertsCount = h("span", { class: "nav-count", attrs: { "data-testid": "nav-alerts-count", hidden: true } });
     this.alertsLink = h("a", { attrs: { href: ALERTS_HREF, "data-testid": "nav-alerts" } }, "Alerts", this.alertsCount);
+    this.accessButton = h("button", {
+      class: "access",
+      attrs: { type: "button", hidden: true, "data-testid": "access-badge" },
+      on: { click: () => void this.askForAdmin() },
+    });
     this.themeButton = h("button", {
       class: "theme-toggle",
       attrs: { type: "button", "data-testid": "theme-toggle" },
@@ -74,6 +82,7 @@ export class App {
         h("a", { text: "Tune", attrs: { href: TUNE_HREF, "data-testid": "nav-tune", title: "stoker tune: advice measured on a script before it is edited" } }),
       ),
       h("div", { class: "spacer" }),
+      this.accessButton,
       this.statusEl,
       this.themeButton,
     );
@@ -109,6 +118,7 @@ export class App {
       if (alert.run_id == null) void this.loadDisk(); // a server (disk) alert changed
     });
     this.ctx.disk.subscribe(() => this.showDisk());
+    this.ctx.access.subscribe(() => this.showAccess());
     setInterval(() => void this.loadDisk(), DISK_POLL_MS);
     alerts.subscribe(() => this.showAlertCount());
     live.on("open", ({ reconnect }) => {
@@ -129,6 +139,30 @@ export class App {
     void this.loadRuns();
     void this.loadAlerts();
     void this.loadDisk();
+    void this.loadAccess();
+  }
+
+  /** Ask the server what the token in use may do (again after a token was entered). */
+  async loadAccess(): Promise<void> {
+    try {
+      this.ctx.access.set(parseAccess(await this.ctx.api.getAccess()));
+    } catch (err) {
+      console.info("stoker: access unknown:", errorMessage(err));
+    }
+  }
+
+  private showAccess(): void {
+    const badge = accessBadge(this.ctx.access.current);
+    this.accessButton.hidden = badge === null;
+    if (badge === null) return;
+    setText(this.accessButton, badge.text);
+    this.accessButton.title = badge.title;
+    this.accessButton.disabled = !badge.canAskForAdmin;
+    setAttrs(this.accessButton, { "aria-label": `${badge.text}. ${badge.title}` });
+  }
+
+  private async askForAdmin(): Promise<void> {
+    if (await this.ctx.api.askForAdminToken()) await this.loadAccess();
   }
 
   /** Read the disk figures; a failed read keeps the last ones (reads are retried at the next poll). */

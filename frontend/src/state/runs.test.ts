@@ -54,6 +54,28 @@ describe("RunsStore", () => {
     expect(store.get(1)?.status).toBe("finished");
   });
 
+  it("keeps the config and environment a live message leaves out", () => {
+    const store = new RunsStore();
+    store.upsert(makeRun({ id: 1, config: { lr: 0.1 }, environment: { gpu: "H100" }, summary: { ...makeRun().summary, steps: 10 } }));
+    const live = { ...makeRun({ id: 1, summary: { ...makeRun().summary, steps: 50 } }) } as Partial<ReturnType<typeof makeRun>>;
+    delete live.config;
+    delete live.environment;
+    expect(store.upsert(live as ReturnType<typeof makeRun>)).toBe(true);
+    expect(store.get(1)?.summary.steps).toBe(50);
+    expect(store.get(1)?.config).toEqual({ lr: 0.1 });
+    expect(store.get(1)?.environment).toEqual({ gpu: "H100" });
+  });
+
+  it("fills a live copy's config from an older REST answer without stepping back", () => {
+    const store = new RunsStore();
+    const live = { ...makeRun({ id: 1, summary: { ...makeRun().summary, steps: 50 } }) } as Partial<ReturnType<typeof makeRun>>;
+    delete live.config;
+    store.upsert(live as ReturnType<typeof makeRun>);
+    expect(store.upsert(makeRun({ id: 1, config: { lr: 0.2 }, summary: { ...makeRun().summary, steps: 10 } }))).toBe(false);
+    expect(store.get(1)?.summary.steps).toBe(50);
+    expect(store.get(1)?.config).toEqual({ lr: 0.2 });
+  });
+
   it("ignores malformed live payloads", () => {
     const store = new RunsStore();
     expect(store.upsert({ nope: true } as never)).toBe(false);

@@ -118,13 +118,25 @@ export class RunsStore {
     return [...this.byId.values()].sort(compareRunsNewestFirst);
   }
 
-  /** Insert or replace one run; returns false when the update was stale. */
+  /**
+   * Insert or replace one run; returns false when the update was stale. Live `run` messages
+   * carry no config or environment (the server leaves them out): those held are kept, and a
+   * stale copy from REST still fills them in.
+   */
   upsert(run: Run): boolean {
     if (!isRun(run)) return false;
     const held = this.byId.get(run.id);
-    if (held && isStaleUpdate(held, run)) return false;
-    this.byId.set(run.id, run);
-    this.emit(run);
+    if (held && isStaleUpdate(held, run)) {
+      const filled = withSections(held, run);
+      if (filled !== held) {
+        this.byId.set(run.id, filled);
+        this.emit(filled);
+      }
+      return false;
+    }
+    const next = held ? withSections(run, held) : run;
+    this.byId.set(run.id, next);
+    this.emit(next);
     return true;
   }
 
@@ -159,6 +171,18 @@ export class RunsStore {
   private emit(changed: Run | null): void {
     for (const l of [...this.listeners]) l(changed);
   }
+}
+
+/** `run` with the config and environment it lacks taken from `other` (the same run). */
+export function withSections(run: Run, other: Run): Run {
+  const config = run.config === undefined && other.config !== undefined;
+  const environment = run.environment === undefined && other.environment !== undefined;
+  if (!config && !environment) return run;
+  return {
+    ...run,
+    ...(config ? { config: other.config } : {}),
+    ...(environment ? { environment: other.environment } : {}),
+  };
 }
 
 /** Minimal shape check for data that came over the wire. */

@@ -109,7 +109,7 @@ export class RunPageView implements View {
     this.epochs = new EpochPanel(ctx.api, runId, signal);
     this.timeCharts = new TimeCharts(ctx.api, runId, signal);
     this.alerts = new AlertsPanel(ctx, runId, signal);
-    this.profiler = new ProfilePanel(ctx.api, runId, signal);
+    this.profiler = new ProfilePanel(ctx.api, runId, signal, ctx.access);
     this.pipeline = new PipelinePanel(ctx.api, runId, signal);
 
     this.el = h(
@@ -200,6 +200,8 @@ export class RunPageView implements View {
       }),
     );
     this.cleanups.push(every(5000, () => this.run && this.showRun(this.run)));
+    // A token with other rights was entered: offer its actions.
+    this.cleanups.push(ctx.access.subscribe(() => this.run && this.showRun(this.run)));
     this.cleanups.push(every(POLL_MS, () => void this.poll()));
     void this.loadRun();
     // The step chart first: everything else waits for its answer (or 1.5 s), so
@@ -384,6 +386,7 @@ export class RunPageView implements View {
     this.workerCharts.update(run);
     document.title = `${run.name || `run ${run.id}`} · Stoker`;
     renderRunHeader(this.headerBox, run, {
+      canEdit: this.ctx.access.canAdmin,
       edit: () => this.openEdit(),
       exportCsv: () => void this.exportCsv(),
       remove: () => void this.deleteRun(),

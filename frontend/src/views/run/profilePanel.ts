@@ -5,6 +5,7 @@
 // A capture of several workers (a distributed run) also lists each worker's own figures
 // (profileWorkers.ts) and marks the one that starves the job.
 
+import type { AccessStore } from "../../state/access";
 import type { ApiClient } from "../../api/client";
 import { h, replaceChildren } from "../../app/dom";
 import { formatMs, formatPercent } from "../../app/format";
@@ -100,11 +101,15 @@ export class ProfilePanel {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private retryTimer: ReturnType<typeof setTimeout> | null = null;
   private downloadUrl: string | null = null;
+  private readonly access: AccessStore;
 
-  constructor(api: ApiClient, runId: number, signal: AbortSignal) {
+  constructor(api: ApiClient, runId: number, signal: AbortSignal, access: AccessStore) {
     this.api = api;
     this.runId = runId;
     this.signal = signal;
+    this.access = access;
+    const unsubscribe = access.subscribe(() => this.renderButton());
+    signal.addEventListener("abort", unsubscribe);
     this.stepsInput.addEventListener("input", () => this.renderButton());
     this.button.addEventListener("click", () => void this.request());
     signal.addEventListener("abort", () => {
@@ -221,6 +226,10 @@ export class ProfilePanel {
   }
 
   private renderButton(): void {
+    // Starting a capture inside someone's training is the admin's (the viewer reads them).
+    const allowed = this.access.canAdmin;
+    this.button.hidden = !allowed;
+    this.stepsInput.hidden = !allowed;
     const n = this.steps();
     this.button.textContent = `Profile ${n} step${n === 1 ? "" : "s"}`;
     this.button.disabled = !this.live || inProgress(this.profile);
