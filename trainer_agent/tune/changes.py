@@ -185,9 +185,34 @@ def _parallelized_by_tf_data(link: Link, options: Any) -> bool:
     return enabled and defaults and not link.facts.stateful
 
 
-def _prefetch_change(chain: list[Link], files: list[str], dataset: Any) -> Change:
-    from trainer_agent.capture.input_wait import _would_inject_prefetch
+# Dataset classes tf.data counts as asynchronous: it injects no prefetch after them.
+_ASYNC_DATASETS = {
+    "_PrefetchDataset",
+    "_ParallelMapDataset",
+    "ParallelInterleaveDataset",
+    "_ParallelBatchDataset",
+    "_MapAndBatchDataset",
+}
 
+
+def _would_inject_prefetch(dataset: Any) -> bool:
+    """Whether tf.data would append its automatic prefetch to `dataset`. (It lived in
+    capture/input_wait.py while the stamping stage moved that prefetch before itself.)"""
+    try:
+        options = dataset.options()
+        if options.autotune.enabled is False:
+            return False
+        if options.experimental_optimization.inject_prefetch is False:
+            return False
+        node = dataset
+        while type(node).__name__ == "_OptionsDataset":
+            node = node._input_dataset
+        return type(node).__name__ not in _ASYNC_DATASETS
+    except Exception:
+        return True
+
+
+def _prefetch_change(chain: list[Link], files: list[str], dataset: Any) -> Change:
     last = _last_stage(chain)
     change = Change(
         id="prefetch",
