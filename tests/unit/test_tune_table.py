@@ -156,7 +156,7 @@ def test_steps_per_execution_is_tried_only_for_short_fed_steps() -> None:
     decided, steps = decide_steps_per_execution(change, 0.02, 0.01, 200)
     assert steps is None and "20 ms" in decided["not_tried"]
     decided, steps = decide_steps_per_execution(change, 0.002, 0.6, 200)
-    assert steps is None and "wait for input 60%" in decided["not_tried"]
+    assert steps is None and "wait for input 60.0 %" in decided["not_tried"]
 
 
 def test_only_and_cache_memory_are_parsed() -> None:

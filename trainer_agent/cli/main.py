@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     top_parser.add_argument(
         "--all", action="store_true", help="ended runs too, with their status (the `a` key)"
     )
+    top_parser.add_argument(
+        "--run", type=int, default=None, metavar="ID",
+        help="open this run (running or ended), as Enter does",
+    )  # fmt: skip
     return parser
 
 
@@ -252,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "top":
         from trainer_agent.top import main as run_top
 
-        return run_top(server=setting.url, token=args.token, once=args.once, show_ended=args.all)
+        return run_top(
+            server=setting.url, token=args.token, once=args.once, show_ended=args.all,
+            run_id=args.run,
+        )  # fmt: skip
     from trainer_agent.delivery.upload import main as run_upload
 
     return run_upload(args.directory, server=server, token=args.token)

@@ -19,6 +19,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from trainer_agent.figures import percent_text, share_text
 from trainer_agent.tune.chain import (
     AUTOTUNE,
     Link,
@@ -340,7 +341,7 @@ def decide_steps_per_execution(
         return decided, None
     if wait_share is not None and wait_share >= INPUT_BOUND_SHARE:
         decided["not_tried"] = (
-            f"the steps wait for input {wait_share:.0%} of the time: fewer calls per step "
+            f"the steps wait for input {share_text(wait_share)} of the time: fewer calls per step "
             "cannot help before the input keeps up"
         )
         return decided, None
@@ -596,8 +597,8 @@ def ranked_parallel(changes: list[dict[str, Any]], shares: dict[str, float]) -> 
         share = shares.get(change.get("function") or "")
         if shares and share is not None and share < MIN_TIME_SHARE:
             change["not_tried"] = (
-                f"{change['function']} took {share:.0%} of the pipeline's time in the "
-                "unchanged run: parallelizing it cannot gain much"
+                f"{change['function']} took {percent_text(share * 100)} of the pipeline's time "
+                "in the unchanged run: parallelizing it cannot gain much"
             )
         elif rank >= MAX_PARALLEL:
             change["not_tried"] = (

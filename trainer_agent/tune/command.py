@@ -27,6 +27,7 @@ from typing import Any
 from trainer_agent.capture.run import command_environment
 from trainer_agent.config import RunOptions, resolve_token, server_setting
 from trainer_agent.delivery.classify import Route, Verdict, post, shared_http_post
+from trainer_agent.figures import share_text
 from trainer_agent.tune import DEFAULT_STEPS
 from trainer_agent.tune.changes import ADVICE, ADVICE_ALIASES, decide_steps_per_execution
 from trainer_agent.tune.table import Table, judge, render
@@ -354,7 +355,7 @@ def _summary(result: TrialResult) -> str:
     if result.status != "ok" or not result.steps_per_s:
         return _failure(result).splitlines()[0][:200]
     wait = result.input_wait_share
-    wait_text = "" if wait is None else f", input wait {wait * 100:.1f} %"
+    wait_text = "" if wait is None else f", input wait {share_text(wait)}"
     return f"{result.steps_per_s:.3g} steps/s{wait_text}"
 
 

@@ -13,6 +13,7 @@ steps consumed other elements than the unchanged run's is no comparison at all.
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trainer_agent.figures import share_text
 from trainer_agent.tune.trial import UNCHANGED, TrialResult
 
 NOISE_FLOOR = 0.05
@@ -273,7 +274,7 @@ def _rate(value: float | None) -> str:
 
 
 def _share(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f} %"
+    return "-" if value is None else share_text(value)
 
 
 def _speed(value: float | None) -> str:

@@ -31,6 +31,7 @@ import httpx
 
 from stoker_server.cli.demo_pipelines import BATCH_SIZE, SAMPLES, STEPS_PER_EPOCH
 from stoker_server.core.settings import Settings
+from trainer_agent.figures import share_text
 
 DEFAULT_PORT = 8470
 # Without --port, the demo takes the first free port from DEFAULT_PORT on (another Stoker
@@ -268,6 +269,20 @@ def wait_until_ended(server_url: str, run_id: int, *, timeout_s: float = 60.0) -
         time.sleep(0.2)
 
 
+def settled_alerts(server_url: str, run_id: int, *, timeout_s: float = 15.0) -> list[Any]:
+    """The run's alerts once those still firing as it ended have resolved (each says why: "the
+    run ended"), or as they are after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        query = {"run_id": run_id}
+        alerts: list[Any] = _api("GET", server_url, "/alerts", params=query, timeout=10).json()[
+            "data"
+        ]
+        if all(a["state"] == "resolved" for a in alerts) or time.monotonic() > deadline:
+            return alerts
+        time.sleep(0.5)
+
+
 def report_run(server_url: str, run_id: int | None) -> None:
     """Print the run's final verdict, its evidence and advice, and its alerts."""
     if run_id is None:
@@ -276,13 +291,12 @@ def report_run(server_url: str, run_id: int | None) -> None:
         print("  (the run's end has not reached the server yet: this verdict may change)")
     try:
         diagnosis = _api("GET", server_url, f"/runs/{run_id}/diagnosis", timeout=10).json()
-        query = {"run_id": run_id}
-        alerts = _api("GET", server_url, "/alerts", params=query, timeout=10).json()["data"]
+        alerts = settled_alerts(server_url, run_id)
     except (httpx.HTTPError, KeyError, ValueError) as error:
         print(f"  (could not read the diagnosis: {error})", flush=True)
         return
     share = diagnosis.get("input_wait_share")
-    figure = "" if share is None else f", input wait {share * 100:.1f} %"
+    figure = "" if share is None else f", input wait {share_text(share)}"
     if diagnosis.get("source") == "fallback":
         figure += ", inferred: input wait not measured"
     words = diagnosis.get("verdict_label") or diagnosis["verdict"]

@@ -19,7 +19,8 @@ from sqlalchemy import JSON, BigInteger, Column, Float, Index, Integer, Table, U
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
-from stoker_server.core.levels import Verdict, run_verdict
+from stoker_server.core.levels import VERDICT_WORDS, Verdict, run_verdict
+from stoker_server.core.metric_goals import named_direction
 from stoker_server.core.text import Tag, no_nul
 
 # Portable column types. Steps and row ids can pass 2**31 over a long life, so they are
@@ -88,6 +89,9 @@ class EpochMetricSummary(SQLModel):
     best: float | None = None
     best_epoch: int | None = None
     goal: Literal["min", "max"] = "min"
+    # The goal is the metric's own direction (core.metric_goals), not a default: only such a
+    # metric is ranked best in compare. Summaries stored before it was kept: by the name.
+    directed: bool = True
     epochs: int = 0
 
 
@@ -115,7 +119,7 @@ class RunSummary(SQLModel):
     step_time_ms_p95: float | None = None
     input_wait_share: float | None = None
     # Seconds the steps of all workers were blocked on input, and those seconds times the GPUs
-    # each worker trains on: the GPU time starvation cost.
+    # each worker trains on: the device time starvation cost ("Lost device time").
     input_wait_s: float = 0.0
     lost_gpu_s: float = 0.0
     gpu_util_mean: float | None = None
@@ -149,6 +153,20 @@ class RunSummary(SQLModel):
         the wait is not measured). Computed on read, never stored: the thresholds apply to
         every run, old or new (the windowed verdict is GET /runs/{id}/diagnosis)."""
         return run_verdict(self.input_wait_share)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def verdict_label(self) -> str | None:
+        """The verdict's words, as every surface writes them (levels.VERDICT_WORDS)."""
+        verdict = self.verdict
+        return None if verdict is None else VERDICT_WORDS[verdict]
+
+    @model_validator(mode="after")
+    def _directions_of_older_summaries(self) -> "RunSummary":
+        for name, entry in self.epoch_metrics.items():
+            if "directed" not in entry.model_fields_set:
+                entry.directed = named_direction(name) is not None
+        return self
 
 
 class RunPublic(RunBase):

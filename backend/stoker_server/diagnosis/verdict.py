@@ -16,12 +16,11 @@ from stoker_server.core.levels import (
     VERDICT_WORDS,
     Verdict,
     input_bound_verdict,
-    share_text,
     shown_share,
 )
 from stoker_server.diagnosis.stragglers import find_straggler, worker_timings
-from stoker_server.diagnosis.units import ms
 from stoker_server.diagnosis.window import RunWindow
+from trainer_agent.figures import count_text, ms_text, percent_text, share_text
 
 # Fallback (no measured wait): what utilization and host CPU levels mean.
 LOW_UTIL_PCT = 70.0
@@ -119,6 +118,33 @@ class _Findings:
             return WHOLE_RUN
         return f"last {self.window.window_s:g} s"
 
+    @property
+    def step(self) -> tuple[str, float, str] | None:
+        """The step time shown beside the input-wait figure, over the same steps, and named:
+        an ended run's median over the whole run (its summary's, the figure the run page and
+        the list show), else the mean over the window (which keeps sums, not every step). As
+        (evidence key, seconds, its words with "{}" for the figure)."""
+        whole = self.window.whole_run
+        if whole is not None and self.window_label == WHOLE_RUN and whole.median_step_s is not None:
+            return "median_step_ms", whole.median_step_s, "median step time {} over the whole run"
+        if self.mean_step is not None:
+            over = f"over the {self.window_label}"
+            return "mean_step_ms", self.mean_step, "mean step time {} " + over
+        return None
+
+    @property
+    def step_s(self) -> float | None:
+        return None if self.step is None else self.step[1]
+
+    @property
+    def steps(self) -> int:
+        """The steps the input-wait figure covers: the whole run's (its summary's count), or
+        the window's."""
+        whole = self.window.whole_run
+        if whole is not None and self.window_label == WHOLE_RUN:
+            return whole.steps
+        return self.window.step_count
+
     def add(self, key: str, value: Any, text: str) -> None:
         self.evidence.append(Evidence(key=key, value=value, text=text))
 
@@ -131,7 +157,7 @@ class _Findings:
             source=self.source,
             window_s=self.window.window_s,
             window_label=self.window_label,
-            steps_in_window=self.window.step_count,
+            steps_in_window=self.steps,
             evidence=self.evidence,
             advice=once(self.advice),
         )
@@ -142,12 +168,12 @@ class _Findings:
                 input_advice(
                     cpu=self.cpu,
                     pipeline=self.pipeline,
-                    mean_step_s=self.mean_step,
+                    step_s=self.step_s,
                     steps_per_execution=_steps_per_execution(self.window.environment),
                 )
             )
         else:
-            _device_advice(self.advice, util=self.util, mean_step=self.mean_step)
+            _device_advice(self.advice, util=self.util, step_s=self.step_s)
 
 
 def diagnose(
@@ -189,16 +215,17 @@ def _stalled(
         "stall_threshold_s",
         round(limit, 1),
         f"stall threshold {limit:.0f} s = max({min_s:g} s, "
-        f"{step_factor:g} x median step time {ms(median or 0)})",
+        f"{step_factor:g} x median step time {ms_text(median or 0)} of the last "
+        f"{len(window.recent_durations)} steps)",
     )
     add("agent_connected", True, "the training process is still connected")
     recent_util = [r.util for r in window.recent_device(10.0) if r.util is not None]
     if recent_util:
         u = sum(recent_util) / len(recent_util)
-        add("gpu_util_pct", round(u, 1), f"GPU utilization {u:.0f} % in the last samples")
+        add("gpu_util_pct", round(u, 1), f"GPU utilization {percent_text(u)} in the last samples")
         if u >= LOW_UTIL_PCT:
             advice.append(
-                f"The GPU is busy ({u:.0f} %) but no step completes: typical of a hung "
+                f"The GPU is busy ({percent_text(u)}) but no step completes: typical of a hung "
                 "collective (all-reduce) in a distributed job. Check that every worker "
                 "is alive and not out of memory; one stuck replica stalls them all."
             )
@@ -217,17 +244,23 @@ def _stalled(
     return found.result(Verdict.stalled, found.share)
 
 
+def _step_time(found: _Findings) -> None:
+    """The step time beside the input-wait figure (`_Findings.step`)."""
+    if found.step is not None:
+        key, seconds, words = found.step
+        found.add(key, round(seconds * 1000, 2), words.format(ms_text(seconds)))
+
+
 def _describe(found: _Findings, *, min_steps: int) -> None:
     """The evidence every verdict but a stall shows: step time, device and host load, the
     pipeline's shape, a straggling worker."""
     add, pipeline = found.add, found.pipeline
-    mean_step, util, cpu = found.mean_step, found.util, found.cpu
-    if mean_step is not None:
-        add("mean_step_ms", round(mean_step * 1000, 2), f"mean step time {ms(mean_step)}")
+    util, cpu = found.util, found.cpu
+    _step_time(found)
     if util is not None:
-        add("gpu_util_pct", round(util, 1), f"GPU utilization averages {util:.0f} %")
+        add("gpu_util_pct", round(util, 1), f"GPU utilization averages {percent_text(util)}")
     if cpu is not None:
-        add("host_cpu_pct", round(cpu, 1), f"host CPU busy {cpu:.0f} %")
+        add("host_cpu_pct", round(cpu, 1), f"host CPU busy {percent_text(cpu)}")
     if "prefetch" in pipeline:
         has = bool(pipeline["prefetch"])
         add("prefetch", has, "the pipeline prefetches" if has else "the pipeline does not prefetch")
@@ -267,19 +300,13 @@ def _measured(found: _Findings, *, min_steps: int, highly: float, moderately: fl
         )
         found.advice.append("Keep training: the verdict appears once enough steps are measured.")
         return found.result(Verdict.insufficient_data, share)
-    if whole is not None:
-        means = (whole.mean_wait_s, whole.mean_step_s)
-        over = "over the whole run"
-    else:
-        means = window.mean_waited_s() or (None, None)
-        over = f"over the {found.window_label}"
-    per_step_wait, per_step = means
-    assert per_step_wait is not None and per_step is not None  # waited >= min_steps
+    timed = whole.timed_steps if whole is not None else window.step_count
+    measured = "" if waited >= timed else f", input wait measured on {count_text(waited)}"
     found.add(
         "input_wait_share",
         shown_share(share),
-        f"input wait is {share_text(share)} of step time {over} "
-        f"({waited:,} steps: {ms(per_step_wait)} waiting of {ms(per_step)} per step)",
+        f"input wait is {share_text(share)} of step time over the {found.window_label} "
+        f"({count_text(found.steps)} steps{measured})",
     )
     executed = _steps_per_execution(window.environment)
     if executed > 1:
@@ -307,7 +334,9 @@ def _inferred(found: _Findings, *, min_steps: int) -> Diagnosis:
     )
     cv = window.step_cv()
     if cv is not None:
-        found.add("step_time_cv", round(cv, 3), f"step time varies by {cv * 100:.0f} % (std/mean)")
+        found.add(
+            "step_time_cv", round(cv, 3), f"step time varies by {percent_text(cv * 100)} (std/mean)"
+        )
     n = window.step_count
     if n < min_steps or util is None:
         if n >= min_steps and util is None:
@@ -382,7 +411,7 @@ def input_advice(
     *,
     cpu: float | None,
     pipeline: dict[str, Any],
-    mean_step_s: float | None = None,
+    step_s: float | None = None,
     steps_per_execution: int = 1,
 ) -> list[str]:
     """What to change when steps wait for input, from what the pipeline already does: never
@@ -418,15 +447,15 @@ def input_advice(
         adds.append(".cache() after expensive loading or decoding when the data fits")
     if has.prefetch is None:
         adds.append(".prefetch(tf.data.AUTOTUNE) at the end")
-    short = mean_step_s is not None and mean_step_s < SHORT_STEP_S
+    short = step_s is not None and step_s < SHORT_STEP_S
     left = _what_is_left(has, steps_per_execution=steps_per_execution, short=short)
     if short:
         advice.append(left.pop(0))
     if cpu is not None and cpu >= CPU_SATURATED_PCT:
         advice.append(
-            f"The host CPU is saturated ({cpu:.0f} %): preprocessing is CPU-bound. Do less of "
-            "it per step: preprocess offline what does not change between epochs (resize and "
-            "normalize once), move augmentation onto the device (Keras preprocessing layers "
+            f"The host CPU is saturated ({percent_text(cpu)}): preprocessing is CPU-bound. Do "
+            "less of it per step: preprocess offline what does not change between epochs (resize "
+            "and normalize once), move augmentation onto the device (Keras preprocessing layers "
             "inside the model), or give the input more host cores or workers (tf.data service)."
             + (f" Also: {'; '.join(adds)}." if adds else "")
         )
@@ -434,8 +463,8 @@ def input_advice(
     elif idle and (adds or not has.fed):
         io_adds = [a for a in adds if not a.startswith(".cache()")] or adds
         advice.append(
-            f"The host CPU is mostly idle ({cpu:.0f} %) while the step waits: the pipeline is "
-            "I/O-bound or serial." + (f" Try: {'; '.join(io_adds)}." if io_adds else "")
+            f"The host CPU is mostly idle ({percent_text(cpu or 0.0)}) while the step waits: the "
+            "pipeline is I/O-bound or serial." + (f" Try: {'; '.join(io_adds)}." if io_adds else "")
         )
     elif adds:
         what = "; ".join(adds)
@@ -509,17 +538,17 @@ def once(advice: list[str]) -> list[str]:
     return kept
 
 
-def _device_advice(advice: list[str], *, util: float | None, mean_step: float | None) -> None:
+def _device_advice(advice: list[str], *, util: float | None, step_s: float | None) -> None:
     if util is not None and util < LOW_UTIL_PCT:
         advice.append(
-            f"GPU utilization is low ({util:.0f} %) without input wait: steps are too small "
-            "or host-side overhead dominates. Try a larger batch, "
+            f"GPU utilization is low ({percent_text(util)}) without input wait: steps are too "
+            "small or host-side overhead dominates. Try a larger batch, "
             "model.compile(..., jit_compile=True), and steps_per_execution to run several "
             "steps per call."
         )
-    elif util is None and mean_step is not None and mean_step < 0.005:
+    elif util is None and step_s is not None and step_s < 0.005:
         advice.append(
-            f"Steps are short ({ms(mean_step)}): per-step host overhead may dominate. "
+            f"Steps are short ({ms_text(step_s)}): per-step host overhead may dominate. "
             "steps_per_execution in compile() and a larger batch help."
         )
     if not advice:

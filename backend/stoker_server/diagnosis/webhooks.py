@@ -48,14 +48,21 @@ class Delivery:
     payload: dict[str, Any]
 
 
-def json_payload(alert: dict[str, Any], *, event: str, run: dict[str, Any]) -> dict[str, Any]:
-    """The generic JSON body: the alert, the transition, and the run it concerns."""
-    return {"source": "stoker", "event": event, "alert": alert, "run": run}
+def json_payload(
+    alert: dict[str, Any], *, event: str, run: dict[str, Any], value: str, reason: str | None
+) -> dict[str, Any]:
+    """The generic JSON body: the alert, the transition, the run it concerns, the value as the
+    UI writes it and, once resolved, why (alerting.Resolution: "run_ended", ...)."""
+    body = {"source": "stoker", "event": event, "alert": alert, "run": run, "value": value}
+    return body | ({"reason": reason} if reason is not None else {})
 
 
-def slack_payload(alert: dict[str, Any], *, event: str, run: dict[str, Any]) -> dict[str, Any]:
+def slack_payload(
+    alert: dict[str, Any], *, event: str, run: dict[str, Any], value: str, reason: str | None
+) -> dict[str, Any]:
     """A Slack incoming-webhook body (also understood by Mattermost, Rocket.Chat, Teams' Slack
-    compatibility): a `text` fallback and one section block."""
+    compatibility): a `text` fallback (the alert's message, which says why a resolved alert
+    resolved) and one section block."""
     emoji = ":rotating_light:" if event == "firing" else ":white_check_mark:"
     text = f"{emoji} {alert.get('message', '')}"
     if alert.get("run_id") is None:  # a server alert (the disk)
@@ -68,7 +75,7 @@ def slack_payload(alert: dict[str, Any], *, event: str, run: dict[str, Any]) -> 
     fields = [
         *where,
         {"type": "mrkdwn", "text": f"*State*\n{event}"},
-        {"type": "mrkdwn", "text": f"*Value*\n{alert.get('value')}"},
+        {"type": "mrkdwn", "text": f"*Value*\n{value}"},
     ]
     if alert.get("profile_id") is not None:  # the rule's action captured one
         fields.append({"type": "mrkdwn", "text": f"*Profile*\n#{alert['profile_id']} captured"})

@@ -169,7 +169,7 @@ export interface paths {
   "/api/v1/starvation": {
     /**
      * Read Starvation
-     * @description Lost GPU-hours to input starvation, per project and per run.
+     * @description Lost device hours to input starvation, per project and per run.
      */
     get: operations["read_starvation_api_v1_starvation_get"];
   };
@@ -629,6 +629,11 @@ export interface components {
        */
       goal?: "min" | "max";
       /**
+       * Directed
+       * @default true
+       */
+      directed?: boolean;
+      /**
        * Epochs
        * @default 0
        */
@@ -964,6 +969,8 @@ export interface components {
       lost_gpu_hours: number;
       /** Input Wait Hours */
       input_wait_hours: number;
+      /** Input Wait Share */
+      input_wait_share?: number | null;
     };
     /**
      * RunEnergy
@@ -1157,6 +1164,11 @@ export interface components {
        * every run, old or new (the windowed verdict is GET /runs/{id}/diagnosis).
        */
       verdict: components["schemas"]["Verdict"] | null;
+      /**
+       * Verdict Label
+       * @description The verdict's words, as every surface writes them (levels.VERDICT_WORDS).
+       */
+      verdict_label: string | null;
     };
     /**
      * RunUpdate
@@ -2566,7 +2578,7 @@ export interface operations {
   };
   /**
    * Read Starvation
-   * @description Lost GPU-hours to input starvation, per project and per run.
+   * @description Lost device hours to input starvation, per project and per run.
    */
   read_starvation_api_v1_starvation_get: {
     parameters: {

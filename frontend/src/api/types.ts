@@ -25,7 +25,7 @@ export type GpuFinding = Schemas["GpuFinding"];
  * A diagnosis as the UI holds it (`GET /runs/{id}/diagnosis`, live `verdict`),
  * after parseDiagnosis: the fields the banner needs, the rest optional.
  */
-export type Diagnosis = Pick<Schemas["Diagnosis"], "verdict" | "input_wait_share" | "advice"> &
+export type Diagnosis = Pick<Schemas["Diagnosis"], "verdict" | "verdict_label" | "input_wait_share" | "advice"> &
   Partial<Pick<Schemas["Diagnosis"], "run_id" | "window_s" | "window_label" | "steps_in_window">> & {
     source: "measured" | "fallback";
     /** Evidence objects; plain strings are read too. */

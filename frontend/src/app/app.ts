@@ -111,7 +111,7 @@ export class App {
     this.setTheme(parseTheme(readStorage(THEME_KEY)), false);
     if (typeof matchMedia === "function") matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => this.setTheme(this.theme, false));
     live.on("run", (run) => runs.upsert(run));
-    live.on("verdict", ({ runId, diagnosis }) => runs.setVerdict(runId, diagnosis.verdict));
+    live.on("verdict", ({ runId, diagnosis }) => runs.setVerdict(runId, { verdict: diagnosis.verdict, label: diagnosis.verdict_label ?? "" }));
     live.on("deleted", ({ runId }) => runs.remove(runId));
     live.on("alert", (alert) => {
       if (alerts.upsert(alert)) this.notify(alert);

@@ -1,6 +1,6 @@
 // Hash routes: `#/` runs list, `#/runs/<id>` a run page, `#/compare?runs=1,2`
 // the compare view, `#/alerts` alerts and rules, `#/cost?since=2026-11-01` the
-// GPU time lost to input starvation, `#/tune` the `stoker tune` groups and
+// device time lost to input starvation, `#/tune` the `stoker tune` groups and
 // `#/tune/<id>` one of them.
 
 import { parseRunIds } from "../state/compare";

@@ -256,14 +256,14 @@ export class RunPageView implements View {
     }
   }
 
-  /** The server's UI settings (read once for all views): they price the lost GPU time. */
+  /** The server's UI settings (read once for all views): they price the lost device time. */
   private async loadSettings(): Promise<void> {
     try {
       await loadUiSettings(this.ctx.api);
       if (this.destroyed) return;
       this.settingsLoaded = true;
       this.settingsFailure = null;
-      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now(), this.energy); // priced lost GPU time
+      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now(), this.energy); // priced lost device time
     } catch (err) {
       if (this.destroyed) return; // left the page
       this.settingsFailure = errorMessage(err);

@@ -8,7 +8,7 @@
 import type { AccessStore } from "../../state/access";
 import type { ApiClient } from "../../api/client";
 import { h, replaceChildren } from "../../app/dom";
-import { formatMs, formatPercent } from "../../app/format";
+import { formatInputWait, formatMs } from "../../app/format";
 import { type ProfileWorker, keepWorkerShares, waitingForWorkerShares, workerRows, starvingWorker } from "./profileWorkers";
 import { errorMessage } from "../common";
 import { cannotLoad } from "../loading";
@@ -334,7 +334,7 @@ export class ProfilePanel {
             class: "profile-starving-note",
             attrs: { "data-testid": "profile-starving-note" },
             text:
-              `Rank ${starving.rank} waits longest on its input (${formatPercent(starving.share)} of its step time, ` +
+              `Rank ${starving.rank} waits longest on its input (${formatInputWait(starving.share)} of its step time, ` +
               `${starving.source === "profiler" ? "the profiler's share" : "Stoker's measure"}): in a synchronous job the other workers wait for it.`,
           });
     const evicted = p.trace_evicted ? h("p", { class: "muted", text: "The traces were evicted (the server's quota for stored traces)." }) : null;
@@ -392,9 +392,9 @@ export class ProfilePanel {
       "dl",
       { class: "figures", attrs: { "data-testid": "profile-shares" } },
       h("dt", { text: "Input share (profiler)" }),
-      h("dd", { text: formatPercent(prof) }),
+      h("dd", { text: formatInputWait(prof) }),
       h("dt", { text: "Input wait (Stoker, same steps)" }),
-      h("dd", { text: own === null ? "waiting for the steps…" : formatPercent(own) }),
+      h("dd", { text: own === null ? "waiting for the steps…" : formatInputWait(own) }),
       h("dt", { text: "Difference" }),
       h("dd", { text: diff }),
     );
