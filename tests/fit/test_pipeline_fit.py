@@ -92,3 +92,46 @@ def test_fit_pipeline_answer_names_the_slow_map(
     assert bottleneck is not None, out
     assert bottleneck["function"] == "slow_decode", bottleneck
     assert "num_parallel_calls" in bottleneck["fix"]
+
+
+def test_a_monitored_fit_leaves_no_tf_data_iterator_alive(
+    server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline view watches the fit's iterator through weak references: once `fit`
+    returns, its iterators are gone without a garbage collection, as without Stoker. (Held by
+    Stoker, the last one died at a later collection on whichever thread ran it, and a tf.data
+    iterator's destructor can block that thread for up to a minute: docs/agent.md.) The fit
+    runs out of steps: one stopped early (`stop_training`) leaves Keras's own generator
+    holding its iterator until a collection, with or without Stoker."""
+    import gc
+
+    from tensorflow.python.data.ops import iterator_ops
+
+    from trainer_agent import StokerCallback
+
+    def live_iterators() -> set[int]:
+        return {id(o) for o in gc.get_objects() if isinstance(o, iterator_ops.OwnedIterator)}
+
+    monkeypatch.setenv("STOKER_PIPELINE_INTERVAL_S", "0.5")
+    callback = StokerCallback(run_name="iterator-lifetime", project="pipeline", server=server.url)
+    x = _features()
+    data = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(BATCH).repeat()
+    reads: list[float | None] = []
+
+    class LastRead(tf.keras.callbacks.Callback):
+        def on_train_end(self, logs: object = None) -> None:
+            reads.append(callback.run_session.pipeline.last_read_us)
+
+    model = held_model(FEATURES, 0.01)  # 150 held steps: 1.5 s or more, 3 reads or more
+    before = live_iterators()
+    gc.disable()  # only reference counts may free the iterators
+    try:
+        model.fit(
+            callback.wrap(data), epochs=1, steps_per_epoch=150, verbose=0,
+            callbacks=[LastRead(), callback],
+        )  # fmt: skip
+        left = live_iterators() - before
+    finally:
+        gc.enable()
+    assert reads and reads[0] is not None, "the pipeline view never read the iterator"
+    assert not left, f"{len(left)} tf.data iterator(s) outlived the fit"

@@ -16,6 +16,8 @@ function, " (autotune)" after it when the autotuner sets its parallelism.
 
 import logging
 import time
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from trainer_agent.capture.recorder import Recorder
@@ -480,12 +482,16 @@ class PipelineSource:
 
     def __init__(self, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         self.interval_s = max(0.5, float(interval_s))
-        self._iterator: Any = None
+        # Weak references only: an iterator must die where it would without Stoker. Held here,
+        # the last one outlived its fit and died at a later garbage collection on whichever
+        # thread ran it, and a tf.data iterator's destructor can block that thread for up to a
+        # minute (docs/agent.md, "The iterator Stoker watches").
+        self._iterator: Callable[[], Any] = _no_iterator
         self._names: list[tuple[str, str]] = []
         self._stamped = False
         self._next_read = 0.0
         self._unavailable_logged = False
-        self._previous: tuple[Any, float, list[tuple[str, int]]] | None = None
+        self._previous: tuple[Callable[[], Any], float, list[tuple[str, int]]] | None = None
         self.last_read_us: float | None = None
 
     def describe(self, names: list[tuple[str, str]], *, stamped: bool) -> None:
@@ -495,8 +501,8 @@ class PipelineSource:
         self._stamped = stamped
 
     def watch(self, iterator: Any) -> None:
-        """Training thread: keep a reference (the read happens on the sampler thread)."""
-        self._iterator = iterator
+        """Training thread: keep a weak reference (the read happens on the sampler thread)."""
+        self._iterator = _weak(iterator)
 
     def _read(self, iterator: Any) -> tuple[Any, list[dict[str, Any]]]:
         """The tf.data iterator inside `iterator` and its stages, read from its model now."""
@@ -513,10 +519,10 @@ class PipelineSource:
     def stages_now(self) -> list[dict[str, Any]]:
         """The watched iterator's stages, read now on the calling thread (`stoker tune` reads
         them at a trial's last step). Raises when no iterator is watched or the read fails."""
-        return self._read(self._iterator)[1]
+        return self._read(self._iterator())[1]
 
     def sample(self, t: float, recorder: Recorder) -> None:
-        iterator = self._iterator
+        iterator = self._iterator()
         now = time.monotonic()
         if iterator is None or now < self._next_read:
             return
@@ -525,9 +531,9 @@ class PipelineSource:
         try:
             owned, stages = self._read(iterator)
             previous = self._previous
-            if previous is not None and previous[0] is owned:
+            if previous is not None and previous[0]() is owned:
                 with_parallelism_shown(stages, previous[2], now - previous[1])
-            self._previous = (owned, now, [(s["name"], s["elements"]) for s in stages])
+            self._previous = (_weak(owned), now, [(s["name"], s["elements"]) for s in stages])
         except Exception as error:
             if not self._unavailable_logged:
                 self._unavailable_logged = True
@@ -536,3 +542,18 @@ class PipelineSource:
             return
         self.last_read_us = (time.perf_counter() - started) * 1e6
         recorder.pipeline.append(t, "autotune_model", stages, round(self.last_read_us, 1))
+
+
+def _no_iterator() -> None:
+    return None
+
+
+def _weak(value: Any) -> Callable[[], Any]:
+    """A weak reference to `value` (None when there is none); a strong one only for an object
+    that takes no weak reference (no tf.data iterator is one)."""
+    if value is None:
+        return _no_iterator
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
