@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainer_agent.figures import percent_text, share_text
+from trainer_agent.input_bound import highly_input_bound
 from trainer_agent.tune.chain import (
     AUTOTUNE,
     Link,
@@ -49,8 +50,6 @@ MAX_PARALLEL = 3
 MIN_TIME_SHARE = 0.05
 # Steps shorter than this (compute, net of input wait) pay the host's per-call overhead.
 SHORT_STEP_S = 0.010
-# Steps waiting for input this share of their time or more gain nothing from fewer calls.
-INPUT_BOUND_SHARE = 0.2
 # steps_per_execution aims at calls of about this long.
 EXECUTION_TARGET_S = 0.05
 MAX_STEPS_PER_EXECUTION = 32
@@ -339,7 +338,7 @@ def decide_steps_per_execution(
     if compute_s is None:
         decided["not_tried"] = "the unchanged run measured no step time"
         return decided, None
-    if wait_share is not None and wait_share >= INPUT_BOUND_SHARE:
+    if wait_share is not None and highly_input_bound(wait_share):
         decided["not_tried"] = (
             f"the steps wait for input {share_text(wait_share)} of the time: fewer calls per step "
             "cannot help before the input keeps up"
