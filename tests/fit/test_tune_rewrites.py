@@ -243,11 +243,15 @@ def test_the_rewrite_runs_the_users_traced_function_not_a_new_trace() -> None:
     assert len(calls) == traced
 
 
+@pytest.mark.parametrize("unbounded_pool", [True, False], ids=["unbounded-pool", "older-tf"])
 def test_more_calls_in_flight_keeps_elements_and_order_and_points_at_the_same_line(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unbounded_pool: bool
 ) -> None:
     # A map whose function waits: the change to try, once the unchanged run says it waits,
     # is num_parallel_calls of 4x the cores on threads that may wait, written on its line.
+    # A TensorFlow whose map has no unbounded thread pool gets a private pool that wide.
+    if not unbounded_pool:
+        monkeypatch.setattr(inflight, "has_unbounded_threadpool", lambda: False)
     path = tmp_path / "train.py"
     path.write_text(PIPELINE_SOURCE)
     spec = importlib.util.spec_from_file_location("tune_inflight_example", path)
@@ -277,6 +281,7 @@ def test_more_calls_in_flight_keeps_elements_and_order_and_points_at_the_same_li
     assert (mapped.kind, mapped.parallelism, mapped.deterministic) == ("ParallelMap", calls, "true")
     if not unbounded:
         assert changed.options().threading.private_threadpool_size == calls
+        assert f"private_threadpool_size = {calls}" in change.title
     _assert_same(_elements(seeded, epochs=2), _elements(changed, epochs=2))
 
 
