@@ -1,7 +1,7 @@
 """An unmodified training script with one of four slow input pipelines, for `stoker tune`.
 
 - `serial_map`: a serial map whose function reads each record slowly (it waits, as on
-  storage; the script gives tf.data 8 threads for such reads);
+  storage);
 - `no_prefetch`: a per-batch decode at the end, tf.data's autotuning turned off (so nothing
   prefetches: each step waits for its batch to be decoded);
 - `python_map`: a map whose function parses each record in Python, holding the GIL all the
@@ -11,6 +11,7 @@
 - `stateless_load`: a map whose function, declared stateless, reads each record slowly: the
   same every epoch.
 The delays come from the test, from the step it measured (tests/harness/gpu_like.py).
+`--threads N` gives tf.data a private pool of N threads (AUTOTUNE runs up to N calls at once).
 
 Run: stoker tune --steps 30 -- python tests/examples/tune_fit.py --pipeline serial_map \
     --delay-s 0.06
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--delay-s", type=float, required=True, help="input time per batch")
     parser.add_argument("--hold-s", type=float, default=0.015, help="the device's step time")
     parser.add_argument("--batches", type=int, default=40, help="batches per epoch")
+    parser.add_argument("--threads", type=int, default=0, help="tf.data's private thread pool")
     args = parser.parse_args()
     per_record_s = args.delay_s / BATCH
 
@@ -90,9 +92,7 @@ def main() -> None:
     x = rng.normal(size=(args.batches * BATCH, FEATURES)).astype("float32")
     records = tf.data.Dataset.from_tensor_slices((x, x[:, :1]))
     if args.pipeline == "serial_map":
-        options = tf.data.Options()
-        options.threading.private_threadpool_size = 8
-        dataset = records.map(read_record).batch(BATCH).with_options(options)
+        dataset = records.map(read_record).batch(BATCH)
     elif args.pipeline == "no_prefetch":
         options = tf.data.Options()
         options.autotune.enabled = False
@@ -105,6 +105,10 @@ def main() -> None:
         dataset = records.map(load_record).batch(BATCH)
     else:
         dataset = records.batch(BATCH).prefetch(tf.data.AUTOTUNE)
+    if args.threads:
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = args.threads
+        dataset = dataset.with_options(options)
     model = held_model(FEATURES, args.hold_s)
     model.fit(dataset, epochs=2)
     print("trained: the rest of the script runs too")

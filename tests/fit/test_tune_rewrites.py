@@ -12,7 +12,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from trainer_agent.tune.chain import links, signature  # noqa: E402
+from trainer_agent.tune import inflight  # noqa: E402
+from trainer_agent.tune.chain import links, schedulable_cpus, signature  # noqa: E402
 from trainer_agent.tune.changes import (  # noqa: E402
     Change,
     Context,
@@ -240,3 +241,82 @@ def test_the_rewrite_runs_the_users_traced_function_not_a_new_trace() -> None:
     change = _by_advice(_changes(dataset), "parallel")
     apply_to_dataset(change.id, links(dataset), dataset)
     assert len(calls) == traced
+
+
+@pytest.mark.parametrize("unbounded_pool", [True, False], ids=["unbounded-pool", "older-tf"])
+def test_more_calls_in_flight_keeps_elements_and_order_and_points_at_the_same_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unbounded_pool: bool
+) -> None:
+    # A map whose function waits: the change to try, once the unchanged run says it waits,
+    # is num_parallel_calls of 4x the cores on threads that may wait, written on its line.
+    # A TensorFlow whose map has no unbounded thread pool gets a private pool that wide.
+    if not unbounded_pool:
+        monkeypatch.setattr(inflight, "has_unbounded_threadpool", lambda: False)
+    path = tmp_path / "train.py"
+    path.write_text(PIPELINE_SOURCE)
+    spec = importlib.util.spec_from_file_location("tune_inflight_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dataset = module.pipeline(_records())
+    changes = _changes(dataset)
+    calls = inflight.calls_in_flight()
+    change = changes["inflight:2"]
+    assert (change.advice, change.function, change.threads) == ("parallel", "read_image", 1)
+    assert change.pending and change.not_tried is None
+    assert change.label == f"map read_image, {calls} calls in flight"
+    assert change.edit is not None and (change.edit["line"], change.edit["before"]) == (
+        12,
+        ".map(read_image)",
+    )
+    unbounded = ", use_unbounded_threadpool=True" if inflight.has_unbounded_threadpool() else ""
+    assert change.edit["after"] == (
+        f".map(read_image, num_parallel_calls={calls}, deterministic=True{unbounded})"
+    )
+    # (A shuffle before the map stays the same dataset: one order, whichever is iterated first.)
+    seeded = _records().shuffle(60, seed=5, reshuffle_each_iteration=False).map(slow_decode)
+    seeded = seeded.batch(4, drop_remainder=True)
+    changed = apply_to_dataset(change.id, links(seeded), seeded)
+    mapped = links(changed)[2]
+    assert (mapped.kind, mapped.parallelism, mapped.deterministic) == ("ParallelMap", calls, "true")
+    if not unbounded:
+        assert changed.options().threading.private_threadpool_size == calls
+        assert f"private_threadpool_size = {calls}" in change.title
+    _assert_same(_elements(seeded, epochs=2), _elements(changed, epochs=2))
+
+
+def test_more_calls_in_flight_are_not_tried_where_autotune_reaches_them_already() -> None:
+    calls = inflight.calls_in_flight()
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = calls
+    wide = _records().map(slow_decode).batch(4).with_options(options)
+    reached = _changes(wide)["inflight:1"]
+    assert reached.not_tried is not None
+    assert f"private_threadpool_size = {calls}" in reached.not_tried
+    many = _records().map(slow_decode, num_parallel_calls=calls).batch(4)
+    assert f"runs {calls} calls at once already" in (_changes(many)["inflight:1"].not_tried or "")
+    # A parallel map with AUTOTUNE gets no AUTOTUNE change, but may take more calls in flight.
+    autotuned = _changes(_records().map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE))
+    assert "parallel:1" not in autotuned and autotuned["inflight:1"].not_tried is None
+    # A stateless map tf.data parallelizes itself runs as many calls as AUTOTUNE does.
+    stateless = _changes(_records().map(lambda x, y: (x * 2.0, y)).batch(4))
+    ceiling = inflight.autotune_ceiling(tf.data.Options(), schedulable_cpus())
+    assert stateless["inflight:1"].threads == ceiling
+
+
+def test_a_map_that_draws_random_numbers_made_parallel_keeps_its_elements_in_order() -> None:
+    # Its draws differ per element once threads draw them; the elements, their count and
+    # order do not (the labels pass through unchanged).
+    def augment(x: Any, y: Any) -> Any:
+        x = tf.ensure_shape(tf.numpy_function(lambda v: v, [x], tf.float32), [3])
+        return x + tf.random.uniform([3], 0.0, 0.1), y
+
+    dataset = _records().map(augment).batch(4)
+    changes = _changes(dataset)
+    assert "other random values" in changes["parallel:1"].keeps
+    before = _elements(dataset)
+    for change in ("parallel:1", "inflight:1"):
+        after = _elements(apply_to_dataset(change, links(dataset), dataset))
+        assert [label.tolist() for _, label in after] == [label.tolist() for _, label in before]
+        for (x_after, _), (x_before, _) in zip(after, before, strict=True):
+            np.testing.assert_allclose(x_after, x_before, atol=0.1)

@@ -3,6 +3,8 @@ TensorFlow: trial results in, rows out."""
 
 import pytest
 
+from trainer_agent.input_bound import HIGHLY_INPUT_BOUND
+from trainer_agent.tune import inflight
 from trainer_agent.tune.changes import decide_steps_per_execution
 from trainer_agent.tune.command import parse_advice, parse_bytes
 from trainer_agent.tune.table import (
@@ -119,7 +121,10 @@ def test_not_tried_and_not_asked_changes_keep_their_reasons() -> None:
     assert (rows["prefetch"].verdict, rows["prefetch"].note) == (NOT_TRIED, "already in effect")
     assert rows["cache"].verdict == NOT_ASKED
     assert table.noise is None
-    assert "Nothing to try" in table.conclusion
+    assert table.conclusion.startswith("Nothing to try of what --only asked for")
+    assert "the others were not asked" in table.conclusion
+    everything = judge(baseline, changes[:1], {}, None, steps=100)
+    assert everything.conclusion.startswith("Nothing to try: each change Stoker advises")
 
 
 def test_measure_skips_the_warm_up_and_counts_every_element() -> None:
@@ -157,6 +162,48 @@ def test_steps_per_execution_is_tried_only_for_short_fed_steps() -> None:
     assert steps is None and "20 ms" in decided["not_tried"]
     decided, steps = decide_steps_per_execution(change, 0.002, 0.6, 200)
     assert steps is None and "wait for input 60.0 %" in decided["not_tried"]
+
+
+IN_FLIGHT = {"id": "inflight:1", "advice": "parallel", "label": "map slow_decode, 8 in flight",
+             "title": "num_parallel_calls=8", "function": "slow_decode", "edit": EDIT,
+             "pending": True, "threads": 1}  # fmt: skip
+
+
+def test_more_calls_in_flight_are_tried_when_the_function_waits_and_say_why() -> None:
+    # The steps starve and the process used 0.3 of a core for its one call at a time.
+    decided = inflight.decide(IN_FLIGHT, 0.9, 0.3)
+    assert not decided.get("not_tried") and not decided["pending"]
+    assert decided["why"].startswith("slow_decode waits: ")
+    assert "used 0.3 cores" in decided["why"]
+    assert decided["why"].endswith("So: more calls in flight than cores")
+    baseline = _result("unchanged", 10.0, wait=0.9)
+    trials = {"inflight:1": _result("inflight:1", 45.0)}
+    table = judge(baseline, [decided], trials, _result("inflight:1", 44.0), steps=100)
+    row = _rows(table)["inflight:1"]
+    assert (row.verdict, row.note) == (SPEED_UP, decided["why"])
+    assert decided["why"] in render(table)
+
+
+def test_more_calls_in_flight_are_not_tried_for_a_function_that_computes_or_fed_steps() -> None:
+    computes = inflight.decide(IN_FLIGHT, 0.9, 1.1)
+    assert computes["not_tried"].startswith("slow_decode computes: ")
+    assert "More calls in flight than cores would compete for them" in computes["not_tried"]
+    # Two calls at once that keep 0.8 of a core busy: each waits more than it computes.
+    assert not inflight.decide({**IN_FLIGHT, "threads": 2}, 0.9, 0.8).get("not_tried")
+    # One threshold: the steps starve from the server's highly input-bound level on.
+    fed = inflight.decide(IN_FLIGHT, HIGHLY_INPUT_BOUND - 0.01, 0.1)
+    assert "the input does not starve" in fed["not_tried"]
+    assert not inflight.decide(IN_FLIGHT, HIGHLY_INPUT_BOUND, 0.1).get("not_tried")
+    assert "no CPU time" in inflight.decide(IN_FLIGHT, 0.9, None)["not_tried"]
+
+
+def test_more_calls_in_flight_of_a_python_function_that_gains_nothing_name_the_gil() -> None:
+    decided = inflight.decide({**IN_FLIGHT, "python": True}, 0.6, 0.05)
+    baseline = _result("unchanged", 5.0)
+    trials = {"inflight:1": _result("inflight:1", 5.1)}
+    table = judge(baseline, [decided], trials, _result("inflight:1", 4.9), steps=30)
+    row = _rows(table)["inflight:1"]
+    assert row.verdict == NO_GAIN and "GIL" in row.note and "TF ops" in row.note
 
 
 def test_only_and_cache_memory_are_parsed() -> None:

@@ -4,6 +4,8 @@ Each change keeps the elements the fit receives and their order:
 - `parallel`: `num_parallel_calls=AUTOTUNE, deterministic=True` on a serial map or interleave
   (or AUTOTUNE on a fixed count): the same function on the same elements, handed over in
   the input's order (an interleave keeps its cycle and block length, so its order too);
+  for a map whose function waits, also `num_parallel_calls` of 4x the cores on threads that
+  may wait (trainer_agent/tune/inflight.py): the same calls, more of them at once;
 - `prefetch`: a final `prefetch(AUTOTUNE)`: a buffer, nothing changes in the elements;
 - `autotune`: tf.data's autotuning on, with its default CPU and RAM budgets: how many threads
   and buffers, not what they compute;
@@ -20,6 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from trainer_agent.figures import percent_text, share_text
+from trainer_agent.input_bound import highly_input_bound
+from trainer_agent.tune import inflight
 from trainer_agent.tune.chain import (
     AUTOTUNE,
     Link,
@@ -49,8 +53,6 @@ MAX_PARALLEL = 3
 MIN_TIME_SHARE = 0.05
 # Steps shorter than this (compute, net of input wait) pay the host's per-call overhead.
 SHORT_STEP_S = 0.010
-# Steps waiting for input this share of their time or more gain nothing from fewer calls.
-INPUT_BOUND_SHARE = 0.2
 # steps_per_execution aims at calls of about this long.
 EXECUTION_TARGET_S = 0.05
 MAX_STEPS_PER_EXECUTION = 32
@@ -77,8 +79,12 @@ class Change:
     keeps: str = ""
     # The function runs Python (numpy_function/py_function): parallel threads share the GIL.
     python: bool = False
-    # steps_per_execution: to be decided from the unchanged run's step time.
+    # steps_per_execution, calls in flight: to be decided on the unchanged run's figures.
     pending: bool = False
+    # Why it is tried, from the unchanged run's figures (the table's note on its row).
+    why: str = ""
+    # Calls in flight: how many calls of the map run at once as written.
+    threads: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,42 +118,82 @@ def _parallel_changes(chain: list[Link], files: list[str], options: Any) -> list
         if what is None or link.wrapper is None:
             continue
         serial = link.kind in ("Map", "Interleave")
-        if not serial and (link.parallelism is None or link.parallelism == AUTOTUNE):
-            continue  # parallel with AUTOTUNE already: nothing to change
-        name = link.function_name
-        title = (
-            f"num_parallel_calls=AUTOTUNE, deterministic=True on {what} {name}"
-            if serial
-            else f"num_parallel_calls=AUTOTUNE on {what} {name} (was {link.parallelism})"
-        )
-        keywords = {"num_parallel_calls": "{TF}.data.AUTOTUNE"}
-        if serial:
-            keywords["deterministic"] = "True"
-        if what == "interleave" and _cycle_length(link) != int(link.node._cycle_length):
-            # AUTOTUNE: a serial interleave cycles through as many inputs as there are cores,
-            # a parallel one through fewer; the order is kept only with the number written.
-            keywords["cycle_length"] = str(_cycle_length(link))
-        change = Change(
-            id=f"parallel:{link.index}",
-            advice="parallel",
-            title=title,
-            label=f"parallel {what} {name}",
-            link=link.index,
-            function=name or None,
-            defined_at=function_where(link.function),
-            edit=_edit(keyword_edit(link, files, keywords)),
-            python=calls_python(link),
-            keeps=_parallel_keeps(link, what, serial),
-        )
-        if serial and link.kind == "Map" and _parallelized_by_tf_data(link, options):
-            change.not_tried = (
-                f"already in effect: {name} is stateless, and tf.data runs stateless maps in "
-                "parallel itself (its map_parallelization rewrite, in order)"
-            )
-        else:
-            change.not_tried = unrebuildable_after(chain, link.index)
-        changes.append(change)
+        autotuned = not serial and (link.parallelism is None or link.parallelism == AUTOTUNE)
+        parallelized = serial and link.kind == "Map" and _parallelized_by_tf_data(link, options)
+        made = []
+        if not autotuned:
+            made.append(_parallel_change(link, what, serial, parallelized, files))
+        if what == "map":
+            made.append(_in_flight_change(link, serial, parallelized, files, options))
+        for change in made:
+            change.not_tried = change.not_tried or unrebuildable_after(chain, link.index)
+        changes += made
     return changes
+
+
+def _parallel_change(
+    link: Link, what: str, serial: bool, parallelized: bool, files: list[str]
+) -> Change:
+    """num_parallel_calls=AUTOTUNE on the map or interleave."""
+    name = link.function_name
+    title = (
+        f"num_parallel_calls=AUTOTUNE, deterministic=True on {what} {name}"
+        if serial
+        else f"num_parallel_calls=AUTOTUNE on {what} {name} (was {link.parallelism})"
+    )
+    keywords = {"num_parallel_calls": "{TF}.data.AUTOTUNE"}
+    if serial:
+        keywords["deterministic"] = "True"
+    if what == "interleave" and _cycle_length(link) != int(link.node._cycle_length):
+        # AUTOTUNE: a serial interleave cycles through as many inputs as there are cores,
+        # a parallel one through fewer; the order is kept only with the number written.
+        keywords["cycle_length"] = str(_cycle_length(link))
+    change = Change(
+        id=f"parallel:{link.index}",
+        advice="parallel",
+        title=title,
+        label=f"parallel {what} {name}",
+        link=link.index,
+        function=name or None,
+        defined_at=function_where(link.function),
+        edit=_edit(keyword_edit(link, files, keywords)),
+        python=calls_python(link),
+        keeps=_parallel_keeps(link, what, serial),
+    )
+    if parallelized:
+        change.not_tried = (
+            f"already in effect: {name} is stateless, and tf.data runs stateless maps in "
+            "parallel itself (its map_parallelization rewrite, in order)"
+        )
+    return change
+
+
+def _in_flight_change(
+    link: Link, serial: bool, parallelized: bool, files: list[str], options: Any
+) -> Change:
+    """More calls of the map in flight than cores, decided on the unchanged run (does the
+    function wait?): trainer_agent/tune/inflight.py."""
+    name = link.function_name
+    cpus = schedulable_cpus()
+    calls = inflight.calls_in_flight(cpus)
+    unbounded = inflight.has_unbounded_threadpool()
+    at_once = inflight.calls_at_once(link, options, cpus, parallelized=parallelized)
+    keywords = inflight.keywords(serial, calls, unbounded)
+    return Change(
+        id=f"{inflight.PREFIX}:{link.index}",
+        advice="parallel",
+        title=inflight.title(name, serial, calls, cpus, unbounded),
+        label=f"map {name}, {calls} calls in flight",
+        link=link.index,
+        function=name or None,
+        defined_at=function_where(link.function),
+        edit=_edit(keyword_edit(link, files, keywords)),
+        python=calls_python(link),
+        keeps=_parallel_keeps(link, "map", serial),
+        pending=True,
+        threads=at_once,
+        not_tried=inflight.why_not(link, options, cpus, at_once),
+    )
 
 
 def _cycle_length(link: Link) -> int:
@@ -339,7 +385,7 @@ def decide_steps_per_execution(
     if compute_s is None:
         decided["not_tried"] = "the unchanged run measured no step time"
         return decided, None
-    if wait_share is not None and wait_share >= INPUT_BOUND_SHARE:
+    if wait_share is not None and highly_input_bound(wait_share):
         decided["not_tried"] = (
             f"the steps wait for input {share_text(wait_share)} of the time: fewer calls per step "
             "cannot help before the input keeps up"
@@ -517,13 +563,17 @@ def apply_to_dataset(
     index = int(index_text)
     link = chain[index]
     upstream = chain[index - 1].node if index > 0 else None
-    if advice == "parallel":
+    if advice in ("parallel", inflight.PREFIX):
         if upstream is None:
             raise ValueError(f"{link.label} has no input")
         from trainer_agent.tune.rebuild import replayed
 
         keep_order = link.deterministic if link.kind.startswith("Parallel") else "true"
         deterministic = {"true": True, "false": False}.get(keep_order)
+        if advice == inflight.PREFIX:
+            calls = inflight.calls_in_flight()
+            changed = inflight.apply(link, upstream, calls, deterministic)
+            return inflight.threadpool(rebuilt_after(chain, index, changed, cache_file), calls)
         if link.kind in ("Map", "ParallelMap"):
             changed = upstream.map(
                 replayed(link.wrapper),
@@ -588,12 +638,16 @@ def time_shares(stages: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def ranked_parallel(changes: list[dict[str, Any]], shares: dict[str, float]) -> None:
-    """Keep the `MAX_PARALLEL` parallel changes whose functions took the most of the
-    pipeline's time; the others, and those under `MIN_TIME_SHARE`, are marked not tried."""
+    """Keep the parallel changes of the `MAX_PARALLEL` maps and interleaves whose functions
+    took the most of the pipeline's time; those of the others, and of those under
+    `MIN_TIME_SHARE`, are marked not tried."""
     parallel = [c for c in changes if c["advice"] == "parallel" and not c.get("not_tried")]
+    stages = list(dict.fromkeys(c.get("link") for c in parallel))
     if shares:
-        parallel.sort(key=lambda c: -shares.get(c.get("function") or "", 0.0))
-    for rank, change in enumerate(parallel):
+        by_stage = {c.get("link"): c.get("function") or "" for c in parallel}
+        stages.sort(key=lambda stage: -shares.get(by_stage[stage], 0.0))
+    for change in parallel:
+        rank = stages.index(change.get("link"))
         share = shares.get(change.get("function") or "")
         if shares and share is not None and share < MIN_TIME_SHARE:
             change["not_tried"] = (

@@ -28,7 +28,7 @@ from trainer_agent.capture.run import command_environment
 from trainer_agent.config import RunOptions, resolve_token, server_setting
 from trainer_agent.delivery.classify import Route, Verdict, post, shared_http_post
 from trainer_agent.figures import share_text
-from trainer_agent.tune import DEFAULT_STEPS
+from trainer_agent.tune import DEFAULT_STEPS, inflight
 from trainer_agent.tune.changes import ADVICE, ADVICE_ALIASES, decide_steps_per_execution
 from trainer_agent.tune.table import Table, judge, render
 from trainer_agent.tune.trial import NOT_APPLIED_EXIT, TUNE_ENV, UNCHANGED, TrialResult, TrialSpec
@@ -238,10 +238,14 @@ class Tuner:
         return f"tune-{self.key}-{index}"
 
     def _decided(self, baseline: TrialResult) -> tuple[list[dict[str, Any]], int | None]:
-        """The unchanged run's changes with steps_per_execution decided on its step time."""
+        """The unchanged run's changes with those pending decided on its figures:
+        steps_per_execution on its step time, more calls in flight on whether the slow
+        function waits."""
         decided, steps = [], None
         for change in baseline.changes:
-            if change.get("pending"):
+            if change.get("pending") and change["id"].startswith(inflight.PREFIX + ":"):
+                change = inflight.decide(change, baseline.input_wait_share, baseline.cpu_cores)
+            elif change.get("pending"):
                 compute = baseline.compute_ms_median
                 change, steps = decide_steps_per_execution(
                     change, compute / 1000 if compute is not None else None,

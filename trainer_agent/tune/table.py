@@ -204,6 +204,7 @@ def judge(
             rates.append(repeat.steps_per_s)
         row.verdict = _verdict(min(rates) / baseline.steps_per_s - 1.0, noise)
         change = next(c for c in changes if c["id"] == row.id)
+        row.note = change.get("why") or ""
         if row.verdict != SPEED_UP and change.get("python") and change.get("advice") == "parallel":
             row.note = _gil_note(change)
     table.best = _best(rows)
@@ -250,6 +251,11 @@ def _conclusion(table: Table, baseline: TrialResult) -> str:
         return text
     if any(r.verdict == FAILED for r in table.rows):
         return "No change could be measured: see the failures above."
+    if any(r.verdict == NOT_ASKED for r in table.rows):
+        return (
+            "Nothing to try of what --only asked for: each such change is in effect already or "
+            "cannot be applied here (the reasons are above); the others were not asked."
+        )
     return (
         "Nothing to try: each change Stoker advises is in effect already or cannot be applied "
         "here (the reasons are above)."

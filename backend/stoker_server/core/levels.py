@@ -3,7 +3,8 @@ the run summary (over the whole run) and the UI (which reads the thresholds from
 `GET /api/v1/settings/ui` and the verdicts from the server).
 
 Input-bound levels follow the TensorFlow profiler: highly input-bound when 20 % or more of
-step time is spent waiting for input, moderately from 5 %. A leaf module of the server (no
+step time is spent waiting for input, moderately from 5 % (the thresholds are the agent's
+trainer_agent/input_bound.py, which `stoker tune` judges by too). A leaf module of the server (no
 server imports), so the models can use it.
 """
 
@@ -12,9 +13,9 @@ from enum import StrEnum
 from pydantic import BaseModel
 
 from trainer_agent import figures
+from trainer_agent.input_bound import HIGHLY_INPUT_BOUND as HIGHLY_INPUT_BOUND
+from trainer_agent.input_bound import MODERATELY_INPUT_BOUND as MODERATELY_INPUT_BOUND
 
-HIGHLY_INPUT_BOUND = 0.20
-MODERATELY_INPUT_BOUND = 0.05
 # An input-wait share is shown, and judged, to a tenth of a percent: 0.0496 is "5.0 %" and
 # moderately input-bound on every surface (API, UI, CLI, evidence; trainer_agent.figures).
 SHARE_DECIMALS = figures.SHARE_DECIMALS
