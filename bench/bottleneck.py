@@ -42,11 +42,8 @@ import tensorflow as tf
 
 from stoker_server.diagnosis.bottleneck import capacities, find_bottleneck
 from tests.harness.gpu_like import MARGIN, held_model, measure_step_s
-from trainer_agent.capture.pipeline_model import (
-    DEFAULT_INTERVAL_S,
-    PipelineSource,
-    function_names,
-)
+from trainer_agent.capture.dataset_graph import read_dataset
+from trainer_agent.capture.pipeline_model import DEFAULT_INTERVAL_S, PipelineSource
 from trainer_agent.capture.recorder import Recorder
 from trainer_agent.capture.train_function import unwatch_train_function, watch_train_function
 
@@ -411,7 +408,7 @@ def run_once(
 ) -> Run:
     dataset = build(steps * BATCH, MARGIN * step_s)
     source = PipelineSource()
-    source.describe(function_names(dataset), stamped=False)
+    source.describe(read_dataset(dataset), stamped=False)
     probe = _Probe(source, read_at=steps * 3 // 4)
     model.fit(dataset, epochs=1, callbacks=[probe], verbose=0)
     intervals = [b - a for a, b in zip(probe.begins[1:], probe.begins[2:], strict=False)]

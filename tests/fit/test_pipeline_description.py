@@ -35,7 +35,7 @@ def test_stokers_stamping_stage_is_not_described_as_the_users_serial_map() -> No
     described = describe_pipeline(StampRing().wrap(ds.prefetch(2)))
     assert described["parallel_map"] and not described["serial_map"]
     assert described["prefetch"] and described["prefetch_last"]
-    assert "ZipDataset" not in described["stages"] and "RangeDataset" in described["stages"]
+    assert "Zip" not in described["stages"] and "Range" in described["stages"]
 
 
 def test_prefetch_last_tells_a_prefetch_at_the_end_from_one_inside() -> None:

@@ -87,8 +87,8 @@ def test_a_pipeline_that_already_prefetches_keeps_its_own_prefetch() -> None:
 
     ds = _slow(4, 0.0).prefetch(2)
     stages = describe_pipeline(StampRing().wrap(ds))["stages"]
-    assert stages.count("PrefetchDataset") == 1
+    assert stages.count("Prefetch") == 1
     stages = describe_pipeline(StampRing().wrap(_slow(4, 0.0)))["stages"]
-    assert stages.count("PrefetchDataset") == 1  # added before the stage, as tf.data would
+    assert stages.count("Prefetch") == 1  # added before the stage, as tf.data would
     wrapped = StampRing().wrap(_slow(4, 0.0))
     assert wrapped.options().experimental_optimization.inject_prefetch is False

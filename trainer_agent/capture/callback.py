@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any, Unpack
 
+from trainer_agent.capture.dataset_graph import DatasetNode, read_dataset
 from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.capture.input_wait import (
     Execution,
@@ -19,8 +20,7 @@ from trainer_agent.capture.input_wait import (
     split_execution,
 )
 from trainer_agent.capture.job import job_rank, job_run_key
-from trainer_agent.capture.pipeline import describe_pipeline
-from trainer_agent.capture.pipeline_model import function_names
+from trainer_agent.capture.pipeline import describe_tree
 from trainer_agent.capture.session import RunSession, scalars
 from trainer_agent.capture.step_boundary import StepBoundary
 from trainer_agent.capture.train_function import keras_backend
@@ -102,9 +102,10 @@ class StokerHooks:
         self.every_n_batches = self.options.every_n_batches
         self._ring: StampRing | None = None
         # What `wrap` learned of the training pipeline: its description (for the diagnosis's
-        # advice) and its functions' names (for the pipeline view's stages); None unwrapped.
+        # advice) and its dataset tree (the pipeline view names stages by its functions);
+        # None unwrapped.
         self._input_pipeline: dict[str, Any] | None = None
-        self._function_names: list[tuple[str, str]] | None = None
+        self._dataset_tree: DatasetNode | None = None
         self._session: RunSession | None = None
         self._resolver = WaitResolver()
         self._pending: list[Execution] = []
@@ -143,7 +144,7 @@ class StokerHooks:
         try:
             cached = _last_wrapped.get(dataset, self._ring)
             if cached is not None:
-                self._ring, wrapped, self._input_pipeline, self._function_names = cached
+                self._ring, wrapped, self._input_pipeline, self._dataset_tree = cached
                 return wrapped
             if self._ring is None:
                 self._ring = StampRing()
@@ -151,23 +152,23 @@ class StokerHooks:
         except Exception as error:
             return self._unstamped(error, dataset)
         try:
-            self._input_pipeline = describe_pipeline(dataset)
-            self._function_names = function_names(dataset)
+            self._dataset_tree = read_dataset(dataset)
+            self._input_pipeline = (
+                None if self._dataset_tree is None else describe_tree(self._dataset_tree)
+            )
         except Exception as error:
-            self._input_pipeline = self._function_names = None
+            self._input_pipeline = self._dataset_tree = None
             warn_once(
                 f"describe:{type(error).__name__}",
                 "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
             )  # fmt: skip
-        _last_wrapped.put(
-            dataset, (self._ring, wrapped, self._input_pipeline, self._function_names)
-        )
+        _last_wrapped.put(dataset, (self._ring, wrapped, self._input_pipeline, self._dataset_tree))
         return wrapped
 
     def _unstamped(self, error: BaseException, dataset: Any) -> Any:
         """The dataset could not be stamped: the fit is still monitored (step times, samplers);
         only its input wait is not."""
-        self._ring = self._input_pipeline = self._function_names = None
+        self._ring = self._input_pipeline = self._dataset_tree = None
         warn_once(
             f"wrap:{type(error).__name__}",
             "Stoker: input wait is not measured for this fit: its dataset cannot be "
@@ -202,8 +203,8 @@ class StokerHooks:
         )
         self._session.before_abnormal_close = self._hand_over_completed_steps
         self._session.start()
-        names = self._function_names
-        self._session.pipeline.describe(names or [], stamped=names is not None)
+        tree = self._dataset_tree
+        self._session.pipeline.describe(tree, stamped=tree is not None)
         profiler, boundary = self._session.profiler, self._boundary
         boundary.attach(
             self.model, (self.params or {}).get("steps"),
