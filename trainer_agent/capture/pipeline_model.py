@@ -84,6 +84,7 @@ INNER_SEPARATOR = "/"
 AUTOTUNE_MARK = " (autotune)"
 
 _MAPS = ("map", "parallel_map")
+_USER_MAPS = ("Map", "ParallelMap", "MapAndBatch")
 _INTERLEAVES = ("interleave", "parallel_interleave", "flat_map")
 _SUMMED = ("elements", "processing_ns", "bytes", "buffered")
 
@@ -239,6 +240,7 @@ def _stage(node: Any, inherited: float | None) -> dict[str, Any]:
         "function": None,
         "functions": [],
         "path": "",
+        "serial": False,
         "parallelism": parallelism,
         "elements": int(node.num_elements),
         "processing_ns": int(node.processing_time),
@@ -312,6 +314,10 @@ def _attach_names(
         functions = [f for dataset in datasets for f in dataset.functions]
         stage["function"] = "+".join(f.name for f in functions)[:200] or None
         stage["functions"] = [f.wire() for f in functions[:MAX_FUNCTIONS]]
+        maps = [d for d in datasets if d.family in _USER_MAPS]
+        if stage["kind"] in ("map", "map_and_batch") and AUTOTUNE_MARK not in stage["name"]:
+            # The user wrote these maps without num_parallel_calls: tf.data runs them so.
+            stage["serial"] = bool(maps) and all(d.family == "Map" for d in maps)
 
 
 def is_users(stage: dict[str, Any]) -> bool:

@@ -404,6 +404,15 @@ export interface components {
       name: string;
       /** Function */
       function: string | null;
+      /**
+       * Functions
+       * @default []
+       */
+      functions?: {
+          [key: string]: unknown;
+        }[];
+      /** Focus */
+      focus?: string | null;
       /** Reason */
       reason: string;
       /** Fix */
@@ -726,6 +735,18 @@ export interface components {
       name: string;
       /** Function */
       function?: string | null;
+      /** Functions */
+      functions?: components["schemas"]["StageFunction"][];
+      /**
+       * Path
+       * @default
+       */
+      path?: string;
+      /**
+       * Serial
+       * @default false
+       */
+      serial?: boolean;
       /** Parallelism */
       parallelism?: number | null;
       /** Ms Per Element */
@@ -1118,6 +1139,23 @@ export interface components {
       data: components["schemas"]["RunPublic"][];
       /** Count */
       count: number;
+    };
+    /**
+     * StageFunction
+     * @description A user's function a stage runs, with where it is written (for advice on that line).
+     */
+    StageFunction: {
+      /** Name */
+      name: string;
+      /** File */
+      file?: string | null;
+      /** Line */
+      line?: number | null;
+      /**
+       * Calls Python
+       * @default false
+       */
+      calls_python?: boolean;
     };
     /** Starvation */
     Starvation: {
@@ -1808,6 +1846,30 @@ export interface operations {
                       name: string;
                       /** Function */
                       function?: string | null;
+                      /** Functions */
+                      functions?: ({
+                          /** Name */
+                          name: string;
+                          /** File */
+                          file?: string | null;
+                          /** Line */
+                          line?: number | null;
+                          /**
+                           * Calls Python
+                           * @default false
+                           */
+                          calls_python?: boolean;
+                        })[];
+                      /**
+                       * Path
+                       * @default
+                       */
+                      path?: string;
+                      /**
+                       * Serial
+                       * @default false
+                       */
+                      serial?: boolean;
                       /** Parallelism */
                       parallelism?: number | null;
                       /** Ms Per Element */
