@@ -212,6 +212,34 @@ def create_profile(
     return public(profile)
 
 
+ENDED_BEFORE_START = "profile failed: the run ended before its capture started"
+
+
+def settle_at_run_end(*, session: Session, run_id: int, rank: int | None) -> int:
+    """Worker `rank` of the run ended (every worker when None): its part of the run's
+    captures that never started can no longer start. They fail, marked `lost`: a report
+    still on its way (the capture started in the last steps after all) revives them. Adds
+    to the caller's transaction; returns how many profiles changed."""
+    rows = session.exec(
+        select(Profile).where(Profile.run_id == run_id, col(Profile.status).in_(IN_PROGRESS))
+    ).all()
+    changed = 0
+    for row in rows:
+        workers = workers_of(row)
+        unstarted = [
+            worker
+            for number, worker in workers.items()
+            if (rank is None or number == rank) and worker["status"] == ProfileStatus.requested
+        ]
+        for worker in unstarted:
+            worker.update(status="failed", error=ENDED_BEFORE_START, lost=True)
+        if unstarted:
+            _set_workers(row, workers)
+            session.add(row)
+            changed += 1
+    return changed
+
+
 def awaiting_analysis(*, session: Session, run_id: int) -> list[int]:
     """The run's profiles whose workers all settled with a trace in, not analysed yet (e.g. a
     stale one whose lost workers were given up on, or one whose analysis a restart cut)."""
