@@ -14,7 +14,7 @@ and the model's node tree, not by counting: a fused node names all its functions
 it for the prefetch Stoker's wrap or tf.data appends (not the user's), "<interleave op>/"
 before it for a stage made inside an interleave's (flat_map's) function, " (autotune)" after
 it when the autotuner sets its parallelism. `path` is the iterator's name in profiler traces
-("Iterator::Root::Prefetch::MapAndBatch"), with "[0]" for a stage inside an interleave's
+("Iterator::Root::Prefetch::MapAndBatch"), with "[*]" for a stage inside an interleave's
 function (the profiler numbers each open element).
 """
 
@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Any
 
-from trainer_agent.capture.dataset_graph import MAX_FUNCTIONS, DatasetNode, read_dataset
+from trainer_agent.capture.dataset_graph import MAX_FUNCTIONS, DatasetNode, family, read_dataset
 from trainer_agent.capture.pipeline_rewrites import (
     REWRITES,
     Alignment,
@@ -38,7 +38,8 @@ log = logging.getLogger("trainer_agent")
 DEFAULT_INTERVAL_S = 5.0
 MAX_STAGES = 64
 
-# tf.data op names (without the V2/V3... suffix) -> the stage kind users know.
+# tf.data's op families (`dataset_graph.family`: no version, no "Dataset", an iterator's
+# "Forever"/"Finite"/"Memory"/... dropped) -> the stage kind users know.
 _KINDS: dict[str, str] = {
     "Map": "map",
     "ParallelMap": "parallel_map",
@@ -46,20 +47,19 @@ _KINDS: dict[str, str] = {
     "ParallelBatch": "batch",
     "Batch": "batch",
     "PaddedBatch": "batch",
+    "Rebatch": "batch",
     "Prefetch": "prefetch",
     "Cache": "cache",
-    "MemoryCache": "cache",
-    "MemoryCacheImpl": "cache",  # the in-memory cache's filling half (TF 2.x)
     "Generator": "generator",
     "FlatMap": "flat_map",
     "Interleave": "interleave",
     "ParallelInterleave": "parallel_interleave",
-    "LegacyParallelInterleave": "parallel_interleave",
     "TFRecord": "file_reader",
     "TextLine": "file_reader",
     "FixedLengthRecord": "file_reader",
     "FileReader": "file_reader",
     "Filter": "filter",
+    "ParallelFilter": "filter",
     "Shuffle": "shuffle",
     "ShuffleAndRepeat": "shuffle",
     "Repeat": "repeat",
@@ -72,7 +72,6 @@ _KINDS: dict[str, str] = {
     "Unbatch": "unbatch",
     "Window": "window",
     "Scan": "scan",
-    "Rebatch": "batch",
 }
 # How Stoker marks the stages that are not the user's, in a stage's `name` (the stage
 # schema has no field for it): the prefetch `StampRing.wrap` appends, the one tf.data's
@@ -90,13 +89,9 @@ _SUMMED = ("elements", "processing_ns", "bytes", "buffered")
 
 
 def kind_of(op_name: str) -> str:
-    """`"ParallelMapV2"` -> `"parallel_map"`; unknown ops keep a lower-case name."""
-    base = (
-        op_name[:-2]
-        if len(op_name) > 2 and op_name[-2] == "V" and op_name[-1].isdigit()
-        else op_name
-    )
-    base = base.removesuffix("Dataset")
+    """`"ParallelMapV2"` -> `"parallel_map"`, `"ForeverRepeat"` -> `"repeat"`; unknown ops
+    keep a lower-case name."""
+    base = family(op_name)
     return _KINDS.get(base, base.lower() or "unknown")
 
 
@@ -135,8 +130,9 @@ def _stamping_top(nodes: dict[int, Any], output: int) -> tuple[int | None, bool]
 
 def _paths(tree: ModelNode) -> dict[int, str]:
     """Each node's iterator name in profiler traces: its consumer's, then "[i]" for the i-th
-    input of a node with several (or "[0]" inside an interleave's function), "::" and its
-    own name."""
+    input of a node with several ("[*]" inside an interleave's function, whose iterators the
+    profiler numbers by element), "::" and its own name. (A repeat numbers its input by
+    repetition too; that index is not known here, and not written.)"""
     paths: dict[int, str] = {}
     pending: list[tuple[ModelNode, str]] = [(tree, "Iterator::Root")]
     while pending:
@@ -146,7 +142,7 @@ def _paths(tree: ModelNode) -> dict[int, str]:
         inputs = node.input_count()
         for index, child in enumerate(node.children):
             if index >= inputs:
-                pending.append((child, f"{path}[0]"))
+                pending.append((child, f"{path}[*]"))
             elif inputs > 1:
                 pending.append((child, f"{path}[{index}]"))
             else:

@@ -8,7 +8,8 @@ steps and overhead are its lowest rank's): it is ready once every asked worker u
 trace or failed, and at least one trace is in and analysed. Traces beyond
 `profile_quota_bytes` (every profile's stored bytes count, whatever its status) are deleted
 oldest first (the row stays, `trace_evicted`; a capture in progress is not evicted). Analysis is
-in backend/stoker_server/ingest/profile_analysis.py.
+in backend/stoker_server/ingest/profile_analysis.py; its rows are tied to the run's pipeline
+stages (profile_labels.py) as it is stored.
 
 A worker the server presumed gone (`lost`: no word from it for the capture's max duration and
 a grace, when a new capture is asked) may still deliver: an agent spools its trace and sends
@@ -34,6 +35,8 @@ from stoker_server.core.models import (
     utc_now,
 )
 from stoker_server.core.step_chunks import read_steps
+from stoker_server.ingest.pipeline_store import pipeline_read
+from stoker_server.ingest.profile_labels import label_analysis
 
 IN_PROGRESS = (ProfileStatus.requested, ProfileStatus.capturing, ProfileStatus.uploading)
 # Statuses the agent may report; `ready` is the server's own, after the analysis.
@@ -449,6 +452,8 @@ def finish(
     assert profile is not None
     if steps is not None:
         analysis = {**analysis, "step_range": list(steps)}
+    read = pipeline_read(session.connection(), profile.run_id, None)
+    analysis = label_analysis(analysis, (read or {}).get("stages") or [])
     executions = (profile.overhead or {}).get("steps_per_execution") or 1
     if analysis.get("available") and not analysis.get("steps") and executions > 1:
         analysis = {**analysis, "note": STEPS_PER_EXECUTION_NOTE}

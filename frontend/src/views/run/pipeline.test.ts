@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { addedBy, bufferFill, capacityBarPct, capacityRatio, formatRate, parsePipeline, stageLabel } from "./pipeline";
+import { addedBy, bufferFill, capacityBarPct, capacityRatio, formatRate, parsePipeline, stageLabel, writtenAt } from "./pipeline";
 
 const stage = {
   position: 1, kind: "parallel_map", name: "ParallelMapV2", function: "decode", parallelism: 2,
@@ -51,5 +51,15 @@ describe("pipeline view figures", () => {
     expect(formatRate(250)).toBe("250 steps/s");
     expect(formatRate(1500)).toBe("1.5k steps/s");
     expect(formatRate(null)).toBe("—");
+  });
+
+  it("says where a stage's functions are written", () => {
+    const functions = [
+      { name: "fast_normalize", file: "/src/train.py", line: 10, calls_python: false },
+      { name: "slow_decode", file: "C:\\src\\train.py", line: 14, calls_python: true },
+      { name: "<lambda>", file: null, line: null },
+    ];
+    expect(writtenAt({ functions })).toBe("fast_normalize at train.py:10, slow_decode at train.py:14 (calls Python)");
+    expect(writtenAt({})).toBe("");
   });
 });
