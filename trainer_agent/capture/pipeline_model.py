@@ -26,6 +26,7 @@ from trainer_agent.capture.dataset_graph import MAX_FUNCTIONS, DatasetNode, fami
 from trainer_agent.capture.pipeline_rewrites import (
     REWRITES,
     Alignment,
+    AlignmentCache,
     ModelNode,
     align,
     applied_rewrites,
@@ -156,6 +157,7 @@ def stages_from_proto(
     *,
     stamped: bool = False,
     rewrites: frozenset[str] = frozenset(REWRITES),
+    cache: AlignmentCache | None = None,
 ) -> list[dict[str, Any]]:
     """The stages of a `ModelProto`, source (position 0) first.
 
@@ -163,9 +165,9 @@ def stages_from_proto(
     per open cycle element, e.g. a `TFRecordDataset` per file) come right before it, summed
     stage by stage into one chain whose parallelism is the interleave's; their `name` is
     the interleave's node name, "/", their own. `user` (`read_dataset` of the user's
-    dataset) is aligned with the model's nodes under the `rewrites` tf.data applies; a
-    prefetch right after the user's pipeline that is not the user's is Stoker's (when the
-    pipeline was wrapped) or tf.data's.
+    dataset) is aligned with the model's nodes under the `rewrites` tf.data applies (once per
+    shape of the model with a `cache`); a prefetch right after the user's pipeline that is not
+    the user's is Stoker's (when the pipeline was wrapped) or tf.data's.
     """
     nodes = dict(proto.nodes)
     top = nodes.get(proto.output)
@@ -174,7 +176,8 @@ def stages_from_proto(
     tree = None if top is None else model_tree(nodes, top.id)
     if tree is None:
         return []
-    alignment = align(user, tree, rewrites) if user is not None else None
+    search = align if cache is None else cache.align
+    alignment = search(user, tree, rewrites) if user is not None else None
     root: ModelNode | None
     if alignment is not None:
         root = _with_prefetch_after(tree, alignment)
@@ -380,6 +383,7 @@ class PipelineSource:
         self._next_read = 0.0
         self._unavailable_logged = False
         self._previous: tuple[Any, float, list[tuple[str, int]]] | None = None
+        self._alignments = AlignmentCache()
         self.last_read_us: float | None = None
 
     def describe(self, user: DatasetNode | None, *, stamped: bool) -> None:

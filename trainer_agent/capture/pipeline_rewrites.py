@@ -120,12 +120,20 @@ class _Search:
     def __init__(self, rewrites: frozenset[str]) -> None:
         self.rewrites = rewrites
         self.memo: dict[tuple[int, int], tuple[float, _Pairs]] = {}
+        self._sizes: dict[int, int] = {}
+
+    def size(self, node: DatasetNode | ModelNode) -> int:
+        """Nodes in the subtree (memoized: the search asks for each many times)."""
+        found = self._sizes.get(id(node))
+        if found is None:
+            found = self._sizes[id(node)] = node.size()
+        return found
 
     def align(self, user: DatasetNode | None, model: ModelNode | None) -> tuple[float, _Pairs]:
         if user is None:
-            return (0.0 if model is None else _UNEXPLAINED * model.size()), ()
+            return (0.0 if model is None else _UNEXPLAINED * self.size(model)), ()
         if model is None:
-            return _UNEXPLAINED * user.size(), ()
+            return _UNEXPLAINED * self.size(user), ()
         key = (id(user), id(model))
         found = self.memo.get(key)
         if found is None:
@@ -135,7 +143,7 @@ class _Search:
         return found
 
     def _options(self, user: DatasetNode, model: ModelNode) -> Iterator[tuple[float, _Pairs]]:
-        yield _UNEXPLAINED * (user.size() + model.size()), ()  # nothing explains either
+        yield _UNEXPLAINED * (self.size(user) + self.size(model)), ()  # nothing explains either
         if user.opaque:
             yield _OPAQUE, ()
         for fused_family, run, cost in self._fusions(user):
@@ -151,7 +159,7 @@ class _Search:
         # tree continues in one of its children, the others are unexplained.
         add = _ADDED if model.family in _ADDABLE else _UNEXPLAINED
         for index, child in enumerate(model.children):
-            rest = sum(c.size() for i, c in enumerate(model.children) if i != index)
+            rest = sum(self.size(c) for i, c in enumerate(model.children) if i != index)
             below, pairs = self.align(user, child)
             yield add + _UNEXPLAINED * rest + below, pairs
 
@@ -247,10 +255,10 @@ class _Search:
                     options.append((cost + rest[0], (*pairs, *rest[1])))
                 if i < n:
                     rest = best[i + 1][j]
-                    options.append((_UNEXPLAINED * users[i].size() + rest[0], rest[1]))
+                    options.append((_UNEXPLAINED * self.size(users[i]) + rest[0], rest[1]))
                 if j < m:
                     rest = best[i][j + 1]
-                    options.append((_UNEXPLAINED * models[j].size() + rest[0], rest[1]))
+                    options.append((_UNEXPLAINED * self.size(models[j]) + rest[0], rest[1]))
                 best[i][j] = min(options, key=lambda option: option[0])
         return best[0][0]
 
@@ -300,6 +308,43 @@ def align(user: DatasetNode, model: ModelNode, rewrites: frozenset[str]) -> Alig
         runs.setdefault(node_id, [])
         runs[node_id] = list(reversed(datasets))  # source first
     return Alignment(root=best[2], cost=best[0], runs=runs)
+
+
+class AlignmentCache:
+    """The alignments of a user's tree by the shape of the model's tree. A live iterator's
+    model keeps its shape from read to read (its node ids change as tf.data makes iterators
+    anew), so the search runs once per shape, not at every read."""
+
+    def __init__(self, size: int = 8) -> None:
+        self._size = size
+        self._entries: dict[
+            tuple[int, frozenset[str], tuple[tuple[str, int], ...]],
+            tuple[DatasetNode, int, float, dict[int, list[DatasetNode]]],
+        ] = {}
+
+    def align(
+        self, user: DatasetNode, model: ModelNode, rewrites: frozenset[str]
+    ) -> Alignment | None:
+        nodes = list(model.walk())
+        shape = tuple((node.name, len(node.children)) for node in nodes)
+        key = (id(user), rewrites, shape)
+        held = self._entries.get(key)
+        if held is None or held[0] is not user:
+            found = align(user, model, rewrites)
+            if found is None:
+                return None
+            index = {node.id: i for i, node in enumerate(nodes)}
+            runs = {index[node_id]: datasets for node_id, datasets in found.runs.items()}
+            if len(self._entries) >= self._size:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[key] = (user, index[found.root.id], found.cost, runs)
+            return found
+        _, root, cost, runs = held
+        return Alignment(
+            root=nodes[root],
+            cost=cost,
+            runs={nodes[i].id: datasets for i, datasets in runs.items()},
+        )
 
 
 # The probe: segments separated by take(N) barriers, each offering tf.data one rewrite.
