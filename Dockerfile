@@ -3,7 +3,7 @@
 FROM node:20-bookworm-slim AS ui
 WORKDIR /src/frontend
 COPY frontend/package.json frontend/package-lock.json ./
-RUN npm ci --no-audit --no-fund
+RUN npm ci --omit=dev --no-audit --no-fund
 COPY frontend/ ./
 RUN npm run build
 

@@ -2,8 +2,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# What the demo runs (the agent, the server, TensorFlow), then the test tools on top of it.
 INSTALLED := $(VENV)/.installed
+DEV_INSTALLED := $(VENV)/.installed-dev
+# What building the UI needs (npm's "dependencies"), then its test tools ("devDependencies").
 NODE_MODULES := frontend/node_modules/.package-lock.json
+NODE_DEV := frontend/node_modules/.installed-dev
 # The test tiers, in the order `make test` runs them (tests/README.md). The fit tests marked
 # tf_matrix also run on the oldest TensorFlow supported (tf.keras = Keras 2, in its own venv)
 # and with tf_keras (TF_USE_LEGACY_KERAS=1) on the newest.
@@ -23,7 +27,7 @@ TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
 
-.PHONY: demo serve test test-venvs test-tf-matrix test-jax build lint format clean api-types corpus
+.PHONY: demo serve test test-venvs test-tf-matrix test-jax build lint format clean api-types settings-doc corpus
 
 demo: build
 	$(BIN)/stoker demo
@@ -31,13 +35,15 @@ demo: build
 serve: build
 	$(BIN)/stoker serve
 
-test: build
+# The test tools first, so that the UI's build finds node_modules complete and up to date.
+test: $(DEV_INSTALLED) $(NODE_DEV) build
 	# The TF 2.15 and JAX venvs (about 5 min of pip on a fresh machine) install in the
 	# background while the checks and the main tiers run; the steps that need them wait.
 	$(MAKE) --no-print-directory test-venvs > $(VENV)/test-venvs.log 2>&1 & echo $$! > $(VENV)/test-venvs.pid
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	cd frontend && npm test
 	$(BIN)/pytest -ra --durations=30 $(PYTEST_PARALLEL) $(TEST_TIERS) $(addprefix --ignore=,$(OWN_PROCESS_TESTS) $(ALONE_TESTS))
 	# Each in a process of its own. test_diagnosis_keras: after the rest of the suite, its
@@ -58,7 +64,7 @@ test: build
 
 test-venvs: $(TF_OLDEST_VENV)/.installed $(JAX_VENV)/.installed
 
-test-tf-matrix: $(INSTALLED) $(TF_OLDEST_VENV)/.installed
+test-tf-matrix: $(DEV_INSTALLED) $(TF_OLDEST_VENV)/.installed
 	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra $(PYTEST_PARALLEL) -m tf_matrix tests/fit
 	# The two-worker MultiWorkerMirroredStrategy fit (one run for the whole job) on TF 2.15's own tf.keras.
 	# (Its straggler test stays on the newest TF: on 2.15 the job's collective step outlasts
@@ -86,21 +92,35 @@ $(JAX_VENV)/.installed: pyproject.toml
 build: $(INSTALLED) $(NODE_MODULES)
 	cd frontend && npm run build
 
+# The UI is built by `make build`, not by pip (STOKER_SKIP_UI_BUILD). setuptools says of every
+# editable install of packages from two folders (`.` and `backend/`) that "folders in your working
+# directory with the same name as your package ... may take precedence": true of any editable
+# install, and no news to whoever runs `make demo` in the clone.
+EDITABLE := STOKER_SKIP_UI_BUILD=1 PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install --quiet -e
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[tensorflow,server,dev]'
+	$(EDITABLE) '.[tensorflow,server]'
+	touch $@
+
+$(DEV_INSTALLED): $(INSTALLED)
+	$(EDITABLE) '.[tensorflow,server,dev]'
 	touch $@
 
 $(NODE_MODULES): frontend/package-lock.json
-	cd frontend && npm ci --no-audit --no-fund
+	cd frontend && npm ci --omit=dev --no-audit --no-fund
 	touch $@
 
-lint: $(INSTALLED)
+$(NODE_DEV): frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund
+	touch $(NODE_MODULES) $@
+
+lint: $(DEV_INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
-format: $(INSTALLED)
+format: $(DEV_INSTALLED)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
@@ -108,9 +128,13 @@ clean:
 	rm -rf $(VENV) frontend/node_modules backend/stoker_server/static test-artifacts
 
 # The server's OpenAPI schema into frontend/openapi.json, and the UI's API types from it.
-api-types: $(INSTALLED) $(NODE_MODULES)
+api-types: $(INSTALLED) $(NODE_DEV)
 	$(BIN)/python -c "import json, sys, tempfile, pathlib; from stoker_server.service.app import create_app; from stoker_server.core.settings import Settings; json.dump(create_app(Settings(data_dir=pathlib.Path(tempfile.mkdtemp()))).openapi(), sys.stdout, indent=2); print()" > frontend/openapi.json
 	cd frontend && npm run gen:api
+
+# docs/settings.md from the settings models of both sides (a unit test fails while they differ).
+settings-doc: $(INSTALLED)
+	$(BIN)/python -m stoker_server.core.settings_reference docs/settings.md
 
 # Public training scripts run plain and under `stoker run` (tests/corpus/README.md). They are
 # never committed: place them first with CORPUS_ARGS="--from-git OWNER/NAME=GIT_DIR ...".

@@ -48,7 +48,7 @@ def build_ui() -> None:
     lock = FRONTEND / "node_modules" / ".package-lock.json"
     steps = [[npm, "run", "build"]]
     if not lock.exists() or lock.stat().st_mtime < (FRONTEND / "package-lock.json").stat().st_mtime:
-        steps.insert(0, [npm, "ci", "--no-audit", "--no-fund"])
+        steps.insert(0, [npm, "ci", "--omit=dev", "--no-audit", "--no-fund"])
     for step in steps:
         if subprocess.run(step, cwd=FRONTEND).returncode != 0:
             raise SystemExit(f"Stoker: `{' '.join(step[1:])}` failed in frontend/ (see above)")

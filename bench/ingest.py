@@ -39,7 +39,7 @@ from bench.database import add_database_arguments, database_cpu_s, run_with_data
 from tests.harness.support import PG_BIN, ServerProcess
 from trainer_agent.config import AgentConfig
 
-TARGET_ROWS_PER_S = 250_000  # issue 30, on PostgreSQL too
+TARGET_ROWS_PER_S = 250_000  # what ingest is to sustain, on PostgreSQL too
 TARGET_ACK_P99_MS = 250.0
 
 

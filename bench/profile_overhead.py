@@ -49,7 +49,7 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as data_dir:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "stoker_server.cli.main", "demo", "--port", str(port),
+            [sys.executable, "-m", "stoker_server.cli", "demo", "--port", str(port),
              "--data-dir", data_dir, "--epochs", str(args.epochs)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
         )  # fmt: skip

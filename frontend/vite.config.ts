@@ -1,4 +1,4 @@
-import { defineConfig } from "vitest/config";
+import { defineConfig } from "vite";
 
 // The backend (`stoker serve`) listens on 127.0.0.1:8470 by default; in
 // development Vite serves the UI and forwards API and WebSocket traffic there.
@@ -19,9 +19,5 @@ export default defineConfig({
       "/api": { target: backend, changeOrigin: false, ws: true },
       "/healthz": { target: backend },
     },
-  },
-  test: {
-    environment: "node",
-    include: ["src/**/*.test.ts"],
   },
 });

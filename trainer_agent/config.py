@@ -1,20 +1,17 @@
-"""Agent settings: explicit arguments win, then `STOKER_*` environment variables, then defaults."""
+"""Agent settings: explicit arguments win, then `STOKER_*` environment variables (read by
+trainer_agent/settings.py), then defaults."""
 
 import dataclasses
 import logging
-import os
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
-from trainer_agent.delivery.spool import DEFAULT_MAX_BYTES, default_spool_dir
-
-DEFAULT_SERVER = "http://127.0.0.1:8470"
-DEFAULT_SAMPLE_INTERVAL_S = 1.0
+from trainer_agent.log_once import warn_once
+from trainer_agent.settings import DEFAULT_SERVER, AgentSettings, agent_setting
 
 log = logging.getLogger("trainer_agent")
 
@@ -237,23 +234,10 @@ def server_setting(server: str | None, *, argument: str = "server=") -> ServerSe
     default, checked."""
     if server and server.strip():
         return check_server(server, argument)
-    from_env = os.environ.get("STOKER_SERVER", "")
-    if from_env.strip():
+    from_env = agent_setting("server")
+    if from_env:
         return check_server(from_env, "STOKER_SERVER")
     return ServerSetting(url=DEFAULT_SERVER, source="")
-
-
-_told: set[str] = set()
-_told_lock = threading.Lock()
-
-
-def tell_once(message: str) -> None:
-    """Log `message` as a warning once per process (a callback is made for every fit)."""
-    with _told_lock:
-        if message in _told:
-            return
-        _told.add(message)
-    log.warning("%s", message)
 
 
 def resolve_server(server: str | None) -> str:
@@ -261,32 +245,18 @@ def resolve_server(server: str | None) -> str:
 
 
 def resolve_token(token: str | None) -> str | None:
-    return token or os.environ.get("STOKER_AGENT_TOKEN") or os.environ.get("STOKER_TOKEN") or None
+    if token:
+        return token
+    return agent_setting("agent_token") or agent_setting("token")
 
 
 def resolve_interval_s(interval_s: float | None) -> float:
-    if interval_s is not None:
-        return float(interval_s)
-    return float(os.environ.get("STOKER_SAMPLE_INTERVAL_S") or DEFAULT_SAMPLE_INTERVAL_S)
+    return float(interval_s) if interval_s is not None else agent_setting("sample_interval_s")
 
 
-def spool_dir_from_env() -> Path | None:
-    """`STOKER_SPOOL_DIR` (`off` disables spooling), else the user's cache directory."""
-    value = os.environ.get("STOKER_SPOOL_DIR", "").strip()
-    if value.lower() in ("off", "none", "0"):
-        return None
-    return Path(value) if value else default_spool_dir()
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name) or default)
-    except ValueError:
-        return default
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+def _from_env(name: str) -> Any:
+    """A default from the environment: the agent setting `name` (trainer_agent/settings.py)."""
+    return field(default_factory=lambda: agent_setting(name))
 
 
 def websocket_url(server: str, path: str) -> str:
@@ -310,43 +280,29 @@ class AgentConfig:
     project: str = "default"
     tags: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
-    sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S
+    sample_interval_s: float = AgentSettings.sample_interval_s
     all_gpus: bool = False
     # How often the sampler thread reads tf.data's autotuning model (pipeline_model.py).
-    pipeline_interval_s: float = field(
-        default_factory=lambda: _env_float("STOKER_PIPELINE_INTERVAL_S", 5.0)
-    )
+    pipeline_interval_s: float = _from_env("pipeline_interval_s")
     # How often the sender sends what was recorded: every second while nobody watches the
     # run, every 50 ms while a browser does (the server says so with a `watch` command).
-    flush_interval_s: float = field(
-        default_factory=lambda: _env_float("STOKER_FLUSH_INTERVAL_S", 1.0)
-    )
-    watched_flush_interval_s: float = field(
-        default_factory=lambda: _env_float("STOKER_WATCHED_FLUSH_INTERVAL_S", 0.05)
-    )
+    flush_interval_s: float = _from_env("flush_interval_s")
+    watched_flush_interval_s: float = _from_env("watched_flush_interval_s")
     max_batch_rows: int = 5000
     max_pending_rows: int = 1_000_000
     # No acknowledgement for this long: the server is stuck (and, at a run's end, the drain
     # stops waiting for it).
-    ack_timeout_s: float = field(default_factory=lambda: _env_float("STOKER_ACK_TIMEOUT_S", 10.0))
+    ack_timeout_s: float = _from_env("ack_timeout_s")
     connect_timeout_s: float = 5.0
     # At the run's end: how long to keep trying a server that cannot be reached (at most 2 s
     # when the spool keeps the records)...
-    close_timeout_s: float = field(
-        default_factory=lambda: _env_float("STOKER_CLOSE_TIMEOUT_S", 10.0)
-    )
+    close_timeout_s: float = _from_env("close_timeout_s")
     # ...and how long, at most, to keep sending to a server that acknowledges.
-    drain_timeout_s: float = field(
-        default_factory=lambda: _env_float("STOKER_DRAIN_TIMEOUT_S", 60.0)
-    )
-    spool_dir: Path | None = field(default_factory=spool_dir_from_env)
-    spool_max_bytes: int = field(
-        default_factory=lambda: int(_env_float("STOKER_SPOOL_MAX_BYTES", DEFAULT_MAX_BYTES))
-    )
+    drain_timeout_s: float = _from_env("drain_timeout_s")
+    spool_dir: Path | None = field(default_factory=lambda: agent_setting("spool_dir"))
+    spool_max_bytes: int = _from_env("spool_max_bytes")
     # "websocket" (falls back to HTTP when the upgrade is refused) or "http".
-    transport: str = field(
-        default_factory=lambda: os.environ.get("STOKER_TRANSPORT", "websocket").lower()
-    )
+    transport: str = _from_env("transport")
 
     @classmethod
     def from_options(cls, options: RunOptions) -> "AgentConfig":
@@ -367,18 +323,21 @@ class AgentConfig:
             tags=list(options.tags),
             config=dict(options.config),
             sample_interval_s=resolve_interval_s(options.sample_interval_s),
-            all_gpus=env_flag("STOKER_ALL_GPUS") if all_gpus is None else all_gpus,
+            all_gpus=agent_setting("all_gpus") if all_gpus is None else all_gpus,
         )
         if setting.notice:
-            tell_once(f"Stoker: {setting.notice}")
+            warn_once(setting.notice, "Stoker: %s", setting.notice)
         if setting.problem:
             kept = (
                 "its runs are kept in the spool for `stoker upload`"
                 if agent.spool_dir is not None
                 else "its runs are not kept (STOKER_SPOOL_DIR=off)"
             )
-            tell_once(
-                f"Stoker: {setting.problem}. Until then this process sends nothing to a "
-                f"server: training runs as usual, {kept}"
+            warn_once(
+                setting.problem,
+                "Stoker: %s. Until then this process sends nothing to a server: training runs "
+                "as usual, %s",
+                setting.problem,
+                kept,
             )
         return agent

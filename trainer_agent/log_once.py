@@ -1,8 +1,9 @@
-"""Warnings the agent says once per process, however many fits or callbacks meet the cause.
+"""Warnings the agent says once per process, however many fits, callbacks or NVML calls meet
+the cause: the agent's one warn-once (settings, NVML, samplers, autolog, the callback).
 
 `autolog()` makes a callback per `fit`; a script that fits 50 times must not read the same
-warning 50 times. `forget()` lets the next occurrence be said again (`autolog(disable=True)`
-does it, so a later `autolog()` says again what it cannot monitor).
+warning 50 times. `forget()` lets the next occurrence of every warning be said again
+(`autolog(disable=True)` does it, so a later `autolog()` says again what it cannot monitor).
 """
 
 import logging
@@ -25,5 +26,6 @@ def warn_once(key: str, message: str, *args: Any) -> None:
 
 
 def forget() -> None:
+    """Say every warning again at its next occurrence."""
     with _lock:
         _said.clear()

@@ -1,5 +1,5 @@
-"""The agent can never crash training: a fault in any of its hooks (injected with the test-only
-`STOKER_TEST_FAULT` switch) disables it once, ends its run on the server as `interrupted`, and
+"""The agent can never crash training: a fault in any of its hooks (injected from outside,
+tests/harness/faults.py) disables it once, ends its run on the server as `interrupted`, and
 the fit or custom loop runs exactly as it does without Stoker."""
 
 import logging
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.harness.faults import fail_hook, fail_wrap
 from tests.harness.support import ServerProcess, free_port, wait_for
-from trainer_agent.capture.guard import FAULT_ENV
 
 tf = pytest.importorskip("tensorflow")
 
@@ -141,9 +141,9 @@ def test_fit_with_a_fault_in_a_hook_trains_as_without_stoker_and_disables_the_ag
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setenv(FAULT_ENV, hook)
     name = f"fault-{hook}"
     callback = StokerCallback(run_name=name, project="guard", server=shared_server.url)
+    fail_hook(callback, hook)
     batches, epochs, losses = _fit(callback)
     assert (batches, epochs) == fit_without_stoker[:2]
     np.testing.assert_allclose(losses, fit_without_stoker[2], rtol=1e-6)
@@ -164,7 +164,7 @@ def test_fit_whose_dataset_cannot_be_wrapped_trains_as_without_and_is_monitored(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # The agent stays on: the fit's steps and samplers are recorded, only its wait is not.
-    monkeypatch.setenv(FAULT_ENV, "wrap")
+    fail_wrap(monkeypatch)
     log_once.forget()
     callback = StokerCallback(run_name="fault-wrap", project="guard", server=shared_server.url)
     batches, epochs, losses = _fit(callback)
@@ -188,9 +188,10 @@ def test_custom_loop_with_a_fault_in_the_monitor_trains_as_without_it(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setenv(FAULT_ENV, hook)
     name = f"loop-fault-{hook}"
-    losses = _loop(Monitor(run_name=name, project="guard", server=shared_server.url))
+    monitor = Monitor(run_name=name, project="guard", server=shared_server.url)
+    fail_hook(monitor, hook)
+    losses = _loop(monitor)
     assert len(losses) == len(loop_without_stoker) == BATCHES
     np.testing.assert_allclose(losses, loop_without_stoker, rtol=1e-6)
     disabled = _disabled_logs(caplog)
@@ -229,10 +230,13 @@ def test_iterate_failing_mid_loop_still_yields_every_element_in_order(
 
 @pytest.mark.parametrize("fault", [None, "iterate"])
 def test_iterate_passes_the_iterables_own_error_and_the_loops_error_through(
-    fault: str | None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    fault: str | None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if fault:
-        monkeypatch.setenv(FAULT_ENV, fault)
+    def monitor_with_fault() -> Monitor:
+        monitor = _unreachable_monitor()
+        if fault:
+            fail_hook(monitor, fault)
+        return monitor
 
     def source() -> Iterator[int]:
         yield 0
@@ -240,11 +244,11 @@ def test_iterate_passes_the_iterables_own_error_and_the_loops_error_through(
         raise ValueError("corrupt record")
 
     seen = []
-    with pytest.raises(ValueError, match="corrupt record"), _unreachable_monitor() as monitor:
+    with pytest.raises(ValueError, match="corrupt record"), monitor_with_fault() as monitor:
         for element in monitor.iterate(source()):
             seen.append(element)
     assert seen == [0, 1]
-    with pytest.raises(KeyError), _unreachable_monitor() as monitor:
+    with pytest.raises(KeyError), monitor_with_fault() as monitor:
         for element in monitor.iterate(range(5)):
             if element == 3:
                 raise KeyError("the loop's own error")

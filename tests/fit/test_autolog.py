@@ -18,6 +18,7 @@ import pytest
 
 import trainer_agent
 from tests.harness.detect_support import FAST_DETECTORS
+from tests.harness.faults import fail_autolog, fail_wrap
 from tests.harness.support import REPO, ServerProcess, wait_for
 
 tf = pytest.importorskip("tensorflow")
@@ -252,7 +253,7 @@ def _trained(history: Any, epochs: int) -> bool:
 def test_fit_the_patch_cannot_understand_runs_unmonitored_and_logs_once(
     autolog_server: ServerProcess, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv("STOKER_TEST_FAULT", "autolog")  # the patch raises before the fit
+    fail_autolog(monkeypatch)  # the patch raises before the fit
     trainer_agent.autolog(project="patch-fault", server=autolog_server.url)
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         assert _trained(_model().fit(_dataset(), epochs=2, verbose=0), 2)
@@ -265,7 +266,7 @@ def test_fit_the_patch_cannot_understand_runs_unmonitored_and_logs_once(
 def test_fit_whose_wrap_fails_is_monitored_without_input_wait(
     autolog_server: ServerProcess, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv("STOKER_TEST_FAULT", "wrap")
+    fail_wrap(monkeypatch)
     trainer_agent.autolog(disable=True)  # forgets what was said (an earlier test's wrap fault)
     trainer_agent.autolog(project="wrap-fault", server=autolog_server.url)
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):

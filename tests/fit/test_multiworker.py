@@ -15,7 +15,6 @@ import pytest
 
 from tests.conftest import require
 from tests.harness.support import REPO, ServerProcess, free_port, wait_for
-from trainer_agent.capture.guard import FAULT_ENV
 
 pytest.importorskip("tensorflow")
 
@@ -120,7 +119,7 @@ def test_two_worker_fit_with_a_fault_in_the_batch_hook_finishes_as_without_the_a
     server: ServerProcess,
 ) -> None:
     _tf_keras()
-    outputs = _run_workers(server, {FAULT_ENV: "on_train_batch_begin"})
+    outputs = _run_workers(server, {}, "--fault", "on_train_batch_begin")
     for output in outputs:
         assert output["epochs"] == EPOCHS
         assert output["batches"] == EPOCHS * BATCHES // STEPS_PER_EXECUTION

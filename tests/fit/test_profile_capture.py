@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.harness.faults import fail_profile_start
 from tests.harness.gpu_like import (
     MARGIN,
     held_model,
@@ -20,7 +21,6 @@ from tests.harness.gpu_like import (
 )
 from tests.harness.support import ServerProcess, wait_for
 from trainer_agent import StokerCallback
-from trainer_agent.capture.guard import FAULT_ENV
 
 FEATURES = 8
 HOLD_S = 0.005  # the "device" step (a sleep, not CPU)
@@ -160,7 +160,7 @@ def test_starved_and_fed_fits_profiled_from_the_api_agree_with_stoker(
 def test_failing_capture_is_reported_and_training_goes_on(
     server: ServerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(FAULT_ENV, "profile_start")
+    fail_profile_start(monkeypatch)
     training = Training(server, small_dataset(), "faulty")
     try:
         run_id = training.run_id()

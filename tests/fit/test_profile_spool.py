@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.harness import faults
 from tests.harness.support import REPO, ServerProcess, upload_spool, wait_for
-from trainer_agent.capture.guard import FAULT_ENV
 
 pytest.importorskip("tensorflow")
 
@@ -23,10 +23,12 @@ class Worker:
     """`tests.harness.profile_worker_script` in a child process: a monitored Keras fit until
     told."""
 
-    def __init__(self, server: ServerProcess, stop_file: Path, **env: str) -> None:
+    def __init__(
+        self, server: ServerProcess, stop_file: Path, *, fault: str | None = None, **env: str
+    ) -> None:
         command = [
             sys.executable, "-m", "tests.harness.profile_worker_script", "--server", server.url,
-            "--stop-file", str(stop_file),
+            "--stop-file", str(stop_file), *(["--fault", fault] if fault else []),
         ]  # fmt: skip
         self.lines: list[str] = []
         self.process = subprocess.Popen(
@@ -237,7 +239,7 @@ def test_two_workers_one_failing_the_profile_is_ready_with_the_other_trace(
     env = {"STOKER_RUN_KEY": "two-workers-one-fails"}
     workers = [
         Worker(server, stop, **env, STOKER_RANK="0"),
-        Worker(server, stop, **env, STOKER_RANK="1", **{FAULT_ENV: "profile_start"}),
+        Worker(server, stop, **env, STOKER_RANK="1", fault=faults.PROFILE_START),
     ]
     try:
         run_id = {worker.run_id() for worker in workers}.pop()

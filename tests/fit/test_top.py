@@ -166,6 +166,75 @@ def test_server_down_and_bad_tokens_are_one_line_and_an_exit_code(
     assert bad_url.returncode == 2 and "is not a URL" in bad_url.stderr
 
 
+# -- ended runs, and a server without GPUs ------------------------------------------------------
+
+# Names as long as the demo's: with GPU columns beside a status column, 80 columns cut them.
+ENDED = (
+    ("fed-pipeline-bs256", "stoker-demo", "finished"),
+    ("resnet50-augmix", "imagenet", "failed"),
+    ("mnist-convnet", "mnist", "interrupted"),
+)
+GPU_RUN = "bert-finetune-squad"
+
+
+@pytest.fixture(scope="module")
+def ended_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server of its own (so that it lists only these runs) with three ended runs and two
+    running ones: one without GPU readings (as on a machine without a GPU), one on two GPUs."""
+    env = {"STOKER_VIEW_TOKEN": VIEW}
+    server = ServerProcess(data_dir=tmp_path_factory.mktemp("top-ended"), env=env).start()
+    for name, project, status in ENDED:
+        agent = ScriptedAgent(server, name=name, project=project)
+        agent.steps(192, dur=0.01, wait=0.0)
+        agent.end(status)
+        agent.close()
+    running = ScriptedAgent(server, name="starved-pipeline", project="stoker-demo")
+    running.steps(20, dur=0.05, wait=0.04)
+    on_gpus = ScriptedAgent(server, name=GPU_RUN, project="nlp")
+    on_gpus.steps(40, dur=0.05, wait=0.004)
+    device = {"t": [on_gpus.t, on_gpus.t], "gpu": [0, 1], "util": [91.0, 89.0],
+              "sm_util": [64.0, 61.0], "mem_used": [3.1e10, 3.0e10],
+              "mem_total": [8e10, 8e10]}  # fmt: skip
+    on_gpus.send(device=device)
+    yield server
+    for agent in (running, on_gpus):
+        agent.end("finished")
+        agent.close()
+    server.stop()
+
+
+def test_once_at_80_columns_gives_names_the_room_and_status_its_own_column(
+    ended_runs: ServerProcess,
+) -> None:
+    done = top_once(ended_runs, "--all", NO_COLOR="1")
+    assert done.returncode == 0, done.stderr
+    frame = done.stdout
+    (ARTIFACTS / "top-ended-frame.txt").parent.mkdir(exist_ok=True)
+    (ARTIFACTS / "top-ended-frame.txt").write_text(frame)
+    print(frame)
+    lines = frame.rstrip("\n").splitlines()
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines), frame
+    header = lines[1]  # no GPU columns: they would cut the names
+    assert re.match(r"RUN\s+PROJECT\s+STATUS\s+STEP\s+STEP/S\s+MS/STEP\s+INPUT WAIT\s*$", header)
+    rows = [line for line in lines[2:] if not line.lstrip().startswith(("▲", "GPU"))]
+    assert rows and "…" not in "".join(rows)  # no name cut: no GPU columns take their room
+    for name, project, status in ENDED:
+        row = _row(frame, name)
+        assert re.match(rf"{re.escape(name)}\s+{project}\s+{status}\s+192\s+-\s", row), row
+    running = _row(frame, "starved-pipeline")
+    assert re.match(r"starved-pipeline\s+stoker-demo\s+running\s+20\s", running), running
+    assert "80.0%" in running  # 40 ms of 50 waiting
+    # GPU columns would leave the names 8 characters here: the GPUs go on a line under their run.
+    assert re.match(rf"{GPU_RUN}\s+nlp\s+running\s+40\s", _row(frame, GPU_RUN))
+    under = lines[lines.index(_row(frame, GPU_RUN)) + 1]
+    assert re.fullmatch(r"\s+GPU 0\s+91% SM\s+64%\s+29/75G\s+GPU 1\s+89% SM\s+61%\s+28/75G", under)
+    assert "quit" not in frame and "select" not in frame  # --once reads no keys
+
+    without = top_once(ended_runs, NO_COLOR="1").stdout  # running runs only: no status column
+    assert "STATUS" not in without and "finished" not in without
+    assert re.match(r"starved-pipeline\s+stoker-demo\s+20\s", _row(without, "starved"))
+
+
 # -- the interactive view, in a real terminal -------------------------------------------------
 
 
@@ -220,6 +289,20 @@ def _top_in_tmux(sessions: list[Tmux], server: ServerProcess, **env: str) -> Tmu
     session = Tmux(command, full)
     sessions.append(session)
     return session
+
+
+def test_a_key_lists_the_ended_runs_read_from_the_server(
+    ended_runs: ServerProcess, tmux: list[Tmux]
+) -> None:
+    term = _top_in_tmux(tmux, ended_runs)
+    frame = term.shows("starved-pipeline", "the running run")
+    assert ENDED[0][0] not in frame and frame.rstrip().splitlines()[-1].startswith("↑↓ select")
+    term.keys("a")  # ended runs too: read from the server, not only those that end meanwhile
+    frame = term.shows(ENDED[2][0], "the ended runs")
+    assert re.search(rf"{ENDED[1][0]}\s+{ENDED[1][1]}\s+failed\s+192\s", frame), frame
+    (ARTIFACTS / "top-ended-interactive-frame.txt").write_text(frame)
+    term.keys("q")
+    wait_for(lambda: term.rc_path.exists(), what="top to quit")
 
 
 def test_top_in_an_80x24_terminal_sorts_filters_opens_and_quits(

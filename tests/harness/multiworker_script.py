@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8, help="global batches per epoch")
     parser.add_argument("--steps-per-execution", type=int, default=2)
     parser.add_argument("--slow-rank", type=int, default=None)
+    parser.add_argument("--fault", default=None, help="a callback hook that fails (harness.faults)")
     args = parser.parse_args()
     # The strategy reads the cluster from TF_CONFIG when it is built; Stoker derives the
     # job's run key and this worker's rank from it too.
@@ -99,6 +100,10 @@ def _fit(args: argparse.Namespace, strategy: object, dataset: object) -> dict[st
             facts["delay_s"] = starving_delay_s(step_s, floor_s=0.25)
             dataset = sleep_per_batch(dataset, facts["delay_s"])  # type: ignore[arg-type]
     callback = StokerCallback(run_name="multiworker", project="multiworker", server=args.server)
+    if args.fault:
+        from tests.harness import faults
+
+        faults.install(args.fault, callback)
     history = model.fit(
         callback.wrap(dataset), epochs=args.epochs, callbacks=[callback, Count()], verbose=0
     )

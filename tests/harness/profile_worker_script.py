@@ -5,6 +5,7 @@ waits in the spool) or several (two workers of one run: the same `STOKER_RUN_KEY
 own `STOKER_RANK`). Prints the run's id once the server welcomed it.
 
     python -m tests.harness.profile_worker_script --server URL --stop-file PATH [--name NAME]
+        [--fault profile_start]
 """
 
 import argparse
@@ -19,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 
+from tests.harness import faults
 from tests.harness.gpu_like import held_model
 from trainer_agent import StokerCallback
 
@@ -47,7 +49,10 @@ def main() -> None:
     parser.add_argument("--server", required=True)
     parser.add_argument("--stop-file", type=Path, required=True)
     parser.add_argument("--name", default="profiled")
+    parser.add_argument("--fault", choices=[faults.PROFILE_START], help="(tests/harness/faults.py)")
     args = parser.parse_args()
+    if args.fault:
+        faults.install(args.fault)
     x = np.random.default_rng(0).random((256, FEATURES), dtype=np.float32)
     y = np.random.default_rng(1).random((256, 1), dtype=np.float32)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()

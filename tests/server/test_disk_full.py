@@ -27,6 +27,7 @@ from tests.harness.support import PostgresServer, ServerProcess, run_coroutine, 
 
 BATCH = 2_000
 SMALL, ROOMY = "3m", "64m"
+NEARLY_FULL = "3200k"  # SMALL and 128 KiB: room for an alert's row, not for a batch
 
 
 def _mount(path: Path, size: str, *options: str) -> bool:
@@ -159,11 +160,25 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         assert _metric(server, "stoker_disk_database_total_bytes") == disk["database_total_bytes"]
         assert _metric(server, "stoker_disk_database_free_bytes") < 3 * 2**20
         assert _metric(server, "stoker_disk_total_bytes") == disk["total_bytes"]
+        other = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex}
+        response = httpx.post(
+            f"{server.url}/api/v1/ingest",
+            json={"hello": other, "batches": [json.loads(_frame(1))]},
+            timeout=60,
+        )
+        assert response.status_code == 507, response.text
+        assert "disk is full" in response.json()["detail"]
+
         # The disk rule judges the fuller disk: at a threshold the data directory's disk is
-        # well above, it fires on the database's own. (SQLite only: a PostgreSQL whose rows'
-        # disk is full refuses the alert's own row too; /metrics and the banner say full.)
-        data_share = disk["free_bytes"] / disk["total_bytes"]
+        # well above, it fires on the database's own. The alert is a row too: a little room
+        # is made for it first, the database's disk still nearly full (whether a full SQLite
+        # file still takes a small write depends on what its last failed write left in the
+        # write-ahead log). SQLite only: a PostgreSQL whose rows' disk is full refuses the
+        # alert's own row too; /metrics and the banner say full.
         if database.startswith("sqlite"):
+            assert _mount(small_disk, NEARLY_FULL, "remount")
+            disk = server.get("/api/v1/disk")
+            data_share = disk["free_bytes"] / disk["total_bytes"]
             rule = next(
                 r for r in server.get("/api/v1/alert-rules")["data"] if r["builtin"] == "disk_low"
             )
@@ -175,15 +190,8 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
                 what="the disk alert on the database's disk",
             )[0]
             database_share = disk["database_free_bytes"] / disk["database_total_bytes"]
+            assert database_share < data_share / 2
             assert firing["value"] == pytest.approx(database_share, abs=0.05)
-        other = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex}
-        response = httpx.post(
-            f"{server.url}/api/v1/ingest",
-            json={"hello": other, "batches": [json.loads(_frame(1))]},
-            timeout=60,
-        )
-        assert response.status_code == 507, response.text
-        assert "disk is full" in response.json()["detail"]
 
         # Room again. An HTTP agent's batch stored says so, as a WebSocket one would.
         assert _mount(small_disk, ROOMY, "remount")

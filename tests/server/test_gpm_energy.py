@@ -16,6 +16,7 @@ import pytest
 
 from tests.harness.fake_nvml import FakeNvml
 from tests.harness.support import ServerProcess
+from trainer_agent import log_once
 from trainer_agent.telemetry.energy import EnergyMeter
 from trainer_agent.telemetry.gpm import GPM_FIELDS, GpmReader
 from trainer_agent.telemetry.nvml import Nvml
@@ -31,9 +32,11 @@ EXPECTED = {
 @pytest.fixture
 def nvml(fake_nvml: FakeNvml) -> Iterator[Nvml]:
     fake_nvml.preload()
+    log_once.forget()  # each test sees its own first warnings (they are said once a process)
     instance = Nvml()
     yield instance
     instance.shutdown()
+    log_once.forget()
 
 
 def _reader(nvml: Nvml, index: int = 0) -> GpmReader:

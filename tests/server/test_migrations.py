@@ -8,7 +8,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel, select
 
 from stoker_server.core.db import (
     alembic_config,
@@ -17,13 +17,20 @@ from stoker_server.core.db import (
     migrate,
     schema_revision,
 )
-from stoker_server.core.models import DEVICE_ROLLUP_FIELDS
+from stoker_server.core.models import DEVICE_ROLLUP_FIELDS, AlertRule, SeedMarker
 from stoker_server.core.settings import Settings
 from stoker_server.core.step_chunks import read_steps
+from stoker_server.diagnosis.alerting import (
+    DEFAULT_RULES,
+    DISK_RULES,
+    END_AND_METRIC_RULES,
+    seed_default_rules,
+)
 from stoker_server.ingest.device_rollups import device_part, rollup_rows
 from tests.conftest import DATABASES
 
 pytestmark = pytest.mark.parametrize("database", DATABASES, indirect=True)
+LATER_RULES = END_AND_METRIC_RULES + DISK_RULES
 
 
 def test_migrations_create_every_table_at_head(database: str, tmp_path) -> None:
@@ -164,3 +171,51 @@ def test_stored_steps_move_into_chunks_and_back(database: str) -> None:
         ).all()
     engine.dispose()
     assert sorted(tuple(r) for r in back) == sorted(expected(1))
+
+
+@pytest.mark.parametrize(
+    "seeded", ["first three, edited", "first three", "every set"], ids=lambda s: s
+)
+def test_a_database_seeded_by_an_older_server_gets_the_later_default_rules_once(
+    database: str, seeded: str
+) -> None:
+    """Before migration 0018 each set of default rules had a seed marker of its own."""
+    engine = create_engine(database)
+    migrate(engine, "0017")
+    with Session(engine) as session:
+        old = DEFAULT_RULES if seeded != "every set" else DEFAULT_RULES + LATER_RULES
+        for spec in old:
+            fields = {
+                k: v for k, v in spec.items() if k != "profile_steps" or seeded == "every set"
+            }
+            session.add(AlertRule(**fields, channels=[{"type": "browser"}]))
+        session.add(SeedMarker(key="default_alert_rules"))
+        if seeded == "every set":
+            session.add(SeedMarker(key="default_alert_rules_31"))
+            session.add(SeedMarker(key="default_alert_rules_30"))
+        session.commit()
+        if seeded.endswith("edited"):
+            rule = session.exec(
+                select(AlertRule).where(AlertRule.builtin == "highly_input_bound")
+            ).one()
+            rule.threshold = 0.3
+            session.add(rule)
+            session.commit()
+    migrate(engine)
+    migrate(engine)  # once
+    with Session(engine) as session:
+        rules = {r.builtin: r for r in session.exec(select(AlertRule)).all()}
+        count = len(session.exec(select(AlertRule)).all())
+        markers = {m.key for m in session.exec(select(SeedMarker)).all()}
+        assert seed_default_rules(session=session) == 0
+    engine.dispose()
+    assert count == len(rules) == 9 and markers == {"default_alert_rules"}
+    assert {b for b, r in rules.items() if r.enabled} == {
+        "low_gpu_util", "highly_input_bound", "stalled", "run_failed", "disk_low",
+    }  # fmt: skip
+    # As the rules the server seeds today (alerting.py), but the ones the user edited.
+    for spec in LATER_RULES:
+        rule = rules[spec["builtin"]]
+        assert {k: getattr(rule, k) for k in spec} == spec
+    # The profile action comes to the input-bound rule only if the user never edited it.
+    assert rules["highly_input_bound"].profile_steps == (None if seeded.endswith("edited") else 20)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.harness.fake_nvml import NOT_SUPPORTED, UNKNOWN, FakeNvml
 from tests.harness.support import REPO, ServerProcess, wait_for
+from trainer_agent import log_once
 from trainer_agent.capture.recorder import Recorder
 from trainer_agent.telemetry.nvml import Nvml
 from trainer_agent.telemetry.samplers import DeviceSource, HostSource, Sampler
@@ -21,9 +22,11 @@ from trainer_agent.telemetry.samplers import DeviceSource, HostSource, Sampler
 @pytest.fixture
 def nvml(fake_nvml: FakeNvml) -> Iterator[Nvml]:
     fake_nvml.preload()
+    log_once.forget()  # each test sees its own first warnings (they are said once a process)
     instance = Nvml()
     yield instance
     instance.shutdown()
+    log_once.forget()
 
 
 def _device_rows(recorder: Recorder) -> list[dict[str, Any]]:

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
+from stoker_server.api import profile_captures as captures
 from stoker_server.api import profiles as api
+from stoker_server.api.profile_captures import ProfileCaptures
 from stoker_server.core.db import make_engine
 from stoker_server.core.models import ProfileStatus, Run
 from stoker_server.core.settings import Settings
 from stoker_server.ingest import profiles as store
 from stoker_server.ingest.agent_writes import open_run
-from stoker_server.ingest.profile_analysis import AnalysisRuns
 from stoker_server.ingest.protocol import Hello
 from stoker_server.live.agents import AgentLink, ConnectedAgents
 from tests.harness.support import run_coroutine
@@ -38,13 +39,23 @@ class _Writer:
 
 
 def _state(tmp_path: Path, database: str, agents: ConnectedAgents) -> SimpleNamespace:
+    """The parts of the app state the profile routes use; what the captures tell browsers
+    lands in `announced`."""
     settings = Settings(data_dir=tmp_path, database_url=database)
     engine = make_engine(settings)
     announced: list[dict[str, Any]] = []
-    hub = SimpleNamespace(broadcast_relayed=announced.append)
+    hub = SimpleNamespace(broadcast_here=announced.append)
+    writer = _Writer(engine)
+    profiles = ProfileCaptures(
+        settings=settings,
+        engine=engine,
+        writer=writer,
+        hub=hub,
+        agents=agents,  # type: ignore[arg-type]
+    )
     return SimpleNamespace(
-        settings=settings, engine=engine, writer=_Writer(engine), hub=hub, agents=agents,
-        analyses=AnalysisRuns(),
+        settings=settings, engine=engine, writer=writer, agents=agents, profiles=profiles,
+        announced=announced,
     )  # fmt: skip
 
 
@@ -124,7 +135,7 @@ def test_trace_that_comes_in_during_the_analysis_is_analysed_after_it(
             assert release.wait(GUARD_S)
         return {"available": False, "message": "no xprof"}, None, None
 
-    monkeypatch.setattr(api, "analyse", analyse)
+    monkeypatch.setattr(captures, "analyse", analyse)
 
     async def main() -> None:
         state = _state(tmp_path, database, ConnectedAgents())
@@ -150,15 +161,15 @@ def test_trace_that_comes_in_during_the_analysis_is_analysed_after_it(
         # Rank 1 goes silent; a new capture gives it up (lost) and analyses rank 0's trace.
         await writer.run(store.create_profile, run_id=run_id, steps=5, stale_after_s=0, ranks=[0])
         assert await writer.run(store.awaiting_analysis, run_id=run_id) == [pid]
-        api._start_analysis(state, pid)
+        state.profiles.start_analysis(pid)
         assert await asyncio.to_thread(entered.wait, GUARD_S)
         # Rank 1's spooled trace arrives while that analysis runs.
         assert await upload(pid, 1)
-        api._start_analysis(state, pid)
+        state.profiles.start_analysis(pid)
         release.set()
 
         async def settled() -> None:
-            while state.analyses.running(pid):
+            while state.profiles.analyses.running(pid):
                 await asyncio.sleep(0.01)
 
         await asyncio.wait_for(settled(), GUARD_S)

@@ -5,13 +5,13 @@ trace."""
 import asyncio
 import threading
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 from sqlmodel import Session
 
+from stoker_server.api import profile_captures as captures
 from stoker_server.api import profiles as api
 from stoker_server.ingest import profiles as store
 from stoker_server.ingest.group_rows import GroupRows
@@ -32,13 +32,12 @@ def test_profile_is_ready_only_with_stokers_share_over_steps_stored_after_the_tr
         analysed.set()
         return {"available": True, "steps": []}, 0.25, (FIRST, LAST)
 
-    monkeypatch.setattr(api, "analyse", analyse)
+    monkeypatch.setattr(captures, "analyse", analyse)
 
     async def main() -> None:
         agents = ConnectedAgents()
         state = _state(tmp_path, database, agents)
-        announced: list[dict[str, Any]] = []
-        state.hub = SimpleNamespace(broadcast_relayed=announced.append)
+        announced = state.announced
         run_id = _run(state)
         agents.attach(run_id, _Agent(0).link)  # the worker is still connected
         writer = state.writer
@@ -56,7 +55,7 @@ def test_profile_is_ready_only_with_stokers_share_over_steps_stored_after_the_tr
             offset=0, total=len(data), data=data, max_bytes=2**20,
         )  # fmt: skip
         assert settled
-        api._start_analysis(state, pid)
+        state.profiles.start_analysis(pid)
         assert await asyncio.to_thread(analysed.wait, GUARD_S)
 
         def read() -> Any:
@@ -83,7 +82,7 @@ def test_profile_is_ready_only_with_stokers_share_over_steps_stored_after_the_tr
             session.commit()
 
         async def settled() -> None:
-            while state.analyses.running(pid):
+            while state.profiles.analyses.running(pid):
                 await asyncio.sleep(0.01)
 
         await asyncio.wait_for(settled(), GUARD_S)
@@ -100,8 +99,10 @@ def test_profile_is_ready_only_with_stokers_share_over_steps_stored_after_the_tr
 def test_a_worker_that_left_is_not_waited_for(
     tmp_path: Path, database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(api, "analyse", lambda paths: ({"available": True}, 0.25, (FIRST, LAST)))
-    monkeypatch.setattr(api, "STEPS_GRACE_S", 100 * GUARD_S)  # waited for, the test hangs
+    monkeypatch.setattr(
+        captures, "analyse", lambda paths: ({"available": True}, 0.25, (FIRST, LAST))
+    )
+    monkeypatch.setattr(captures, "STEPS_GRACE_S", 100 * GUARD_S)  # waited for, the test hangs
 
     async def main() -> None:
         state = _state(tmp_path, database, ConnectedAgents())  # no agent connected
@@ -119,10 +120,10 @@ def test_a_worker_that_left_is_not_waited_for(
             store.store_chunk, data_dir=tmp_path, run_id=run_id, pid=pid, rank=0,
             offset=0, total=len(data), data=data, max_bytes=2**20,
         )  # fmt: skip
-        api._start_analysis(state, pid)
+        state.profiles.start_analysis(pid)
 
         async def settled() -> None:
-            while state.analyses.running(pid):
+            while state.profiles.analyses.running(pid):
                 await asyncio.sleep(0.01)
 
         # Nothing is waited for from a worker that is gone (its steps never come).

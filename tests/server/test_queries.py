@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from stoker_server.core.models import RunsPublic
 from tests.harness.support import ServerProcess
 
 
@@ -310,7 +311,8 @@ def test_runs_list_odd_filter_text_is_answered_not_500(db_server: ServerProcess)
 
 
 def test_runs_list_entries_equal_run_details(db_server: ServerProcess) -> None:
-    """The list is serialised without models (queries.list_runs_json): same JSON as detail."""
+    """The list is serialised without models (queries.list_runs_json): it is a RunsPublic, and
+    each entry the same JSON as the run's detail."""
     project = uuid.uuid4().hex
     upload(db_server, _hello(project=project, name='q"ü', tags=["ß"], config={"a": [1]}), [])
     upload(db_server, _hello(project=project), [_steps(1, 0, 20)], end=True)
@@ -318,7 +320,9 @@ def test_runs_list_entries_equal_run_details(db_server: ServerProcess) -> None:
     # either side of the thresholds (a share at a threshold is at that level).
     for share in (0.2, 0.05, 0.049):
         upload(db_server, _hello(project=project), [_steps(1, 0, 20, wait_share=share)])
-    listing = db_server.get("/api/v1/runs", project=project, sort="id")["data"]
+    body = httpx.get(f"{db_server.url}/api/v1/runs", params={"project": project, "sort": "id"})
+    assert RunsPublic.model_validate_json(body.content).count == 5
+    listing = body.json()["data"]
     assert [run["summary"]["verdict"] for run in listing] == [
         None, "highly_input_bound", "highly_input_bound", "moderately_input_bound",
         "not_input_bound",

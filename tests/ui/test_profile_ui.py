@@ -14,8 +14,8 @@ from stoker_server.core.db import make_engine
 from stoker_server.core.settings import Settings
 from stoker_server.ingest import profiles as store
 from tests.fit.test_profile_capture import Training, small_dataset, steps_stored
+from tests.harness.faults import fail_profile_start
 from tests.harness.support import ServerProcess, wait_for
-from trainer_agent.capture.guard import FAULT_ENV
 
 
 def _open_live_run(server: ServerProcess, page: Any, name: str, dataset: Any = None) -> Training:
@@ -41,7 +41,7 @@ def test_failed_profile_shows_its_message(
     page: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv(FAULT_ENV, "profile_start")
+    fail_profile_start(monkeypatch)
     training = _open_live_run(server, page, "ui-profile-fails")
     try:
         button = page.get_by_test_id("profile-button")

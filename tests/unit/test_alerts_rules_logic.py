@@ -16,7 +16,6 @@ from stoker_server.core.models import (
     AlertState,
     Comparison,
     SeedMarker,
-    utc_now,
 )
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.alerting import (
@@ -28,7 +27,7 @@ from stoker_server.diagnosis.alerting import (
     param_key,
     seed_default_rules,
 )
-from stoker_server.diagnosis.detectors import FirstSteps, MetricTrack
+from stoker_server.diagnosis.watched import FirstSteps, MetricTrack
 
 
 def _rule(rule_id: int, metric: AlertMetric, threshold: float, **fields: object) -> AlertRule:
@@ -128,33 +127,22 @@ def test_rule_fields_are_checked() -> None:
             AlertRuleCreate(**base, **bad)
 
 
-@pytest.mark.parametrize("edited", [False, True])
-def test_a_database_seeded_before_issue_31_gains_the_new_rules_once(
-    tmp_path: Path, edited: bool
-) -> None:
+def test_a_fresh_database_gets_every_default_rule_once(tmp_path: Path) -> None:
     engine = make_engine(Settings(data_dir=tmp_path))
     with Session(engine) as session:
-        # As a server from before the run-end and metric rules seeded it: its three rules and
-        # its marker only.
-        for spec in DEFAULT_RULES:
-            session.add(AlertRule(**{k: v for k, v in spec.items() if k != "profile_steps"}))
-        session.add(SeedMarker(key="default_alert_rules"))
-        session.commit()
-        if edited:
-            rule = session.exec(
-                select(AlertRule).where(AlertRule.builtin == "highly_input_bound")
-            ).one()
-            rule.threshold, rule.updated_at = 0.3, utc_now()
-            session.add(rule)
-            session.commit()
-        assert seed_default_rules(session=session) == len(END_AND_METRIC_RULES) + len(DISK_RULES)
-        assert seed_default_rules(session=session) == 0  # once
+        created = seed_default_rules(session=session)
         rules = {r.builtin: r for r in session.exec(select(AlertRule)).all()}
+        session.delete(rules["run_finished"])  # the user deletes one: it stays deleted
+        session.commit()
+        assert seed_default_rules(session=session) == 0
+        left = {r.builtin for r in session.exec(select(AlertRule)).all()}
+        markers = {m.key for m in session.exec(select(SeedMarker)).all()}
     engine.dispose()
-    new = {spec["builtin"] for spec in END_AND_METRIC_RULES + DISK_RULES}
-    assert set(rules) == {"low_gpu_util", "highly_input_bound", "stalled", *new}
+    specs = DEFAULT_RULES + END_AND_METRIC_RULES + DISK_RULES
+    assert created == len(specs) == len(rules) == 9
+    assert left == set(rules) - {"run_finished"}
     assert {b for b, r in rules.items() if r.enabled} == {
         "low_gpu_util", "highly_input_bound", "stalled", "run_failed", "disk_low",
     }  # fmt: skip
-    # The profile action comes to the input-bound rule only if the user never edited it.
-    assert rules["highly_input_bound"].profile_steps == (None if edited else 20)
+    assert rules["highly_input_bound"].profile_steps == 20
+    assert markers == {"default_alert_rules"}

@@ -11,7 +11,7 @@ import numpy as np
 from tests.harness.support import wait_for
 from trainer_agent.capture.recorder import Recorder
 from trainer_agent.config import AgentConfig
-from trainer_agent.delivery.sender import Sender
+from trainer_agent.delivery.sender import Phase, Sender
 
 
 class ScriptedSocket:
@@ -27,7 +27,7 @@ class ScriptedSocket:
         if message["type"] == "hello":
             self._replies.put(json.dumps({"type": "welcome", "run_id": 7, "last_seq": 0}))
         elif message["type"] == "batch":
-            command = {"type": "command", "name": "set_interval", "interval_s": 0.25}
+            command = {"type": "command", "name": "profile", "id": 1, "steps": 5}
             self._replies.put(json.dumps(command))
             self._replies.put(json.dumps({"type": "command", "name": "unknown-to-agent"}))
             self._replies.put(json.dumps({"type": "ack", "seq": message["seq"]}))
@@ -57,7 +57,7 @@ def test_sender_passes_server_commands_on_and_sends_counters(tmp_path: Path) -> 
     sender.start()
     wait_for(lambda: sender.acked_batches >= 1, timeout_s=10, what="an ack")
     sender.close("finished", timeout_s=10)
-    assert [c["name"] for c in commands][:2] == ["set_interval", "unknown-to-agent"]
+    assert [c["name"] for c in commands][:2] == ["profile", "unknown-to-agent"]
     batches = [m for m in socket.sent if m["type"] == "batch"]
     assert batches[0]["steps"]["step"] == list(range(10))
     assert batches[0]["agent"] == {"dropped_rows": 2, "spooled_rows": 0}
@@ -94,3 +94,30 @@ def test_sender_writes_diverged_losses_as_null_and_encodes_any_config_value(
     }
     batch = next(m for m in socket.sent if m["type"] == "batch")
     assert batch["metrics"]["value"] == [None, None, 0.5]
+
+
+def test_a_sender_moves_from_sending_to_draining_to_done(tmp_path: Path) -> None:
+    socket = ScriptedSocket()
+    recorder = Recorder(max_rows=10)
+    config = AgentConfig(flush_interval_s=0.05, spool_dir=tmp_path)
+    hello = {"type": "hello", "run_key": "p" * 16}
+    phases: list[Phase] = []
+    sender = Sender(config=config, hello=hello, buffer=recorder, connect=lambda url, **kw: socket)
+    sender.before_final_flush = lambda: phases.append(sender.phase)
+    assert sender.phase is Phase.NEW and sender.join(0)  # nothing to wait for
+    recorder.steps.append(0, 1.0, 0.1, None, None)
+    sender.start()
+    assert sender.phase is Phase.SENDING and not sender.done
+    wait_for(lambda: sender.acked_batches >= 1, timeout_s=10, what="an ack")
+    sender.close("finished", timeout_s=10)
+    assert phases == [Phase.DRAINING] and sender.phase is Phase.DONE and sender.done
+
+
+def test_a_sender_never_started_is_done_once_closed(tmp_path: Path) -> None:
+    config = AgentConfig(spool_dir=tmp_path)
+    sender = Sender(
+        config=config, hello={"type": "hello", "run_key": "n" * 16}, buffer=Recorder(max_rows=10)
+    )
+    assert not sender.done
+    sender.close("finished")
+    assert sender.done and sender.phase is Phase.NEW

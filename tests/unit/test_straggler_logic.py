@@ -70,7 +70,7 @@ def test_diagnosis_of_a_job_window_names_the_starved_worker_in_its_evidence() ->
 
 
 def _cluster(monkeypatch: pytest.MonkeyPatch, cluster: dict, kind: str, index: int) -> None:
-    monkeypatch.delenv(job.RUN_KEY_ENV, raising=False)
+    monkeypatch.delenv("STOKER_RUN_KEY", raising=False)
     monkeypatch.delenv("STOKER_RANK", raising=False)
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
@@ -99,11 +99,11 @@ def test_every_worker_of_a_cluster_derives_one_key_and_each_fit_its_own(
 
 def test_given_key_wins_and_no_cluster_means_no_job_key(monkeypatch: pytest.MonkeyPatch) -> None:
     _cluster(monkeypatch, {"worker": ["b:1", "c:1"]}, "worker", 1)
-    monkeypatch.setenv(job.RUN_KEY_ENV, "slurm-12345")
+    monkeypatch.setenv("STOKER_RUN_KEY", "slurm-12345")
     assert job.base_run_key("mw") == "slurm-12345"
     assert job.base_run_key("mw", "mine-abcdef") == "mine-abcdef"
     assert len(job.base_run_key("mw", "abc") or "") >= 8  # the protocol's minimum
-    monkeypatch.delenv(job.RUN_KEY_ENV)
+    monkeypatch.delenv("STOKER_RUN_KEY")
     monkeypatch.delenv("TF_CONFIG")
     assert job.job_run_key("single") is None
     assert job.job_rank() == 0 and job.job_world_size() == 1

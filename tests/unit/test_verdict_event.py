@@ -1,7 +1,7 @@
 """The verdict event's text: the verdict words and the input-wait rounding of every surface."""
 
 from stoker_server.core.levels import Verdict
-from stoker_server.diagnosis.detectors import verdict_event_message
+from stoker_server.diagnosis.effects import verdict_event_message
 from stoker_server.diagnosis.verdict import Diagnosis
 
 

@@ -27,7 +27,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from trainer_agent import log_once
-from trainer_agent.capture.guard import FAULT_ENV, InjectedFault, test_fault
 from trainer_agent.config import RunArguments, RunOptions, takes_run_options
 
 if TYPE_CHECKING:
@@ -37,9 +36,6 @@ log = logging.getLogger("trainer_agent")
 
 # The modules whose `Model.fit` is patched.
 KERAS_MODULES = ("keras", "tf_keras")
-# `STOKER_TEST_FAULT=autolog` (tests only; read by `autolog()`) makes the patch itself raise
-# before the fit.
-AUTOLOG_FAULT = "autolog"
 
 _MISSING = object()
 _lock = threading.RLock()
@@ -63,7 +59,7 @@ def autolog(*, disable: bool = False, **options: Unpack[RunArguments]) -> None:
         trainer_agent.autolog(project="cifar10", tags=["baseline"])
         model.fit(train_ds, epochs=3)  # streamed to Stoker, input wait measured
     """
-    global _options, _hook, _prepare
+    global _options, _hook
     with _lock:
         if disable:
             _options = None
@@ -73,7 +69,6 @@ def autolog(*, disable: bool = False, **options: Unpack[RunArguments]) -> None:
                 _restore(name)
             return
         _options = RunOptions.of("autolog", options)
-        _prepare = _failing_call if test_fault() == AUTOLOG_FAULT else _monitored_call
         for name in KERAS_MODULES:
             module = sys.modules.get(name)
             if module is not None:
@@ -127,7 +122,7 @@ def _patched_fit(original: Callable[..., Any], keras_name: str) -> Callable[...,
         if options is None or getattr(_inside_fit, "active", False):
             return original(self, *args, **kwargs)
         try:
-            call = _prepare(original, keras_name, self, args, kwargs, options)
+            call = _monitored_call(original, keras_name, self, args, kwargs, options)
         except Exception as error:
             log_once.warn_once(
                 "fit", "Stoker autolog steps aside: this fit runs unmonitored (%s: %s)",
@@ -195,15 +190,6 @@ def _monitored_call(
         # On JAX and PyTorch the callback times each fetch in Python instead.
         bound.arguments["x"] = callback.wrap(x)
     return bound
-
-
-def _failing_call(*args: Any) -> "inspect.BoundArguments | None":
-    """`_monitored_call` under `STOKER_TEST_FAULT=autolog` (tests only)."""
-    raise InjectedFault(f"{FAULT_ENV}={AUTOLOG_FAULT}")
-
-
-# What the patched fit calls to monitor itself (`_failing_call` under the test fault).
-_prepare: Callable[..., "inspect.BoundArguments | None"] = _monitored_call
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -129,7 +129,6 @@ class StokerHooks:
             self,
             {name: None for name in GUARDED_HOOKS} | {"wrap": _unwrapped},
             on_disable=self._end_disabled_run,
-            contained={"wrap": self._unstamped},
         )
 
     @property

@@ -24,7 +24,8 @@ import threading
 from collections import Counter
 from typing import Any
 
-RUN_KEY_ENV = "STOKER_RUN_KEY"
+from trainer_agent.settings import agent_setting
+
 # Task types that train, in the order TensorFlow ranks them (the chief, then the workers).
 TRAINING_TASKS = ("chief", "master", "worker")
 
@@ -54,10 +55,12 @@ def _training_tasks(cluster: dict[str, Any]) -> list[tuple[str, int]]:
 def job_rank() -> int:
     """This worker's rank: `STOKER_RANK`, `RANK`, else its place among `TF_CONFIG`'s training
     tasks (the chief first, then the workers by index), else 0."""
-    for name in ("STOKER_RANK", "RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
+    rank = agent_setting("rank")
+    if rank is not None:
+        return rank
+    value = os.environ.get("RANK", "")
+    if value.isdigit():
+        return int(value)
     config = tf_config()
     raw_task, raw_cluster = config.get("task"), config.get("cluster")
     task: dict[str, Any] = raw_task if isinstance(raw_task, dict) else {}
@@ -78,7 +81,7 @@ def job_world_size() -> int:
 
 def base_run_key(run_name: str, run_key: str | None = None) -> str | None:
     """The job's key before numbering (see the module's docstring), or None."""
-    given = run_key or os.environ.get(RUN_KEY_ENV, "").strip()
+    given = run_key or agent_setting("run_key")
     if given:
         # The protocol wants keys of 8 to 128 characters (room is left for the `.n`).
         return given[:100] if len(given) >= 8 else f"run-key-{given}"

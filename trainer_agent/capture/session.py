@@ -189,11 +189,9 @@ class RunSession:
         self.sampler.start()
 
     def _on_command(self, command: dict[str, Any]) -> None:
-        """Server commands; unknown ones are ignored (docs/protocol.md)."""
-        if command.get("name") == "set_interval" and self.sampler is not None:
-            self.sampler.set_interval(float(command["interval_s"]))
-            log.info("Stoker: sampling every %.2f s (server command)", self.sampler.interval_s)
-        elif command.get("name") == "profile":
+        """Server commands (`watch` is the sender's own); unknown ones are ignored
+        (docs/protocol.md)."""
+        if command.get("name") == "profile":
             self.profiler.request(command)
 
     def wall_time(self, perf_s: float) -> float:

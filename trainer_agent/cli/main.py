@@ -1,6 +1,8 @@
-"""The `stoker` command. The agent's commands (`run`, `doctor`, `upload`, `top`, `--version`) need
-only the base install; the server's (`serve`, `demo`) are handed to the server's command line,
-which `stoker[server]` installs."""
+"""The `stoker` command: one parser for every command, each command's code imported only when
+it runs. The agent's commands (`run`, `doctor`, `upload`, `top`, `--version`) need only the
+base install; the server's (`serve`, `demo`) are stoker_server.cli's, which `stoker[server]`
+installs (without it, they say what to install). `stoker --help` imports neither the server
+nor TensorFlow. `python -m stoker_server.cli` is the same command."""
 
 import argparse
 import sys
@@ -11,8 +13,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trainer_agent.config import ServerSetting
 
-AGENT_COMMANDS = ("run", "doctor", "upload", "top")
 SERVER_INSTALL = "pip install 'stoker[server]'"
+# The server's flags and their defaults, as `--help` shows them (the agent side cannot read the
+# server's Settings, which need the server installed; tests/unit/test_cli.py compares them).
+SERVER_FLAGS = (
+    ("--host", "STOKER_HOST", "127.0.0.1", "the address to listen on"),
+    ("--port", "STOKER_PORT", "8470", "the port"),
+    ("--data-dir", "STOKER_DATA_DIR", "~/.stoker", "where runs are stored"),
+    ("--database-url", "STOKER_DATABASE_URL", "an SQLite file in the data directory",
+     "an SQLAlchemy URL (postgresql+psycopg://... for PostgreSQL)"),
+)  # fmt: skip
 
 
 def stoker_version() -> str:
@@ -24,18 +34,19 @@ def stoker_version() -> str:
         return __version__
 
 
-def _server_main(argv: list[str]) -> int:
+def _server_command(args: argparse.Namespace) -> int:
+    """`serve` or `demo`, from the server's package."""
     try:
-        from stoker_server.cli import main as server_main
+        from stoker_server.cli import main as server
     except ImportError as error:
         missing = error.name or str(error)
         print(
-            f"stoker {argv[0]}: the server is not installed (missing module {missing!r}).\n"
+            f"stoker {args.command}: the server is not installed (missing module {missing!r}).\n"
             f"Install it with: {SERVER_INSTALL}",
             file=sys.stderr,
         )
         return 1
-    return server_main(argv)
+    return server.serve(args) if args.command == "serve" else server.demo(args)
 
 
 def _checked_server(command: str, server: str | None) -> "ServerSetting | None":
@@ -53,14 +64,63 @@ def _checked_server(command: str, server: str | None) -> "ServerSetting | None":
     return setting
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="stoker",
-        description="Live GPU training monitor.",
-        epilog=f"Server commands (need {SERVER_INSTALL}): serve, demo. See `stoker serve --help`.",
-    )
+def _add_server_flags(parser: argparse.ArgumentParser) -> None:
+    for flag, env, default, meaning in SERVER_FLAGS:
+        parser.add_argument(
+            flag,
+            type=Path if flag == "--data-dir" else int if flag == "--port" else str,
+            default=None,
+            help=f"{meaning} (default: {env}, else {default})",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `stoker` command line: every command, agent's and server's."""
+    parser = argparse.ArgumentParser(prog="stoker", description="Live GPU training monitor.")
     parser.add_argument("--version", action="version", version=f"stoker {stoker_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve_parser = commands.add_parser(
+        "serve", help=f"run the Stoker server (needs {SERVER_INSTALL})"
+    )
+    _add_server_flags(serve_parser)
+
+    demo_parser = commands.add_parser(
+        "demo",
+        help="start a server and stream a real Keras training into it (needs the server)",
+        description="Start a Stoker server of its own, on a fresh data directory (only the "
+        "demo's runs show), and train a small Keras model twice into it: behind a fed input "
+        "pipeline, then a starved one, live for a few minutes.",
+    )
+    demo_parser.add_argument("--host", default="127.0.0.1", help="bind address (%(default)s)")
+    demo_parser.add_argument(
+        "--port", type=int, default=None, help="(default 8470, or the next free port after it)"
+    )
+    demo_parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="keep the demo's runs here, beside any already there (default: a fresh directory)",
+    )
+    demo_parser.add_argument(
+        "--database-url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir)"
+    )
+    demo_parser.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="stream into this running server instead of starting one (its runs show too)",
+    )
+    demo_parser.add_argument("--epochs", type=int, default=3, help="epochs per demo run")
+    demo_parser.add_argument(
+        "--exit", action="store_true", help="stop the server when training ends"
+    )
+    demo_parser.add_argument(
+        "--live-minutes",
+        type=float,
+        default=3.0,
+        help="how long the starved demo run stays live (Ctrl-C ends it sooner; 0: --epochs)",
+    )
 
     run_parser = commands.add_parser(
         "run",
@@ -95,18 +155,21 @@ def _parser() -> argparse.ArgumentParser:
     top_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
     top_parser.add_argument("--token", default=None, help="default: STOKER_VIEW_TOKEN")
     top_parser.add_argument("--once", action="store_true", help="print one frame and exit")
+    top_parser.add_argument(
+        "--all", action="store_true", help="ended runs too, with their status (the `a` key)"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and not argv[0].startswith("-") and argv[0] not in AGENT_COMMANDS:
-        return _server_main(argv)
     command: list[str] = []
     if argv[:1] == ["run"] and "--" in argv:  # options before `--`, the command after it
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.command in ("serve", "demo"):
+        return _server_command(args)
     if args.command == "doctor":
         from trainer_agent.cli.doctor import main as run_doctor
 
@@ -126,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "top":
         from trainer_agent.top import main as run_top
 
-        return run_top(server=setting.url, token=args.token, once=args.once)
+        return run_top(server=setting.url, token=args.token, once=args.once, show_ended=args.all)
     from trainer_agent.delivery.upload import main as run_upload
 
     return run_upload(args.directory, server=server, token=args.token)

@@ -20,6 +20,7 @@ import queue
 import shlex
 import threading
 from collections.abc import Callable
+from enum import Enum, auto
 from typing import Any
 
 from trainer_agent.capture.recorder import Recorder
@@ -48,6 +49,15 @@ DRAIN_ANNOUNCE_AFTER_S = 2.0
 NO_DEADLINE = float("inf")
 
 
+class Phase(Enum):
+    """Where a sender is in its run. The sender thread moves it on, but for `start`."""
+
+    NEW = auto()  # built; not started
+    SENDING = auto()  # the run is live: a flush every interval
+    DRAINING = auto()  # the run ended (`close`): what is left is sent, as its `Drain` allows
+    DONE = auto()  # delivered, or left in the spool; the run's end said what happened
+
+
 class Drain:
     """When the drain at the run's end stops: at the cap; when the server has not been
     reachable for `reach_for_s` (refused, no route: it is not coming back now); or when it is
@@ -61,6 +71,7 @@ class Drain:
         self._reach_for_s = reach_for_s
         self._ack_timeout_s = ack_timeout_s
         self._last_progress = started
+        self.announced = False  # the one line saying the end takes a while was said
 
     def progressed(self, now: float) -> None:
         self._last_progress = now
@@ -124,6 +135,15 @@ if hasattr(os, "register_at_fork"):
 
 
 class Sender:
+    """One run's delivery, on the sender thread: flushes while the run is live, the drain at
+    its end, what is left to the spool, and what the user is told of each (see the module).
+
+    One class, past 300 lines, because its phases (`Phase`) share one transport, outbox and
+    reconnect state, and what the end says depends on what the live flushes met; apart, each
+    part would reach into the others' state. The pieces with no state of the run's are apart:
+    `Drain`, `Outbox`, `Reconnect`, the transports, `_Workers`.
+    """
+
     def __init__(
         self,
         *,
@@ -137,10 +157,11 @@ class Sender:
     ) -> None:
         self._config = config
         self._hello = hello
-        # The server cannot hold records of this run yet (its key was made here): when it ends
-        # before the first flush it is sent whole over HTTP, with no welcome's last seq to read.
-        self._new_run = new_run
-        self._opened_once = False
+        self._phase = Phase.NEW
+        # The server cannot hold records of this run yet (its key was made here) and no
+        # connection was opened: a run that ends now is sent whole over HTTP, with no
+        # welcome's last seq to read.
+        self._unknown_to_server = new_run
         self._post = post
         self._clock = clock
         self._transport: Transport = (
@@ -168,19 +189,18 @@ class Sender:
             spool=spool,
         )
         self._reconnect = Reconnect(clock)
+        # Asked of the sender thread by the training side: end the run; stop draining now.
         self._stop = threading.Event()
         self._abandon = threading.Event()
         # While draining at the end, no network wait may outlast this.
         self._deadline = NO_DEADLINE
-        self._drain: Drain | None = None
-        self._drain_announced = False
+        self._drain: Drain | None = None  # while draining
         self._last_error: BaseException | None = None
         self._said_misconfigured = ""
         # Said once HTTP POST delivers (the upgrade's refusal may mean no Stoker is there).
         self._fallback_note: str | None = None
         self._end_status = "finished"
-        self._started = False
-        self._finished = threading.Event()
+        self._finished = threading.Event()  # set as the phase becomes DONE
         self.rejected_rows = 0
         self.acked_batches = 0
         self.unsent_steps = 0  # steps left in the spool when the run ended
@@ -197,7 +217,7 @@ class Sender:
 
     # --- the training side ----------------------------------------------------------------
     def start(self) -> None:
-        self._started = True
+        self._phase = Phase.SENDING
         _workers.run(self._run)
 
     def close(
@@ -220,7 +240,7 @@ class Sender:
 
     def join(self, timeout_s: float | None = None) -> bool:
         """Wait for the sender's work to finish; True when it did."""
-        if not self._started:
+        if self._phase is Phase.NEW:
             return True
         return self._finished.wait(self.drain_bound_s() if timeout_s is None else timeout_s)
 
@@ -234,8 +254,13 @@ class Sender:
         self._transport.close()
 
     @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
     def done(self) -> bool:
-        return self._stop.is_set() and (not self._started or self._finished.is_set())
+        """The run was ended and nothing of it is being sent any more."""
+        return self._stop.is_set() and (self._phase is Phase.NEW or self._finished.is_set())
 
     @property
     def run_id(self) -> int | None:
@@ -279,6 +304,7 @@ class Sender:
             while not self._stop.is_set():
                 self.cycle()
                 self._clock.wait(self._stop, self.flush_interval_s)
+            self._phase = Phase.DRAINING
             if self.before_final_flush is not None:
                 self.before_final_flush()
             self._final_flush()
@@ -289,6 +315,7 @@ class Sender:
                 self._disconnect()
                 self._outbox.release()
             finally:
+                self._phase = Phase.DONE
                 self._finished.set()
 
     def cycle(self, *, force_connect: bool = False) -> bool:
@@ -311,7 +338,7 @@ class Sender:
             self.cycle()
             self._leave_the_rest()
             return
-        if self._new_run and not self._opened_once and self._transport.name == "websocket":
+        if self._unknown_to_server and self._transport.name == "websocket":
             # A short run (a fit per epoch, an RL loop's fit): one POST on the process's open
             # HTTP connection costs far less than a WebSocket of its own.
             self._transport = HttpTransport(self._config, self._hello, post=self._post)
@@ -346,12 +373,13 @@ class Sender:
 
     def _announce_slow_drain(self) -> None:
         """One line when the run's end takes over 2 s: the user sees why the process waits."""
-        if self._drain is None or self._drain_announced:
+        drain = self._drain
+        if drain is None or drain.announced:
             return
         now = self._clock.monotonic()
-        if now - self._drain.started < DRAIN_ANNOUNCE_AFTER_S:
+        if now - drain.started < DRAIN_ANNOUNCE_AFTER_S:
             return
-        self._drain_announced = True
+        drain.announced = True
         log.warning(
             "Stoker: sending this run's last records to %s (%d batches acknowledged so far, "
             "%d records still to send); waiting up to %.0f s more while it keeps acknowledging",
@@ -523,7 +551,7 @@ class Sender:
         except Exception as error:
             self._schedule_reconnect(error)
             return False
-        self._opened_once = True
+        self._unknown_to_server = False
         if welcome is not None:
             self._on_welcome(welcome)
         return True
@@ -546,7 +574,7 @@ class Sender:
             return
         if not self._reconnect.failed():
             return  # said already
-        if self._deadline != NO_DEADLINE:
+        if self._phase is Phase.DRAINING:
             return  # the run is ending: its end says what happened, once
         if is_slow(error):
             log.warning(
@@ -567,7 +595,7 @@ class Sender:
         of what was kept."""
         self._fallback_note = None
         message = str(error)
-        if message == self._said_misconfigured or self._deadline != NO_DEADLINE:
+        if message == self._said_misconfigured or self._phase is Phase.DRAINING:
             return
         self._said_misconfigured = message
         if not isinstance(error, TokenRefused):

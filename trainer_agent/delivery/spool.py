@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from trainer_agent.delivery import wire
+from trainer_agent.settings import DEFAULT_SPOOL_MAX_BYTES
 
 try:
     import fcntl
 except ImportError:  # Windows: no flock; spooled runs are then only sent by `stoker upload`
     fcntl = None  # type: ignore[assignment]
 
-DEFAULT_MAX_BYTES = 512 * 2**20
 PROFILES = "profiles"  # the run's spooled profiler traces (trainer_agent/delivery/profile_spool.py)
 END_RESERVED_BYTES = 4096  # far more than an end record (a status and a few counters) needs
 
@@ -46,11 +46,6 @@ _left_behind = 0
 def left_behind_count() -> int:
     """How many times this process let go of a run it left in a spool directory."""
     return _left_behind
-
-
-def default_spool_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "stoker" / "spool"
 
 
 def run_spool_directory(spool_dir: Path, run_key: str, rank: int) -> Path:
@@ -99,7 +94,11 @@ class Spool:
     """The spooled batches of one run."""
 
     def __init__(
-        self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, server: str | None = None
+        self,
+        directory: Path,
+        *,
+        max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
+        server: str | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.max_bytes = max_bytes

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer_agent.capture.guard import FAULT_ENV, InjectedFault, test_fault
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery import profile_spool
 from trainer_agent.delivery.backoff import Backoff
@@ -51,7 +50,6 @@ EXIT_GIVE_UP_UNREACHABLE_S = 2.0
 BASELINE_STEPS = 50
 ENDED_BEFORE_START = "profile failed: the run's training ended before the capture could start"
 RETRY_MAX_S = 30.0
-FAULT_HOOK = "profile_start"  # STOKER_TEST_FAULT=profile_start makes the start fail
 
 
 @dataclass
@@ -207,11 +205,6 @@ def _start_profiler(directory: Path) -> None:
     tf.profiler.experimental.start(str(directory))
 
 
-def _failing_start(directory: Path) -> None:
-    """`_start_profiler` under `STOKER_TEST_FAULT=profile_start` (tests only)."""
-    raise InjectedFault(f"{FAULT_ENV}={FAULT_HOOK}")
-
-
 class StepCapture:
     """The training thread's part: at a step boundary after a request, start
     `tf.profiler.experimental`, mark each step with a `Trace`, stop after the capture's steps
@@ -228,7 +221,6 @@ class StepCapture:
         self._last_begin: float | None = None
         self._last_n = 1
         self._baseline: deque[float] = deque(maxlen=BASELINE_STEPS)
-        self._start_profiler = _failing_start if test_fault() == FAULT_HOOK else _start_profiler
 
     def step_begin(self, step: int, now: float, n: int = 1) -> None:
         """A step (or an execution of `n` steps) begins; the one before it ended at `now`."""
@@ -286,7 +278,7 @@ class StepCapture:
 
     def _start(self, capture: Capture, step: int) -> None:
         began = time.perf_counter()
-        self._start_profiler(capture.directory / profile_spool.CAPTURE)
+        _start_profiler(capture.directory / profile_spool.CAPTURE)
         capture.start_cost_s = time.perf_counter() - began
         capture.started = began
         capture.first_step = step

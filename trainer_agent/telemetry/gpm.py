@@ -22,11 +22,11 @@ reading off.
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from trainer_agent.settings import agent_setting
 from trainer_agent.telemetry.nvml import DeviceKey, Nvml
 
 log = logging.getLogger("trainer_agent")
@@ -49,8 +49,7 @@ MAX_FAILURES = 3
 
 def gpm_enabled() -> bool:
     """False when `STOKER_GPM` turns GPM off (0, false, no, off)."""
-    value = os.environ.get("STOKER_GPM", "").strip().lower()
-    return value not in ("0", "false", "no", "off")
+    return agent_setting("gpm")
 
 
 def _empty() -> dict[str, float | None]:

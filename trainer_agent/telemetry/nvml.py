@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from trainer_agent.log_once import warn_once
+
 log = logging.getLogger("trainer_agent")
 
 # pynvml enum values (stable across NVML versions).
@@ -56,6 +58,10 @@ def _text(value: Any) -> str | None:
 class Nvml:
     """Thread-safe NVML access with lazy init; every method returns None on failure.
 
+    The agent's one NVML chokepoint, by design (every call under one lock, "not supported"
+    read as None, a missing symbol said once, static facts cached): hence one class, past 300
+    lines, for every device reading the samplers take.
+
     Args:
         library: A module with pynvml's API; defaults to importing `pynvml`.
     """
@@ -65,7 +71,6 @@ class Nvml:
         self._lock = threading.Lock()
         self._state = "new"  # new → ready | unavailable
         self.unavailable_reason: str | None = None
-        self._logged: set[str] = set()
         self._handles: dict[DeviceKey, Any] = {}
         self._infos: dict[DeviceKey, GpuInfo] = {}
         self._parents: dict[str, int | None] = {}
@@ -97,8 +102,8 @@ class Nvml:
         return self._state == "ready"
 
     def warn_unavailable_once(self) -> None:
-        self._log_once(
-            "unavailable",
+        warn_once(
+            "nvml:unavailable",
             "Stoker: no NVIDIA driver/NVML here (%s); GPU metrics are off, host metrics and "
             "step timing still flow",
             self.unavailable_reason,
@@ -124,8 +129,10 @@ class Nvml:
         library = self._library
         fn: Callable[..., Any] | None = getattr(library, function, None)
         if fn is None:
-            self._log_once(
-                function, "Stoker: this pynvml has no %s; that field stays empty", function
+            warn_once(
+                f"nvml:{function}",
+                "Stoker: this pynvml has no %s; that field stays empty",
+                function,
             )
             return None
         try:
@@ -138,13 +145,13 @@ class Nvml:
             if name == "NVMLError_NotSupported":
                 return None
             if name == "NVMLError_FunctionNotFound":
-                self._log_once(
-                    function,
+                warn_once(
+                    f"nvml:{function}",
                     "Stoker: the NVIDIA driver has no %s; that field stays empty",
                     function,
                 )
                 return None
-            self._log_once(f"{function}:{name}", "Stoker: NVML %s failed: %s", function, error)
+            warn_once(f"nvml:{function}:{name}", "Stoker: NVML %s failed: %s", function, error)
             return None
         self._last_errors.pop(function, None)
         return result
@@ -158,11 +165,6 @@ class Nvml:
     def library(self) -> ModuleType | None:
         """The NVML binding once NVML is initialized (its structs and constants), else None."""
         return self._library if self.available() else None
-
-    def _log_once(self, key: str, message: str, *args: Any) -> None:
-        if key not in self._logged:
-            self._logged.add(key)
-            log.warning(message, *args)
 
     # --- devices --------------------------------------------------------------------------
     def device_count(self) -> int:

@@ -232,9 +232,6 @@ class Sampler:
     def start(self) -> None:
         _shared_thread().add(self)
 
-    def set_interval(self, interval_s: float) -> None:
-        self.interval_s = max(MIN_INTERVAL_S, float(interval_s))
-
     def close(self, timeout_s: float = 2.0) -> None:
         """Stop sampling after one last reading (taken on the sampler thread; given up after
         `timeout_s` when that thread is stuck, e.g. in a driver call)."""

@@ -8,7 +8,6 @@ Rich (`rich.live.Live`); keys are read in cbreak mode (keys.py). `--once` prints
 import asyncio
 import contextlib
 import itertools
-import os
 import signal
 import sys
 
@@ -16,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from websockets.asyncio.client import ClientConnection
 
+from trainer_agent.settings import agent_setting
 from trainer_agent.top.link import EXIT_REFUSED, ServerLink, TopError, read_messages
 from trainer_agent.top.state import TopState
 from trainer_agent.top.view import Screen, render
@@ -33,17 +33,17 @@ def _console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
-def _screen(console: Console, *, cursor: bool = True) -> Screen:
+def _screen(console: Console, *, interactive: bool = True) -> Screen:
     unicode = console.encoding.lower().replace("-", "").startswith("utf")
     return Screen(
         width=console.size.width, height=console.size.height,
         color=console.color_system is not None and not console.no_color, unicode=unicode,
-        cursor=cursor,
+        interactive=interactive,
     )  # fmt: skip
 
 
-def main(*, server: str, token: str | None, once: bool) -> int:
-    token = token or os.environ.get("STOKER_VIEW_TOKEN") or None
+def main(*, server: str, token: str | None, once: bool, show_ended: bool = False) -> int:
+    token = token or agent_setting("view_token")
     console = _console()
     if not once:
         try:
@@ -55,7 +55,7 @@ def main(*, server: str, token: str | None, once: bool) -> int:
             print("stoker top: needs a terminal; `--once` prints one frame", file=sys.stderr)
             return 2
     try:
-        return asyncio.run(_top(server, token, once, console))
+        return asyncio.run(_top(server, token, once, console, show_ended))
     except TopError as error:
         print(f"stoker top: {error}", file=sys.stderr)
         return error.code
@@ -63,16 +63,18 @@ def main(*, server: str, token: str | None, once: bool) -> int:
         return 0
 
 
-async def _top(server: str, token: str | None, once: bool, console: Console) -> int:
+async def _top(
+    server: str, token: str | None, once: bool, console: Console, show_ended: bool
+) -> int:
     link = ServerLink(server, token)
     try:
         socket = await link.open_live()  # says at once whether the server and token are good
-        state = TopState(connected=True)
+        state = TopState(connected=True, show_ended=show_ended)
         await link.snapshot(state)
         await link.poll(state)
         if once:
             await socket.close()
-            console.print(render(state, server, _screen(console, cursor=False)))
+            console.print(render(state, server, _screen(console, interactive=False)))
             return 0
         return await _interactive(link, socket, state, console)
     finally:

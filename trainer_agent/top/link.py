@@ -19,6 +19,8 @@ TIMEOUT_S = 10.0
 # At most this many runs are polled for their latest steps, GPUs and verdict.
 MAX_POLLED_RUNS = 50
 STEPS_TAIL = 200
+# Ended runs listed when asked for (`a`, `--all`): the newest, ended or not.
+ENDED_RUNS = 100
 
 
 class TopError(Exception):
@@ -87,18 +89,31 @@ class ServerLink:
     # -- what is read --------------------------------------------------------------------------
 
     async def snapshot(self, state: TopState) -> None:
-        """The running runs and the firing alerts, as they are now."""
+        """The running runs (the latest ended ones too, when shown) and the firing alerts, as
+        they are now."""
         runs = await self.get("/runs", status="running", limit=1000)
         for run in runs["data"]:
             state.set_run(run)
+        if state.show_ended:
+            await self.read_ended(state)
         alerts = await self.get("/alerts", state="firing", limit=10_000)
         state.firing.clear()
         for alert in alerts["data"]:
             state.set_alert(alert)
 
+    async def read_ended(self, state: TopState) -> None:
+        """The newest ENDED_RUNS runs, ended ones among them: their figures are their summary's."""
+        runs = await self.get("/runs", limit=ENDED_RUNS)
+        for run in runs["data"]:
+            state.set_run(run)
+        state.ended_read = True
+
     async def poll(self, state: TopState, *, verdicts: bool = True) -> None:
         """The latest steps and GPU readings of each running run (and the opened run), and with
-        `verdicts` their diagnosis (the opened run's always)."""
+        `verdicts` their diagnosis (the opened run's always). Ended runs are read once, when
+        they are first shown."""
+        if state.show_ended and not state.ended_read:
+            await self.read_ended(state)
         ids = state.running_ids()[:MAX_POLLED_RUNS]
         if state.opened is not None and state.opened not in ids:
             ids.append(state.opened)

@@ -169,6 +169,7 @@ class TopState:
     descending: bool = True
     project: str | None = None
     show_ended: bool = False
+    ended_read: bool = False  # the latest ended runs were read (they change no more)
     selected: int | None = None  # run id
     opened: int | None = None  # run id
     notice: str = ""  # the server's last notice on the live socket

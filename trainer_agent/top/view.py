@@ -25,7 +25,8 @@ class Screen:
     height: int
     color: bool
     unicode: bool
-    cursor: bool = True  # the selected run is highlighted (not in `--once`)
+    # The selected run is highlighted and the keys are listed; not in `--once`, which reads none.
+    interactive: bool = True
 
 
 def _gib(value: float | None) -> str:
@@ -113,22 +114,82 @@ def _gpu_cells(gpu: GpuReading | None, screen: Screen) -> list[Text]:
     return [Text(label), Text(_percent(gpu.util)), Text(_percent(gpu.sm_util)), Text(_memory(gpu))]
 
 
-def _run_rows(state: TopState, view: RunView, screen: Screen) -> list[list[Text]]:
+# The runs list's columns of fixed width: (header, width, right-aligned).
+FIGURE_COLUMNS = (("STEP", 6, True), ("STEP/S", 6, True), ("MS/STEP", 7, True),
+                  ("INPUT WAIT", 13, False))  # fmt: skip
+GPU_COLUMNS = (("GPU", 3, True), ("UTIL", 4, True), ("SM", 4, True), ("MEM", 8, True))
+NAME_MIN, PROJECT_MIN = len("RUN"), len("PROJECT")
+# GPU readings go in columns of the run's line only while that leaves the names this much (or
+# all they need); else each run's GPUs get a line of their own under it.
+NAMES_BESIDE_GPUS = 30
+
+
+@dataclass(frozen=True)
+class ListLayout:
+    """The runs list's columns for the runs shown: a status column only when some has ended, GPU
+    readings only when some has them (in columns, or on lines under each run when columns
+    would leave the names too little), and the rest of the width to the names."""
+
+    name_width: int
+    project_width: int
+    status_width: int  # 0: no status column
+    gpus: bool  # GPU columns
+    gpu_lines: bool = False  # each run's GPUs on a line of their own under it
+
+    @classmethod
+    def of(cls, shown: list[RunView], width: int) -> "ListLayout":
+        readings = any(view.gpus for view in shown)
+        ended = any(view.status != "running" for view in shown)
+        status = max([len("STATUS"), *(len(view.status) for view in shown)]) if ended else 0
+        longest_name = max([NAME_MIN, *(len(view.name) for view in shown)])
+        longest_project = max([PROJECT_MIN, *(len(view.project) for view in shown)])
+        needed = longest_name + longest_project
+
+        def free_for_names(gpus: bool) -> int:
+            fixed = [width for _, width, _ in FIGURE_COLUMNS]
+            fixed += [width for _, width, _ in GPU_COLUMNS] if gpus else []
+            fixed += [status] if status else []
+            gaps = len(fixed) + 1  # one space after every column but the last
+            return max(NAME_MIN + PROJECT_MIN, width - sum(fixed) - gaps)
+
+        gpus = readings and free_for_names(True) >= min(needed, NAMES_BESIDE_GPUS)
+        free = free_for_names(gpus)
+        # The project takes up to a third of what is free, the name the rest; what the name
+        # does not need goes back to the project.
+        project = min(longest_project, max(PROJECT_MIN, free // 3))
+        name = min(longest_name, free - project)
+        project = min(longest_project, free - name)
+        return cls(
+            name_width=name, project_width=project, status_width=status, gpus=gpus,
+            gpu_lines=readings and not gpus,
+        )  # fmt: skip
+
+    def leading(self) -> int:
+        """Columns before the GPU columns."""
+        return 2 + bool(self.status_width) + len(FIGURE_COLUMNS)
+
+
+def _run_rows(
+    state: TopState, view: RunView, screen: Screen, layout: ListLayout
+) -> list[list[Text]]:
     """A run's lines: the run with its first GPU, then one per further GPU, then its alerts."""
     gpus = [view.gpus[key] for key in sorted(view.gpus)]
-    first = [
-        Text(view.name),
-        Text(view.project),
+    first = [Text(view.name), Text(view.project)]
+    if layout.status_width:
+        first.append(Text(view.status))
+    first += [
         Text(_count(view.step)),
         Text(_number(view.steps_per_s)),
         Text(_number(None if view.step_time_s is None else view.step_time_s * 1000)),
         wait_cell(view, screen),
-        *_gpu_cells(gpus[0] if gpus else None, screen),
     ]
-    if view.status != "running":
-        first[2].append(f" {view.status[:3]}")
+    if layout.gpus:
+        first += _gpu_cells(gpus[0] if gpus else None, screen)
     rows = [first]
-    rows += [[Text("")] * 6 + _gpu_cells(gpu, screen) for gpu in gpus[1:]]
+    if layout.gpus:
+        rows += [[Text("")] * layout.leading() + _gpu_cells(gpu, screen) for gpu in gpus[1:]]
+    if layout.gpu_lines:
+        rows += [[line] for line in _gpu_lines(gpus, screen)]
     for alert in state.alerts_of(view.id):
         mark = "▲ " if screen.unicode else "^ "
         line = Text(f"  {mark}{alert.get('message') or alert.get('rule_name', 'alert')}")
@@ -137,21 +198,38 @@ def _run_rows(state: TopState, view: RunView, screen: Screen) -> list[list[Text]
     return rows
 
 
-def _runs_table(screen: Screen, *, header: bool) -> Table:
+def _gpu_lines(gpus: list[GpuReading], screen: Screen) -> list[Text]:
+    """A run's GPUs as lines under it, as many to a line as fit: "GPU 0  91% SM 64% 29/80G"."""
+    parts = []
+    for gpu in gpus:
+        label = str(gpu.gpu) if gpu.rank == 0 else f"{gpu.rank}/{gpu.gpu}"
+        util, sm = _percent(gpu.util), _percent(gpu.sm_util)
+        parts.append(f"GPU {label} {util:>4} SM {sm:>4} {_memory(gpu):>8}")
+    lines: list[Text] = []
+    line = ""
+    for part in parts:
+        if line and len(line) + 3 + len(part) > screen.width:
+            lines.append(Text(line))
+            line = ""
+        line = f"{line}   {part}" if line else f"  {part}"
+    if line:
+        lines.append(Text(line))
+    return lines
+
+
+def _runs_table(screen: Screen, layout: ListLayout, *, header: bool) -> Table:
+    """A table of the list's columns, as wide in every table of the frame (fixed widths)."""
     table = Table(
         box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, expand=False,
-        header_style="bold" if screen.color else "", width=screen.width, show_header=header,
+        header_style="bold" if screen.color else "", show_header=header,
     )  # fmt: skip
-    table.add_column("RUN", ratio=3, no_wrap=True, overflow="ellipsis")
-    table.add_column("PROJECT", ratio=2, no_wrap=True, overflow="ellipsis")
-    table.add_column("STEP", justify="right", no_wrap=True, width=6)
-    table.add_column("STEP/S", justify="right", no_wrap=True, width=6)
-    table.add_column("MS/STEP", justify="right", no_wrap=True, width=7)
-    table.add_column("INPUT WAIT", no_wrap=True, width=13)
-    table.add_column("GPU", justify="right", no_wrap=True, width=3)
-    table.add_column("UTIL", justify="right", no_wrap=True, width=4)
-    table.add_column("SM", justify="right", no_wrap=True, width=4)
-    table.add_column("MEM", justify="right", no_wrap=True, width=8)
+    table.add_column("RUN", width=layout.name_width, no_wrap=True, overflow="ellipsis")
+    table.add_column("PROJECT", width=layout.project_width, no_wrap=True, overflow="ellipsis")
+    if layout.status_width:
+        table.add_column("STATUS", width=layout.status_width, no_wrap=True)
+    columns = FIGURE_COLUMNS + (GPU_COLUMNS if layout.gpus else ())
+    for name, width, right in columns:
+        table.add_column(name, justify="right" if right else "left", no_wrap=True, width=width)
     return table
 
 
@@ -164,27 +242,28 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
     title = f"{running} running · sort {state.sort} {arrow} · project {state.project or 'all'}"
     if not screen.unicode:
         title = title.replace("·", "|")
-    selected = state.selected_view() if screen.cursor else None
+    selected = state.selected_view() if screen.interactive else None
+    layout = ListLayout.of(shown, screen.width)
     # Lines for runs: all but the header, the table's header, the keys and any notice.
-    room = max(1, screen.height - 3 - bool(state.problem) - bool(state.notice))
+    room = max(1, screen.height - 2 - screen.interactive - bool(state.problem) - bool(state.notice))
     lines: list[tuple[list[Text], bool]] = []
     for view in shown:
         chosen = selected is not None and view.id == selected.id
-        lines += [(row, chosen) for row in _run_rows(state, view, screen)]
+        lines += [(row, chosen) for row in _run_rows(state, view, screen, layout)]
     # Scrolled only as far as needed to show the selected run's lines, its first at least.
     chosen_lines = [i for i, (_, chosen) in enumerate(lines) if chosen] or [0]
     start = min(chosen_lines[0], max(0, chosen_lines[-1] - room + 1))
-    # Consecutive run lines share a table; an alert line spans the width between tables. The
-    # columns are as wide in every table (fixed widths, the rest shared by ratio).
+    # Consecutive run lines share a table; a line of its own (an alert, GPUs under their run)
+    # spans the width between tables. The columns are as wide in every table (fixed widths).
     tables: list[RenderableType] = []
-    table = _runs_table(screen, header=True)
+    table = _runs_table(screen, layout, header=True)
     for row, chosen in lines[start : start + room]:
         style = "reverse" if chosen else ""  # reverse video, also without colour
         if len(row) == 1:
             alert = row[0].copy()
             alert.truncate(screen.width, overflow="ellipsis")
             tables += [table, alert]
-            table = _runs_table(screen, header=False)
+            table = _runs_table(screen, layout, header=False)
         else:
             table.add_row(*row, style=style)
     if table.row_count or table.show_header:
@@ -199,8 +278,9 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
             text = Text(line, style="red" if screen.color and line == state.problem else "")
             text.truncate(screen.width, overflow="ellipsis")
             parts.append(text)
-    keys = KEYS_LIST if screen.unicode else KEYS_LIST.replace("↑↓", "up/down")
-    parts.append(Text(keys, style="bright_black" if screen.color else "", no_wrap=True))
+    if screen.interactive:
+        keys = KEYS_LIST if screen.unicode else KEYS_LIST.replace("↑↓", "up/down")
+        parts.append(Text(keys, style="bright_black" if screen.color else "", no_wrap=True))
     return Group(*parts)
 
 

@@ -4,6 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
+from stoker_server.api.deps import (
+    DetectorsDep,
+    OptionalRunIdQuery,
+    SessionDep,
+    ViewerAuth,
+    WriterDep,
+)
 from stoker_server.core.models import (
     AlertRuleCreate,
     AlertRulePublic,
@@ -18,13 +25,6 @@ from stoker_server.diagnosis.alerts_and_events import (
     list_alerts,
     list_rules,
     update_rule,
-)
-from stoker_server.service.deps import (
-    DetectorsDep,
-    OptionalRunIdQuery,
-    SessionDep,
-    ViewerAuth,
-    WriterDep,
 )
 
 RuleId = Annotated[int, Path(ge=1, le=2**31 - 1)]

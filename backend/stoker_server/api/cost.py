@@ -14,11 +14,12 @@ from pydantic import BaseModel
 from sqlalchemy import and_, func, or_
 from sqlmodel import Session, col, select
 
+from stoker_server.api.deps import SessionDep, SettingsDep, ViewerAuth
 from stoker_server.api.queries import summary_number
 from stoker_server.core.db import select_columns
 from stoker_server.core.levels import INPUT_BOUND, InputBoundThresholds
 from stoker_server.core.models import Run, RunStatus
-from stoker_server.service.deps import SessionDep, SettingsDep, ViewerAuth
+from stoker_server.core.text import without_nul
 
 router = APIRouter(prefix="/api/v1", tags=["cost"], dependencies=[ViewerAuth])
 
@@ -78,7 +79,7 @@ def starvation_totals(
         )
     ]
     if project is not None:
-        where.append(Run.project == project.replace("\x00", ""))
+        where.append(Run.project == without_nul(project))
     lost = func.coalesce(summary_number(session, "lost_gpu_s"), 0.0)
     wait = func.coalesce(summary_number(session, "input_wait_s"), 0.0)
     lost_sum, wait_sum = func.sum(lost), func.sum(wait)

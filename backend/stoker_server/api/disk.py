@@ -9,8 +9,8 @@ also refreshes the figures `/metrics` serves.
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from stoker_server.api.deps import SessionDep, StateDep, ViewerAuth
 from stoker_server.ingest.retention import measure
-from stoker_server.service.deps import SessionDep, StateDep, ViewerAuth
 
 router = APIRouter(prefix="/api/v1", tags=["disk"], dependencies=[ViewerAuth])
 

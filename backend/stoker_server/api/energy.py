@@ -15,11 +15,11 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlmodel import Session, col
 
+from stoker_server.api.deps import RunDep, RunId, SessionDep, SettingsDep, ViewerAuth
 from stoker_server.core.db import select_columns
 from stoker_server.core.models import DeviceSample, Run, RunStatus
 from stoker_server.core.step_chunks import read_steps
 from stoker_server.diagnosis.energy import split_energy
-from stoker_server.service.deps import RunDep, RunId, SessionDep, SettingsDep, ViewerAuth
 
 router = APIRouter(prefix="/api/v1", tags=["energy"], dependencies=[ViewerAuth])
 

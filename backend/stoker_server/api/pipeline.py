@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 from sqlmodel import Session
 
+from stoker_server.api.deps import RunId, SessionDep, ViewerAuth, get_run
 from stoker_server.core.step_chunks import read_latest_steps
 from stoker_server.diagnosis.bottleneck import (
     Bottleneck,
@@ -19,7 +20,6 @@ from stoker_server.diagnosis.bottleneck import (
 from stoker_server.diagnosis.verdict import Diagnosis, Verdict
 from stoker_server.ingest.pipeline_store import pipeline_read
 from stoker_server.ingest.protocol import PipelineStage
-from stoker_server.service.deps import RunId, SessionDep, ViewerAuth, get_run
 
 router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
 

@@ -30,6 +30,7 @@ from stoker_server.core.step_chunks import (
     read_steps,
     step_bounds,
 )
+from stoker_server.core.text import without_nul
 from stoker_server.ingest.agent_writes import ROLLUP_WIDTHS
 from stoker_server.ingest.summary import run_public
 
@@ -44,7 +45,7 @@ def _run_filters(
     q: str | None,
 ) -> list[Any]:  # fmt: skip
     # Stored text never holds NUL (protocol.no_nul), and PostgreSQL refuses it in parameters.
-    project, tag, q = (None if v is None else v.replace("\x00", "") for v in (project, tag, q))
+    project, tag, q = (None if v is None else without_nul(v) for v in (project, tag, q))
     where: list[Any] = []
     if project is not None:
         where.append(Run.project == project)
@@ -103,7 +104,7 @@ def _run_order(session: Session, sort: str) -> tuple[Any, ...]:
 
 def _best_order(session: Session, metric: str, *, descending: bool) -> tuple[Any, ...]:
     """Order by the summary's best value of epoch metric `metric`; runs without one last."""
-    metric = metric.replace("\x00", "")
+    metric = without_nul(metric)
     if session.get_bind().dialect.name == "postgresql":
         best = "CAST(run.summary -> 'epoch_metrics' -> CAST(:metric AS text) ->> 'best' AS float)"
     else:

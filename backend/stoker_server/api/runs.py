@@ -6,6 +6,15 @@ from fastapi import APIRouter, Query, Response
 from fastapi.responses import StreamingResponse
 from sqlmodel import Session
 
+from stoker_server.api.deps import (
+    HubDep,
+    RunDep,
+    RunExists,
+    RunId,
+    SessionDep,
+    ViewerAuth,
+    WriterDep,
+)
 from stoker_server.api.edits import delete_run, update_run
 from stoker_server.api.queries import (
     RUN_SORT_PATTERN,
@@ -31,28 +40,22 @@ from stoker_server.core.models import (
     RunUpdate,
     StepSeries,
 )
-from stoker_server.service.deps import (
-    HubDep,
-    RunDep,
-    RunExists,
-    RunId,
-    SessionDep,
-    ViewerAuth,
-    WriterDep,
-)
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[ViewerAuth])
 
 # Run ids are 32-bit on every database; larger numbers are refused up front (422).
 MaxPoints = Annotated[int, Query(ge=2, le=200_000, description="at most this many points")]
-Int64Query = Annotated[int, Query(ge=0, le=2**63 - 1)]
 AfterStep = Annotated[int | None, Query(ge=-1, le=2**63 - 1, description="steps after this")]
 BeforeStep = Annotated[int | None, Query(ge=0, le=2**63 - 1, description="steps before this")]
 SinceT = Annotated[float | None, Query(allow_inf_nan=False, description="samples after t")]
 UntilT = Annotated[float | None, Query(allow_inf_nan=False, description="samples before t")]
 
 
-@router.get("/runs", response_model=RunsPublic)
+@router.get(
+    "/runs",
+    response_class=Response,
+    responses={200: {"model": RunsPublic, "description": "Successful Response"}},
+)
 def read_runs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -71,6 +74,10 @@ def read_runs(
     ] = "-started_at",
 ) -> Response:
     """Runs matching all filters; `count` is how many match, `data` one page of them."""
+    # The body is built without models (queries.list_runs_json: the stored JSON spliced in,
+    # about 5 times faster for a page of 1,000 runs), so no model checks it here:
+    # tests/server/test_queries.py checks that it parses as RunsPublic and equals each run's
+    # detail. The schema above is what it documents.
     body = list_runs_json(
         session=session, limit=limit, offset=offset, project=project, tag=tag,
         status=status, q=q, sort=sort,

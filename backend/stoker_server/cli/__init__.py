@@ -1,6 +1,2 @@
-"""The server's commands of `stoker` (`serve`, `demo`): the `stoker` script
-(`trainer_agent.cli.main:main`) hands them to `main` here."""
-
-from stoker_server.cli.main import main
-
-__all__ = ["main"]
+"""The server's commands of `stoker` (`serve`, `demo`) and the demo. The one `stoker` parser is
+trainer_agent.cli.main's; `python -m stoker_server.cli` runs it too."""

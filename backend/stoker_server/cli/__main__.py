@@ -2,6 +2,6 @@
 
 import sys
 
-from stoker_server.cli.main import main
+from trainer_agent.cli.main import main
 
 sys.exit(main())

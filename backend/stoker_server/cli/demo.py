@@ -7,17 +7,32 @@ Both datasets go through `cb.wrap`, so input wait is measured; the starved run g
 highly input-bound verdict, its advice and an alert, the fed one does not. The starved run
 stays live for a few minutes (or until Ctrl-C) so that it can be watched, and its alert
 captures a profile of its steps by itself (the demo rule's action).
+
+It starts on a clean slate: its own server on a fresh data directory, so that no other run
+(an earlier demo's, the user's own in ~/.stoker) shows beside its two or fires an alert among
+them, unless asked for (`--data-dir`, `--server`). It says where it keeps what.
 """
 
 import os
+import re
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
 
 from stoker_server.core.settings import Settings
+
+DEFAULT_PORT = 8470
+# Without --port, the demo takes the first free port from DEFAULT_PORT on (another Stoker
+# server, the user's own, may hold 8470).
+PORTS_TRIED = 20
 
 
 def _healthy(url: str) -> bool:
@@ -27,27 +42,132 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def start_server(settings: Settings) -> subprocess.Popen[bytes] | None:
-    """Start `stoker serve` in a child process, or reuse a server already answering there."""
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def first_free_port(host: str, start: int, tries: int = PORTS_TRIED) -> int | None:
+    return next((p for p in range(start, start + tries) if port_is_free(host, p)), None)
+
+
+def start_server(settings: Settings) -> subprocess.Popen[bytes]:
+    """Start `stoker serve` for `settings` in a child process; return once it answers.
+
+    The child logs warnings and errors only (the demo says what matters itself), and reads
+    its database from the flags alone: not from a STOKER_DATABASE_URL the user's shell may
+    hold for their own server."""
     url = f"http://{settings.host}:{settings.port}"
-    if _healthy(url):
-        print(f"Using the Stoker server already running at {url}", flush=True)
-        return None
     command = [
-        sys.executable, "-m", "stoker_server.cli.main", "serve",
+        sys.executable, "-m", "stoker_server.cli", "serve",
         "--host", settings.host, "--port", str(settings.port),
         "--data-dir", str(settings.data_dir),
     ]  # fmt: skip
     if settings.database_url:
         command += ["--database-url", settings.database_url]
-    server = subprocess.Popen(command)
+    env = {k: v for k, v in os.environ.items() if k != "STOKER_DATABASE_URL"}
+    env.setdefault("STOKER_LOG_LEVEL", "warning")
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while not _healthy(url):
         if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
-            raise SystemExit(f"the Stoker server did not start on {url}")
+            raise SystemExit(f"stoker demo: the Stoker server did not start on {url}")
         time.sleep(0.2)
     return server
+
+
+@dataclass(frozen=True)
+class DemoPlace:
+    """Where the demo's runs go: its own server (`settings`) or one already running (`url`)."""
+
+    url: str
+    settings: Settings | None
+    fresh: bool  # a data directory made for this demo, empty at its start
+    lines: tuple[str, ...]  # where it keeps what, as printed at the start
+
+
+def demo_place(
+    *,
+    host: str,
+    port: int | None,
+    data_dir: Path | None,
+    database_url: str | None,
+    server: str | None,
+) -> DemoPlace:
+    """Decide (and say) where the demo runs: by default its own server on a fresh directory."""
+    if server:
+        url = server.rstrip("/")
+        return DemoPlace(
+            url=url, settings=None, fresh=False,
+            lines=(
+                f"Server    {url}/ (already running: the demo's runs join its other runs, "
+                "in project stoker-demo)",
+                "Data      wherever that server keeps its runs",
+            ),
+        )  # fmt: skip
+    chosen = port if port is not None else first_free_port(host, DEFAULT_PORT)
+    if chosen is None:
+        raise SystemExit(
+            f"stoker demo: ports {DEFAULT_PORT}-{DEFAULT_PORT + PORTS_TRIED - 1} are all in use; "
+            "pass --port"
+        )
+    fresh = data_dir is None and not database_url
+    directory = Path(tempfile.mkdtemp(prefix="stoker-demo-")) if fresh else data_dir
+    settings = Settings(
+        host=host, port=chosen, data_dir=directory or Path.home() / ".stoker",
+        database_url=database_url or None,
+    )  # fmt: skip
+    url = f"http://{host}:{chosen}"
+    lines = [f"Server    {url}/ (the demo's own; Ctrl-C stops it)"]
+    if chosen != DEFAULT_PORT and port is None:
+        lines.append(f"          (port {DEFAULT_PORT} is in use, by another Stoker server perhaps)")
+    where = settings.data_dir
+    if database_url:
+        lines.append("Runs      in the database you named (--database-url): its runs show too")
+    else:
+        lines.append(f"Runs      {where / 'stoker.db'} (SQLite)")
+    lines.append(f"Profiles  {where / 'profiles'}/")
+    if fresh:
+        lines += [
+            f"Spool     {where / 'spool'}/ (what the agent has not yet delivered)",
+            "          A fresh directory: only the demo's runs show (your own, in ~/.stoker, do",
+            f"          not). See them again later: stoker serve --data-dir {where}",
+        ]
+    elif not database_url:
+        lines.append("          (the directory you named: runs already there show too)")
+    return DemoPlace(url=url, settings=settings, fresh=fresh, lines=tuple(lines))
+
+
+# TensorFlow logs these C++ INFO lines before absl's logging is initialised, when
+# TF_CPP_MIN_LOG_LEVEL cannot hide them yet: the banner line and "I0000 ... file.cc:N] ...".
+_EARLY_TF_INFO = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+    r"STDERR|I\d{4} \d\d:\d\d:[\d.]+ +\d+ [\w.]+:\d+\] .*)$"
+)
+
+
+def import_tensorflow_quietly() -> ModuleType:
+    """`import tensorflow`, without the INFO lines it logs while TF_CPP_MIN_LOG_LEVEL cannot
+    hide them yet (oneDNN, CUDA stubs). Everything else it writes to stderr is kept."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow as tf
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if not _EARLY_TF_INFO.match(line)))
+            sys.stderr.flush()
+    return tf
 
 
 DEMO_PROJECT = "stoker-demo"
@@ -145,17 +265,43 @@ def report_run(server_url: str, run_id: int | None) -> None:
     print(f"  Run page: {server_url}/#/runs/{run_id}\n", flush=True)
 
 
+# The demo's data: SAMPLES examples in batches of BATCH_SIZE, STEPS_PER_EPOCH steps an epoch.
+SAMPLES, HELD_OUT, FEATURES, CLASSES, BATCH_SIZE = 4096, 512, 64, 4, 64
+STEPS_PER_EPOCH = SAMPLES // BATCH_SIZE
+# Batches of the starved pipeline timed to size the live run in whole epochs.
+PROBE_BATCHES = 16
+
+
+def live_epochs(live_s: float, epoch_s: float) -> int:
+    """Whole epochs that take about `live_s` at `epoch_s` each (at least one)."""
+    return max(1, round(live_s / epoch_s)) if epoch_s > 0 else 1
+
+
+def epoch_seconds(dataset: Any) -> float:
+    """An epoch's time, from PROBE_BATCHES batches of `dataset` (after its first, which waits
+    for the shuffle buffer to fill): the starved run's steps wait on their input almost all
+    of the time, so its input sets their pace."""
+    batches = iter(dataset)
+    next(batches)
+    start = time.perf_counter()
+    for _ in range(PROBE_BATCHES):
+        next(batches)
+    return (time.perf_counter() - start) / PROBE_BATCHES * STEPS_PER_EPOCH
+
+
 def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> None:
     """The fed run for `epochs` epochs, then the starved one: `epochs` epochs too, or, with
-    `live_s`, for that many seconds (until Ctrl-C), so that it can be watched live."""
+    `live_s`, as many whole epochs as take about that long, so that it can be watched live.
+    Each run's config says the epochs and steps it is given."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
-    import tensorflow as tf
+
+    tf = import_tensorflow_quietly()
 
     from trainer_agent import StokerCallback
 
     rng = np.random.default_rng(0)
-    samples, held_out, features, classes = 4096, 512, 64, 4
+    samples, held_out, features, classes = SAMPLES, HELD_OUT, FEATURES, CLASSES
     centers = rng.normal(size=(classes, features)).astype("float32")
     all_labels = rng.integers(0, classes, size=samples + held_out)
     noise = rng.normal(scale=5.0, size=(samples + held_out, features))  # not trivially separable
@@ -166,7 +312,7 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
         (all_inputs[samples:], all_labels[samples:])
     ).batch(256)
 
-    def slow_decode(x: tf.Tensor, y: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def slow_decode(x: Any, y: Any) -> tuple[Any, Any]:
         # Stands in for costly per-example decoding/augmentation on the host CPU.
         def work(v: np.ndarray) -> np.ndarray:
             time.sleep(0.0008)
@@ -176,25 +322,14 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
         x.set_shape([features])
         return x, y
 
-    def starved() -> tf.data.Dataset:
+    def starved() -> Any:
         ds = tf.data.Dataset.from_tensor_slices((inputs, labels)).shuffle(samples)
-        return ds.map(slow_decode).batch(64)
+        return ds.map(slow_decode).batch(BATCH_SIZE)
 
-    def fed() -> tf.data.Dataset:
+    def fed() -> Any:
         ds = tf.data.Dataset.from_tensor_slices((inputs, labels))
         ds = ds.map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
-        return ds.shuffle(samples).batch(64).prefetch(tf.data.AUTOTUNE)
-
-    class StopAt(tf.keras.callbacks.Callback):
-        """Ends the live run once its time is up."""
-
-        def __init__(self, deadline: float) -> None:
-            super().__init__()
-            self.deadline = deadline
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            if time.monotonic() >= self.deadline:
-                self.model.stop_training = True
+        return ds.shuffle(samples).batch(BATCH_SIZE).prefetch(tf.data.AUTOTUNE)
 
     for name, make_dataset in (("fed-pipeline", fed), ("starved-pipeline", starved)):
         live = live_s > 0 and name == "starved-pipeline"
@@ -211,11 +346,18 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
             loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
         )
+        run_epochs = live_epochs(live_s, epoch_seconds(make_dataset())) if live else epochs
         callback = StokerCallback(
             run_name=name,
-            project="stoker-demo",
+            project=DEMO_PROJECT,
             server=server_url,
-            config={"batch_size": 64, "pipeline": name.split("-")[0], "epochs": epochs},
+            config={
+                "pipeline": name.split("-")[0],
+                "epochs": run_epochs,
+                "steps_per_epoch": STEPS_PER_EPOCH,
+                "batch_size": BATCH_SIZE,
+                "examples": samples,
+            },
             tags=["demo"],
         )
         # The callback lets go of its run session when fit() ends; its sender knows the run id.
@@ -223,26 +365,23 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
         keep = tf.keras.callbacks.LambdaCallback(
             on_train_begin=lambda logs, kept=kept, cb=callback: kept.update(session=cb.run_session)
         )
-        callbacks: list[Any] = [callback, keep]
-        run_epochs = epochs
         if live:
-            callbacks.append(StopAt(time.monotonic() + live_s))
-            run_epochs = 1_000_000  # until its time is up (or Ctrl-C)
-            until = time.strftime("%H:%M:%S", time.localtime(time.time() + live_s))
             print(
-                f"\n  Training {name}, live for {live_s / 60:g} minutes (until {until}) or until "
-                f"Ctrl-C.\n  Watch it at {server_url}/ : it starves on its input, its alert "
-                "fires within a minute and captures a 20-step profile by itself.\n",
+                f"\n  Training {name}: {run_epochs} epochs of {STEPS_PER_EPOCH} steps, about "
+                f"{live_s / 60:g} minutes, or until Ctrl-C.\n  Watch it at {server_url}/ : it "
+                "starves on its input, its alert fires within a minute and captures a 20-step "
+                "profile by itself.\n",
                 flush=True,
             )
         else:
-            print(f"Training {name} ...", flush=True)
+            print(f"Training {name}: {run_epochs} epochs of {STEPS_PER_EPOCH} steps", flush=True)
         model.fit(
             callback.wrap(make_dataset()),
             validation_data=validation,
             epochs=run_epochs,
-            callbacks=callbacks,
+            callbacks=[callback, keep],
             verbose=0 if live else 2,
+            shuffle=False,  # the datasets shuffle themselves; Keras cannot shuffle a tf.data
         )
         run_id = getattr(getattr(kept.get("session"), "sender", None), "run_id", None)
         report_run(server_url, run_id or _last_run_id(server_url, name))
@@ -257,24 +396,35 @@ def _last_run_id(server_url: str, name: str) -> int | None:
 
 
 def run_demo(
-    settings: Settings,
+    place: DemoPlace,
     *,
     epochs: int,
     keep_serving: bool,
     live_minutes: float = DEFAULT_LIVE_MINUTES,
 ) -> int:
-    url = f"http://{settings.host}:{settings.port}"
-    server = start_server(settings)
+    print("\nStoker demo", flush=True)
+    for line in place.lines:
+        print(f"  {line}", flush=True)
+    server = start_server(place.settings) if place.settings is not None else None
+    if server is None and not _healthy(place.url):
+        print(f"stoker demo: no Stoker server answers at {place.url}", file=sys.stderr)
+        return 1
+    if place.fresh and place.settings is not None:
+        # The agent's spool (records not yet delivered) beside the demo's runs.
+        os.environ.setdefault("STOKER_SPOOL_DIR", str(place.settings.data_dir / "spool"))
+    url = place.url
     print(f"\n  Stoker is running. Open {url}/ in your browser.\n", flush=True)
     no_driver = nvidia_driver_status()
     if no_driver is not None:
         print(
             "  No NVIDIA driver was found (NVML: "
-            f"{no_driver}), so the GPU panels (utilization, memory, temperature) stay "
-            "empty and the model trains on the CPU. Step time and input wait are measured "
+            f"{no_driver}), so the model trains on the CPU and the run pages show no GPU "
+            "charts (utilization, memory, temperature). Step time and input wait are measured "
             "all the same, and the diagnosis works from them.\n",
             flush=True,
         )
+        # TensorFlow's own "failed call to cuInit" error says the same, less plainly.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     ensure_demo_rule(url)
     try:
         train_demo_runs(url, epochs=epochs, live_s=max(0.0, live_minutes) * 60)
@@ -287,5 +437,9 @@ def run_demo(
     finally:
         if server is not None and server.poll() is None:
             server.terminate()
-            server.wait(timeout=10)
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
     return 0

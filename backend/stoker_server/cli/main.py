@@ -1,9 +1,5 @@
-"""The server's commands of `stoker`: `serve` and `demo`.
-
-The agent's commands (`run`, `doctor`, `upload`, `--version`, and `stoker --help`) have one
-implementation, the agent's command line (trainer_agent.cli.main), which hands `serve` and `demo`
-here; `main` hands the agent's commands there, so `python -m stoker_server.cli upload DIR` and
-`stoker upload DIR` are the same command."""
+"""The server's commands of `stoker`, `serve` and `demo`: what they do once the one `stoker`
+parser (trainer_agent/cli/main.py) has read their flags."""
 
 import argparse
 import contextlib
@@ -14,25 +10,27 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from stoker_server.core.settings import Settings
 
 
-def _add_server_flags(parser: argparse.ArgumentParser) -> None:
-    defaults = Settings()
-    parser.add_argument("--host", default=defaults.host, help="bind address (default %(default)s)")
-    parser.add_argument("--port", type=int, default=defaults.port, help="(default %(default)s)")
-    parser.add_argument(
-        "--data-dir", type=Path, default=defaults.data_dir, help="where runs are stored"
-    )
-    parser.add_argument(
-        "--database-url", default=defaults.database_url, help="SQLAlchemy URL (default: SQLite)"
-    )
-
-
-def _settings_from(args: argparse.Namespace) -> Settings:
-    return Settings(
-        host=args.host, port=args.port, data_dir=args.data_dir, database_url=args.database_url
-    )
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The settings: the flags given, else `STOKER_*` variables, else the defaults. Settings
+    it cannot use stop the command with one line per setting (exit 2)."""
+    flags = {
+        name: getattr(args, name)
+        for name in ("host", "port", "data_dir", "database_url")
+        if getattr(args, name, None) is not None
+    }
+    try:
+        return Settings(**flags)
+    except ValidationError as error:
+        for problem in error.errors():
+            where = ".".join(str(part) for part in problem["loc"]) or "settings"
+            field = f"STOKER_{where.upper()}" if problem["loc"] else where
+            print(f"stoker {args.command}: {field}: {problem['msg']}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 class StartupFailed(Exception):
@@ -107,7 +105,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from stoker_server.service.app import create_app
 
-    settings = _settings_from(args)
+    settings = settings_from(args)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
@@ -153,54 +151,15 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from stoker_server.cli.demo import run_demo
+    from stoker_server.cli.demo import demo_place, run_demo
 
+    place = demo_place(
+        host=args.host, port=args.port, data_dir=args.data_dir,
+        database_url=args.database_url, server=args.server,
+    )  # fmt: skip
     return run_demo(
-        _settings_from(args),
+        place,
         epochs=args.epochs,
         keep_serving=not args.exit,
         live_minutes=args.live_minutes,
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    from trainer_agent.cli.main import AGENT_COMMANDS
-    from trainer_agent.cli.main import main as agent_main
-
-    argv = sys.argv[1:] if argv is None else list(argv)
-    # The agent's command line takes what is not a server command (it hands those back).
-    if not argv or argv[0].startswith("-") or argv[0] in AGENT_COMMANDS:
-        return agent_main(argv)
-    parser = argparse.ArgumentParser(
-        prog="stoker",
-        description="Live GPU training monitor: the server's commands.",
-        epilog=f"Agent commands: {', '.join(AGENT_COMMANDS)} (see `stoker --help`).",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    serve_parser = commands.add_parser("serve", help="run the Stoker server")
-    _add_server_flags(serve_parser)
-    serve_parser.set_defaults(func=serve)
-
-    demo_parser = commands.add_parser(
-        "demo", help="start a server and stream a real Keras training into it"
-    )
-    _add_server_flags(demo_parser)
-    demo_parser.add_argument("--epochs", type=int, default=3, help="epochs per demo run")
-    demo_parser.add_argument(
-        "--exit", action="store_true", help="stop the server when training ends"
-    )
-    demo_parser.add_argument(
-        "--live-minutes",
-        type=float,
-        default=3.0,
-        help="how long the starved demo run stays live (Ctrl-C ends it sooner; 0: --epochs)",
-    )
-    demo_parser.set_defaults(func=demo)
-
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

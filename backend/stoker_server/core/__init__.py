@@ -1,2 +1,3 @@
-"""The server's frame: the app factory, settings, database, models, dependencies, errors,
-telemetry and agent lifecycle."""
+"""The server's frame, below every other layer: settings, database, models, errors, the
+middleware, the verdict levels and the step-chunk store. It imports no other layer (the layers
+contract in pyproject.toml)."""

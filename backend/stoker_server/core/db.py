@@ -5,7 +5,6 @@ migrations in `backend/stoker_server/migrations/versions/`: the server upgrades 
 newest revision on start (see docs/migrations.md to add one).
 """
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -15,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection, Engine
-from sqlmodel import Session, create_engine, select
+from sqlmodel import create_engine, select
 from sqlmodel.sql.expression import Select
 
 from stoker_server.core import models  # noqa: F401  (registers the tables on SQLModel.metadata)
@@ -86,11 +85,6 @@ def schema_revision(connection: Connection) -> str | None:
 
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
-
-
-def session_scope(engine: Engine) -> Iterator[Session]:
-    with Session(engine) as session:
-        yield session
 
 
 def placeholder(connection: Connection) -> str:

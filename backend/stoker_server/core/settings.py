@@ -1,114 +1,210 @@
-"""Server configuration from `STOKER_*` environment variables (mirrored by CLI flags)."""
+"""Server configuration from `STOKER_*` environment variables; the common ones are also
+`stoker serve` flags. docs/settings.md lists them all (generated from this model and the
+agent's: core/settings_reference.py)."""
 
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trainer_agent.setting_units import parse_duration_s, parse_size_bytes
 
 
 def _default_data_dir() -> Path:
     return Path.home() / ".stoker"
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
-_SIZE_UNITS = {
-    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}  # fmt: skip
-
-
-def _with_unit(value: Any, units: dict[str, int]) -> Any:
-    """A duration ("90d") or size ("50GB") in the base unit; anything else as given."""
-    if not isinstance(value, str):
-        return value
-    match = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", value)
-    if match is None or (match[2] and match[2].lower() not in units):
-        return value  # pydantic's own message names the field
-    number = float(match[1]) * units.get(match[2].lower(), 1)
-    return int(number) if number == int(number) else number
+def _flag(flag: str) -> dict[str, Any]:
+    """The `stoker serve` / `stoker demo` flag that sets a field too (the settings reference)."""
+    return {"flag": flag}
 
 
 class Settings(BaseSettings):
+    """The server's settings: each field is `STOKER_<FIELD>` in the environment. A duration
+    (a field ending `_s`) and a size (`_bytes`) are read like the agent's, through
+    trainer_agent/setting_units.py: "90s", "2m", "12h", "90d", "50GB", "500MiB"."""
+
     model_config = SettingsConfigDict(env_prefix="STOKER_", extra="ignore")
 
-    host: str = "127.0.0.1"
-    port: int = 8470
-    data_dir: Path = Field(default_factory=_default_data_dir)
-    database_url: str | None = None
-    agent_token: str | None = None
-    view_token: str | None = None
-    max_frame_bytes: int = 8 * 1024 * 1024
-    # HTTP request bodies (the ingest fallback and offline upload carry many batches).
-    max_request_bytes: int = 8 * 1024 * 1024
-    # A running run with no agent connected and nothing heard for this long is interrupted.
-    heartbeat_timeout_s: float = 60.0
-    # Browser origins allowed to call the API from another site; none by default (CORS off).
-    cors_origins: list[str] = []
-    max_batch_rows: int = 100_000
-    live_queue_size: int = 1000
-    # permessage-deflate on WebSockets: off, because compressing every live message for every
-    # browser costs the server more CPU than the bytes cost on loopback or a LAN.
-    ws_compression: bool = False
-    # Python's GIL switch interval for the server process (see cli.serve).
-    switch_interval_s: float = Field(default=0.0005, gt=0, le=0.1)
-    # A running run's summary is pushed to browsers at most this often.
-    live_run_interval_s: float = Field(default=1.0, ge=0.0, le=60.0)
-    # Several servers on one PostgreSQL: each re-announces the runs its browsers watch this
-    # often, and drops another's watch not renewed for `watch_expiry_s` (a server that died
-    # leaves its agents watched that long at most).
-    watch_refresh_s: float = Field(default=3.0, gt=0, le=3600)
-    watch_expiry_s: float = Field(default=10.0, gt=0, le=86400)
-    log_level: str = "info"
-    # What one GPU-hour costs, to show starvation's lost GPU-hours as money in the UI;
-    # unset shows hours only. `currency` is the symbol written before the amount.
-    gpu_hour_price: float | None = Field(default=None, ge=0)
-    currency: str = Field(default="$", max_length=8)
-    # What one kWh costs: the run page shows GPU energy, and the energy burned while
-    # starved, as money; unset shows joules and kWh only.
-    energy_price_kwh: float | None = Field(default=None, ge=0)
+    host: str = Field(
+        default="127.0.0.1",
+        description="the address to listen on (loopback only by default)",
+        json_schema_extra=_flag("--host"),
+    )
+    port: int = Field(default=8470, description="the port", json_schema_extra=_flag("--port"))
+    data_dir: Path = Field(
+        default_factory=_default_data_dir,
+        description="where the SQLite database and profiler traces are kept",
+        json_schema_extra={**_flag("--data-dir"), "default_text": "~/.stoker"},
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="an SQLAlchemy URL (postgresql+psycopg://... for PostgreSQL); unset: an "
+        "SQLite file in the data directory",
+        json_schema_extra=_flag("--database-url"),
+    )
+    agent_token: str | None = Field(
+        default=None,
+        description="the token agents must deliver with (the agent WebSocket and POST /ingest); "
+        "unset: delivery is open. It reads nothing",
+    )
+    view_token: str | None = Field(
+        default=None,
+        description="the token reading needs (every other route, the live socket, /metrics); "
+        "unset: reading is open",
+    )
+    max_frame_bytes: int = Field(
+        default=8 * 1024 * 1024, description="the largest WebSocket frame an agent may send"
+    )
+    max_request_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        description="the largest HTTP request body (the ingest fallback and offline upload "
+        "carry many batches)",
+    )
+    heartbeat_timeout_s: float = Field(
+        default=60.0,
+        description="a running run with no agent connected and nothing heard for this long is "
+        "interrupted",
+    )
+    cors_origins: list[str] = Field(
+        default=[],
+        description="browser origins allowed to call the API from another site (a JSON list); "
+        "none by default (CORS off)",
+    )
+    max_batch_rows: int = Field(default=100_000, description="the most rows one batch may carry")
+    live_queue_size: int = Field(
+        default=1000,
+        description="live messages a browser may fall behind by before its oldest are dropped",
+    )
+    ws_compression: bool = Field(
+        default=False,
+        description="permessage-deflate on WebSockets: off, because compressing every live "
+        "message for every browser costs more CPU than the bytes cost on loopback or a LAN",
+    )
+    switch_interval_s: float = Field(
+        default=0.0005,
+        gt=0,
+        le=0.1,
+        description="Python's GIL switch interval in the server process (see cli.serve)",
+    )
+    live_run_interval_s: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=60.0,
+        description="a streaming run's summary reaches browsers at most this often",
+    )
+    watch_refresh_s: float = Field(
+        default=3.0,
+        gt=0,
+        le=3600,
+        description="several servers on one PostgreSQL: how often each re-announces the runs "
+        "its browsers watch",
+    )
+    watch_expiry_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=86400,
+        description="... and how long another's watch lives unrenewed (a server that died "
+        "leaves its agents at the watched pace that long at most)",
+    )
+    log_level: str = Field(default="info", description="debug, info, warning or error")
+    gpu_hour_price: float | None = Field(
+        default=None,
+        ge=0,
+        description="what one GPU-hour costs: starvation's lost GPU-hours are also shown as "
+        'money (docs/api.md, "Starvation cost"); unset shows hours only',
+    )
+    currency: str = Field(
+        default="$", max_length=8, description="the symbol written before those amounts"
+    )
+    energy_price_kwh: float | None = Field(
+        default=None,
+        ge=0,
+        description="what one kWh costs: GPU energy, and the energy burned while starved, are "
+        "also shown as money (docs/gpu.md); unset shows joules and kWh only",
+    )
 
     # Diagnosis and alerts: tests shorten these.
-    diagnosis_window_s: float = Field(default=30.0, gt=0)
-    diagnosis_min_steps: int = Field(default=20, ge=1)
-    stall_min_s: float = Field(default=60.0, gt=0)
-    stall_step_factor: float = Field(default=20.0, gt=0)
-    detector_tick_s: float = Field(default=0.5, gt=0)
-    alert_value_window_s: float = Field(default=5.0, gt=0)
-    webhook_timeout_s: float = Field(default=5.0, gt=0)
-    webhook_attempts: int = Field(default=3, ge=1)
-    webhook_backoff_s: float = Field(default=1.0, ge=0)
-    webhook_queue_size: int = Field(default=1000, ge=1)
+    diagnosis_window_s: float = Field(
+        default=30.0, gt=0, description="the verdict's sliding window"
+    )
+    diagnosis_min_steps: int = Field(
+        default=20, ge=1, description="steps a verdict needs in its window"
+    )
+    stall_min_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="a run is stalled after max(stall_min_s, stall_step_factor x its median "
+        "step) without a step while its process lives",
+    )
+    stall_step_factor: float = Field(default=20.0, gt=0, description="see stall_min_s")
+    detector_tick_s: float = Field(
+        default=0.5, gt=0, description="how often verdicts and alert rules are evaluated"
+    )
+    alert_value_window_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="the alert rules judge device values averaged over this long",
+    )
+    webhook_timeout_s: float = Field(default=5.0, gt=0, description="one webhook request's limit")
+    webhook_attempts: int = Field(default=3, ge=1, description="tries per webhook delivery")
+    webhook_backoff_s: float = Field(
+        default=1.0, ge=0, description="the wait before a webhook's first retry (doubled after)"
+    )
+    webhook_queue_size: int = Field(
+        default=1000, ge=1, description="deliveries waiting at most (beyond: dropped, recorded)"
+    )
 
     # Profiler captures from the browser.
-    profile_max_steps: int = Field(default=200, ge=1)
-    profile_max_s: float = Field(default=120.0, gt=0)  # the agent stops a capture after this
-    profile_max_trace_bytes: int = Field(default=200 * 2**20, ge=1)
-    profile_quota_bytes: int = Field(default=2 * 2**30, ge=0)  # stored traces, oldest evicted
+    profile_max_steps: int = Field(default=200, ge=1, description="the most steps one capture")
+    profile_max_s: float = Field(
+        default=120.0, gt=0, description="the agent stops a capture after this long"
+    )
+    profile_max_trace_bytes: int = Field(
+        default=200 * 2**20, ge=1, description="the largest trace one worker may upload"
+    )
+    profile_quota_bytes: int = Field(
+        default=2 * 2**30, ge=0, description="stored traces at most; the oldest are evicted"
+    )
 
-    # Retention (stoker_server.ingest.retention), like Prometheus's retention.time/.size:
-    # an ended run older than retention_time_s, or beyond retention_size_bytes of raw rows
-    # (newest runs kept first), keeps its summary and rollups but loses its raw steps and most
-    # samples. 0 turns a limit off; "90d", "12h", "50GB", "500MiB" are understood.
-    retention_time_s: float = Field(default=365 * 86400.0, ge=0)
-    retention_size_bytes: int = Field(default=0, ge=0)
-    retention_interval_s: float = Field(default=600.0, gt=0)
-    # The data directory's disk is "nearly full" (the UI's banner) below either figure: a share
-    # of the disk or a size ("1GB"); 0 turns one off. The default alert rule uses the share.
-    disk_low_free_share: float = Field(default=0.05, ge=0, le=1)
-    disk_low_free_bytes: int = Field(default=10**9, ge=0)
+    # Retention (stoker_server.ingest.retention), like Prometheus's retention.time/.size.
+    retention_time_s: float = Field(
+        default=365 * 86400.0,
+        ge=0,
+        description="an ended run older than this keeps its summary and rollups but loses its "
+        "raw steps and most samples; 0: no limit",
+    )
+    retention_size_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="... as do the oldest runs beyond this many bytes of raw rows (newest kept "
+        "first); 0: no limit",
+    )
+    retention_interval_s: float = Field(default=600.0, gt=0, description="how often retention runs")
+    disk_low_free_share: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="the data directory's disk is nearly full (the UI's banner) below this "
+        "share free; 0: off. The default alert rule uses it",
+    )
+    disk_low_free_bytes: int = Field(
+        default=10**9, ge=0, description="... or below this many bytes free; 0: off"
+    )
 
-    @field_validator("retention_time_s", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _duration(cls, value: Any) -> Any:
-        return _with_unit(value, _DURATION_UNITS)
-
-    @field_validator("retention_size_bytes", "disk_low_free_bytes", mode="before")
-    @classmethod
-    def _size(cls, value: Any) -> Any:
-        return _with_unit(value, _SIZE_UNITS)
+    def _with_unit(cls, value: Any, info: ValidationInfo) -> Any:
+        """A duration or size written with a unit, in seconds or bytes."""
+        if not isinstance(value, str) or info.field_name is None:
+            return value
+        if info.field_name.endswith("_s"):
+            return parse_duration_s(value)
+        if info.field_name.endswith("_bytes"):
+            return parse_size_bytes(value)
+        return value
 
     @model_validator(mode="after")
     def _watch_outlives_its_renewal(self) -> "Settings":

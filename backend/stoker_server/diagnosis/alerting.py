@@ -189,50 +189,26 @@ DISK_RULES: list[dict[str, Any]] = [
 ]
 
 
-def _seed(session: Session, marker: str, specs: list[dict[str, Any]]) -> int:
-    if session.get(SeedMarker, marker) is not None:
+SEEDED_MARKER = "default_alert_rules"
+
+
+def seed_default_rules(*, session: Session) -> int:
+    """Create the default rules on a database's first start; once created they are the user's
+    to edit or delete, and never created again (the seed marker says so). A rule added to the
+    defaults later reaches databases seeded before it through a migration (0018 did so for
+    the run-end, metric and disk rules). Returns how many were created."""
+    if session.get(SeedMarker, SEEDED_MARKER) is not None:
         return 0
+    specs = DEFAULT_RULES + END_AND_METRIC_RULES + DISK_RULES
     for spec in specs:
         session.add(AlertRule(**spec, channels=[{"type": "browser"}]))
-    session.add(SeedMarker(key=marker))
+    session.add(SeedMarker(key=SEEDED_MARKER))
     try:
         session.commit()
     except IntegrityError:  # another server sharing the database seeded them first
         session.rollback()
         return 0
     return len(specs)
-
-
-def _as_seeded(rule: AlertRule) -> bool:
-    """Whether a default rule still is as it was created (the user never edited it)."""
-    spec = next((s for s in DEFAULT_RULES if s["builtin"] == rule.builtin), None)
-    if spec is None or rule.channels != [{"type": "browser"}]:
-        return False
-    return all(
-        getattr(rule, name) == value
-        for name, value in spec.items()
-        if name not in ("builtin", "profile_steps")
-    )
-
-
-def seed_default_rules(*, session: Session) -> int:
-    """Create the default rules on first start; once created they are the user's to edit.
-
-    Each set is seeded once (its own marker), so a database created before the run-end and metric
-    rules existed gains them, and its input-bound rule the profile action unless the user
-    edited that rule."""
-    fresh = session.get(SeedMarker, "default_alert_rules") is None
-    created = _seed(session, "default_alert_rules", DEFAULT_RULES)
-    if not fresh:
-        upgraded = session.exec(
-            select(AlertRule).where(AlertRule.builtin == "highly_input_bound")
-        ).first()
-        marked = session.get(SeedMarker, "default_alert_rules_31") is not None
-        if upgraded is not None and not marked and _as_seeded(upgraded):
-            upgraded.profile_steps = PROFILE_STEPS_ON_INPUT_BOUND
-            session.add(upgraded)
-    created += _seed(session, "default_alert_rules_31", END_AND_METRIC_RULES)
-    return created + _seed(session, "default_alert_rules_30", DISK_RULES)
 
 
 def load_rules(*, session: Session) -> list[AlertRule]:

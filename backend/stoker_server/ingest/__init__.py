@@ -1,2 +1,4 @@
-"""Stage 1: agents deliver (protocol, socket and HTTP routes), the writer stores, summaries
-follow, and what was stored is published to telemetry, browsers and detectors."""
+"""A batch's way into storage: the wire protocol, the writer thread and what it stores (runs,
+their workers, steps, samples, rollups, profiles), the summaries, retention. It imports only
+core (the layers contract in pyproject.toml); what a stored batch then changes elsewhere is
+published by api/publish.py."""

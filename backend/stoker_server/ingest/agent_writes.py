@@ -51,7 +51,7 @@ from stoker_server.ingest.summary import (
     stored_summary,
     summarised_epoch_names,
 )
-from stoker_server.service.lifecycle import end_worker, job_status, join_worker
+from stoker_server.ingest.workers import end_worker, job_status, join_worker
 
 
 def open_run(*, session: Session, hello: Hello) -> tuple[Run, int]:

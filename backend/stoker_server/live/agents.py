@@ -1,7 +1,10 @@
 """The agents connected to each run, in one registry: what the server tells them goes here.
 
 Every agent connection of a run (one per worker of a distributed job) is attached with its
-rank and a way to send it a command. Two things use it, from the event loop only:
+rank and a way to send it a command, from its welcome until its last frame is answered. The
+registry also says which runs have an agent connected to this process (the reaper keeps those
+alive, a run that ends without one died) and how many are. Two things use the links, from the
+event loop only:
 
 - whether a browser watches the run. An agent sends what it recorded every second while
   nobody watches its run, and every 50 ms while someone does: the server tells it with
@@ -64,6 +67,15 @@ class ConnectedAgents:
             agents.remove(agent)
             if not agents:
                 del self._agents[run_id]
+
+    def run_ids(self) -> set[int]:
+        """The runs with at least one agent connected here."""
+        return set(self._agents)
+
+    @property
+    def total(self) -> int:
+        """Agent connections open here."""
+        return sum(len(agents) for agents in self._agents.values())
 
     def ranks(self, run_id: int) -> list[int]:
         """The ranks of the run's connected agents, ascending, each once."""

@@ -36,8 +36,6 @@ from stoker_server.live.messages import StepsData
 log = logging.getLogger(__name__)
 CHANNEL = "stoker_live"
 MAX_NOTIFY_BYTES = 7900  # PostgreSQL caps a NOTIFY payload at 8000 bytes
-WATCH_REFRESH_S = 3.0  # how often a process re-announces the runs its browsers watch
-WATCH_EXPIRY_S = 10.0  # a relayed watch not renewed for this long is dropped
 WATCHING_CHUNK = 500  # run ids per `watching` notification (well under MAX_NOTIFY_BYTES)
 
 
@@ -45,29 +43,21 @@ def _conninfo(engine: Engine) -> str:
     return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-class PgFanout:
-    """Relay of a process's live updates to the other processes sharing its PostgreSQL."""
+class PgRelay:
+    """The sending side: this process's live updates as notifications to the others.
 
-    def __init__(
-        self,
-        engine: Engine,
-        hub: LiveHub,
-        agents: ConnectedAgents | None = None,
-        *,
-        watch_refresh_s: float = WATCH_REFRESH_S,
-        watch_expiry_s: float = WATCH_EXPIRY_S,
-    ) -> None:
+    Built before the hub (whose `relay` it is) and needing nothing of it: `relay` only queues,
+    the `stoker-pg-notify` task sends.
+    """
+
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.hub = hub
-        self.agents = agents
-        self.watch_refresh_s = watch_refresh_s
-        self.watch_expiry_s = watch_expiry_s
         self.origin = uuid.uuid4().hex[:12]
         self._outbox: asyncio.Queue[str] = asyncio.Queue(maxsize=10_000)
         self.dropped = 0
 
-    # -- sending (event loop; never blocks the caller) -------------------------------------
     def relay(self, kind: str, run_id: int, **extra: Any) -> None:
+        """Queue one notification (event loop; never blocks the caller)."""
         payload = json.dumps({"o": self.origin, "k": kind, "r": run_id, **extra})
         if len(payload.encode()) > MAX_NOTIFY_BYTES:
             # PostgreSQL refuses larger notifications; the other servers' browsers get it on
@@ -99,6 +89,34 @@ class PgFanout:
                 log.exception("sending live notifications failed; reconnecting")
                 await asyncio.sleep(1.0)
 
+
+class PgFanout:
+    """The receiving side: the other processes' notifications, published to the browsers
+    here, and their watches, told to the agents here.
+
+    Args:
+        relay: This process's sending side: its origin (its own notifications are ignored)
+            and how it announces its watches.
+        watch_refresh_s, watch_expiry_s: Settings.watch_refresh_s and .watch_expiry_s.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        hub: LiveHub,
+        agents: ConnectedAgents,
+        relay: PgRelay,
+        *,
+        watch_refresh_s: float,
+        watch_expiry_s: float,
+    ) -> None:
+        self.engine = engine
+        self.hub = hub
+        self.agents = agents
+        self._relay = relay
+        self.watch_refresh_s = watch_refresh_s
+        self.watch_expiry_s = watch_expiry_s
+
     # -- receiving ------------------------------------------------------------------------
     async def listen_forever(self, ready: asyncio.Event | None = None) -> None:
         """The `stoker-pg-listen` lifespan task."""
@@ -110,7 +128,9 @@ class PgFanout:
                     _conninfo(self.engine), autocommit=True
                 ) as connection:
                     await connection.execute(f"LISTEN {CHANNEL}")
-                    self.relay("sync", 0)  # what the others watch, missed while not listening
+                    self._relay.relay(
+                        "sync", 0
+                    )  # what the others watch, missed while not listening
                     if ready is not None:
                         ready.set()
                     async for notify in connection.notifies():
@@ -125,7 +145,7 @@ class PgFanout:
     async def _handle(self, payload: str) -> None:
         try:
             message = json.loads(payload)
-            if message["o"] == self.origin:
+            if message["o"] == self._relay.origin:
                 return
             kind, run_id = message["k"], int(message["r"])
         except (ValueError, KeyError, TypeError):
@@ -136,7 +156,7 @@ class PgFanout:
         elif kind == "deleted":
             self.hub.publish_deleted(run_id, relay=False)
         elif kind == "message" and isinstance(message.get("m"), dict):
-            self.hub.broadcast_relayed(message["m"])
+            self.hub.broadcast_here(message["m"])
         elif kind == "run":
             run = await asyncio.to_thread(self._load_run, run_id)
             if run is not None:
@@ -153,7 +173,7 @@ class PgFanout:
         """Tell the other processes which runs this one's browsers watch (renewing them)."""
         runs = self.hub.watched_runs()
         for start in range(0, len(runs), WATCHING_CHUNK):
-            self.relay("watching", 0, runs=runs[start : start + WATCHING_CHUNK])
+            self._relay.relay("watching", 0, runs=runs[start : start + WATCHING_CHUNK])
 
     async def watch_forever(self) -> None:
         """The `stoker-pg-watch` lifespan task: renew this process's watches, expire the
@@ -161,15 +181,12 @@ class PgFanout:
         while True:
             await asyncio.sleep(self.watch_refresh_s)
             self.announce_watched()
-            if self.agents is not None:
-                self.agents.expire_remote()
+            self.agents.expire_remote()
 
     def _handle_watch(self, message: dict[str, Any]) -> None:
         kind, origin = message["k"], str(message["o"])
         if kind == "sync":
             self.announce_watched()
-            return
-        if self.agents is None:
             return
         try:
             if kind == "watch":

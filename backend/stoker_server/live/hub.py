@@ -16,14 +16,19 @@ from typing import Any
 
 import orjson
 
+from stoker_server.core.models import AlertPublic, RunEventPublic
+from stoker_server.diagnosis.verdict import Diagnosis
 from stoker_server.live.messages import (
+    AlertMessage,
     Broadcast,
+    EventMessage,
     LiveMessage,
     NoticeMessage,
     RunDeletedMessage,
     RunMessage,
     StepsData,
     StepsMessage,
+    VerdictMessage,
 )
 
 Relay = Callable[..., None]
@@ -67,18 +72,32 @@ class LiveClient:
 
 
 class LiveHub:
-    """Registry of connected browsers. Used only from the event loop thread."""
+    """Registry of connected browsers. Used only from the event loop thread.
 
-    def __init__(self, queue_size: int, run_interval_s: float = 1.0) -> None:
+    Args:
+        queue_size: Messages a browser may fall behind by before its oldest are dropped.
+        run_interval_s: A run's progress reaches browsers at most this often.
+        on_watch: Called when a run gains its first watching browser (True) or loses its
+            last; the change is relayed too (`watch`), so an agent on another server learns it.
+        relay: Sends what this process publishes to the other processes sharing its
+            database (live.fanout.PgRelay); None when there are none.
+    """
+
+    def __init__(
+        self,
+        queue_size: int,
+        run_interval_s: float = 1.0,
+        *,
+        on_watch: Callable[[int, bool], None] | None = None,
+        relay: Relay | None = None,
+    ) -> None:
         self._queue_size = max(queue_size, 2)
         self._clients: set[LiveClient] = set()
-        self.relay: Relay | None = None  # set when other processes share the database
+        self._relay = relay
         self._run_interval_s = run_interval_s
         self._last_run_push: dict[int, float] = {}
         self._pending_runs: dict[int, Callable[[], RunJson]] = {}
-        # Called when a run gains its first watching browser (True) or loses its last; the
-        # change is relayed too (`watch`), so an agent on another server learns it.
-        self.on_watch: Callable[[int, bool], None] | None = None
+        self._on_watch = on_watch
         self._watched: set[int] = set()
 
     def connect(self) -> LiveClient:
@@ -107,10 +126,10 @@ class LiveHub:
             self._watched.add(run_id)
         else:
             self._watched.discard(run_id)
-        if self.on_watch is not None:
-            self.on_watch(run_id, watched)
-        if self.relay is not None:
-            self.relay("watch", run_id, w=watched)
+        if self._on_watch is not None:
+            self._on_watch(run_id, watched)
+        if self._relay is not None:
+            self._relay("watch", run_id, w=watched)
 
     def watched_runs(self) -> list[int]:
         """The runs a browser connected here watches, ascending."""
@@ -136,8 +155,8 @@ class LiveHub:
         self._pending_runs.pop(run["id"], None)  # older than this one: never send it after
         self._last_run_push[run["id"]] = asyncio.get_running_loop().time()
         self._offer_all(RunMessage(run=run))
-        if relay and self.relay is not None:
-            self.relay("run", run["id"])
+        if relay and self._relay is not None:
+            self._relay("run", run["id"])
 
     def publish_run_progress(self, run_id: int, snapshot: Callable[[], RunJson]) -> None:
         """A stored batch changed the run's summary.
@@ -175,15 +194,15 @@ class LiveHub:
 
     def relay_steps(self, run_id: int, steps: list[int], *, rank: int = 0) -> None:
         """Tell the other processes sharing the database that these steps are committed."""
-        if self.relay is not None and steps:
-            self.relay("steps", run_id, rank=rank, a=min(steps) - 1, b=max(steps))
+        if self._relay is not None and steps:
+            self._relay("steps", run_id, rank=rank, a=min(steps) - 1, b=max(steps))
 
     def publish_deleted(self, run_id: int, *, relay: bool = True) -> None:
         self._pending_runs.pop(run_id, None)
         self._last_run_push.pop(run_id, None)
         self._offer_all(RunDeletedMessage(run_id=run_id))
-        if relay and self.relay is not None:
-            self.relay("deleted", run_id)
+        if relay and self._relay is not None:
+            self._relay("deleted", run_id)
 
     def publish_notice(self, text: str) -> None:
         self._offer_all(NoticeMessage(message=text))
@@ -191,11 +210,22 @@ class LiveHub:
     def broadcast(self, message: Broadcast) -> None:
         """Send to every browser: verdicts, alerts and events are rare and concern everyone."""
         self._offer_all(message)
-        if self.relay is not None:
+        if self._relay is not None:
             run_id = getattr(message, "run_id", 0)
-            self.relay("message", run_id, m=message.model_dump(mode="json"))
+            self._relay("message", run_id, m=message.model_dump(mode="json"))
 
-    def broadcast_relayed(self, message: dict[str, Any]) -> None:
-        """A broadcast another process relayed (as JSON): sent on as it came."""
+    def publish_verdict(self, diagnosis: Diagnosis) -> None:
+        self.broadcast(VerdictMessage(run_id=diagnosis.run_id, diagnosis=diagnosis))
+
+    def publish_event(self, run_id: int, event: RunEventPublic) -> None:
+        self.broadcast(EventMessage(run_id=run_id, event=event))
+
+    def publish_alert(self, alert: AlertPublic) -> None:
+        self.broadcast(AlertMessage(alert=alert))
+
+    def broadcast_here(self, message: dict[str, Any]) -> None:
+        """Send a message (as JSON) to every browser connected to this process only, never
+        relayed: a broadcast another process relayed, sent on as it came, or news only this
+        process has (a profile's progress: its agents upload here)."""
         if self._clients:
             self._offer_all_encoded(orjson.dumps(message).decode())

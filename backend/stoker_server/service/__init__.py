@@ -1,2 +1,3 @@
-"""The server assembled: the app factory, its long-lived state and the dependencies routes
-take from it, the reaper, the gauges. It imports every layer; nothing below imports it."""
+"""The server assembled: the app factory (app.py), `build_state` and the long-running loops
+(build.py), the run reaper (lifecycle.py). It imports every layer below it; only cli imports it
+(the layers contract in pyproject.toml)."""

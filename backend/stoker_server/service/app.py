@@ -1,7 +1,6 @@
 """The FastAPI application factory."""
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,25 +14,26 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from stoker_server import __version__
-from stoker_server.api import alerts, cost, disk, energy, pipeline, profiles, run_diagnosis, runs
+from stoker_server.api import (
+    agent_ingest,
+    alerts,
+    cost,
+    disk,
+    energy,
+    live_updates,
+    pipeline,
+    profiles,
+    run_diagnosis,
+    runs,
+)
+from stoker_server.api.deps import ViewerAuth
+from stoker_server.api.state import app_state
 from stoker_server.core.db import make_engine
 from stoker_server.core.errors import StokerError
 from stoker_server.core.middleware import BodySizeLimit
-from stoker_server.core.models import Health, Run
+from stoker_server.core.models import Health
 from stoker_server.core.settings import Settings, get_settings
-from stoker_server.diagnosis.detectors import Detectors
-from stoker_server.ingest import routes as ingest_routes
-from stoker_server.ingest.publish import publish_run_ended
-from stoker_server.ingest.retention import retention_loop
-from stoker_server.ingest.writer import Writer
-from stoker_server.live import routes as live_routes
-from stoker_server.live.agents import ConnectedAgents
-from stoker_server.live.fanout import PgFanout
-from stoker_server.live.hub import LiveHub
-from stoker_server.service.deps import ViewerAuth
-from stoker_server.service.lifecycle import AgentConnections, reaper_loop
-from stoker_server.service.state import AppState, app_state
-from stoker_server.service.telemetry import Telemetry
+from stoker_server.service.build import build_state, start_loops, stop_loops
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent.parent / "static"
@@ -56,78 +56,14 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         engine, opened = opened, None  # used once: a second start opens its own
         if engine is None:
             engine = await asyncio.to_thread(make_engine, settings)
-        writer = Writer(engine)
-        hub = LiveHub(settings.live_queue_size, settings.live_run_interval_s)
-        agents = ConnectedAgents()
-        hub.on_watch = agents.set_watched
-        connections = AgentConnections()
         log.info("Stoker storing runs in %s", engine.url.render_as_string(hide_password=True))
-        state = AppState(
-            settings=settings,
-            engine=engine,
-            writer=writer,
-            hub=hub,
-            agents=agents,
-            connections=connections,
-            telemetry=Telemetry(agent_connections=connections, live_clients=hub),
-            # Diagnosis and alerts (verdicts, stalls, alert rules, webhooks).
-            detectors=Detectors(settings=settings, writer=writer, hub=hub, connections=connections),
-        )
+        state = build_state(settings, engine)
         app.state.stoker = state
-        state.telemetry.disk_gauges.writer = writer
-        state.detectors.disk = state.telemetry.disk
-        detectors = state.detectors
-        # An alert rule's action "capture N steps of profile" takes the user's path.
-        detectors.capture_profile = profiles.alert_capture(state)
-        await detectors.start()
-
-        def interrupted(run: Run) -> None:
-            publish_run_ended(state, run)
-
-        # Long-running loops, all in one place.
-        tasks = []
-        if engine.dialect.name == "postgresql":
-            fanout = PgFanout(
-                engine, state.hub, state.agents, watch_refresh_s=settings.watch_refresh_s,
-                watch_expiry_s=settings.watch_expiry_s,
-            )  # fmt: skip
-            state.hub.relay = fanout.relay
-            listening = asyncio.Event()
-            tasks += [
-                asyncio.create_task(fanout.listen_forever(listening), name="stoker-pg-listen"),
-                asyncio.create_task(fanout.send_forever(), name="stoker-pg-notify"),
-                asyncio.create_task(fanout.watch_forever(), name="stoker-pg-watch"),
-            ]
-            # Serve only once listening, so no update committed after start is missed.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(listening.wait(), timeout=10)
-        tasks += [
-            asyncio.create_task(
-                reaper_loop(
-                    writer=state.writer,
-                    connections=state.connections,
-                    timeout_s=settings.heartbeat_timeout_s,
-                    on_interrupted=interrupted,
-                ),
-                name="stoker-run-reaper",
-            ),
-            asyncio.create_task(detectors.run_forever(), name="stoker-detectors"),
-            asyncio.create_task(
-                retention_loop(
-                    writer=writer, engine=engine, settings=settings, usage=state.telemetry.disk
-                ),
-                name="stoker-retention",
-            ),
-            asyncio.create_task(detectors.webhooks.run_forever(), name="stoker-webhooks"),
-        ]
+        tasks = await start_loops(state)
         try:
             yield
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await stop_loops(tasks)
             state.writer.close()
             engine.dispose()
 
@@ -159,8 +95,8 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
         )
 
     app.include_router(runs.router)
-    app.include_router(ingest_routes.router)
-    app.include_router(live_routes.router)
+    app.include_router(agent_ingest.router)
+    app.include_router(live_updates.router)
     app.include_router(run_diagnosis.router)
     app.include_router(pipeline.router)
     app.include_router(alerts.router)

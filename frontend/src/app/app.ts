@@ -3,7 +3,7 @@
 
 import { h, setAttrs, setText } from "./dom";
 import type { ConnectionState } from "../api/liveClient";
-import { ALERTS_HREF, parseRoute, RUNS_HREF, type Route } from "./router";
+import { ALERTS_HREF, COST_HREF, parseRoute, RUNS_HREF, type Route } from "./router";
 import { effectiveTheme, nextTheme, parseTheme, THEME_EVENT, THEME_KEY, type ThemeChoice } from "./theme";
 import type { Alert } from "../api/types";
 import { diskBanner, DISK_POLL_MS } from "../state/disk";
@@ -69,6 +69,7 @@ export class App {
         { class: "topnav", attrs: { "aria-label": "Main" } },
         h("a", { text: "Runs", attrs: { href: RUNS_HREF, "data-testid": "nav-runs" } }),
         this.alertsLink,
+        h("a", { text: "Cost", attrs: { href: COST_HREF, "data-testid": "nav-cost", title: "GPU time lost to input starvation, per project and run" } }),
       ),
       h("div", { class: "spacer" }),
       this.statusEl,

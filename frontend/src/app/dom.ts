@@ -2,6 +2,8 @@
 // run names, tags, projects and config values are user-controlled, so no
 // markup is ever built from strings.
 
+import { keySegments } from "./format";
+
 export type Child = Node | string | number | null | undefined | false;
 
 export interface Props {
@@ -55,4 +57,9 @@ export function replaceChildren(parent: Element, ...children: Child[]): void {
 /** Set text only when it changed (avoids needless layout work on live updates). */
 export function setText(el: Element, text: string): void {
   if (el.textContent !== text) el.textContent = text;
+}
+
+/** A dotted key's text with a line-break opportunity (<wbr>) after each dot (keySegments). */
+export function breakableKey(key: string): Child[] {
+  return keySegments(key).flatMap((piece, i) => (i === 0 ? [piece] : [document.createElement("wbr"), piece]));
 }

@@ -11,6 +11,7 @@ import {
   formatRate,
   formatRelativeTime,
   formatValue,
+  keySegments,
   parseIso,
 } from "./format";
 
@@ -141,5 +142,15 @@ describe("statusLabel", () => {
     expect(statusLabel("finished", 0)).toEqual({ text: "finished", title: "status: finished" });
     expect(statusLabel("finished", undefined).text).toBe("finished");
     expect(statusLabel("running", 50).text).toBe("running");
+  });
+});
+
+describe("keySegments", () => {
+  it("breaks a dotted key after its dots only", () => {
+    expect(keySegments("fit_params.epochs")).toEqual(["fit_params.", "epochs"]);
+    expect(keySegments("optimizer.config.learning_rate")).toEqual(["optimizer.", "config.", "learning_rate"]);
+    expect(keySegments("batch_size")).toEqual(["batch_size"]);
+    expect(keySegments("")).toEqual([]);
+    expect(keySegments("a..b").join("")).toBe("a..b");
   });
 });

@@ -156,3 +156,9 @@ export function formatValue(v: unknown): string {
     return String(v);
   }
 }
+
+/** A dotted key (`fit_params.epochs`, `optimizer.config.learning_rate`) in the pieces a narrow
+ * column may break it between: after each dot, so that no piece is broken inside. */
+export function keySegments(key: string): string[] {
+  return key.split(/(?<=\.)/).filter((piece) => piece.length > 0);
+}

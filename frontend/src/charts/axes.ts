@@ -18,6 +18,17 @@ export const STEP_INCRS: number[] = (() => {
  */
 export const BYTE_INCRS: number[] = Array.from({ length: 51 }, (_, e) => 2 ** e);
 
+/**
+ * Tick increments of a wall-clock axis, in seconds: whole seconds and up. uPlot's own go down to
+ * a millisecond, and over a run of a few seconds it wrote ticks such as ":58.000 :58.500".
+ */
+export const TIME_INCRS: number[] = [
+  1, 2, 5, 10, 15, 30,
+  60, 2 * 60, 5 * 60, 10 * 60, 15 * 60, 30 * 60,
+  3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600,
+  86400, 2 * 86400, 3 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400,
+];
+
 const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
 /**

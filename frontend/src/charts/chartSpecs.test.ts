@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { BYTE_INCRS } from "./axes";
+import { BYTE_INCRS, TIME_INCRS } from "./axes";
 import { lineChartOptions } from "./lineChartOptions";
 import { LIGHT_PALETTE, SERIES_COLORS, withAlpha } from "./palette";
 import { rangeFor } from "./scales";
@@ -30,6 +30,9 @@ describe("lineChartOptions", () => {
     expect(o.axes).toHaveLength(2);
     expect(o.scales?.x?.time).toBe(true);
     expect(o.series[2]!.dash).toEqual([2, 2]);
+    // Ticks a second apart at the least: a run of 3 s reads ":39 :40 :41", not ":39.000 :39.500".
+    expect(o.axes![0]!.incrs).toBe(TIME_INCRS);
+    expect(Math.min(...TIME_INCRS)).toBe(1);
   });
   it("keeps a fixed range but widens it for outliers", () => {
     const r = rangeFor({ scale: "p", label: "", format: String, range: [0, 100] }) as (u: unknown, a: number, b: number) => [number, number];
@@ -95,8 +98,9 @@ describe("memory axes", () => {
       expect(values(null, [0, 16 * 1024 ** 3, 32 * 1024 ** 3])).toEqual(["0", "16 GiB", "32 GiB"]);
     }
   });
-  it("other axes keep uPlot's default increments", () => {
+  it("other axes keep uPlot's default increments; the time axis, whole seconds", () => {
     const o = telemetrySpec("gpu").options(d, size, style);
-    expect(o.axes!.every((a) => a.incrs === undefined)).toBe(true);
+    expect(o.axes![0]!.incrs).toBe(TIME_INCRS);
+    expect(o.axes!.slice(1).every((a) => a.incrs === undefined)).toBe(true);
   });
 });

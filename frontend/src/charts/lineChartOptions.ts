@@ -3,7 +3,7 @@
 
 import type uPlot from "uplot";
 import { MISSING, formatCount } from "../app/format";
-import { axisStyle, formatStepTick, STEP_INCRS, type AxisSpec } from "./axes";
+import { axisStyle, formatStepTick, STEP_INCRS, TIME_INCRS, type AxisSpec } from "./axes";
 import type { LineSpec } from "./lines";
 import type { ChartPalette } from "./palette";
 import { outlierAwareRange, rangeFor } from "./scales";
@@ -33,7 +33,7 @@ export function lineChartOptions(args: LineChartArgs): uPlot.Options {
   const axes: uPlot.Axis[] = [
     axisBase(
       args.time
-        ? { label: args.xLabel, labelSize: 18 }
+        ? { label: args.xLabel, labelSize: 18, incrs: TIME_INCRS }
         : {
             label: args.xLabel,
             labelSize: 18,

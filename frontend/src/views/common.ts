@@ -103,7 +103,9 @@ export function alertList(alerts: Alert[], nowMs: number, runName?: (id: number)
         h(
           "div",
           { class: "alert-body" },
-          h("div", { class: "alert-title" }, h("strong", { text: a.rule_name }), runName && runId != null ? h("a", { class: "alert-run", text: name ?? `run #${runId}`, attrs: { href: `#/runs/${runId}` } }) : null, runId == null ? h("span", { class: "alert-run muted", text: "server" }) : null),
+          h("div", { class: "alert-title" }, h("strong", { text: a.rule_name }), runName && runId != null ? h("a", { class: "alert-run", text: name ?? `run #${runId}`, attrs: { href: `#/runs/${runId}` } }) : null,
+            // Its id too: two runs may share a name (two demos' "fed-pipeline").
+            runName && runId != null && name ? h("span", { class: "run-id", text: `#${runId}` }) : null, runId == null ? h("span", { class: "alert-run muted", text: "server" }) : null),
           a.message ? h("div", { class: "alert-message", text: a.message }) : null,
           a.profile_id != null && runId != null ? profileLink(runId, a.profile_id, "alert-profile") : null,
         ),

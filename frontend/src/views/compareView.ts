@@ -5,7 +5,7 @@
 import { overlaySpec, type OverlayData } from "../charts/chartSpecs";
 import { compareMetrics, compareRows, diffFromServer, type Align, type DiffRow } from "../state/compare";
 import { loadUiSettings } from "../state/cost";
-import { h, replaceChildren, setAttrs, setText } from "../app/dom";
+import { breakableKey, h, replaceChildren, setAttrs, setText } from "../app/dom";
 import type { RunEnergy } from "../state/energy";
 import { epochCompareMetrics, epochMetricNames, overlayEpochChart } from "../state/epochs";
 import { LiveChart } from "../charts/liveChart";
@@ -156,7 +156,7 @@ export class CompareView implements View {
             h(
               "tbody",
               null,
-              ...rowsIn.map((d) => h("tr", { attrs: { "data-key": d.key } }, h("th", { text: d.key, attrs: { scope: "row" } }), ...d.values.map((v) => h("td", { text: v })))),
+              ...rowsIn.map((d) => h("tr", { attrs: { "data-key": d.key } }, h("th", { attrs: { scope: "row" } }, ...breakableKey(d.key)), ...d.values.map((v) => h("td", { text: v })))),
             ),
           );
     replaceChildren(

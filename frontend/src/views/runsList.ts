@@ -5,6 +5,7 @@ import { h, replaceChildren, setAttrs, setText } from "../app/dom";
 import { bestEpochValue, epochCell, epochGoal, epochMetricNames, epochMetricsOf } from "../state/epochs";
 import {
   DEFAULT_SORT,
+  hasGpuReadings,
   matchesFilter,
   nextEpochSort,
   nextSort,
@@ -31,14 +32,23 @@ interface Column {
   title?: string;
   /** Sort key when the column sorts. */
   sort?: RunSortKey;
+  /** A GPU figure: the column is hidden while no run listed has GPU readings. */
+  gpu?: boolean;
+  /** A second figure in the same column, under the first (its own sort button). */
+  under?: Column;
 }
 
 const COLUMNS: Column[] = [
   { key: "name", label: "Name", sort: "name" },
   { key: "project", label: "Project", sort: "project" },
-  { key: "tags", label: "Tags" },
-  { key: "status", label: "Status", sort: "status" },
-  { key: "verdict", label: "Verdict", sort: "verdict", title: "Is the GPU being fed? The latest diagnosis" },
+  // The verdict under the status, each badge on one line: side by side, the two columns left
+  // too little room at 1024 px for the others without breaking words.
+  {
+    key: "status",
+    label: "Status",
+    sort: "status",
+    under: { key: "verdict", label: "Verdict", sort: "verdict", title: "Is the GPU being fed? The latest diagnosis" },
+  },
   { key: "started", label: "Started", sort: "started" },
   { key: "duration", label: "Duration", numeric: true, sort: "duration" },
   { key: "steps", label: "Steps", numeric: true, sort: "steps" },
@@ -51,6 +61,7 @@ const COLUMNS: Column[] = [
     numeric: true,
     title: "GPU time lost to input starvation: the run's input wait times the GPUs it trains on (priced when the server sets STOKER_GPU_HOUR_PRICE); a dash for runs without GPU readings",
     sort: "lost",
+    gpu: true,
   },
   {
     key: "energy",
@@ -58,9 +69,19 @@ const COLUMNS: Column[] = [
     numeric: true,
     title: "Energy the run's GPUs drew, and what of it was burned while steps waited for input (priced when the server sets STOKER_ENERGY_PRICE_KWH)",
     sort: "energy",
+    gpu: true,
   },
-  { key: "gpu", label: "GPU util", numeric: true, title: "Mean GPU utilization", sort: "gpu" },
+  { key: "gpu", label: "GPU util", numeric: true, title: "Mean GPU utilization", sort: "gpu", gpu: true },
 ];
+
+/** Names and projects up to this long stay on one line (not "starved-" over "pipeline"); longer
+ * ones wrap where they must, so that one long name cannot push the table past the page. */
+const NAME_WHOLE = 28;
+const PROJECT_WHOLE = 20;
+
+function keepWhole(text: string, upTo: number): string {
+  return text.length <= upTo ? " whole" : "";
+}
 
 /** localStorage key of the chosen epoch-metric column (and whether the list is sorted by it). */
 export const EPOCH_COLUMN_KEY = "stoker.runs.epochColumn";
@@ -81,6 +102,8 @@ export class RunsListView implements View {
   private readonly stateBox: HTMLElement;
   /** Why the server's settings (the GPU-hour price of the lost GPU time column) could not be read. */
   private readonly settingsError: HTMLElement;
+  /** Says why the GPU columns are hidden: no run listed has GPU readings. */
+  private readonly noGpuNote: HTMLElement;
   /** Disk use (database, profiles, free space), as the shell last read it. */
   private readonly diskLine: HTMLElement;
   private destroyed = false;
@@ -183,6 +206,11 @@ export class RunsListView implements View {
     );
     this.stateBox = h("div", { class: "state-box", attrs: { "aria-live": "polite" } });
     this.settingsError = h("p", { class: "error", attrs: { role: "status", hidden: true, "data-testid": "settings-error" } });
+    this.noGpuNote = h("p", {
+      class: "muted no-gpu-note",
+      text: "No run listed has GPU readings (no GPU, or NVML unavailable to the agent): the GPU columns (lost GPU time, energy, utilization) appear once one has.",
+      attrs: { hidden: true, "data-testid": "runs-no-gpu" },
+    });
     this.diskLine = h("p", { class: "disk-use muted", attrs: { hidden: true, "data-testid": "disk-use" } });
     this.el = h(
       "section",
@@ -201,6 +229,7 @@ export class RunsListView implements View {
       ),
       h("div", { class: "table-wrap" }, this.table),
       this.stateBox,
+      this.noGpuNote,
       this.settingsError,
       h("div", { class: "more-row" }, this.moreButton),
       this.diskLine,
@@ -234,9 +263,18 @@ export class RunsListView implements View {
   }
 
   private headerCell(c: Column): HTMLElement {
-    if (!c.sort) return h("th", { class: c.numeric ? "num" : "", text: c.label, attrs: { scope: "col", title: c.title ?? null } });
+    const cls = [c.numeric ? "num" : "", c.gpu ? "gpu-col" : "", c.under ? "stacked" : ""].join(" ").trim();
+    if (!c.sort) return h("th", { class: cls, text: c.label, attrs: { scope: "col", title: c.title ?? null } });
+    const buttons = [this.sortButton(c), c.under ? this.sortButton(c.under) : null];
+    const th = h("th", { class: cls, attrs: { scope: "col" } }, ...buttons);
+    for (const key of [c.sort, c.under?.sort]) if (key) this.headers.set(key, th);
+    return th;
+  }
+
+  private sortButton(c: Column): HTMLButtonElement | null {
     const key = c.sort;
-    const button = h(
+    if (!key) return null;
+    return h(
       "button",
       {
         class: "sort",
@@ -251,9 +289,6 @@ export class RunsListView implements View {
       c.label,
       h("span", { class: "sort-mark", attrs: { "aria-hidden": "true" } }),
     );
-    const th = h("th", { class: c.numeric ? "num" : "", attrs: { scope: "col" } }, button);
-    this.headers.set(key, th);
-    return th;
   }
 
   /** Show (or hide, for "") the best value of an epoch metric as a column, sorted best first. */
@@ -319,10 +354,12 @@ export class RunsListView implements View {
   }
 
   private showSort(): void {
+    const sorted = this.headers.get(this.sort.key);
     for (const [key, th] of this.headers) {
       const active = key === this.sort.key;
-      setAttrs(th, { "aria-sort": active ? (this.sort.desc ? "descending" : "ascending") : null });
-      const mark = th.querySelector(".sort-mark");
+      // A column of two figures is sorted when either is.
+      if (th !== sorted || active) setAttrs(th, { "aria-sort": active ? (this.sort.desc ? "descending" : "ascending") : null });
+      const mark = th.querySelector(`[data-sort="${key}"] .sort-mark`) ?? th.querySelector(".sort-mark");
       if (mark) setText(mark, active ? (this.sort.desc ? "▾" : "▴") : "");
     }
   }
@@ -399,6 +436,10 @@ export class RunsListView implements View {
       (id) => this.ctx.runs.verdictOf(id),
     );
     this.shownIds = shown.map((r) => r.id);
+    // Without GPU readings the GPU columns would be dashes only: hidden, and said why.
+    const gpus = shown.some(hasGpuReadings);
+    this.table.classList.toggle("no-gpu", !gpus);
+    this.noGpuNote.hidden = gpus || shown.length === 0;
     this.showSort();
     setText(this.countEl, shown.length === all.length ? `${all.length}` : `${shown.length} of ${all.length}`);
 
@@ -474,7 +515,7 @@ export class RunsListView implements View {
     refs.key = key;
     const tr = refs.tr;
     setAttrs(tr, { "data-status": run.status });
-    const link = h("a", { class: "run-link", text: c.name, attrs: { href: runHref(run.id) } });
+    const link = h("a", { class: `run-link${keepWhole(c.name, NAME_WHOLE)}`, text: c.name, attrs: { href: runHref(run.id) } });
     const num = (text: string, extra = "") => h("td", { class: `num ${extra}`.trim(), text });
     const box = h("input", {
       attrs: {
@@ -489,13 +530,13 @@ export class RunsListView implements View {
     replaceChildren(
       tr,
       h("td", { class: "select-col" }, box),
-      h("td", { class: "name" }, link, h("span", { class: "run-id", text: `#${run.id}` })),
-      h("td", { class: "project", text: c.project }),
-      h("td", { class: "tags-cell" }, tagList(c.tags)),
-      h("td", null, statusBadge(c.status, run.summary.steps_to_upload)),
+      // Tags under the name: a column of their own left the others too little room at 1024 px.
+      h("td", { class: "name" }, link, h("span", { class: "run-id", text: `#${run.id}` }), c.tags.length ? tagList(c.tags) : null),
+      h("td", { class: `project${keepWhole(c.project, PROJECT_WHOLE)}`, text: c.project }),
       h(
         "td",
-        null,
+        { class: "stacked" },
+        statusBadge(c.status, run.summary.steps_to_upload),
         h("span", {
           class: c.verdict ? `badge verdict tone-${c.verdictTone}` : "muted",
           text: c.verdictText,
@@ -508,14 +549,14 @@ export class RunsListView implements View {
       num(c.median),
       num(c.p95),
       h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle, "data-testid": "input-wait" } }),
-      h("td", { class: "num", text: c.lostGpu, attrs: { title: c.lostGpuTitle, "data-testid": "lost-gpu", "data-value": c.lostGpu === "—" ? "" : (run.summary?.lost_gpu_s ?? "") } }),
+      h("td", { class: "num gpu-col", text: c.lostGpu, attrs: { title: c.lostGpuTitle, "data-testid": "lost-gpu", "data-value": c.lostGpu === "—" ? "" : (run.summary?.lost_gpu_s ?? "") } }),
       h(
         "td",
-        { class: "num", attrs: { title: c.energyTitle, "data-testid": "run-energy", "data-value": run.summary?.energy_j ?? "" } },
+        { class: "num gpu-col", attrs: { title: c.energyTitle, "data-testid": "run-energy", "data-value": run.summary?.energy_j ?? "" } },
         c.energy,
         c.energyStarved ? h("div", { class: "muted", text: c.energyStarved, attrs: { "data-testid": "run-energy-starved" } }) : null,
       ),
-      num(c.gpu),
+      num(c.gpu, "gpu-col"),
       epoch
         ? h("td", {
             class: "num epoch-best",

@@ -1,4 +1,4 @@
-"""step rollups keyed by their bucket (issue 30)
+"""step rollups keyed by their bucket: less database CPU per stored step
 
 steprollup loses `id`: its primary key becomes (run_id, rank, width, bucket), the unique
 key ingest upserts on. On PostgreSQL the sequence and the second index cost CPU on every

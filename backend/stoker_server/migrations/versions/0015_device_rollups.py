@@ -1,4 +1,4 @@
-"""device rollups (issue 30)
+"""device rollups: a long run's device chart reads buckets, not every sample
 
 devicerollup: device samples aggregated at ingest into buckets of 10, 60 and 600 s per
 (run, rank, GPU), so the device chart of a long run reads buckets instead of every sample.

@@ -1,4 +1,4 @@
-"""step rollups without their foreign key (issue 30)
+"""step rollups without their foreign key: less database CPU per stored step
 
 steprollup's foreign key to run is checked row by row: on PostgreSQL, the COPY of a group's
 ~1,700 new rollup rows (20,000 steps) took 25 ms, two thirds of the group's rollup time and a

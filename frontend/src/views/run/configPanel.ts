@@ -1,7 +1,7 @@
 // The run page's config and raw-environment tables (flattened dotted keys),
 // redrawn only when their content changes.
 
-import { h, replaceChildren } from "../../app/dom";
+import { breakableKey, h, replaceChildren } from "../../app/dom";
 import { flattenEntries } from "../../state/runs";
 import type { Run } from "../../api/types";
 
@@ -34,7 +34,7 @@ function kvTable(caption: string, rows: [string, string][], empty: string, open:
           "table",
           { class: "kv" },
           h("caption", { class: "visually-hidden", text: caption }),
-          h("tbody", null, ...rows.map(([k, v]) => h("tr", null, h("th", { text: k, attrs: { scope: "row" } }), h("td", { text: v })))),
+          h("tbody", null, ...rows.map(([k, v]) => h("tr", null, h("th", { attrs: { scope: "row" } }, ...breakableKey(k)), h("td", { text: v })))),
         ),
   );
 }

@@ -1,5 +1,17 @@
 import { describe, expect, it } from "vitest";
-import { addedBy, bufferFill, capacityBarPct, capacityRatio, formatRate, parsePipeline, stageLabel, writtenAt } from "./pipeline";
+import {
+  addedBy,
+  bufferFill,
+  capacityBarPct,
+  capacityRatio,
+  capacityText,
+  formatRate,
+  laterIdle,
+  parsePipeline,
+  pipelineLegend,
+  stageLabel,
+  writtenAt,
+} from "./pipeline";
 
 const stage = {
   position: 1, kind: "parallel_map", name: "ParallelMapV2", function: "decode", parallelism: 2,
@@ -61,5 +73,24 @@ describe("pipeline view figures", () => {
     ];
     expect(writtenAt({ functions })).toBe("fast_normalize at train.py:10, slow_decode at train.py:14 (calls Python)");
     expect(writtenAt({})).toBe("");
+  });
+});
+
+describe("what the pipeline view says when it has no figure", () => {
+  it("says a stage with no element yet is not timed, and one before it not known, rather than a dash", () => {
+    expect(capacityText({ elements: 0, ms_per_element: null }, null)).toBe("not timed yet");
+    expect(capacityText({ elements: 854, ms_per_element: 0.003 }, null, true)).toBe("not known yet");
+    expect(capacityText({ elements: 854, ms_per_element: 0.003 }, null)).toBe("—");
+    expect(capacityText({ elements: 854, ms_per_element: 0.003 }, 12.5, true)).toBe("12.5 steps/s");
+    const stages = [{ position: 0, elements: 856 }, { position: 1, elements: 0 }];
+    expect(laterIdle(stages, 0)).toBe(true);
+    expect(laterIdle(stages, 1)).toBe(false);
+  });
+
+  it("explains the bars, or their absence when the steps' pace is unknown", () => {
+    expect(pipelineLegend(null)).toMatch(/^No bars for this read: it came before enough steps/);
+    expect(pipelineLegend(599)).toMatch(/against the 599 steps\/s the steps would take when fed \(the mark\)/);
+    expect(pipelineLegend(599, true)).toMatch(/Stages still filling \(a shuffle buffer, a cache\) and those after them get their figures from a later read/);
+    expect(pipelineLegend(599)).not.toMatch(/still filling/);
   });
 });

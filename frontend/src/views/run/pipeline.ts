@@ -104,3 +104,38 @@ export function capacityBarPct(ratio: number | null): number {
   const pct = ((Math.log10(ratio) + 1) / 3) * 100;
   return Math.max(2, Math.min(100, pct));
 }
+
+/** A stage's capacity as the view writes it: its rate, or why it has none. `laterIdle`: a
+ * stage after it had produced no element yet, so how many of its elements make a step (and
+ * so its rate in steps) is not known. */
+export function capacityText(
+  stage: Pick<PipelineStage, "elements" | "ms_per_element">,
+  capacity: number | null,
+  laterIdle = false,
+): string {
+  if (capacity != null && Number.isFinite(capacity)) return formatRate(capacity);
+  if (stage.elements === 0 || stage.ms_per_element === null) return "not timed yet";
+  return laterIdle ? "not known yet" : "—";
+}
+
+export const NOT_TIMED =
+  "tf.data had no time per element for this stage when its model was read: the stage had produced no element yet (a shuffle filling its buffer, a cache being filled, the stages after them)";
+export const NOT_KNOWN =
+  "How many of this stage's elements make a step is known once the stages after it have produced an element; when the model was read they had not";
+
+/** Whether a stage after `position` had produced no element when the model was read. */
+export function laterIdle(stages: Pick<PipelineStage, "position" | "elements">[], position: number): boolean {
+  return stages.some((s) => s.position > position && s.elements === 0);
+}
+
+/** The line under the stages: what the bars compare, or why there are none. `waiting`: some
+ * stages had produced nothing yet when the model was read. */
+export function pipelineLegend(demandStepsPerS: number | null, waiting = false): string {
+  const later = waiting
+    ? " Stages still filling (a shuffle buffer, a cache) and those after them get their figures from a later read, every few seconds while the run lives."
+    : "";
+  if (demandStepsPerS === null) {
+    return `No bars for this read: it came before enough steps to set their pace, which is what the bars compare each stage with.${later}`;
+  }
+  return `Bars: the steps per second each stage could feed (log scale), against the ${formatRate(demandStepsPerS)} the steps would take when fed (the mark); a stage short of the mark starves the steps. Buffer: the elements ready when the model was read.${later}`;
+}

@@ -14,7 +14,12 @@ import {
   bufferFill,
   capacityBarPct,
   capacityRatio,
+  capacityText,
   formatRate,
+  laterIdle,
+  NOT_KNOWN,
+  NOT_TIMED,
+  pipelineLegend,
   type PipelineAnswer,
   type PipelineStage,
   parsePipeline,
@@ -111,7 +116,13 @@ export class PipelinePanel {
     this.info.textContent =
       demand !== null ? `the steps would take ${formatRate(demand)} when fed` : "stages from tf.data's autotuning model";
     const rows = answer.stages.map((stage, i) =>
-      this.stageRow(stage, answer.capacity_steps_per_s?.[i] ?? null, demand, answer.bottleneck?.position === stage.position),
+      this.stageRow(
+        stage,
+        answer.capacity_steps_per_s?.[i] ?? null,
+        demand,
+        answer.bottleneck?.position === stage.position,
+        laterIdle(answer.stages, stage.position),
+      ),
     );
     const list = h(
       "ol",
@@ -119,7 +130,9 @@ export class PipelinePanel {
       ...rows,
       h("li", { class: "pipeline-model muted", text: "→ model (one element a step)" }),
     );
-    const children: Node[] = [list];
+    const waiting = answer.stages.some((s) => s.elements === 0);
+    const legend = h("p", { class: "pipeline-legend muted", text: pipelineLegend(demand, waiting), attrs: { "data-testid": "pipeline-legend" } });
+    const children: Node[] = [list, legend];
     const b = answer.bottleneck;
     if (b) {
       children.unshift(
@@ -135,12 +148,13 @@ export class PipelinePanel {
     replaceChildren(this.body, ...children);
   }
 
-  private stageRow(stage: PipelineStage, capacity: number | null, demand: number | null, isBottleneck: boolean): HTMLElement {
+  private stageRow(stage: PipelineStage, capacity: number | null, demand: number | null, isBottleneck: boolean, idleAfter: boolean): HTMLElement {
     const ratio = capacityRatio(capacity, demand);
     const fill = bufferFill(stage);
     const barFill = h("span", { class: "bar-fill" });
     barFill.style.width = `${capacityBarPct(ratio)}%`;
     const short = ratio !== null && ratio < 1;
+    const timed = capacity != null && Number.isFinite(capacity);
     const details = [
       `${stage.name}`,
       stage.parallelism ? `${stage.parallelism} thread${stage.parallelism === 1 ? "" : "s"}` : "",
@@ -159,9 +173,21 @@ export class PipelinePanel {
       h("span", { class: "stage-details muted", text: details.join(" · ") }),
       h(
         "span",
-        { class: "stage-capacity", attrs: { title: "Steps per second this stage could feed (bar: against the demand, log scale; the mark is the demand)" } },
-        h("span", { class: "bar" }, barFill, h("span", { class: "bar-mark" })),
-        h("span", { class: "bar-text", text: formatRate(capacity) }),
+        {
+          class: "stage-capacity",
+          attrs: {
+            title: timed
+              ? "Steps per second this stage could feed (bar: against the demand, log scale; the mark is the demand)"
+              : stage.elements === 0 || stage.ms_per_element === null
+                ? NOT_TIMED
+                : idleAfter
+                  ? NOT_KNOWN
+                  : null,
+          },
+        },
+        // A bar only where there is a figure and a demand to compare it with (the legend says why not).
+        timed && demand !== null ? h("span", { class: "bar" }, barFill, h("span", { class: "bar-mark" })) : null,
+        h("span", { class: `bar-text${timed ? "" : " muted"}`, text: capacityText(stage, capacity, idleAfter) }),
       ),
       h(
         "span",

@@ -17,6 +17,7 @@ import { cannotLoad } from "../loading";
 import { chartPanel, Debounce, followButtonState, type ChartBox } from "./panels";
 
 const KINDS: TelemetryKind[] = ["gpu", "memory", "thermal", "host"];
+const GPU_KINDS: TelemetryKind[] = ["gpu", "memory", "thermal"];
 const EMPTY: SamplesData = { device: [], host: [] };
 
 export class TimeCharts {
@@ -25,6 +26,8 @@ export class TimeCharts {
   private readonly boxes: Record<TelemetryKind, ChartBox>;
   private readonly charts = new Map<TelemetryKind, LiveChart<SamplesData>>();
   private readonly note: HTMLElement;
+  /** Once the samples are read and hold no GPU: one line instead of three empty GPU charts. */
+  private readonly noGpuNote: HTMLElement;
   private readonly followButton: HTMLButtonElement;
   private readonly group = new ChartGroup();
   private readonly refine = new Debounce(200, () => void this.samples.refine());
@@ -67,12 +70,19 @@ export class TimeCharts {
       host: chartPanel("Host CPU and memory", "host-heading", "host-chart", "Host and process CPU and memory over time"),
     };
     this.note = h("p", { class: "muted empty-note", attrs: { "data-testid": "samples-note", hidden: true } });
+    this.noGpuNote = h(
+      "p",
+      { class: "panel no-gpu", attrs: { "data-testid": "gpu-empty", hidden: true } },
+      h("strong", { text: "No GPU samples." }),
+      " The agent read no GPU (no GPU here, or NVML unavailable to it), so there are no GPU utilization, memory or temperature charts; step time, input wait and the diagnosis are measured all the same.",
+    );
     this.retentionNoteEl = h("span", { class: "retention-note", attrs: { role: "status", hidden: true, "data-testid": "samples-retention-note" } });
     this.el = h(
       "div",
       { class: "chart-group", attrs: { "aria-label": "Charts by wall-clock time", role: "region" } },
       h("div", { class: "group-head" }, h("h2", { class: "group-title", text: "By wall-clock time" }), this.retentionNoteEl, h("div", { class: "spacer" }), this.followButton),
       this.note,
+      this.noGpuNote,
       h("div", { class: "chart-grid" }, ...KINDS.map((k) => this.boxes[k].section)),
     );
   }
@@ -129,6 +139,9 @@ export class TimeCharts {
       this.note.hidden = true;
     }
     const data = this.samples.data ?? EMPTY;
+    const noGpu = state === "ok" && data.device.length === 0;
+    this.noGpuNote.hidden = !noGpu;
+    for (const kind of GPU_KINDS) this.boxes[kind].section.hidden = noGpu;
     this.throttles = throttleRanges(data.device);
     for (const [kind, chart] of this.charts) {
       const box = this.boxes[kind];

@@ -10,6 +10,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request, WebSocket
 from pydantic import Field, TypeAdapter, ValidationError
 
+from stoker_server.api.deps import AgentAuth, StateDep, TokenKind, check_token, refuse_websocket
+from stoker_server.api.publish import (
+    publish_run_ended,
+    publish_stored_batch,
+    push_live_steps,
+    refreshed,
+)
+from stoker_server.api.state import AppState, app_state
+from stoker_server.api.telemetry import Telemetry
 from stoker_server.core.errors import BadRequest, PayloadTooLarge, StokerError, describe
 from stoker_server.core.models import IngestResult, Run, RunPublic, RunStatus
 from stoker_server.ingest.agent_writes import BatchJob, end_run, open_run, store_batch
@@ -23,18 +32,9 @@ from stoker_server.ingest.protocol import (
     HttpIngest,
     Welcome,
 )
-from stoker_server.ingest.publish import (
-    publish_run_ended,
-    publish_stored_batch,
-    push_live_steps,
-    refreshed,
-)
 from stoker_server.ingest.summary import run_public
 from stoker_server.ingest.writer import StreamFailed
 from stoker_server.live.agents import AgentLink
-from stoker_server.service.deps import AgentAuth, StateDep, TokenKind, check_token, refuse_websocket
-from stoker_server.service.state import AppState, app_state
-from stoker_server.service.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["agent"])
@@ -93,11 +93,7 @@ async def agent_socket(websocket: WebSocket) -> None:
         return
     run, last_seq = await writer.run(open_run, hello=hello)
     assert run.id is not None
-    state.connections.connect(run.id)
-    try:
-        await _serve_agent(websocket, state, run, hello, last_seq)
-    finally:
-        state.connections.disconnect(run.id)
+    await _serve_agent(websocket, state, run, hello, last_seq)
 
 
 # Batches of one agent being stored at once. The agent may send ahead of its acks; while
@@ -137,7 +133,9 @@ async def _serve_agent(
     async def send(message: dict[str, Any]) -> None:
         await websocket.send_json(message)
 
-    # Told whether a browser watches the run, and sent commands (e.g. profile) by rank.
+    # Told whether a browser watches the run, and sent commands (e.g. profile) by rank. It
+    # counts as connected until its last frame is answered: an `end` it sent before closing
+    # is then read as said by a live agent.
     agent = AgentLink(rank=hello.rank, send=send, run_key=hello.run_key)
     state.agents.attach(run.id, agent)
     in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
@@ -178,9 +176,9 @@ async def _serve_agent(
             stored = writer.submit_store(BatchJob(run.id, hello.stream, hello.rank, frame))
             await in_flight.put(_InFlight(frame, stored))
     finally:
-        state.agents.detach(run.id, agent)
         await in_flight.put(None)
         await acknowledging
+        state.agents.detach(run.id, agent)
 
 
 async def _acknowledge(

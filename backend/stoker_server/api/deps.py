@@ -10,13 +10,13 @@ from fastapi.responses import JSONResponse
 from sqlmodel import Session
 from starlette.requests import HTTPConnection
 
+from stoker_server.api.state import AppState, app_settings, app_state
 from stoker_server.core.errors import Forbidden, RunNotFound, StokerError, Unauthorized
 from stoker_server.core.models import Run
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.detectors import Detectors
 from stoker_server.ingest.writer import Writer
 from stoker_server.live.hub import LiveHub
-from stoker_server.service.state import AppState, app_settings, app_state
 
 
 def get_session(conn: HTTPConnection) -> Iterator[Session]:

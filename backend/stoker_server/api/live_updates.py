@@ -9,12 +9,12 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from stoker_server.api.deps import TokenKind, check_token, refuse_websocket
 from stoker_server.api.queries import list_runs_json
+from stoker_server.api.state import app_settings, app_state
 from stoker_server.core.errors import StokerError
 from stoker_server.live.hub import LiveClient, LiveHub
 from stoker_server.live.messages import NoticeMessage, RunMessage
-from stoker_server.service.deps import TokenKind, check_token, refuse_websocket
-from stoker_server.service.state import app_settings, app_state
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["live"])

@@ -3,12 +3,12 @@ gauges, the browsers (through the live hub), the other server processes, and the
 
 from typing import Any
 
+from stoker_server.api.state import AppState
 from stoker_server.core.models import Run, RunPublic, RunStatus, RunSummary
 from stoker_server.ingest.protocol import Batch
 from stoker_server.ingest.summary import run_public
 from stoker_server.live.hub import LiveHub
 from stoker_server.live.messages import StepsData
-from stoker_server.service.state import AppState
 
 
 def push_live_steps(hub: LiveHub, run_id: int, batch: Batch, rank: int) -> None:

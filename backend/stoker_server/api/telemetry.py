@@ -7,7 +7,7 @@ scrape never touches the database.
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -15,6 +15,9 @@ from prometheus_client.registry import Collector
 
 from stoker_server.ingest.protocol import Batch
 from stoker_server.ingest.retention import DiskUsage
+from stoker_server.ingest.writer import Writer
+from stoker_server.live.agents import ConnectedAgents
+from stoker_server.live.hub import LiveHub
 
 # Device field → (Prometheus name, help) of the latest-value gauges per GPU. GPM fields and
 # energy are absent (not 0) for GPUs that do not report them.
@@ -126,11 +129,12 @@ class LiveGauges(Collector):
 
 
 class DiskGauges(Collector):
-    """Disk use and retention, as the retention pass last measured them."""
+    """Disk use and retention, as the retention pass last measured them, and whether the
+    writer refuses rows because the database's disk is full."""
 
-    def __init__(self, usage: DiskUsage) -> None:
+    def __init__(self, usage: DiskUsage, writer: Writer) -> None:
         self.usage = usage
-        self.writer: Any = None  # ingest.writer.Writer, set by the app: its disk-full state
+        self.writer = writer
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         u = self.usage
@@ -158,17 +162,16 @@ class DiskGauges(Collector):
         ):
             if value is not None:
                 yield GaugeMetricFamily(name, text, value=value)
-        if self.writer is not None:
-            yield GaugeMetricFamily(
-                "stoker_disk_full",
-                "1 while the database's disk is full and new rows are refused (agents spool)",
-                value=int(self.writer.disk_full),
-            )
-            yield GaugeMetricFamily(
-                "stoker_disk_full_refusals",
-                "Writes refused because the database's disk was full, since the server started",
-                value=self.writer.disk_full_refusals,
-            )
+        yield GaugeMetricFamily(
+            "stoker_disk_full",
+            "1 while the database's disk is full and new rows are refused (agents spool)",
+            value=int(self.writer.disk_full),
+        )
+        yield GaugeMetricFamily(
+            "stoker_disk_full_refusals",
+            "Writes refused because the database's disk was full, since the server started",
+            value=self.writer.disk_full_refusals,
+        )
         yield GaugeMetricFamily(
             "stoker_retention_compacted_runs",
             "Runs compacted to rollups by this server since it started",
@@ -182,9 +185,18 @@ class DiskGauges(Collector):
 
 
 class Telemetry:
-    """The server's own counters and the live gauges, in one registry per app."""
+    """The server's own counters and the live gauges, in one registry per app.
 
-    def __init__(self, *, agent_connections: Any, live_clients: Any) -> None:
+    Args:
+        agents: The agents connected here (their count is a gauge).
+        hub: The browsers connected here (their count is a gauge).
+        writer: Whether it refuses rows for a full disk.
+        disk: The disk figures the retention pass measures.
+    """
+
+    def __init__(
+        self, *, agents: ConnectedAgents, hub: LiveHub, writer: Writer, disk: DiskUsage
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.batches = Counter("stoker_ingest_batches", "Batches stored", registry=r)
@@ -199,14 +211,13 @@ class Telemetry:
             "stoker_agent_connections", "Agent WebSocket connections accepted", registry=r
         )
         open_agents = Gauge("stoker_agent_connections_open", "Open agent connections", registry=r)
-        open_agents.set_function(lambda: agent_connections.total)
+        open_agents.set_function(lambda: agents.total)
         browsers = Gauge("stoker_live_clients_open", "Open browser live connections", registry=r)
-        browsers.set_function(lambda: live_clients.client_count)
+        browsers.set_function(lambda: hub.client_count)
         self.live = LiveGauges()
         r.register(self.live)
-        self.disk = DiskUsage()
-        self.disk_gauges = DiskGauges(self.disk)
-        r.register(self.disk_gauges)
+        self.disk = disk
+        r.register(DiskGauges(disk, writer))
 
     def stored(self, batch: Batch) -> None:
         self.batches.inc()
