@@ -44,8 +44,8 @@ import tensorflow as tf
 
 from stoker_server.diagnosis.bottleneck import capacities, find_bottleneck
 from tests.harness.gpu_like import MARGIN, held_model, measure_step_s
+from trainer_agent import StokerCallback
 from trainer_agent.capture.dataset_graph import read_dataset
-from trainer_agent.capture.input_wait import StampRing
 from trainer_agent.capture.pipeline_model import DEFAULT_INTERVAL_S, PipelineSource
 from trainer_agent.capture.recorder import Recorder
 from trainer_agent.capture.train_function import unwatch_train_function, watch_train_function
@@ -597,7 +597,7 @@ def run_once(
     source = PipelineSource()
     source.describe(read_dataset(dataset), stamped=wrap)
     probe = _Probe(source, read_at=steps * 3 // 4)
-    fitted = StampRing().wrap(dataset) if wrap else dataset  # as cb.wrap and `stoker run` do
+    fitted = StokerCallback(server="http://127.0.0.1:9").wrap(dataset) if wrap else dataset
     model.fit(fitted, epochs=1, steps_per_epoch=steps, callbacks=[probe], verbose=0)
     intervals = [b - a for a, b in zip(probe.begins[1:], probe.begins[2:], strict=False)]
     wait_share = max(0.0, 1.0 - step_s / statistics.median(intervals))

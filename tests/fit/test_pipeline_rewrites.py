@@ -21,7 +21,6 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from trainer_agent.capture.dataset_graph import family, read_dataset
-from trainer_agent.capture.input_wait import StampRing
 from trainer_agent.capture.pipeline import describe_pipeline
 from trainer_agent.capture.pipeline_model import stages_from_proto
 from trainer_agent.capture.pipeline_rewrites import (
@@ -334,10 +333,17 @@ class Truth:
         return found
 
 
+def wrapped(dataset: Any) -> Any:
+    """`dataset` as `model.fit(cb.wrap(dataset))` iterates it (no server is reached here)."""
+    from trainer_agent import StokerCallback
+
+    return StokerCallback(server="http://127.0.0.1:9").wrap(dataset)
+
+
 def named_nodes(dataset: Any, *, wrap: bool, elements: int = 3) -> tuple[Any, ModelNode, dict]:
     """(what was iterated, the model's tree, the user's functions Stoker names per node) for
     the live iterator of `dataset`, wrapped as `fit` wraps it or not."""
-    iterated = StampRing().wrap(dataset) if wrap else dataset
+    iterated = wrapped(dataset) if wrap else dataset
     iterator = iter(iterated)
     for _ in range(elements):
         try:
@@ -503,7 +509,7 @@ def test_every_dataset_kind_names_what_tf_datas_rewritten_graph_runs(tmp_path, w
 def test_a_fused_node_names_all_its_functions_and_which_calls_python(tmp_path) -> None:
     namer = Namer()
     dataset = _kinds(str(tmp_path))["three_maps_fused_into_a_batch"](namer)
-    iterator = iter(StampRing().wrap(dataset))
+    iterator = iter(wrapped(dataset))
     next(iterator)
     stages = stages_from_proto(
         tf.data.experimental.get_model_proto(iterator),
@@ -560,7 +566,7 @@ def test_where_elements_come_from_files_memory_or_a_generator(tmp_path) -> None:
     files = tf.data.Dataset.from_tensor_slices(paths).interleave(
         tf.data.TFRecordDataset, num_parallel_calls=2
     )
-    described = describe_pipeline(StampRing().wrap(files.batch(2).repeat()))
+    described = describe_pipeline(files.batch(2).repeat())
     assert described["reads_files"] and described["parallel_interleave"]
 
 
