@@ -414,7 +414,10 @@ class PipelineSource:
             if self._user is None and not self._stamped:
                 self._user = read_dataset(dataset)
             rewrites = applied_rewrites(dataset)  # probed once per options
-            stages = stages_from_proto(proto, self._user, stamped=self._stamped, rewrites=rewrites)
+            stages = stages_from_proto(
+                proto, self._user, stamped=self._stamped, rewrites=rewrites,
+                cache=self._alignments,
+            )  # fmt: skip
             previous = self._previous
             if previous is not None and previous[0] is owned:
                 with_parallelism_shown(stages, previous[2], now - previous[1])

@@ -176,12 +176,15 @@ class _Search:
                 chain.append(node)
         maps = _leading(chain, _MAPS)
         if "map_fusion" in on:
-            for n in range(2, maps + 1):
+            # tf.data fuses no stateful function with another (a numpy_function, a random op)
+            for n in range(2, _leading_stateless(chain, maps) + 1):
                 yield "Map", chain[:n], _FUSED * (n - 1)
         if "map_and_batch_fusion" in on and user.family == "Batch":
             below = _leading(chain[1:], _MAPS)
-            for n in range(1, (below if "map_fusion" in on else min(below, 1)) + 1):
-                yield "MapAndBatch", chain[: n + 1], _FUSED * n
+            if below:  # the map right before the batch, and with map_fusion those before it
+                longest = _leading_stateless(chain[1:], below) if "map_fusion" in on else 1
+                for n in range(1, max(1, longest) + 1):
+                    yield "MapAndBatch", chain[: n + 1], _FUSED * n
         if "filter_fusion" in on:
             for n in range(2, _leading(chain, _FILTERS) + 1):
                 yield "Filter", chain[:n], _FUSED * (n - 1)
@@ -279,6 +282,19 @@ def _may_run_as(run: list[DatasetNode], model_family: str) -> bool:
     if model_family != "ParallelMap":
         return True
     return not any(node.family == "Map" and node.stateful for node in run)
+
+
+def _leading_stateless(chain: list[DatasetNode], count: int) -> int:
+    """Of the first `count` maps of `chain`, how many tf.data may fuse into one: a stateful
+    one only alone."""
+    if count and chain[0].stateful:
+        return 1
+    stateless = 0
+    for node in chain[:count]:
+        if node.stateful:
+            break
+        stateless += 1
+    return stateless
 
 
 def _compatible(user_family: str, model_family: str) -> bool:
