@@ -12,6 +12,7 @@ function's graph. tf.data's own functions (a reader's `read_one_file`, `from_gen
 `pipeline_rewrites.align` matches this tree with the nodes tf.data actually runs.
 """
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -94,6 +95,7 @@ class DatasetNode:
         return any(function.stateful for function in self.functions)
 
 
+@functools.lru_cache(maxsize=1024)  # a read names the same few ops every time
 def family(name: str) -> str:
     """`"_ParallelMapDataset"`, `"ParallelMapDatasetV2"`, `"ParallelMapV2"` -> `"ParallelMap"`;
     the model's iterator names too: `"ForeverRepeat"` -> `"Repeat"`, `"MemoryCacheImpl"` ->

@@ -384,6 +384,7 @@ class PipelineSource:
         self._unavailable_logged = False
         self._previous: tuple[Any, float, list[tuple[str, int]]] | None = None
         self._alignments = AlignmentCache()
+        self._rewrites: tuple[Any, frozenset[str]] | None = None  # for the iterated dataset
         self.last_read_us: float | None = None
 
     def describe(self, user: DatasetNode | None, *, stamped: bool) -> None:
@@ -413,7 +414,9 @@ class PipelineSource:
             dataset = getattr(owned, "_dataset", None)
             if self._user is None and not self._stamped:
                 self._user = read_dataset(dataset)
-            rewrites = applied_rewrites(dataset)  # probed once per options
+            if self._rewrites is None or self._rewrites[0] is not dataset:
+                self._rewrites = (dataset, applied_rewrites(dataset))  # probed once per options
+            rewrites = self._rewrites[1]
             stages = stages_from_proto(
                 proto, self._user, stamped=self._stamped, rewrites=rewrites,
                 cache=self._alignments,
