@@ -22,6 +22,11 @@ COPY --from=wheel /dist /dist
 RUN pip install --no-cache-dir "$(ls /dist/stoker-*.whl)[server,postgres]" \
   && rm -rf /dist
 WORKDIR /app
+# Bound to every address of the container, so never open: without STOKER_VIEW_TOKEN,
+# STOKER_ADMIN_TOKEN and STOKER_AGENT_TOKEN the server makes them on its first start, keeps
+# them in /data/tokens.json (mode 0600, on the volume: the next start reuses them) and prints
+# the UI's URL with the viewer token (`docker logs`). `--no-auth` (as the command) turns that
+# off, said in the log: only behind a proxy that authenticates (docs/security.md).
 ENV STOKER_HOST=0.0.0.0 STOKER_DATA_DIR=/data
 VOLUME /data
 EXPOSE 8470

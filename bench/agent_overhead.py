@@ -1,33 +1,35 @@
-"""What does Stoker cost a training step? The same CPU Keras fit with and without it.
+"""What does Stoker cost a training step and a fit? One command, three step sizes, its own noise.
 
-Configurations, interleaved in a random order within each trial, one fresh model each:
-  baseline     no extra callback
-  stoker       StokerCallback + cb.wrap(dataset), GPU sampling every 1 s against the fake
-               NVML (tests/harness/fake_nvml.c), streaming to a real `stoker serve`
-  callback     StokerCallback alone (no wrap)
-  tensorboard  keras.callbacks.TensorBoard(update_freq="batch")
-A minimal timer callback (the same in every configuration) measures the steady-state step
-period from batch 10 to the end of the epoch, in wall-clock time and in this process's CPU
-time (all threads: the agent's threads and TensorFlow's), so per-run start and flush costs
-are not spread over the steps; they are reported separately as the fixed cost of a fit.
-Figures are medians over trials of the paired difference to the baseline of the same
-trial. CPU time is far less disturbed by other processes on a shared machine.
+For each of three CPU models (about 0.8, 3 and 20 ms a step; `--models` picks some), long
+one-epoch fits in four configurations, interleaved in a random order in every round:
+  baseline, baseline-again   no extra callback, twice: their paired difference is the noise
+                             floor (an A/A comparison) every other figure is read against
+  stoker                     StokerCallback + cb.wrap(dataset), GPU sampling every 1 s against
+                             the fake NVML (tests/harness/fake_nvml.c), streaming to a real
+                             `stoker serve` on loopback
+  tensorboard                keras.callbacks.TensorBoard(update_freq="batch")
+each with `steps_per_execution` 1 and 32 (`--spe`). A timer callback (the same in every
+configuration) measures from step SKIP to the epoch's end: wall time per step, and CPU time
+per step by thread from /proc/self/task/*/schedstat (ns): the training thread, Stoker's own
+threads (sender, sampler, the WebSocket reader) and every other thread (TensorFlow's inter-op
+pool and tf.data threads, where the stamps' ops run). Figures are medians over rounds of the
+paired difference to the baseline of the same round, with the interquartile range (IQR)
+over rounds; the A/A row gives the same for two plain fits: a cost inside that range is not
+resolved by this run.
 
-On a small shared machine whole fits differ by several hundred µs per step, more than the
-costs being measured, so Stoker's cost is also measured part by part, each part precisely:
-  stage        the wrapped pipeline through Keras's real train function, steps alternating
-               with the unwrapped one in a random order, thousands of paired steps
-  hooks        the batch hooks called directly (recording a step, reading the stamp ring)
-  threads      CPU time of the agent's own threads (sender, samplers) during the fits
-Their sum is Stoker's cost per step: the figure the targets are checked against.
+Stoker's own time on the training thread is also timed directly (`time.thread_time_ns()`
+around its batch hooks, including the stamp ring's read every ~400 steps or second and the
+train-function wrapper's new-iterator work), per step: what profiling the thread would
+attribute to Stoker, without the fit's noise.
 
-With `--tiny` it measures instead what sub-millisecond steps pay: one-sample steps (batch 1)
-of a small MLP, `--tiny-steps` per fit, the same interleaved configurations but TensorBoard,
-and the stage's cost on a one-sample element through the train function; per step in µs
-and as a share of the plain step.
+Then the fixed cost of a fit: `--pairs` back-to-back pairs of 5-step fits of
+`from_tensor_slices(...).batch(64).cache().repeat().prefetch(2)`, plain against monitored (a
+new callback and `wrap` every fit, as autolog does) and against TensorBoard(batch)
+(bench/fit_overhead.py's measurement), and `wrap()`'s own time on a freshly built pipeline
+after the first call in the process, with the functions it traced (none expected).
 
-Usage: .venv/bin/python -m bench.agent_overhead [--trials 25] [--paired-steps 3000]
-       .venv/bin/python -m bench.agent_overhead --tiny [--trials 10] [--tiny-steps 3000]
+Usage: .venv/bin/python -m bench.agent_overhead [--rounds 5] [--seconds 3] [--spe 1,32]
+       [--models tiny,mlp,wide] [--pairs 15]
 """
 
 import argparse
@@ -35,106 +37,258 @@ import os
 import random
 import statistics
 import tempfile
-import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
 
+from bench.thread_cpu import (
+    THREAD_CLASSES,
+    by_class,
+    paired,
+    spread_us,
+    stoker_thread_ids,
+    thread_cpu_ns,
+)
 from tests.harness.fake_nvml import FakeNvml, build
 from tests.harness.support import ServerProcess
 from trainer_agent import StokerCallback
 
 SKIP = 50  # steps before the timed window (tracing, warm-up, the agent's start)
+CONFIGS = ("baseline", "baseline-again", "stoker", "tensorboard")
 
 
-def agent_threads_cpu_s() -> float:
-    """CPU time used so far by the agent's threads that are alive: sender, sampler, and the
-    WebSocket client's reader thread (websockets names it after its function)."""
-    total = 0.0
-    for thread in threading.enumerate():
-        ours = thread.name.startswith("stoker-") or "(recv_events)" in thread.name
-        if ours and thread.ident is not None:
-            try:
-                total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-            except OSError:  # the thread just ended
-                continue
-    return total
+@dataclass
+class Model:
+    """A CPU model whose step takes about `step_ms` here."""
 
-
-class Timer(tf.keras.callbacks.Callback):
-    """Wall-clock and process CPU time per step, from batch SKIP to the end of the epoch, and
-    the agent threads' CPU time per step over the same window."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.start = self.start_cpu = self.start_agent = 0.0
-        self.period_s = self.cpu_s = self.agent_cpu_s = 0.0
-        self._batch = 0
-
-    def on_train_batch_begin(self, batch: int, logs: object = None) -> None:
-        if batch == SKIP:
-            self.start, self.start_cpu = time.perf_counter(), time.process_time()
-            self.start_agent = agent_threads_cpu_s()
-        self._batch = batch
-
-    def on_epoch_end(self, epoch: int, logs: object = None) -> None:
-        # Runs before Stoker's own epoch and train end: its threads are still alive.
-        steps = self._batch + 1 - SKIP
-        self.period_s = (time.perf_counter() - self.start) / steps
-        self.cpu_s = (time.process_time() - self.start_cpu) / steps
-        self.agent_cpu_s = (agent_threads_cpu_s() - self.start_agent) / steps
+    name: str
+    step_ms: float
+    features: int
+    widths: list[int]
+    outputs: int
+    batch: int
 
 
 MODELS = {
-    # name: (input features, hidden widths, batch size, steps per fit)
-    "small MLP": (32, [256, 256], 64, 600),
-    "wide": (512, [1024, 1024], 128, 150),
+    # The issue's tiny steps: batch 16, 32 -> 32 -> 4, a cached and prefetched pipeline.
+    "tiny": Model("tiny", 0.8, 32, [32], 4, 16),
+    # The small MLP: 784 -> 256 -> 256 -> 10, batch 128.
+    "mlp": Model("small MLP", 3.0, 784, [256, 256], 10, 128),
+    "wide": Model("wide", 20.0, 512, [1024, 1024], 1, 128),
 }
-# --tiny: one-sample steps (as in keras.io's attention-MIL example, batch_size=1).
-TINY = (32, [64], 1)
 
 
-def make_model(features: int, widths: list[int]) -> tf.keras.Model:
-    layers = [tf.keras.Input(shape=(features,))]
-    layers += [tf.keras.layers.Dense(w, activation="relu") for w in widths]
-    model = tf.keras.Sequential([*layers, tf.keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    return model
+class Timer(tf.keras.callbacks.Callback):
+    """Wall time and CPU time by thread per step, from step SKIP to the end of the epoch
+    (before Stoker's own epoch end, so its threads are still alive)."""
+
+    def __init__(self, steps_per_execution: int) -> None:
+        super().__init__()
+        self.spe = steps_per_execution
+        self.wall_s = 0.0
+        self.cpu_s: dict[str, float] = {}
+        self._start = 0.0
+        self._threads: dict[int, int] = {}
+        self._first = self._last = 0
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self._first == 0 and batch >= SKIP:
+            self._first = batch
+            self._start = time.perf_counter()
+            self._threads = thread_cpu_ns()
+        self._last = batch
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        steps = self._last + self.spe - self._first
+        self.wall_s = (time.perf_counter() - self._start) / steps
+        used = by_class(self._threads, thread_cpu_ns(), stoker_thread_ids())
+        self.cpu_s = {kind: ns / 1e9 / steps for kind, ns in used.items()}
 
 
-def dataset(features: int, batch: int, steps: int) -> tf.data.Dataset:
-    x = np.random.default_rng(0).normal(size=(steps, batch, features)).astype("float32")
-    return tf.data.Dataset.from_tensor_slices((x, x[..., :1].copy()))
+class TimedCallback(StokerCallback):
+    """StokerCallback whose batch hooks (all of Stoker's per-step Python on the training
+    thread: step timing, the ring read every ~400 steps or second, scalar logs) are timed in this
+    thread's CPU time."""
+
+    spent_ns = 0
+    steps = 0
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        started = time.thread_time_ns()
+        super().on_train_batch_begin(batch, logs)
+        TimedCallback.spent_ns += time.thread_time_ns() - started
+        TimedCallback.steps += self._boundary.steps_per_execution
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        started = time.thread_time_ns()
+        super().on_train_batch_end(batch, logs)
+        TimedCallback.spent_ns += time.thread_time_ns() - started
 
 
-def run_fit(config: str, model: tf.keras.Model, ds: tf.data.Dataset, server: str, logdir: str):
-    timer = Timer()
-    callbacks: list[tf.keras.callbacks.Callback] = [timer]
+def make_model(model: Model, steps_per_execution: int) -> tf.keras.Model:
+    layers = [tf.keras.Input(shape=(model.features,))]
+    layers += [tf.keras.layers.Dense(w, activation="relu") for w in model.widths]
+    keras_model = tf.keras.Sequential([*layers, tf.keras.layers.Dense(model.outputs)])
+    keras_model.compile(optimizer="sgd", loss="mse", steps_per_execution=steps_per_execution)
+    return keras_model
+
+
+def dataset(model: Model, steps: int) -> tf.data.Dataset:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64 * model.batch, model.features)).astype("float32")
+    y = rng.normal(size=(64 * model.batch, model.outputs)).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(model.batch, drop_remainder=True)
+    return ds.cache().repeat().take(steps).prefetch(tf.data.AUTOTUNE)
+
+
+@dataclass
+class Fits:
+    """Per configuration, per round: wall s/step and CPU s/step by thread class."""
+
+    wall: dict[str, list[float]] = field(default_factory=lambda: {c: [] for c in CONFIGS})
+    cpu: dict[str, dict[str, list[float]]] = field(
+        default_factory=lambda: {c: {k: [] for k in THREAD_CLASSES} for c in CONFIGS}
+    )
+    own_s: list[float] = field(default_factory=list)
+
+
+def run_fit(
+    config: str, keras_model: tf.keras.Model, ds: tf.data.Dataset, spe: int, server: str, tb: str
+) -> Timer:
+    timer = Timer(spe)
+    callbacks: list[Any] = [timer]
     data = ds
-    if config in ("stoker", "callback"):
-        cb = StokerCallback(run_name=f"bench-{config}", server=server, sample_interval_s=1.0)
-        callbacks.append(cb)
-        if config == "stoker":
-            data = cb.wrap(ds)
+    if config == "stoker":
+        callback = TimedCallback(run_name="bench-overhead", server=server, sample_interval_s=1.0)
+        callbacks.append(callback)
+        data = callback.wrap(ds)
     elif config == "tensorboard":
-        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=logdir, update_freq="batch"))
+        callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=tb, update_freq="batch"))
+    keras_model.fit(data, epochs=1, callbacks=callbacks, verbose=0)
+    return timer
+
+
+def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, work: Path) -> Fits:
+    steps = max(SKIP + 10 * spe, int(seconds * 1e3 / model.step_ms)) // spe * spe
+    ds = dataset(model, steps)
+    models = {config: make_model(model, spe) for config in CONFIGS}
+    for config in CONFIGS:  # trace every model, warm up
+        run_fit(config, models[config], ds, spe, server, str(work / "tb"))
+    fits = Fits()
+    for _ in range(rounds):
+        for config in random.sample(CONFIGS, len(CONFIGS)):
+            TimedCallback.spent_ns = TimedCallback.steps = 0
+            timer = run_fit(config, models[config], ds, spe, server, str(work / "tb"))
+            fits.wall[config].append(timer.wall_s)
+            for kind in THREAD_CLASSES:
+                fits.cpu[config][kind].append(timer.cpu_s[kind])
+            if config == "stoker":
+                fits.own_s.append(TimedCallback.spent_ns / 1e9 / max(1, TimedCallback.steps))
+    return fits
+
+
+def report(model: Model, spe: int, fits: Fits) -> None:
+    base = statistics.median(fits.wall["baseline"])
+    print(
+        f"\n{model.name}, steps_per_execution {spe}: baseline step {base * 1e3:.3f} ms wall; "
+        f"{len(fits.wall['baseline'])} rounds; µs per step, median (IQR) of the paired "
+        "difference to the baseline"
+    )
+    header = f"{'configuration':15} {'wall':>22} {'% step':>7}"
+    header += "".join(f" {'CPU ' + kind:>24}" for kind in THREAD_CLASSES)
+    print(header)
+    for config in CONFIGS[1:]:
+        wall = paired(fits.wall, config)
+        line = f"{config:15} {spread_us(wall):>22} {statistics.median(wall) / base * 100:+7.2f}"
+        for kind in THREAD_CLASSES:
+            by_config = {c: fits.cpu[c][kind] for c in CONFIGS}
+            line += f" {spread_us(paired(by_config, config)):>24}"
+        print(line)
+    total = [
+        sum(fits.cpu["stoker"][k][i] - fits.cpu["baseline"][k][i] for k in THREAD_CLASSES)
+        for i in range(len(fits.own_s))
+    ]
+    noise = [
+        sum(fits.cpu["baseline-again"][k][i] - fits.cpu["baseline"][k][i] for k in THREAD_CLASSES)
+        for i in range(len(fits.own_s))
+    ]
+    own = statistics.median(fits.own_s) * 1e6
+    print(
+        f"Stoker's own code on the training thread (its hooks timed): {own:.1f} µs/step "
+        f"(target ≤ 20); CPU all threads, stoker {spread_us(total).strip()} µs/step against "
+        f"A/A {spread_us(noise).strip()} (target ≤ 30)"
+    )
+
+
+def hooks_alone(server: str, steps: int = 20_000) -> float:
+    """Stoker's batch hooks called directly, no fit (so no TensorFlow beside them): CPU time
+    per step of this thread, the median of 7 rounds. The stamp ring is the model's and is
+    read as in a fit (it holds no stamps: the steps resolve without)."""
+    keras_model = make_model(MODELS["tiny"], 1)
+    callback = StokerCallback(run_name="bench-hooks", server=server)
+    callback.wrap(dataset(MODELS["tiny"], 10))
+    callback.set_model(keras_model)
+    callback.set_params({"epochs": 1, "steps": 10**7, "verbose": 0})
+    callback.on_train_begin()
+    logs = {"loss": 0.5}
+    rounds = []
+    step = 0
+    for _ in range(7):
+        started = time.thread_time_ns()
+        for _ in range(steps):
+            callback.on_train_batch_begin(step)
+            callback.on_train_batch_end(step, logs)
+            step += 1
+        rounds.append((time.thread_time_ns() - started) / 1e9 / steps)
+    callback.on_train_end()
+    return statistics.median(rounds)
+
+
+def wrap_cost(server: str, calls: int = 20) -> tuple[float, float, int]:
+    """`wrap()`'s own time on the first call in this process and the median over freshly
+    built pipelines after it, and the graphs it traced after the first call."""
+    from tensorflow.python.framework import func_graph
+
+    def pipeline() -> tf.data.Dataset:
+        x = np.zeros((640, 8), "float32")
+        ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(64)
+        return ds.cache().repeat().prefetch(2)
+
     started = time.perf_counter()
-    model.fit(data, epochs=1, callbacks=callbacks, verbose=0)
-    return timer.period_s, timer.cpu_s, time.perf_counter() - started, timer.agent_cpu_s
+    StokerCallback(server=server).wrap(pipeline())
+    first = time.perf_counter() - started
+    traced = [0]
+    original = func_graph.FuncGraph.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        traced[0] += 1
+        original(self, *args, **kwargs)
+
+    times = []
+    for _ in range(calls):
+        ds = pipeline()
+        callback = StokerCallback(server=server)
+        func_graph.FuncGraph.__init__ = counting
+        started = time.perf_counter()
+        callback.wrap(ds)
+        times.append(time.perf_counter() - started)
+        func_graph.FuncGraph.__init__ = original
+    return first, statistics.median(times), traced[0]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trials", type=int, default=25)
-    parser.add_argument(
-        "--paired-steps", type=int, default=3000, help="paired steps for the stage's cost"
-    )
-    parser.add_argument("--tiny", action="store_true", help="one-sample steps instead")
-    parser.add_argument("--tiny-steps", type=int, default=3000, help="steps per --tiny fit")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0, help="about this long per fit")
+    parser.add_argument("--spe", default="1,32", help="steps_per_execution values")
+    parser.add_argument("--models", default="tiny,mlp,wide")
+    parser.add_argument("--pairs", type=int, default=15, help="pairs of 5-step fits")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
     fake = FakeNvml(build(work / "nvml"), work / "nvml-control.txt")
@@ -142,246 +296,34 @@ def main() -> None:
     fake.preload()
     os.environ["STOKER_SPOOL_DIR"] = str(work / "spool")
     server = ServerProcess(data_dir=work / "server").start()
-    if args.tiny:
-        try:
-            tiny_main(server.url, work, args.trials, args.tiny_steps, args.paired_steps)
-        finally:
-            server.stop()
-        return
-    configs = ["baseline", "stoker", "callback", "tensorboard"]
-    parts: dict[str, dict[str, float]] = {}
-    tensorboard: dict[str, float] = {}
-    step_s: dict[str, float] = {}
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    load = os.getloadavg()
+    print(
+        f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)"
+    )
     try:
-        for name, (features, widths, batch, steps) in MODELS.items():
-            ds = dataset(features, batch, steps)
-            models = {c: make_model(features, widths) for c in configs}
-            for config in configs:  # warm-up: trace every model once
-                run_fit(config, models[config], ds, server.url, str(work / "tb"))
-            periods: dict[str, list[float]] = {c: [] for c in configs}
-            cpus: dict[str, list[float]] = {c: [] for c in configs}
-            totals: dict[str, list[float]] = {c: [] for c in configs}
-            agent_threads: list[float] = []
-            for _ in range(args.trials):
-                for config in random.sample(configs, len(configs)):
-                    logdir = str(work / "tb")
-                    period, cpu, total, agent = run_fit(
-                        config, models[config], ds, server.url, logdir
-                    )
-                    periods[config].append(period)
-                    cpus[config].append(cpu)
-                    totals[config].append(total)
-                    if config == "stoker":
-                        agent_threads.append(agent)
-            report(name, steps, configs, periods, cpus, totals)
-            parts[name] = {
-                "stage": stage_cost(features, widths, batch, args.paired_steps),
-                "threads": statistics.median(agent_threads),
-            }
-            tensorboard[name] = statistics.median(paired(periods, "tensorboard"))
-            step_s[name] = statistics.median(periods["baseline"])
-        hooks, ring_reads = hook_costs(server.url)
-        report_parts(parts, hooks, ring_reads, tensorboard, step_s)
-        print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        first, again, traced = wrap_cost(server.url)
+        print(
+            f"wrap(): first call in the process {first * 1e3:.2f} ms; after it, on freshly "
+            f"built pipelines, median {again * 1e3:.3f} ms (target ≤ 1 ms), {traced} "
+            "functions traced"
+        )
+        print(
+            f"Stoker's batch hooks alone (recording each step, the ring read as in a fit): "
+            f"{hooks_alone(server.url) * 1e6:.2f} µs/step of CPU (target ≤ 20)"
+        )
+        for name in args.models.split(","):
+            for spe in (int(s) for s in args.spe.split(",")):
+                fits = measure(MODELS[name], spe, args.rounds, args.seconds, server.url, work)
+                report(MODELS[name], spe, fits)
+        if args.pairs:
+            from bench.fit_overhead import pairs_main
+
+            print()
+            pairs_main(args.pairs, server=server, pipeline="cached")
     finally:
         server.stop()
-
-
-def tiny_main(server: str, work: Path, trials: int, steps: int, pairs: int) -> None:
-    """Sub-millisecond steps: one-sample batches, interleaved fits, paired medians per step."""
-    features, widths, batch = TINY
-    configs = ["baseline", "stoker", "callback"]
-    ds = dataset(features, batch, steps)
-    models = {c: make_model(features, widths) for c in configs}
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    for config in configs:  # warm-up: trace every model once
-        run_fit(config, models[config], ds, server, str(work / "tb"))
-    periods: dict[str, list[float]] = {c: [] for c in configs}
-    cpus: dict[str, list[float]] = {c: [] for c in configs}
-    totals: dict[str, list[float]] = {c: [] for c in configs}
-    agent_threads: list[float] = []
-    for _ in range(trials):
-        for config in random.sample(configs, len(configs)):
-            period, cpu, total, agent = run_fit(
-                config, models[config], ds, server, str(work / "tb")
-            )
-            periods[config].append(period)
-            cpus[config].append(cpu)
-            totals[config].append(total)
-            if config == "stoker":
-                agent_threads.append(agent)
-    base = statistics.median(periods["baseline"])
-    print(
-        f"\none-sample steps (batch {batch}, MLP {features}-{'-'.join(map(str, widths))}-1, "
-        f"tf.data), {steps} steps per fit, {trials} trials, timed from step {SKIP}: "
-        f"baseline step {base * 1e3:.3f} ms wall, "
-        f"{statistics.median(cpus['baseline']) * 1e3:.3f} ms CPU"
-    )
-    print(
-        f"{'configuration':12} {'wall µs/step':>12} {'(IQR)':>17} {'% step':>7} {'CPU µs/step':>12}"
-    )
-    for config in configs[1:]:
-        diffs, cpu_diffs = paired(periods, config), paired(cpus, config)
-        w1, median, w3 = statistics.quantiles(diffs, n=4)
-        print(
-            f"{config:12} {median * 1e6:12.1f} {w1 * 1e6:8.0f}..{w3 * 1e6:<7.0f} "
-            f"{median / base * 100:7.1f} {statistics.median(cpu_diffs) * 1e6:12.1f}"
-        )
-    threads_us = statistics.median(agent_threads) * 1e6
-    print(f"agent threads' CPU during the stoker fits: {threads_us:.1f} µs/step")
-    stage_cost(features, widths, batch, pairs)
-    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-
-
-def hook_costs(server: str) -> tuple[float, float]:
-    """The agent's own per-step work, timed directly: no fit, no noise from TensorFlow."""
-    from trainer_agent.capture.callback import READ_EVERY_CALLS
-    from trainer_agent.capture.input_wait import StampRing
-
-    model = make_model(8, [8])
-    callback = StokerCallback(run_name="bench-hooks", server=server)
-    callback.set_model(model)
-    callback.set_params({"epochs": 1, "steps": 10**6, "verbose": 0})
-    callback.on_train_begin()
-    logs = {"loss": 0.5}
-    per_step = []
-    for _ in range(7):
-        started = time.perf_counter()
-        for i in range(20_000):
-            callback.on_train_batch_begin(i)
-            callback.on_train_batch_end(i, logs)
-        per_step.append((time.perf_counter() - started) / 20_000)
-    callback.on_train_end()
-    ring = StampRing()
-    reads = []
-    for _ in range(50):
-        started = time.perf_counter()
-        ring.read(0.0)
-        reads.append(time.perf_counter() - started)
-    hooks, read = statistics.median(per_step), statistics.median(reads)
-    reads_per_step = read / READ_EVERY_CALLS
-    print(
-        f"\nhooks in isolation (batch begin + end, recording a step): "
-        f"{hooks * 1e6:.1f} µs/step (target ≤ 20 µs); "
-        f"reading the stamp ring: {read * 1e6:.0f} µs every {READ_EVERY_CALLS} steps "
-        f"= {reads_per_step * 1e6:.1f} µs/step"
-    )
-    return hooks, reads_per_step
-
-
-def stage_cost(features: int, widths: list[int], batch: int, pairs: int) -> float:
-    """The stamping stage's cost per step inside Keras's real train function.
-
-    One model, two endless iterators over the same data: plain (tf.data's own prefetch at
-    the end) and wrapped. Steps alternate between them in a random order, so both see the
-    same machine from one step to the next; the figure is the median paired difference.
-    """
-    from trainer_agent.capture.input_wait import StampRing
-
-    model = make_model(features, widths)
-    model.make_train_function()
-    data = dataset(features, batch, 64).repeat()
-    iterators = {"plain": iter(data), "wrapped": iter(StampRing().wrap(data))}
-    for iterator in iterators.values():
-        for _ in range(20):  # trace, warm up
-            model.train_function(iterator)
-    clock = time.perf_counter
-    differences = []
-    for _ in range(pairs):
-        took = {}
-        for name in random.sample(list(iterators), 2):
-            started = clock()
-            model.train_function(iterators[name])
-            took[name] = clock() - started
-        differences.append(took["wrapped"] - took["plain"])
-    q1, median, q3 = statistics.quantiles(differences, n=4)
-    error = 1.2533 * statistics.stdev(differences) / len(differences) ** 0.5
-    print(
-        f"stage through the train function ({pairs} paired steps): {median * 1e6:.1f} µs/step "
-        f"(± {error * 1e6:.0f} standard error; single-pair IQR {q1 * 1e6:.0f}..{q3 * 1e6:.0f})"
-    )
-    return median
-
-
-def report_parts(
-    parts: dict[str, dict[str, float]],
-    hooks: float,
-    ring_reads: float,
-    tensorboard: dict[str, float],
-    step_s: dict[str, float],
-) -> None:
-    print("\nStoker's cost per step, part by part (the figures the targets are checked on):")
-    print(
-        f"{'model':10} {'stage':>8} {'hooks':>8} {'reads':>8} {'threads':>8} {'total µs':>9} "
-        f"{'% step':>7}"
-    )
-    totals = {}
-    for name, part in parts.items():
-        totals[name] = total = part["stage"] + hooks + ring_reads + part["threads"]
-        print(
-            f"{name:10} {part['stage'] * 1e6:8.1f} {hooks * 1e6:8.1f} {ring_reads * 1e6:8.1f} "
-            f"{part['threads'] * 1e6:8.1f} {total * 1e6:9.1f} {total / step_s[name] * 100:7.2f}"
-        )
-    small, wide = list(parts)
-    print(
-        f"small MLP: stoker/tensorboard {totals[small] / tensorboard[small]:.2f} "
-        f"(TensorBoard {tensorboard[small] * 1e6:.0f} µs/step from the fits; target ≤ 0.25); "
-        f"wide: {totals[wide] / step_s[wide] * 100:.2f} % of the step (target ≤ 1 %); "
-        f"callback alone (hooks + threads, no wrap) "
-        f"{(hooks + parts[small]['threads']) * 1e6:.1f} µs/step "
-        f"(target ≤ 20 µs)"
-    )
-
-
-def paired(values: dict[str, list[float]], config: str) -> list[float]:
-    return [v - b for v, b in zip(values[config], values["baseline"], strict=True)]
-
-
-def report(
-    name: str,
-    steps: int,
-    configs: list[str],
-    periods: dict[str, list[float]],
-    cpus: dict[str, list[float]],
-    totals: dict[str, list[float]],
-) -> None:
-    base = statistics.median(periods["baseline"])
-    base_cpu = statistics.median(cpus["baseline"])
-    print(
-        f"\n{name}: baseline step {base * 1e3:.2f} ms wall, {base_cpu * 1e3:.2f} ms CPU "
-        f"({steps} steps per fit, timed from step {SKIP})"
-    )
-    print(
-        f"{'configuration':12} {'wall µs/step':>12} {'(IQR)':>17} {'CPU µs/step':>12} "
-        f"{'(IQR)':>17} {'fixed ms/fit':>12}"
-    )
-    wall, cpu = {}, {}
-    for config in configs[1:]:
-        diffs, cpu_diffs = paired(periods, config), paired(cpus, config)
-        fixed = [
-            (t - p * (steps - SKIP)) - (tb - pb * (steps - SKIP))
-            for t, p, tb, pb in zip(
-                totals[config], periods[config], totals["baseline"], periods["baseline"],
-                strict=True,
-            )
-        ]  # fmt: skip
-        wall[config], cpu[config] = statistics.median(diffs), statistics.median(cpu_diffs)
-        w1, _, w3 = statistics.quantiles(diffs, n=4)
-        c1, _, c3 = statistics.quantiles(cpu_diffs, n=4)
-        print(
-            f"{config:12} {wall[config] * 1e6:12.1f} {w1 * 1e6:8.0f}..{w3 * 1e6:<7.0f} "
-            f"{cpu[config] * 1e6:12.1f} {c1 * 1e6:8.0f}..{c3 * 1e6:<7.0f} "
-            f"{statistics.median(fixed) * 1e3:12.1f}"
-        )
-    for label, cost, step in (("wall", wall, base), ("CPU", cpu, base_cpu)):
-        tb = cost["tensorboard"]
-        ratio = cost["stoker"] / tb if tb > 0 else float("nan")
-        print(
-            f"{label}: stoker/tensorboard {ratio:.2f} (target ≤ 0.25, small MLP); "
-            f"stoker {cost['stoker'] / step * 100:.2f} % of the step (target ≤ 1 %, wide); "
-            f"callback alone {cost['callback'] * 1e6:.1f} µs (target ≤ 20 µs)"
-        )
+    load = os.getloadavg()
+    print(f"load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":

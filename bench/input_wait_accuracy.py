@@ -83,13 +83,14 @@ def _make_model(regime: str, hold_s: float, steps_per_execution: int) -> tf.kera
     return model
 
 
-def sleep_s(delay_s: float, every: int) -> Callable[[np.ndarray], np.ndarray]:
-    """A numpy function that sleeps `delay_s` on every `every`-th call (bursts), else not."""
+def sleep_s(delay_s: float, every: int, run: int = 1) -> Callable[[np.ndarray], np.ndarray]:
+    """A numpy function that sleeps `delay_s` on `run` calls in a row out of every `every`
+    (bursts), else not."""
     calls = [0]
 
     def slow(a: np.ndarray) -> np.ndarray:
         calls[0] += 1
-        if calls[0] % every == 0:
+        if calls[0] % every < run:
             time.sleep(delay_s)
         return a
 
@@ -105,6 +106,7 @@ class Scenario:
     epochs: int = 1
     loop: str = "fit"  # fit | monitor
     burst_every: int = 1
+    burst_run: int = 1  # slow batches in a row, of every `burst_every`
     # Judge the first step of each epoch (after the first) too. Under MirroredStrategy it may
     # sit seconds between its begin and its first request (4.5 s, 15 s and 17 s seen, in the
     # cached twin too: tf.distribute starting the epoch, no input wait), and one such step in
@@ -118,7 +120,11 @@ GPU_SCENARIOS = [
     Scenario("prefetched map, ~80 %", 0.8, kind="prefetched"),
     Scenario("moderate, ~12 %", 0.12, kind="prefetched"),
     Scenario("bursty: 1 batch in 8 slow", 0.3, kind="burst", burst_every=8),
+    Scenario(
+        "bursty: 3 slow in a row of 12, ~25 %", 0.25, kind="burst", burst_every=12, burst_run=3
+    ),
     Scenario("generator, ~50 %", 0.5, kind="generator"),
+    Scenario("generator, ~25 %", 0.25, kind="generator"),
     Scenario("parallel map + prefetch hides 3 C", 0.0, kind="hidden"),
     Scenario("custom loop, Monitor.iterate, ~60 %", 0.6, loop="monitor"),
     Scenario("steps_per_execution 4, ~50 %", 0.5, kind="prefetched", steps_per_execution=4),
@@ -157,12 +163,18 @@ def pipeline(scenario: Scenario, steps: int, compute_s: float, *, cached: bool) 
     y = x[:, :, :1].copy()
     if scenario.kind == "hidden":
         delay_s = 3 * compute_s
+    elif scenario.kind == "burst" and scenario.burst_run > 1:
+        # A run of slow batches in every `burst_every`: the pipeline makes a cycle in the run's
+        # time, the step consumes it in burst_every x C, and waits the rest, a share w.
+        delay_s = (
+            scenario.burst_every * compute_s / ((1 - scenario.wait_share) * scenario.burst_run)
+        )
     elif scenario.kind == "burst":
         # One slow batch in `burst_every`, slow enough that the buffer runs dry behind it.
         delay_s = scenario.burst_every * compute_s / (1 - scenario.wait_share)
     else:
         delay_s = compute_s / (1 - scenario.wait_share) if scenario.wait_share else 0.0
-    every = scenario.burst_every
+    every, run = scenario.burst_every, scenario.burst_run
     if scenario.kind == "generator":
 
         def generate() -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -175,7 +187,7 @@ def pipeline(scenario: Scenario, steps: int, compute_s: float, *, cached: bool) 
     else:
         ds = tf.data.Dataset.from_tensor_slices((x, y))
         if delay_s > 0:
-            slow = sleep_s(delay_s, every)
+            slow = sleep_s(delay_s, every, run)
 
             def delay(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
                 out = tf.numpy_function(slow, [a], tf.float32, stateful=True)

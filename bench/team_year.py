@@ -249,7 +249,8 @@ def store_rest(engine: Any, jobs: list[Job], templates: list[Job]) -> None:
             for name in EPOCH_METRICS:
                 named = zip(columns["epoch"], columns["name"], columns["value"], strict=True)
                 rows = [(e, v) for e, n, v in named if n == name]
-                metrics[name] = epoch_metric_summary(rows, goal=metric_goal(name, {}))
+                goal, directed = metric_goal(name, {})
+                metrics[name] = epoch_metric_summary(rows, goal=goal, directed=directed)
             stats = {**template.stats, "epoch_metrics": metrics}
             h = hello(job, 0)
             runs.append(

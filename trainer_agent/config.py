@@ -301,6 +301,8 @@ class AgentConfig:
     drain_timeout_s: float = _from_env("drain_timeout_s")
     spool_dir: Path | None = field(default_factory=lambda: agent_setting("spool_dir"))
     spool_max_bytes: int = _from_env("spool_max_bytes")
+    # Every run's spool in `spool_dir` together (runs left behind by earlier processes too).
+    spool_total_max_bytes: int = _from_env("spool_total_max_bytes")
     # "websocket" (falls back to HTTP when the upgrade is refused) or "http".
     transport: str = _from_env("transport")
 

@@ -27,6 +27,7 @@ from trainer_agent.setting_units import (
 
 DEFAULT_SERVER = "http://127.0.0.1:8470"
 DEFAULT_SPOOL_MAX_BYTES = 512 * 2**20
+DEFAULT_SPOOL_TOTAL_MAX_BYTES = 2 * 2**30
 TRANSPORTS = ("websocket", "http")
 
 
@@ -112,6 +113,12 @@ class AgentSettings:
         "accepts)",
         flag="--token (top)",
     )  # fmt: skip
+    admin_token: str | None = _setting(
+        env="STOKER_ADMIN_TOKEN", parse=_text, kind="token", default_text="none",
+        meaning="`stoker top`'s token when STOKER_VIEW_TOKEN is unset (the admin token reads "
+        "too; agent and server: the server's is the one it accepts)",
+        flag="--token (top)",
+    )  # fmt: skip
     run_key: str | None = _setting(
         env="STOKER_RUN_KEY", parse=_text, kind="text", default_text="none",
         meaning="joins every worker of a distributed job into one run, and resumes a run "
@@ -177,6 +184,12 @@ class AgentSettings:
         DEFAULT_SPOOL_MAX_BYTES, env="STOKER_SPOOL_MAX_BYTES", parse=parse_size_bytes, kind=SIZE,
         default_text="512MiB", meaning="the spool's cap; the oldest records go first",
     )  # fmt: skip
+    spool_total_max_bytes: int = _setting(
+        DEFAULT_SPOOL_TOTAL_MAX_BYTES, env="STOKER_SPOOL_TOTAL_MAX_BYTES",
+        parse=parse_size_bytes, kind=SIZE, default_text="2GiB",
+        meaning="every run's spool in the spool directory together (runs earlier processes "
+        "left count); a batch beyond is dropped and counted, said once",
+    )  # fmt: skip
     transport: str = _setting(
         "websocket", env="STOKER_TRANSPORT", parse=_transport, kind="websocket or http",
         meaning="how batches travel: the agent WebSocket (HTTP when the upgrade is refused), "
@@ -186,6 +199,11 @@ class AgentSettings:
         env="STOKER_AUTOLOG", parse=_text, kind="JSON", default_text="none",
         meaning="set by `stoker run` for the script it starts: the run options it was given; "
         "not for setting by hand",
+    )  # fmt: skip
+    tune: str | None = _setting(
+        env="STOKER_TUNE", parse=_text, kind="JSON", default_text="none",
+        meaning="set by `stoker tune` for each trial of the script it starts: the change to "
+        "apply and the steps to measure; not for setting by hand",
     )  # fmt: skip
 
 

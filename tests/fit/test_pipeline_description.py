@@ -28,16 +28,6 @@ def test_something_not_a_dataset_is_described_as_unknown() -> None:
     assert describe_pipeline(object())["stages"] == ["object"]
 
 
-def test_stokers_stamping_stage_is_not_described_as_the_users_serial_map() -> None:
-    from trainer_agent.capture.input_wait import StampRing
-
-    ds = tf.data.Dataset.range(8).map(lambda x: x + 1, num_parallel_calls=2).batch(2)
-    described = describe_pipeline(StampRing().wrap(ds.prefetch(2)))
-    assert described["parallel_map"] and not described["serial_map"]
-    assert described["prefetch"] and described["prefetch_last"]
-    assert "Zip" not in described["stages"] and "Range" in described["stages"]
-
-
 def test_prefetch_last_tells_a_prefetch_at_the_end_from_one_inside() -> None:
     ds = tf.data.Dataset.range(8).prefetch(2).map(lambda x: x + 1).batch(2)
     described = describe_pipeline(ds)

@@ -8,7 +8,6 @@ import pytest
 import tensorflow as tf
 
 from trainer_agent.capture.dataset_graph import read_dataset
-from trainer_agent.capture.input_wait import StampRing
 from trainer_agent.capture.pipeline_model import (
     PipelineSource,
     is_inner,
@@ -155,8 +154,8 @@ def _slow(name, delay_s=0.001):
 
 
 def test_functions_are_named_by_the_node_that_runs_them_not_by_count() -> None:
-    """batch -> map(fast) -> map(slow) -> map(fast), wrapped by Stoker: tf.data makes the
-    stateless maps parallel, Stoker appends a stamping stage and a prefetch."""
+    """batch -> map(fast) -> map(slow) -> map(fast): tf.data makes the stateless maps
+    parallel."""
     rows = np.zeros((2000, 4), np.float32)
     dataset = (
         tf.data.Dataset.from_tensor_slices(rows)
@@ -165,16 +164,17 @@ def test_functions_are_named_by_the_node_that_runs_them_not_by_count() -> None:
         .map(_slow("slow_decode", 0.005))
         .map(_fast("fast_clip"))
     )
-    stages = _read(StampRing().wrap(dataset), 20, read_dataset(dataset), stamped=True)
+    stages = _read(dataset, 20, read_dataset(dataset))
     functions = [(s["kind"], s["function"]) for s in stages if s["function"]]
     assert [f for _, f in functions] == ["fast_normalize", "slow_decode", "fast_clip"]
     # The slow time is under the slow function's name (a parallel map's own time can count
     # its waits on a slow input, so its neighbours are not compared).
     slow = next(s for s in stages if s["function"] == "slow_decode")
     assert slow["kind"] == "map" and slow["ms_per_element"] >= 4.5
-    # Stoker's prefetch is marked as Stoker's; the stamping stage is gone.
-    assert stages[-1]["kind"] == "prefetch" and not is_users(stages[-1])
-    assert all(is_users(s) for s in stages[:-1])
+    # Every stage is the user's: a parallel map is asynchronous, so tf.data appends no
+    # prefetch after it, and Stoker appends nothing.
+    assert stages[-1]["function"] == "fast_clip"
+    assert all(is_users(s) for s in stages)
     assert "zip" not in [s["kind"] for s in stages]
 
 
@@ -205,7 +205,7 @@ def test_from_generator_is_a_generator_stage_not_tf_datas_flat_map() -> None:
     assert [s["function"] for s in stages if s["kind"] == "generator"] == ["numbers"]
 
 
-def test_keras_fit_hands_the_iterator_to_the_sampler_source_and_drops_the_stamp() -> None:
+def test_keras_fit_hands_the_iterator_to_the_sampler_source() -> None:
     x = np.random.rand(256, 4).astype("float32")
     y = np.random.rand(256, 1).astype("float32")
 
@@ -213,10 +213,8 @@ def test_keras_fit_hands_the_iterator_to_the_sampler_source_and_drops_the_stamp(
         return a * 2.0, b
 
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).map(scale).batch(16).prefetch(2)
-    tree = read_dataset(dataset)
-    wrapped = StampRing().wrap(dataset)
     source = PipelineSource(interval_s=1.0)
-    source.describe(tree, stamped=True)
+    source.describe(read_dataset(dataset), stamped=False)
     recorder = Recorder(max_rows=100)
     keras = tf.keras
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
@@ -233,7 +231,7 @@ def test_keras_fit_hands_the_iterator_to_the_sampler_source_and_drops_the_stamp(
         def on_train_end(self, logs=None):
             unwatch_train_function(self.model)
 
-    model.fit(wrapped, epochs=1, callbacks=[ReadMidway()], verbose=0)
+    model.fit(dataset, epochs=1, callbacks=[ReadMidway()], verbose=0)
     section = recorder.drain()["pipeline"]
     assert section["t"] == [123.0]
     assert section["source"] == ["autotune_model"]
@@ -241,7 +239,7 @@ def test_keras_fit_hands_the_iterator_to_the_sampler_source_and_drops_the_stamp(
     stages = section["stages"][0]
     kinds = [s["kind"] for s in stages]
     assert kinds[0] == "tensor_slices" and kinds[-1] == "prefetch"
-    assert "zip" not in kinds and "range" not in kinds  # Stoker's stamping stage is dropped
+    assert "zip" not in kinds and "range" not in kinds
     assert [s["function"] for s in stages if s["kind"] in MAP_KINDS] == ["scale"]
     assert not is_watched(model)  # restored after fit
 

@@ -233,8 +233,9 @@ def test_trace_over_the_quota_is_evicted_and_over_the_cap_refused(
         training.stop()
         server.stop()
     assert trace.status_code == 404
-    if expect == "evicted":  # the newest trace alone is over a 1-byte quota
-        assert profile["status"] == "ready" and profile["trace_evicted"], profile
+    if expect == "evicted":  # the newest trace alone is over a 1-byte quota: checked before
+        assert profile["status"] == "failed" and profile["trace_evicted"], profile  # analysing
+        assert "over the server's profile quota" in profile["error"]
     else:
         assert profile["status"] == "failed", profile
         assert "over the server's 1-byte cap" in profile["error"]

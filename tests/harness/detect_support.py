@@ -1,6 +1,7 @@
 """Helpers for diagnosis and alert tests: a scripted agent, a live listener, a webhook receiver."""
 
 import json
+import socket
 import threading
 import time
 import uuid
@@ -17,6 +18,8 @@ FAST_DETECTORS = {
     "STOKER_ALERT_VALUE_WINDOW_S": "1",
     "STOKER_DIAGNOSIS_WINDOW_S": "30",
     "STOKER_WEBHOOK_BACKOFF_S": "0.05",
+    # The tests' webhook receivers listen on loopback, which webhooks may not reach by default.
+    "STOKER_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
 }
 
 
@@ -91,6 +94,28 @@ class ScriptedAgent:
         self.ws.close()
 
 
+def stalled_live_client(server: ServerProcess, run_id: int) -> Any:
+    """A browser that stops reading, subscribed to the run: its receive buffer is tiny, so
+    the server's writes to it back up at once."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    slow = connect(
+        f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1, compression=None
+    ).__enter__()
+    slow.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+    return slow
+
+
+def first_drop_notice(client: Any, *, most: int) -> dict[str, Any]:
+    """Read `client` (at most `most` messages) until the server's notice of dropped messages."""
+    for _ in range(most):
+        message = json.loads(client.recv(timeout=10))
+        if message["type"] == "notice":
+            return message
+    raise AssertionError(f"no drop notice in {most} messages")
+
+
 class LiveListener:
     """A browser's live connection, collecting every message in a background thread."""
 
@@ -118,11 +143,16 @@ class LiveListener:
 
 
 class WebhookReceiver:
-    """A real HTTP server on loopback that records what it is sent (or answers `status`)."""
+    """A real HTTP server on loopback that records what it is sent (or answers `status`);
+    with `hold`, it answers nothing until `release` is set (a receiver that hangs)."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, *, hold: bool = False) -> None:
         self.received: list[dict[str, Any]] = []
         self.status = status
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        if not hold:
+            self.release.set()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -130,6 +160,8 @@ class WebhookReceiver:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"null")
                 receiver.received.append({"path": self.path, "body": body})
+                receiver.arrived.set()
+                receiver.release.wait(120)
                 self.send_response(receiver.status)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -145,5 +177,6 @@ class WebhookReceiver:
         return [r["body"] for r in self.received if r["path"] == path]
 
     def close(self) -> None:
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()

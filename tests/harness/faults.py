@@ -42,10 +42,11 @@ def _raises(where: str) -> Any:
 
 
 def fail_wrap(monkeypatch: pytest.MonkeyPatch | None = None) -> None:
-    """Stamping a dataset fails (`StampRing.wrap`): the fit runs monitored without input wait."""
-    from trainer_agent.capture.input_wait import StampRing
+    """Stamping a wrapped dataset's fetches fails (`StampRing.stamped`, when the train
+    function is first called with an iterator): the fit runs monitored without input wait."""
+    from trainer_agent.capture.stamped_iterator import StampRing
 
-    _replace(monkeypatch, StampRing, "wrap", _raises("StampRing.wrap"))
+    _replace(monkeypatch, StampRing, "stamped", _raises("StampRing.stamped"))
 
 
 def fail_profile_start(monkeypatch: pytest.MonkeyPatch | None = None) -> None:

@@ -105,16 +105,10 @@ def run_coroutine(coroutine: Coroutine[Any, Any, T], *, timeout_s: float = 60.0)
     return result  # type: ignore[return-value]
 
 
-@dataclass
-class ServerProcess:
-    """`stoker serve` in a child process, the way a user runs it."""
+class _OnLoopback:
+    """A server on a loopback port: its URLs, and a JSON GET."""
 
-    data_dir: Path
-    port: int = field(default_factory=free_port)
-    env: dict[str, str] = field(default_factory=dict)
-    extra_args: list[str] = field(default_factory=list)
-    process: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
+    port: int
 
     @property
     def url(self) -> str:
@@ -123,6 +117,23 @@ class ServerProcess:
     @property
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
+
+    def get(self, path: str, **params: Any) -> Any:
+        response = httpx.get(f"{self.url}{path}", params=params, timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+
+@dataclass
+class ServerProcess(_OnLoopback):
+    """`stoker serve` in a child process, the way a user runs it."""
+
+    data_dir: Path
+    port: int = field(default_factory=free_port)
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
 
     def start(self) -> "ServerProcess":
         env = {**os.environ, **self.env}
@@ -186,10 +197,33 @@ class ServerProcess:
             )
         )
 
-    def get(self, path: str, **params: Any) -> Any:
-        response = httpx.get(f"{self.url}{path}", params=params, timeout=10)
-        response.raise_for_status()
-        return response.json()
+
+@dataclass
+class InProcessServer(_OnLoopback):
+    """A real uvicorn serving `app` on a loopback port, in a thread of this process: for tests
+    that hand the app a part of their own (FastAPI's `app.dependency_overrides`)."""
+
+    app: Any
+    port: int = field(default_factory=free_port)
+    server: Any = None
+    thread: threading.Thread | None = None
+
+    def start(self) -> "InProcessServer":
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="test-uvicorn", daemon=True)
+        self.thread.start()
+        wait_for(lambda: self.server.started, timeout_s=60, what=f"in-process server {self.url}")
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None and self.thread is not None:
+            self.server.should_exit = True
+            self.thread.join(30)
 
 
 PG_BIN = Path(os.environ.get("STOKER_PG_BIN", "/usr/lib/postgresql/15/bin"))

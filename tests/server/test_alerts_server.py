@@ -1,6 +1,7 @@
 """Alert rules and alerts against a real `stoker serve`: REST, the default rules, the
 pending → firing → resolved path with live pushes, and webhooks to a loopback receiver."""
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -158,6 +159,10 @@ def test_low_utilization_goes_pending_firing_resolved_and_webhooks_get_both(
         assert firing["rule_id"] == rule["id"]
         assert firing["value"] < 70  # the mean of the last second of samples
         assert firing["fired_at"] is not None
+        # Written as the UI writes a utilization, its window named, beside the rule.
+        assert firing["message"].endswith(
+            ": GPU utilization 30 % over the last 1 s (rule: < 70 % for 1 s)"
+        ), firing["message"]
 
         feeder.util = 95.0
         resolved = wait_for(
@@ -167,6 +172,12 @@ def test_low_utilization_goes_pending_firing_resolved_and_webhooks_get_both(
             what="the alert resolved",
         )[0]
         assert resolved["id"] == firing["id"] and resolved["resolved_at"] is not None
+        # It says why: the condition cleared (at a time), and what the reading then was.
+        assert re.search(
+            r": the condition cleared at \d\d:\d\d:\d\d UTC; last reading: GPU utilization "
+            r"95 % over the last 1 s$",
+            resolved["message"],
+        ), resolved["message"]
 
         def live_states() -> list[str]:
             states: list[str] = []  # delivery updates repeat a state; keep the transitions
@@ -182,10 +193,20 @@ def test_low_utilization_goes_pending_firing_resolved_and_webhooks_get_both(
         wait_for(lambda: len(receiver.at("/slack")) >= 2, what="both Slack webhooks")
         generic = receiver.at("/json")
         assert [p["event"] for p in generic] == ["firing", "resolved"]
+        assert [p.get("reason") for p in generic] == [None, "condition_cleared"]
+        assert [p["value"] for p in generic] == [
+            "GPU utilization 30 % over the last 1 s",
+            "GPU utilization 95 % over the last 1 s",
+        ]
+        assert generic[1]["alert"]["message"] == resolved["message"]
         assert generic[0]["alert"]["run_id"] == agent.run_id
         assert generic[0]["run"]["name"] == "util-drop"
         slack = receiver.at("/slack")
         assert "FIRING" in slack[0]["text"] and "resolved" in slack[1]["text"]
+        assert "the condition cleared at" in slack[1]["text"]
+        assert {"type": "mrkdwn", "text": "*Value*\nGPU utilization 30 % over the last 1 s"} in (
+            slack[0]["blocks"][1]["fields"]
+        )
         assert slack[0]["blocks"][0]["type"] == "section"
 
         deliveries = wait_for(
@@ -204,10 +225,65 @@ def test_low_utilization_goes_pending_firing_resolved_and_webhooks_get_both(
         assert {d["status"] for d in deliveries} == {"delivered"}
         events = fast_server.get(f"/api/v1/runs/{agent.run_id}/events", kind="alert")["data"]
         assert [e["data"]["state"] for e in events] == ["pending", "firing", "resolved"]
+        assert events[-1]["data"]["reason"] == "condition_cleared"
+        assert events[-1]["message"] == resolved["message"]
     finally:
         feeder.stop()
         agent.close()
         live.close()
+        receiver.close()
+
+
+def test_an_alert_whose_run_ends_resolves_saying_the_run_ended(
+    fast_server: ServerProcess,
+) -> None:
+    # Starved steps hold an input-wait rule; the run ends while the condition still holds.
+    receiver = WebhookReceiver()
+    agent = ScriptedAgent(fast_server, name="ends-starved")
+    created = httpx.post(
+        f"{fast_server.url}/api/v1/alert-rules",
+        json={
+            "name": "input-bound", "metric": "input_wait_share", "comparison": ">=",
+            "threshold": 0.2, "for_s": 0, "keep_firing_for_s": 0.3, "scope": "run",
+            "run_id": agent.run_id, "only_while_stepping": False,
+            "channels": [{"type": "webhook", "url": f"{receiver.url}/json"}],
+        },
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    try:
+        for _ in range(4):
+            agent.steps(10, dur=0.1, wait=0.0937)
+        firing = wait_for(
+            lambda: fast_server.get("/api/v1/alerts", rule_id=created.json()["id"])["data"],
+            what="the input-wait alert firing",
+        )[0]
+        # The share as every surface writes it (93.7 %), its window named: not "0.937".
+        assert firing["message"].endswith(
+            ": input wait 93.7 % of step time over the last 30 s (rule: ≥ 20.0 %)"
+        ), firing["message"]
+        assert firing["value"] == 0.937
+        agent.end("finished")
+
+        def resolved() -> dict[str, Any] | None:
+            alerts = fast_server.get("/api/v1/alerts", rule_id=created.json()["id"])["data"]
+            return alerts[0] if alerts and alerts[0]["state"] == "resolved" else None
+
+        alert = wait_for(resolved, what="the alert resolved once its run ended")
+        assert alert["message"] == (
+            "[resolved] input-bound on run 'ends-starved': the run ended; last reading: "
+            "input wait 93.7 % of step time over the last 30 s"
+        )
+        events = fast_server.get(f"/api/v1/runs/{agent.run_id}/events", kind="alert")["data"]
+        assert events[-1]["data"]["reason"] == "run_ended"
+        assert events[-1]["message"] == alert["message"]
+        hooks = wait_for(lambda: len(receiver.at("/json")) >= 2 and receiver.at("/json"),
+                         what="the firing and resolved webhooks")  # fmt: skip
+        assert [(p["event"], p.get("reason")) for p in hooks] == [
+            ("firing", None),
+            ("resolved", "run_ended"),
+        ]
+    finally:
+        agent.close()
         receiver.close()
 
 
@@ -234,11 +310,12 @@ def test_failed_webhooks_are_recorded_and_never_block_ingest(fast_server: Server
             return deliveries if len(deliveries) == 2 else []
 
         deliveries = wait_for(failed_deliveries, what="both deliveries recorded as failed")
-        by_url = {d["url"]: d for d in deliveries}
-        assert by_url[f"{failing.url}/x"]["status"] == "failed"
-        assert by_url[f"{failing.url}/x"]["http_status"] == 500
-        assert by_url[f"{failing.url}/x"]["attempts"] == 2
-        assert by_url[dead_url]["status"] == "failed" and by_url[dead_url]["error"]
+        by_url = {d["url"]: d for d in deliveries}  # stored redacted: the path is a secret
+        assert by_url[f"{failing.url}/…"]["status"] == "failed"
+        assert by_url[f"{failing.url}/…"]["http_status"] == 500
+        assert by_url[f"{failing.url}/…"]["attempts"] == 2
+        dead = by_url[dead_url.removesuffix("/hook") + "/…"]
+        assert dead["status"] == "failed" and dead["error"] == "could not connect"
         assert len(failing.received) == 2  # retried once
         # Ingest carried on throughout (every batch acknowledged after commit).
         agent.steps(10, dur=0.02, wait=0.0)

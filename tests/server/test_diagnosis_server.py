@@ -76,7 +76,10 @@ def test_measured_wait_verdict_is_pushed_live_stored_and_follows_the_window(
         assert verdicts[0] == "highly_input_bound" and verdicts[-1] == "not_input_bound"
         # The first change may come from the run's opening verdict ("verdict not enough
         # data → highly input-bound (…)") when a tick fell before the first window filled.
-        assert "highly input-bound (input wait 40.0 % of step time)" in events[0]["message"]
+        assert (
+            "highly input-bound (input wait 40.0 % of step time over the last 30 s)"
+            in (events[0]["message"])
+        )
         wait_for(
             lambda: live.of_type(
                 "event", lambda m: m["run_id"] == agent.run_id and m["event"]["kind"] == "verdict"

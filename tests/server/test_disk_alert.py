@@ -66,7 +66,7 @@ def test_disk_rule_is_seeded_on_and_fires_and_resolves_on_the_real_free_share(
         )[0]
         assert firing["run_id"] is None  # the server's, not a run's
         assert firing["value"] == pytest.approx(share, abs=0.01)
-        assert "on the server" in firing["message"] and "disk_free_share" in firing["message"]
+        assert "on the server" in firing["message"] and "free disk space" in firing["message"]
 
         # Lowered under the real free share: the condition clears, the alert resolves.
         _patch(fast_server, rule["id"], threshold=share / 2)

@@ -247,6 +247,7 @@ def test_summary_has_last_and_best_per_epoch_metric_live_and_after_the_end(
         "best": 0.5,
         "best_epoch": 2,
         "goal": "min",
+        "directed": True,
         "epochs": 3,
     }
     assert (em["val_loss"]["last"], em["val_loss"]["best"], em["val_loss"]["best_epoch"]) == (
@@ -272,17 +273,25 @@ def test_summary_goal_follows_the_runs_config_override(db_server: ServerProcess)
     assert (em["val_loss"]["goal"], em["val_loss"]["best"]) == ("max", 0.9)
     assert (em["val_perplexity"]["goal"], em["val_perplexity"]["best"]) == ("min", 20.0)
     assert (em["val_accuracy"]["goal"], em["val_accuracy"]["best"]) == ("max", 0.3)
+    assert all(em[name]["directed"] for name in ("val_loss", "val_perplexity", "val_accuracy"))
 
 
 def test_metric_goal_and_epoch_summary_rules() -> None:
-    assert metric_goal("val_loss", {}) == "min"
-    assert metric_goal("evaluate_Mean_Squared_Error", {}) == "min"
-    assert metric_goal("val_accuracy", {}) == "max"
+    assert metric_goal("val_loss", {}) == ("min", True)
+    assert metric_goal("evaluate_Mean_Squared_Error", {}) == ("min", True)
+    assert metric_goal("val_accuracy", {}) == ("max", True)
+    assert metric_goal("val_sparse_categorical_accuracy", {}) == ("max", True)
     assert metric_goal("val_accuracy", {"stoker": {"metric_goals": {"val_accuracy": "min"}}}) == (
-        "min"
-    )
-    assert metric_goal("loss", {"stoker": {"metric_goals": {"loss": "sideways"}}}) == "min"
-    assert metric_goal("loss", {"stoker": "not a dict"}) == "min"
+        "min", True
+    )  # fmt: skip
+    assert metric_goal("loss", {"stoker": {"metric_goals": {"loss": "sideways"}}}) == ("min", True)
+    assert metric_goal("loss", {"stoker": "not a dict"}) == ("min", True)
+    # A value Keras logs that is no metric has no direction unless the user gives it one.
+    assert metric_goal("learning_rate", {}) == ("max", False)
+    assert metric_goal("my_score", {}) == ("max", False)
+    assert metric_goal("my_score", {"stoker": {"metric_goals": {"my_score": "min"}}}) == (
+        "min", True
+    )  # fmt: skip
     ties = epoch_metric_summary([(0, 0.5), (1, 0.4), (2, 0.4), (3, None)], goal="min")
     assert (ties["best"], ties["best_epoch"], ties["last"], ties["last_epoch"]) == (0.4, 1, None, 3)
     empty = epoch_metric_summary([(0, None)], goal="max")

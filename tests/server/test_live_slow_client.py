@@ -2,13 +2,13 @@
 
 import itertools
 import json
-import socket
 import threading
 import uuid
 from pathlib import Path
 
 from websockets.sync.client import connect
 
+from tests.harness.detect_support import first_drop_notice, stalled_live_client
 from tests.harness.support import ServerProcess
 
 STEPS_PER_BATCH = 500
@@ -22,14 +22,7 @@ def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: P
         agent.send(json.dumps(hello))
         run_id = json.loads(agent.recv(timeout=10))["run_id"]
 
-        # A tiny receive buffer, so the server's writes to this client back up quickly.
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.connect(("127.0.0.1", server.port))
-        slow = connect(
-            f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1, compression=None
-        ).__enter__()
-        slow.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+        slow = stalled_live_client(server, run_id)
         fast = connect(f"{server.ws_url}/api/v1/live", max_size=None).__enter__()
         fast.send(json.dumps({"type": "subscribe", "run_id": run_id}))
 
@@ -66,14 +59,8 @@ def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: P
             assert first == previous_last + 1
 
         # The slow client, once it reads, is told that messages were dropped for it.
-        notices, received = [], 0
-        while not notices and received < 3 * batches:
-            message = json.loads(slow.recv(timeout=10))
-            received += 1
-            if message["type"] == "notice":
-                notices.append(message)
-        assert notices, f"no drop notice in {received} messages"
-        assert notices[0]["dropped"] > 0
-        assert "re-fetch" in notices[0]["message"]
+        notice = first_drop_notice(slow, most=3 * batches)
+        assert notice["dropped"] > 0
+        assert "re-fetch" in notice["message"]
     finally:
         server.stop()

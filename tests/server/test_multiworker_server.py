@@ -163,7 +163,7 @@ def test_starved_worker_is_named_in_the_diagnosis_and_fires_a_straggler_ratio_ru
         evidence = {e["key"]: e for e in diagnosis["evidence"]}
         assert evidence["straggler"]["value"] == 2
         assert evidence["straggler"]["text"] == (
-            "worker 2 (host-2) waits 41 % on input while the others wait < 3 %: "
+            "worker 2 (host-2) waits 41.0 % on input while the others wait < 3 %: "
             "its pipeline starves the whole job"
         )
         assert any("Worker 2 holds every worker back" in a for a in diagnosis["advice"])

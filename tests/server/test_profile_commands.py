@@ -128,7 +128,7 @@ def test_trace_that_comes_in_during_the_analysis_is_analysed_after_it(
     entered, release = threading.Event(), threading.Event()
     analysed: list[list[str]] = []
 
-    def analyse(paths: list[Path]) -> tuple[dict[str, Any], None, None]:
+    def analyse(paths: list[Path], limits: object = None) -> tuple[dict[str, Any], None, None]:
         analysed.append([path.name for path in paths])
         if len(analysed) == 1:
             entered.set()

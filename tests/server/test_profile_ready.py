@@ -28,7 +28,9 @@ def test_profile_is_ready_only_with_stokers_share_over_steps_stored_after_the_tr
 ) -> None:
     analysed = threading.Event()
 
-    def analyse(paths: list[Path]) -> tuple[dict[str, Any], float, tuple[int, int]]:
+    def analyse(
+        paths: list[Path], limits: object = None
+    ) -> tuple[dict[str, Any], float, tuple[int, int]]:
         analysed.set()
         return {"available": True, "steps": []}, 0.25, (FIRST, LAST)
 
@@ -99,9 +101,8 @@ def test_profile_is_ready_only_with_stokers_share_over_steps_stored_after_the_tr
 def test_a_worker_that_left_is_not_waited_for(
     tmp_path: Path, database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(
-        captures, "analyse", lambda paths: ({"available": True}, 0.25, (FIRST, LAST))
-    )
+    analysed = ({"available": True}, 0.25, (FIRST, LAST))
+    monkeypatch.setattr(captures, "analyse", lambda paths, limits=None: analysed)
     monkeypatch.setattr(captures, "STEPS_GRACE_S", 100 * GUARD_S)  # waited for, the test hangs
 
     async def main() -> None:

@@ -75,12 +75,12 @@ def test_run_page_shows_gpm_energy_and_findings(
     assert [f["key"] for f in diagnosis["gpu_findings"]] == ["launch_bound"]
 
     page.goto(f"{server.url}/#/runs/{run_id}")
-    expect(page.locator('[data-figure="gpu"] dd')).to_have_text("98%", timeout=15_000)
-    expect(page.locator('[data-figure="sm_util"] dd')).to_have_text("20%")
-    expect(page.locator('[data-figure="tensor_util"] dd')).to_have_text("30%")
+    expect(page.locator('[data-figure="gpu"] dd')).to_have_text("98 %", timeout=15_000)
+    expect(page.locator('[data-figure="sm_util"] dd')).to_have_text("20 %")
+    expect(page.locator('[data-figure="tensor_util"] dd')).to_have_text("30 %")
     expect(page.locator('[data-figure="energy"] dd')).to_have_text("4.0 kJ · €0.00056")
     expect(page.locator('[data-figure="energy_starved"] dd')).to_have_text(
-        "2.4 kJ (60%) · €0.00033"
+        "2.4 kJ (60 %) · €0.00033"
     )
     findings = page.get_by_test_id("gpu-findings")
     expect(findings).to_contain_text("launch-bound")
@@ -132,13 +132,14 @@ def test_runs_list_shows_energy_burned_while_starved_and_no_gpu_time_for_a_host_
     energy = gpu_row.get_by_test_id("run-energy")
     expect(energy).to_contain_text("4.0 kJ · €0.00056", timeout=15_000)
     expect(gpu_row.get_by_test_id("run-energy-starved")).to_have_text(
-        "starved 2.4 kJ (60%) · €0.00033"
+        "starved 2.4 kJ (60 %) · €0.00033"
     )
     expect(energy).to_have_attribute("title", re.compile(r"^GPU energy the run drew"))
-    # A run without GPU readings: dashes that say why, not GPU time nor 0 J.
+    # A run without GPU readings: its host is its device, whose time its waits lost (as its run
+    # page says); no energy (a dash that says why, not 0 J).
     lost = host_row.get_by_test_id("lost-gpu")
-    expect(lost).to_have_text("—")
-    expect(lost).to_have_attribute("title", re.compile(r"^No GPU readings for this run"))
+    expect(lost).not_to_have_text("—")
+    expect(lost).to_have_attribute("title", re.compile(r"no GPU seen: the device is the host"))
     expect(host_row.get_by_test_id("run-energy")).to_have_text("—")
     expect(gpu_row.get_by_test_id("lost-gpu")).not_to_have_text("—")
     page.screenshot(path=str(artifacts / "ui-gpu-truth-runs.png"), full_page=True)

@@ -76,7 +76,7 @@ def test_a_runs_input_wait_and_verdict_read_the_same_on_every_surface(
     page.screenshot(path=str(artifacts / "ui-one-figure-list.png"), full_page=True)
 
     page.goto(f"{shared_server.url}/#/compare?runs={run_id},{other}")
-    table = page.get_by_test_id("compare-table")
+    table = page.get_by_test_id("compare-diagnosis")
     wait_row = table.locator('tr[data-metric="wait"]')
     expect(wait_row.locator("td").first).to_have_text(figure, timeout=15_000)
     expect(wait_row.locator("th")).to_contain_text("whole run")

@@ -6,7 +6,8 @@ source of the comparison (GET /compare), also when a saved link names runs that 
 - a link whose runs are all gone says so, with no empty tables;
 - another failure of GET /compare is said as text;
 - each run's GPU energy and what of it was burned while starved, from GET /runs/{id}/energy,
-  in the runs list's words.
+  in the runs list's words;
+- a running run's figures follow it live, as in the runs list.
 
 Screenshots go to test-artifacts/ui-compare-*.png.
 """
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.harness.detect_support import ScriptedAgent
 from tests.harness.support import ServerProcess
 
 expect = pytest.importorskip("playwright.sync_api").expect
@@ -139,8 +141,31 @@ def test_energy_and_energy_burned_while_starved_per_run(
     )  # 30 of each 50 ms waited, over the 10 s of readings
     page.goto(f"{shared_server.url}/#/compare?runs={starved},{fed}")
     table = page.get_by_test_id("compare-table")
+    # No star: energy is no metric the user gave a direction (stars are for those only).
     expect(table.locator('tr[data-metric="energy_starved"] td')).to_have_text(
-        ["2.4 kJ (60%)", "0 J (0%) ★"], timeout=15_000
+        ["2.4 kJ (60 %)", "0 J (0 %)"], timeout=15_000
     )
     expect(table.locator('tr[data-metric="energy"] td')).to_have_text(["4.0 kJ", "4.0 kJ"])
     page.screenshot(path=str(artifacts / "ui-compare-energy.png"), full_page=True)
+
+
+def test_compare_follows_a_running_run_as_the_runs_list_does(
+    shared_server: ServerProcess, page: Any, artifacts: Path
+) -> None:
+    # Compare once kept the figures it read when opened while the run page moved on (issue 38:
+    # "Lost GPU / device time 1.0 min" beside the run page's 2.8 min).
+    finished = _run(shared_server, "ended-neighbour", 0.1)
+    live = ScriptedAgent(shared_server, name="still-running", project="ui-compare")
+    try:
+        live.steps(30, dur=0.1, wait=0.05)
+        page.goto(f"{shared_server.url}/#/compare?runs={finished},{live.run_id}")
+        table = page.get_by_test_id("compare-diagnosis")
+        steps = table.locator('tr[data-metric="steps"] td').nth(1)
+        lost = table.locator('tr[data-metric="lost_gpu"] td').nth(1)
+        expect(steps).to_have_text("30", timeout=15_000)
+        expect(lost).to_have_text("1.5 s")  # 29 timed steps waiting 50 ms
+        live.steps(61, dur=0.1, wait=0.05)
+        expect(steps).to_have_text("91", timeout=15_000)
+        expect(lost).to_have_text("4.5 s")  # 90 timed steps
+    finally:
+        live.close()

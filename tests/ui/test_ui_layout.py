@@ -1,6 +1,6 @@
 """The UI's layout at the widths people use, in real headless Chromium against a real server.
 
-- at 1024 px and wider the runs table shows every column (input wait, lost GPU time, GPU
+- at 1024 px and wider the runs table shows every column (input wait, lost device time, GPU
   utilization included) without a horizontal scroll (at 1400 px it once lost its last column
   when the wrapping applied only up to 1280 px);
 - at 1400 px the profile panel's "Top ops" table, with TensorFlow's long op names, stays
@@ -68,7 +68,7 @@ def test_runs_table_shows_every_column_from_1024_px(
     layout = wrap.evaluate(OVERFLOW_JS)
     assert layout["scroll"] <= layout["client"], layout
     headers = {text.strip(): right for text, right in layout["cells"]}
-    for label in ("Input wait", "Lost GPU time", "GPU util"):
+    for label in ("Input wait · whole run", "Lost device time", "GPU util"):
         assert any(label.lower() in h.lower() for h in headers), (label, headers)
     for text, right in layout["cells"]:
         assert right <= layout["right"] + 0.5, (text, right, layout["right"])

@@ -282,13 +282,19 @@ def test_compare_view_marks_best_values_and_shows_only_differing_config(
     assert sorted(header_ids) == sorted([starved["id"], fed["id"]])
     fed_col = header_ids.index(fed["id"])
     starved_col = header_ids.index(starved["id"])
-    for metric in ("median", "wait"):  # the fed run steps faster and waits less for input
-        cells = table.locator(f'tr[data-metric="{metric}"] td')
+    # The diagnosis figures come first, unstarred: no direction the user chose (issue 38).
+    diagnosis = page.get_by_test_id("compare-diagnosis")
+    for metric in ("median", "wait"):
+        cells = diagnosis.locator(f'tr[data-metric="{metric}"] td')
         expect(cells).to_have_count(2)
-        expect(cells.nth(fed_col)).to_have_attribute("data-best", "true")
+        assert cells.nth(fed_col).get_attribute("data-best") is None
         assert cells.nth(starved_col).get_attribute("data-best") is None
-    assert table.locator('td[data-best="true"]').count() >= 2
-    expect(table.locator('td[data-best="true"] .best-mark').first).to_be_visible()
+    expect(diagnosis.locator("[data-best]")).to_have_count(0)
+    # A star only on a metric with a direction, whose heading says which.
+    for row in table.locator("tr[data-metric]").all():
+        if row.locator('td[data-best="true"]').count():
+            expect(row.locator("th")).to_contain_text(re.compile("[↓↑]"))
+            expect(row.locator('td[data-best="true"] .best-mark').first).to_be_visible()
 
     # Config: only the two keys that differ; equal ones (batch_size, optimizer.*) are left out.
     config_diff = page.get_by_test_id("config-diff")

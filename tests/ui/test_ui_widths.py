@@ -26,6 +26,7 @@ from tests.conftest import ARTIFACTS
 from tests.harness.detect_support import FAST_DETECTORS, ScriptedAgent
 from tests.harness.page_layout import layout_problems
 from tests.harness.support import ServerProcess, wait_for
+from tests.harness.tune_groups import edit, group_body, post_group
 
 WIDTHS = (1024, 1440, 1920)
 THEMES = ("light", "dark")
@@ -180,12 +181,51 @@ def _starved_run(server: ServerProcess) -> int:
     return agent.run_id
 
 
+def _tune_group(server: ServerProcess, fed: int, starved: int) -> int:
+    """A `stoker tune` group whose two trials are the starved and the fed run (as posted by
+    `stoker tune`: a table with a speed-up, a line to edit and changes not tried)."""
+    keys = [
+        server.rows("SELECT run_key FROM run WHERE id = ?", run)[0][0] for run in (starved, fed)
+    ]
+    rows = [
+        {"id": "unchanged", "label": "unchanged", "verdict": "unchanged", "steps_per_s": 12.3,
+         "input_wait_share": 0.925, "batches": 200, "examples": 12800, "run_key": keys[0]},
+        {"id": "parallel:2", "advice": "parallel", "label": "parallel map slow_decode",
+         "title": "num_parallel_calls=AUTOTUNE, deterministic=True on map slow_decode",
+         "verdict": "speed-up", "steps_per_s": 24.7, "input_wait_share": 0.871, "speedup": 2.0,
+         "repeat_speedup": 1.96, "function": "slow_decode",
+         "edit": edit("stoker_server/cli/demo_pipelines.py:63"), "run_key": keys[1]},
+        {"id": "prefetch", "advice": "prefetch", "label": "prefetch at the end",
+         "verdict": "not tried", "note": "already in effect: tf.data appends prefetch(AUTOTUNE) "
+         "itself to a pipeline that ends in a synchronous stage (its inject_prefetch rewrite)"},
+        {"id": "cache", "advice": "cache", "label": "cache", "verdict": "not tried",
+         "note": "shuffle (stage 1) shuffles: a cache after it would repeat the first epoch's "
+         "order, and nothing before it does work worth caching"},
+    ]  # fmt: skip
+    command = ["python", "-m", "stoker_server.cli.demo_pipelines", "starved"]
+    trials = [("unchanged", "unchanged", keys[0]),
+              ("parallel:2", "parallel map slow_decode", keys[1])]  # fmt: skip
+    group = group_body(
+        uuid.uuid4().hex[:16], command, trials, rows, project=PROJECT, cwd="/home/user/work",
+        noise=0.05, best="parallel:2",
+        noise_text="the best change's two runs differ by 2.0%, under the 5% floor",
+        elements_text="Every trial compared took the same elements in its 200 steps as the "
+        "unchanged run: 200 batches, 12,800 examples.",
+        conclusion="Best: num_parallel_calls=AUTOTUNE, deterministic=True on map slow_decode: "
+        "2.00x the unchanged run's steps/s, 1.96x again.",
+    )  # fmt: skip
+    stored = post_group(server, group)
+    assert stored.status_code == 200, stored.text
+    return int(stored.json()["id"])
+
+
 @dataclass
 class Runs:
     server: ServerProcess
     fed: int
     starved: int
     gpu: int
+    tune: int = 0
 
     def routes(self) -> dict[str, str]:
         return {
@@ -196,6 +236,8 @@ class Runs:
             "compare": f"#/compare?runs={self.fed},{self.starved}",
             "alerts": "#/alerts",
             "cost": "#/cost",
+            "tune": "#/tune",
+            "tune-group": f"#/tune/{self.tune}",
         }
 
 
@@ -203,7 +245,9 @@ class Runs:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     server = ServerProcess(data_dir=tmp_path_factory.mktemp("widths"), env=FAST_DETECTORS).start()
     try:
-        yield Runs(server, fed=_fed_run(server), starved=_starved_run(server), gpu=_gpu_run(server))
+        fed, starved = _fed_run(server), _starved_run(server)
+        yield Runs(server, fed=fed, starved=starved, gpu=_gpu_run(server),
+                   tune=_tune_group(server, fed, starved))  # fmt: skip
     finally:
         server.stop()
 
@@ -218,9 +262,19 @@ def _ready(page: Any, name: str) -> None:
         "compare": ["compare-table", "env-diff", "compare-epochs"],
         "alerts": ["alert-row", "alert-rule-row"],
         "cost": ["cost-runs"],
+        "tune": ["tune-list-table"],
+        "tune-group": ["tune-table", "tune-chart"],
     }[name]
     for test_id in ids:
         page.get_by_test_id(test_id).first.wait_for(timeout=20_000)
+    if name == "run-starved":  # its "Prove it" open: the command to paste measured too
+        page.get_by_test_id("prove-it-button").click()
+        page.get_by_test_id("prove-it-command").wait_for(timeout=20_000)
+    if name == "tune-group":
+        wait_for(
+            lambda: page.get_by_test_id("tune-chart").get_attribute("data-points") not in
+            (None, "0"), what="the trials' steps drawn",
+        )  # fmt: skip
     if name == "runs":
         wait_for(lambda: page.get_by_test_id("run-row").count() == 3, what="the three runs")
     if name.startswith("run-"):

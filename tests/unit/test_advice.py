@@ -5,11 +5,12 @@ import re
 
 import pytest
 
-from stoker_server.core.levels import VERDICT_WORDS, Verdict, share_text
+from stoker_server.core.levels import VERDICT_WORDS, Verdict
 from stoker_server.diagnosis.advice import input_advice, once
 from stoker_server.diagnosis.verdict import Diagnosis, diagnose
 from stoker_server.diagnosis.window import RunWindow, WholeRun
 from stoker_server.ingest.summary import add_steps, summarize
+from trainer_agent.figures import ms_text, share_text
 
 # As the agent describes the demo's fed pipeline (trainer_agent.capture.pipeline.describe_pipeline).
 FED = {
@@ -132,8 +133,17 @@ def test_an_ended_runs_verdict_is_its_summarys_figure_over_the_whole_run() -> No
     assert diagnosis.window_label == "whole run"
     assert diagnosis.input_wait_share == summary.input_wait_share == 0.15
     assert diagnosis.verdict == summary.verdict == Verdict.moderately_input_bound
-    evidence = next(e for e in diagnosis.evidence if e.key == "input_wait_share")
-    assert f"{share_text(0.15)} of step time over the whole run (400 steps" in evidence.text
+    evidence = {e.key: e.text for e in diagnosis.evidence}
+    # One count and one step time with the summary's (the run page's cards): its steps, step 0
+    # included, and its median over the whole run, not a mean over the stored window.
+    assert summary.steps == diagnosis.steps_in_window == 401
+    assert evidence["input_wait_share"].endswith(
+        f"{share_text(0.15)} of step time over the whole run (401 steps)"
+    )
+    assert summary.step_time_ms_median is not None
+    median = ms_text(summary.step_time_ms_median / 1000)
+    assert evidence["median_step_ms"] == f"median step time {median} over the whole run"
+    assert "mean_step_ms" not in evidence
 
 
 def test_every_share_in_a_diagnosis_text_is_written_to_a_tenth_of_a_percent() -> None:

@@ -40,8 +40,8 @@ PIPELINES: dict[str, Facts] = {
     "saturated_memory": Facts(
         Shape(prefetch=True, parallel_map=True, cache=False, **MEMORY), cpu=95.0
     ),
-    "fed_short_steps": Facts(Shape(**FED), cpu=40.0, mean_step_s=0.0015),
-    "fed_long_steps": Facts(Shape(**FED), cpu=60.0, mean_step_s=0.05),
+    "fed_short_steps": Facts(Shape(**FED), cpu=40.0, step_s=0.0015),
+    "fed_long_steps": Facts(Shape(**FED), cpu=60.0, step_s=0.05),
 }
 
 
@@ -88,9 +88,9 @@ STAGES: dict[str, Facts] = {
 }
 
 DEVICE: dict[str, Facts] = {
-    "low_util": Facts(util=40.0, mean_step_s=0.02),
-    "short_steps_no_gpu": Facts(util=None, mean_step_s=0.002),
-    "busy_gpu": Facts(util=92.0, mean_step_s=0.02),
+    "low_util": Facts(util=40.0, step_s=0.02),
+    "short_steps_no_gpu": Facts(util=None, step_s=0.002),
+    "busy_gpu": Facts(util=92.0, step_s=0.02),
 }
 
 # Rule -> the shapes (of its kind) it fires on; silent on every other shape of its kind.

@@ -41,7 +41,7 @@ def test_the_slow_map_is_named_with_its_fix_when_the_run_waits() -> None:
     assert found is not None
     assert (found.position, found.kind, found.function) == (1, "parallel_map", "decode")
     assert "num_parallel_calls" in found.fix  # 2 threads of 8 CPUs
-    assert "decode" in found.reason and "60%" in found.reason
+    assert "decode" in found.reason and "60.0 %" in found.reason
 
 
 def test_a_fed_run_has_no_bottleneck() -> None:

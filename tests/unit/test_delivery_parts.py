@@ -214,6 +214,23 @@ def test_outbox_replays_the_spool_before_memory_in_seq_order(tmp_path: Path) -> 
     assert outbox.spooled_steps == 0 and not outbox.spool_holds_batches()
 
 
+def test_outbox_sets_an_unreadable_spooled_batch_aside_and_sends_the_rest(tmp_path: Path) -> None:
+    recorder, outbox = make_outbox(tmp_path)
+    for step in range(3):
+        recorder.steps.append(step, 0.0, 0.1, None, None)
+        outbox.collect()
+    outbox.spool_pending()  # the server is away: three batches on disk
+    assert outbox.spool is not None
+    second = outbox.spool.batch_paths()[1]
+    second.write_bytes(b"\x00 not a batch")
+    transport = RecordingTransport(group=5)
+    outbox.deliver(transport, float("inf"), lambda b, o: None)
+    assert transport.sent == [1, 3]  # before, the load raised and the sender retried for ever
+    assert not outbox.spool_holds_batches()
+    assert outbox.counters()["unreadable_spool_files"] == 1
+    assert (tmp_path / "unreadable" / f"run.{second.name}.bad").read_bytes() == b"\x00 not a batch"
+
+
 def test_outbox_counts_what_the_spool_cannot_hold(tmp_path: Path) -> None:
     recorder, outbox = make_outbox(tmp_path, spool_bytes=10)
     for step in range(3):

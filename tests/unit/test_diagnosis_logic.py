@@ -1,9 +1,18 @@
 """The verdict and the alert state machine, driven with scripted numbers and a scripted clock."""
 
+from datetime import UTC, datetime
+
 import pytest
 
 from stoker_server.core.models import AlertMetric, AlertRule, AlertState, Comparison
-from stoker_server.diagnosis.alerting import AlertEngine, RunFacts
+from stoker_server.diagnosis.alerting import (
+    AlertEngine,
+    Resolution,
+    RunFacts,
+    ValueWindows,
+    alert_message,
+    resolution_text,
+)
 from stoker_server.diagnosis.verdict import Verdict, diagnose
 from stoker_server.diagnosis.window import RunWindow
 
@@ -139,8 +148,8 @@ def _rule(**overrides) -> AlertRule:
     return AlertRule(**spec)
 
 
-def _facts(util: float | None, *, stepping: bool = True) -> list[RunFacts]:
-    return [RunFacts(run_id=7, project="p", running=True, stepping=stepping,
+def _facts(util: float | None, *, stepping: bool = True, running: bool = True) -> list[RunFacts]:
+    return [RunFacts(run_id=7, project="p", running=running, stepping=stepping,
                      values={AlertMetric.gpu_util: util})]  # fmt: skip
 
 
@@ -160,11 +169,82 @@ def test_alert_goes_pending_then_firing_after_for_and_resolves_after_keep_firing
     assert resolved.state == AlertState.resolved and resolved.previous == AlertState.firing
 
 
+@pytest.mark.parametrize(
+    ("last", "resolution"),
+    [
+        (_facts(95.0), Resolution.condition_cleared),
+        (_facts(30.0, running=False), Resolution.run_ended),
+        (_facts(30.0, stepping=False), Resolution.steps_stopped),
+        (_facts(None), Resolution.no_value),
+    ],
+)
+def test_a_resolved_alert_says_why_and_since_when(
+    last: list[RunFacts], resolution: Resolution
+) -> None:
+    engine = AlertEngine(rules=[_rule(for_s=0.0, keep_firing_for_s=10.0)])
+    [firing] = engine.evaluate(_facts(30.0), now=0.0)
+    assert firing.resolution is None
+    assert engine.evaluate(last, now=5.0) == []  # stopped holding at 5: kept firing 10 s
+    [resolved] = engine.evaluate(last, now=15.0)
+    assert (resolved.state, resolved.resolution, resolved.cleared_at) == (
+        AlertState.resolved, resolution, 5.0
+    )  # fmt: skip
+
+
+def test_a_condition_that_holds_again_is_no_longer_cleared() -> None:
+    engine = AlertEngine(rules=[_rule(for_s=0.0, keep_firing_for_s=10.0)])
+    engine.evaluate(_facts(30.0), now=0.0)
+    assert engine.evaluate(_facts(95.0), now=5.0) == []  # cleared at 5
+    assert engine.evaluate(_facts(30.0), now=8.0) == []  # holds again
+    assert engine.evaluate(_facts(95.0), now=9.0) == []  # cleared again, at 9
+    [resolved] = engine.evaluate(_facts(95.0), now=19.0)
+    assert (resolved.resolution, resolved.cleared_at) == (Resolution.condition_cleared, 9.0)
+
+
+def test_alert_messages_write_values_as_the_ui_and_resolutions_say_why() -> None:
+    rule = _rule(
+        name="starved", metric=AlertMetric.input_wait_share, comparison=Comparison.ge,
+        threshold=0.2, for_s=60.0,
+    )  # fmt: skip
+    windows = ValueWindows(wait_s=30.0, device_s=5.0)
+    firing = alert_message(rule, AlertState.firing, 0.937, "demo", windows=windows)
+    assert firing == (
+        "[FIRING] starved on run 'demo': input wait 93.7 % of step time over the last 30 s "
+        "(rule: ≥ 20.0 % for 60 s)"
+    )
+    at = datetime(2026, 11, 29, 7, 46, 20, tzinfo=UTC)
+    why = resolution_text(rule, Resolution.condition_cleared, at)
+    assert why == "the condition cleared at 07:46:20 UTC"
+    resolved = alert_message(rule, AlertState.resolved, 0.031, "demo", windows=windows, why=why)
+    assert resolved == (
+        "[resolved] starved on run 'demo': the condition cleared at 07:46:20 UTC; last reading: "
+        "input wait 3.1 % of step time over the last 30 s"
+    )
+    ended = resolution_text(rule, Resolution.run_ended)
+    assert alert_message(rule, AlertState.resolved, 0.942, "demo", windows=windows, why=ended) == (
+        "[resolved] starved on run 'demo': the run ended; last reading: input wait 94.2 % of "
+        "step time over the last 30 s"
+    )
+    assert resolution_text(rule, Resolution.run_ended, fired=False) == (
+        "never fired: the run ended before it held for 60 s"
+    )
+    nan = _rule(name="nan", metric=AlertMetric.metric_nonfinite, comparison=Comparison.ge,
+                threshold=1.0, metric_name="val_loss")  # fmt: skip
+    assert alert_message(nan, AlertState.resolved, 1.0, "demo", why=ended) == (
+        "[resolved] nan on run 'demo': the run ended; last reading: val_loss is NaN or infinite"
+    )
+    step_rule = _rule(metric=AlertMetric.step_time, comparison=Comparison.gt, threshold=0.5)
+    assert alert_message(step_rule, AlertState.firing, 0.0847, None).endswith(
+        "on the server: mean step time 84.7 ms over the last 30 s (rule: > 500 ms for 30 s)"
+    )
+
+
 def test_pending_alert_that_clears_before_for_never_fires() -> None:
     engine = AlertEngine(rules=[_rule()])
     engine.evaluate(_facts(30.0), now=0.0)
     [cleared] = engine.evaluate(_facts(90.0), now=5.0)
     assert cleared.state == AlertState.resolved and cleared.previous == AlertState.pending
+    assert (cleared.resolution, cleared.cleared_at) == (Resolution.condition_cleared, 5.0)
 
 
 def test_while_stepping_rule_ignores_idle_runs_and_missing_values() -> None:
@@ -182,6 +262,7 @@ def test_disabled_rule_resolves_its_firing_alerts() -> None:
     engine.set_rules([_rule(for_s=0.0, enabled=False)])
     [resolved] = engine.evaluate(_facts(10.0), now=1.0)
     assert resolved.state == AlertState.resolved
+    assert resolved.resolution == Resolution.rule_changed
 
 
 def test_scope_project_limits_rule_to_that_project() -> None:

@@ -58,7 +58,7 @@ def test_oom_ahead_fires_when_the_allocator_peak_nears_the_device_memory() -> No
     (finding,) = gpu_findings(summary, MIXED)
     assert finding.key == "oom_ahead"
     assert "smaller batch" in finding.advice[0]
-    assert "95%" in finding.evidence[0].text
+    assert "95 %" in finding.evidence[0].text
 
 
 def test_memory_growth_off_fires_when_nvml_is_full_and_the_allocator_uses_little() -> None:

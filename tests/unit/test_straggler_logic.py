@@ -26,7 +26,7 @@ def test_worker_waiting_far_more_on_input_is_named_with_its_host_and_share() -> 
     straggler = find_straggler(_timings((0.05, 0.02), (0.05, 0.04), (0.05, 0.01), (0.05, 0.41)))
     assert straggler is not None and (straggler.rank, straggler.kind) == (3, "input")
     assert straggler.text == (
-        "worker 3 (host-3) waits 41 % on input while the others wait < 5 %: "
+        "worker 3 (host-3) waits 41.0 % on input while the others wait < 5 %: "
         "its pipeline starves the whole job"
     )
 
@@ -41,7 +41,7 @@ def test_worker_whose_own_step_is_longest_is_named_when_input_does_not_explain_i
     # No input wait anywhere; worker 1's step net of wait is 2x the median worker's.
     straggler = find_straggler(_timings((0.05, 0.0), (0.10, 0.0), (0.05, 0.0)))
     assert straggler is not None and (straggler.rank, straggler.kind) == (1, "compute")
-    assert straggler.text.startswith("worker 1 (host-1) takes 100.0 ms per step net of input")
+    assert straggler.text.startswith("worker 1 (host-1) takes 100 ms per step net of input")
 
 
 def test_straggler_ratio_is_the_slowest_own_step_over_the_median_workers() -> None:
@@ -65,7 +65,7 @@ def test_diagnosis_of_a_job_window_names_the_starved_worker_in_its_evidence() ->
     )
     evidence = {e.key: e for e in diagnosis.evidence}
     assert evidence["straggler"].value == 1
-    assert evidence["straggler"].text.startswith("worker 1 (host-b) waits 60 % on input")
+    assert evidence["straggler"].text.startswith("worker 1 (host-b) waits 60.0 % on input")
     assert diagnosis.steps_in_window == 40  # the job's window holds both workers' steps
 
 

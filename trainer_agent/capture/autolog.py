@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Unpack, cast
+from typing import TYPE_CHECKING, Any, Protocol, Unpack, cast
 
 from trainer_agent import log_once
 from trainer_agent.config import RunArguments, RunOptions, takes_run_options
@@ -45,6 +45,32 @@ _options: RunOptions | None = None
 _patched: dict[str, tuple[Any, Any]] = {}
 _hook: "_PatchOnImport | None" = None
 _inside_fit = threading.local()
+
+
+class FitHooks(Protocol):
+    """What `stoker tune` does to a monitored fit (trainer_agent/tune/trial.py), given once
+    with `set_fit_hooks`."""
+
+    def prepare(
+        self, model: Any, keras_name: str, arguments: dict[str, Any], callback: Any
+    ) -> bool:
+        """Change the fit's bound `arguments` (its `callbacks` already hold the Stoker
+        `callback`, its `x` is not wrapped yet) before it runs; False leaves the fit
+        unmonitored."""
+        ...
+
+    def declined(self, reason: str) -> None:
+        """A fit autolog leaves alone (the script passes its own Stoker callback)."""
+        ...
+
+
+_fit_hooks: FitHooks | None = None
+
+
+def set_fit_hooks(hooks: FitHooks | None) -> None:
+    """Hand every monitored fit to `hooks` before it runs (None: no more)."""
+    global _fit_hooks
+    _fit_hooks = hooks
 
 
 @takes_run_options
@@ -180,10 +206,15 @@ def _monitored_call(
         callbacks = list(given)
     else:
         raise TypeError(f"callbacks is a {type(given).__name__}, not a list")
+    hooks = _fit_hooks
     if any(isinstance(callback, StokerHooks) for callback in callbacks):
+        if hooks is not None:
+            hooks.declined("the script passes its own StokerCallback to this fit")
         return None  # the script monitors this fit itself
     callback = make_callback(**options.arguments())
     bound.arguments["callbacks"] = [*callbacks, callback]
+    if hooks is not None and not hooks.prepare(model, keras_name, bound.arguments, callback):
+        return None
     x = bound.arguments.get("x")
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(x, tf.data.Dataset) and keras_backend(model) == "tensorflow":

@@ -12,7 +12,6 @@ from trainer_agent.capture.dataset_graph import DatasetNode, read_dataset
 from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.capture.input_wait import (
     Execution,
-    StampRing,
     StampTable,
     StepRow,
     WaitResolver,
@@ -22,6 +21,7 @@ from trainer_agent.capture.input_wait import (
 from trainer_agent.capture.job import job_rank, job_run_key
 from trainer_agent.capture.pipeline import describe_tree
 from trainer_agent.capture.session import RunSession, scalars
+from trainer_agent.capture.stamped_iterator import StampRing, batch_hint, ring_for
 from trainer_agent.capture.step_boundary import StepBoundary
 from trainer_agent.capture.train_function import keras_backend
 from trainer_agent.config import AgentConfig, RunArguments, RunOptions, takes_run_options
@@ -32,8 +32,10 @@ from trainer_agent.telemetry.nvml import shared_nvml
 log = logging.getLogger("trainer_agent")
 
 # Read the stamp ring after this many steps (train-function calls times steps_per_execution),
-# or after this long.
-READ_EVERY_CALLS = 50
+# or after this long, whichever comes first. A read inside a fit costs ~0.2-0.3 ms (an eager
+# variable read between two train-function calls), so it is rare in steps; the ring holds
+# 2048 fetches, five times this. On steps under 2.5 ms the time rule reads first.
+READ_EVERY_CALLS = 400
 READ_EVERY_S = 1.0
 # ...or this often while a browser watches the run, so its steps reach it within ~100 ms.
 WATCHED_READ_EVERY_S = 0.05
@@ -65,10 +67,10 @@ class StokerHooks:
 
     A step's time is measured from one `on_train_batch_begin` to the next, so it includes
     everything the training loop does per step. Pass the training data through
-    `cb.wrap(dataset)` to measure input wait: one synchronous stage at the end of the
-    `tf.data` pipeline stamps when each element is asked for and when it is handed over.
-    The batch hooks only append to memory; the stamps are read every ~50 steps, the scalar
-    logs kept every `every_n_batches` steps. All I/O happens in one background thread; if
+    `cb.wrap(dataset)` to measure input wait: the train function's own fetch of each batch
+    is stamped in its graph when it asks and when the batch is handed over.
+    The batch hooks only append to memory; the stamps are read every ~400 steps or second,
+    the scalar logs kept every `every_n_batches` steps. All I/O happens in one background thread; if
     the server is down, training is unaffected. Each `fit()` call is one run. If the agent
     itself fails, it logs why once, ends its run and stays off; training goes on.
 
@@ -100,11 +102,15 @@ class StokerHooks:
         self.options = RunOptions.of(type(self).__name__, options)
         self._agent_config = AgentConfig.from_options(self.options)
         self.every_n_batches = self.options.every_n_batches
+        # The fit's stamp ring (its model's), while its fetches are stamped (TensorFlow).
         self._ring: StampRing | None = None
+        # Whether `wrap` was called: the fits of this callback then measure input wait.
+        self._wrapped = False
         # What `wrap` learned of the training pipeline: its description (for the diagnosis's
-        # advice) and its dataset tree (the pipeline view names stages by its functions);
-        # None unwrapped.
+        # advice), its functions' names (for the pipeline view's stages) and the batch size
+        # it batches to (for fetches whose size the graph does not read); None unwrapped.
         self._input_pipeline: dict[str, Any] | None = None
+        self._batch_hint: int | None = None
         self._dataset_tree: DatasetNode | None = None
         self._session: RunSession | None = None
         self._resolver = WaitResolver()
@@ -136,38 +142,60 @@ class StokerHooks:
         return self._session
 
     def wrap(self, dataset: Any) -> Any:
-        """Return `dataset` with a stamping stage appended so input wait is measured.
+        """Return `dataset`, noted so that this callback's fits measure input wait.
 
-        The elements are unchanged. Wrap the dataset you pass to `fit` as the training data.
+        Wrap the dataset you pass to `fit` as the training data. The dataset is returned as
+        it is: the train function's own fetches are timed (two timestamps around each, in
+        its graph), and `wrap` only describes the pipeline for the diagnosis's advice and the
+        pipeline view. Nothing is traced here.
         """
         try:
-            cached = _last_wrapped.get(dataset, self._ring)
-            if cached is not None:
-                self._ring, wrapped, self._input_pipeline, self._dataset_tree = cached
-                return wrapped
-            if self._ring is None:
-                self._ring = StampRing()
-            wrapped = self._ring.wrap(dataset)
+            self._wrapped = True
+            described = _last_wrapped.get(dataset)
+            if described is None:
+                described = _described(dataset)
+                _last_wrapped.put(dataset, described)
+            self._input_pipeline, self._dataset_tree, self._batch_hint = described
         except Exception as error:
             return self._unstamped(error, dataset)
+        return dataset
+
+    def _stamped(self, iterator: Any) -> Any:
+        """The train function's iterator for `iterator` (TensorFlow): the same, with its
+        fetches stamped into the model's ring; `iterator` itself when it cannot be."""
+        ring = self._ring
+        if ring is None:
+            return iterator
         try:
-            self._dataset_tree = read_dataset(dataset)
-            self._input_pipeline = (
-                None if self._dataset_tree is None else describe_tree(self._dataset_tree)
-            )
+            stamped = ring.stamped(iterator)
+            if stamped is None:
+                raise TypeError(f"{type(iterator).__name__} is not an iterator it can stamp")
+            ring.started()
+            return stamped
         except Exception as error:
-            self._input_pipeline = self._dataset_tree = None
+            self._stamp_failed(error)
+            return iterator
+
+    def _stamp_failed(self, error: BaseException) -> None:
+        """The fetches of this fit cannot be stamped: it is still monitored (step times,
+        samplers); only its input wait is not."""
+        try:
+            self._ring = None
+            pending, self._pending = self._pending, []
+            self._record([row for e in pending for row in split_execution(e, None)])
             warn_once(
-                f"describe:{type(error).__name__}",
-                "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
+                f"stamp:{type(error).__name__}",
+                "Stoker: input wait is not measured for this fit: its input cannot be "
+                "stamped (%s: %s). Step times and device metrics are still recorded.",
+                type(error).__name__, error,
             )  # fmt: skip
-        _last_wrapped.put(dataset, (self._ring, wrapped, self._input_pipeline, self._dataset_tree))
-        return wrapped
+        except Exception as unexpected:
+            self._guard.trip("on_train_batch_begin", unexpected)
 
     def _unstamped(self, error: BaseException, dataset: Any) -> Any:
-        """The dataset could not be stamped: the fit is still monitored (step times, samplers);
-        only its input wait is not."""
-        self._ring = self._input_pipeline = self._dataset_tree = None
+        """`wrap` failed: the dataset as given, its fits monitored without input wait."""
+        self._wrapped = False
+        self._input_pipeline = self._dataset_tree = self._batch_hint = None
         warn_once(
             f"wrap:{type(error).__name__}",
             "Stoker: input wait is not measured for this fit: its dataset cannot be "
@@ -202,17 +230,25 @@ class StokerHooks:
         )
         self._session.before_abnormal_close = self._hand_over_completed_steps
         self._session.start()
-        tree = self._dataset_tree
-        self._session.pipeline.describe(tree, stamped=tree is not None)
+        # Stoker appends nothing to the pipeline: a prefetch the user's tree does not account
+        # for is tf.data's.
+        self._session.pipeline.describe(self._dataset_tree, stamped=False)
         profiler, boundary = self._session.profiler, self._boundary
+        backend = keras_backend(self.model)
+        self._ring = None
+        if self._wrapped and backend == "tensorflow":
+            try:
+                self._ring = ring_for(self.model)
+            except Exception as error:
+                self._stamp_failed(error)
         boundary.attach(
             self.model, (self.params or {}).get("steps"),
             began=(profiler.step_begin, self._step_began), computed=(profiler.step_end,),
             closed=self._closed, ready=self._outputs_ready, ended=(self._batch_logs,),
             watchers=(self._session.pipeline,), on_error=self._guard.trip,
+            stamp=_FetchStamps(self) if self._ring is not None else None,
         )  # fmt: skip
         self._read_every = max(1, READ_EVERY_CALLS // boundary.steps_per_execution)
-        backend = keras_backend(self.model)
         self._fetches_before_begin = backend == "torch" and boundary.timing == "returns"
         self._resolver = WaitResolver()
         self._pending = []
@@ -387,11 +423,16 @@ class StokerHooks:
         # afresh at every read, so a clock adjustment during a long run cannot skew waits.
         self._wall_to_perf_s = time.time() - time.perf_counter()
         try:
-            stamps = self._ring.read(self._wall_to_perf_s, after=self._resolver.cursor)
+            stamps = self._ring.read(
+                self._wall_to_perf_s, after=self._resolver.cursor, batch_hint=self._batch_hint
+            )
         except Exception:
             log.exception("Stoker could not read input stamps; input wait is not measured")
             self._ring = None
             stamps = StampTable.of({})
+        if self._boundary.steps_per_execution == 1:  # nothing to shorten: one step a call
+            self._record(self._resolver.resolve(executions, stamps))
+            return
         counted = sum(execution.n for execution in executions)
         self._record(self._resolver.resolve(executions, stamps))
         # The resolver shortens an execution that ran out of data; number on from its end.
@@ -401,10 +442,21 @@ class StokerHooks:
 
     def _record(self, rows: list[StepRow]) -> None:
         session = self._session
-        if session is None:
-            return
-        for row in rows:
-            session.record_step(row.step, row.start, row.dur, row.wait, row.batch_size)
+        if session is not None:
+            session.record_steps(rows)
+
+
+class _FetchStamps:
+    """What the train-function wrapper asks of the callback for each new iterator."""
+
+    def __init__(self, hooks: StokerHooks) -> None:
+        self._hooks = hooks
+
+    def stamped(self, iterator: Any) -> Any:
+        return self._hooks._stamped(iterator)
+
+    def failed(self, error: BaseException) -> None:
+        self._hooks._stamp_failed(error)
 
 
 class StokerCallback(StokerHooks, _keras_callback_base()):  # type: ignore[misc]
@@ -433,28 +485,25 @@ def keras_family(callback_class: type) -> str:
 
 
 class _LastWrapped:
-    """The dataset wrapped last in this process and what wrapping it made (ring, wrapped
-    pipeline, description). A script that fits again on the same dataset (a fit per epoch,
-    active learning, autolog's new callback at every fit) gets them back instead of tracing
-    the stage's functions again (~45 ms). Only the last one is held, so at most one
-    dataset is kept beyond its fit; no iterator is."""
+    """The dataset wrapped last in this process and its description. A script that fits
+    again on the same dataset (a fit per epoch, active learning, autolog's new callback at
+    every fit) gets it back instead of walking the pipeline again. Only the last one is
+    held, so at most one dataset is kept beyond its fit; no iterator is."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entry: tuple[Any, tuple[Any, ...]] | None = None
+        self._entry: tuple[Any, tuple[Any, Any, Any]] | None = None
 
-    def get(self, dataset: Any, ring: StampRing | None) -> tuple[Any, ...] | None:
+    def get(self, dataset: Any) -> tuple[Any, Any, Any] | None:
         with self._lock:
             entry = self._entry
         if entry is None or entry[0] is not dataset:
             return None
-        if ring is not None and entry[1][0] is not ring:
-            return None  # this callback's earlier wrapped datasets stamp into its own ring
         return entry[1]
 
-    def put(self, dataset: Any, made: tuple[Any, ...]) -> None:
+    def put(self, dataset: Any, described: tuple[Any, Any, Any]) -> None:
         with self._lock:
-            self._entry = (dataset, made)
+            self._entry = (dataset, described)
 
 
 _last_wrapped = _LastWrapped()
@@ -491,6 +540,22 @@ def _learning_rate(model: Any) -> float | None:
         return float(model.optimizer.learning_rate)
     except Exception:
         return None
+
+
+def _described(dataset: Any) -> tuple[Any, Any, Any]:
+    """What `wrap` keeps of a pipeline: its description, its tree (the pipeline view names
+    stages by its functions) and the batch size it batches to; all None (said once) when it
+    cannot be walked."""
+    try:
+        tree = read_dataset(dataset)
+        described = None if tree is None else describe_tree(tree)
+        return described, tree, batch_hint(dataset)
+    except Exception as error:
+        warn_once(
+            f"describe:{type(error).__name__}",
+            "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
+        )  # fmt: skip
+        return None, None, None
 
 
 def _unwrapped(dataset: Any) -> Any:

@@ -115,6 +115,28 @@ def family(name: str) -> str:
 _ALIASES = {"Tensor": "FromTensor"}
 
 
+def python_kind(dataset: Any) -> str:
+    """A dataset's Python class without "_", "Dataset", "V2": `"ParallelMap"`, `"TFRecord"`."""
+    return type(dataset).__name__.lstrip("_").removesuffix("V2").removesuffix("Dataset")
+
+
+def user_datasets(dataset: Any, max_nodes: int = MAX_NODES) -> list[Any]:
+    """The dataset objects on the user's input spine, from `dataset` to the source (consumer
+    first), as `stoker tune` edits them: the walk follows each dataset's only input and ends
+    at a source, a file reader (its input is its file names) or a dataset of several inputs
+    (a zip), which is then the last one."""
+    nodes: list[Any] = []
+    node, seen = dataset, 0
+    while node is not None and seen < max_nodes:
+        seen += 1
+        nodes.append(node)
+        inputs = _inputs(node)
+        if family(python_kind(node)) in _READERS or len(inputs) != 1:
+            break
+        node = inputs[0]
+    return nodes
+
+
 def read_dataset(dataset: Any) -> DatasetNode | None:
     """The tree of `dataset` (a `tf.data.Dataset`), or None when it is not one."""
     try:
@@ -134,7 +156,7 @@ class _Reader:
         inside = _same_dataset_inside(dataset)
         if inside is not None:
             return self.node(inside)  # TFRecordDataset's reader, ragged_batch's map
-        name = type(dataset).__name__.lstrip("_").removesuffix("V2").removesuffix("Dataset")
+        name = python_kind(dataset)
         if name in _TRANSPARENT:
             inputs = _inputs(dataset)
             if len(inputs) == 1:

@@ -1,58 +1,38 @@
-"""Input wait in `model.fit`: time each hand-over at the end of the pipeline, match to steps.
+"""Input wait in `model.fit`: match the stamps of each fetch to the steps that consumed them.
 
-`StampRing.wrap(dataset)` appends a synchronous stamping stage to a `tf.data` pipeline, with
-tf.data's automatic prefetch placed *before* it instead of after it. When the training step
-asks for an element, the stage takes `tf.timestamp()` (the request), then pulls the element
-from the prefetch buffer, waiting if it is not there yet, then takes another timestamp (the
-hand-over). Both, with the iterator's generation (Keras makes one iterator per epoch), the
-element's index in its iterator and its batch size, go into one row of a `tf.Variable` ring
-buffer. The element itself is untouched. The stage's functions run inline on the calling
-thread (no inter-op thread pool hand-off), so it costs a few µs per element and needs no GIL
-and no Python; the training thread reads the ring only every ~50 steps (or once a second).
+The stamps come from the train function's own fetches (TensorFlow: the stamped iterator of
+trainer_agent/capture/stamped_iterator.py, read from its ring every ~400 steps or second; JAX: the
+`FetchTimer` around each `next()`), one per element: when the step asked for it (the
+request) and when it was handed over. The element itself is untouched.
 
 `WaitResolver` is pure Python: it turns the callback's step begin/end times and the stamps
-into per-step rows. A step's wait is hand-over - request: the time `IteratorGetNext` blocked,
-measured in the graph, so the ~1 ms between `on_train_batch_begin` and the fetch inside the
-train function is not counted. With `steps_per_execution = N` the callback sees one begin and
-end per N steps, and the steps' fetches overlap their compute: the wait of each step is then
-the time the chain of steps sat idle for its element (`split_execution`; the train
-function's return path, once per call, is no step's compute). When a later stage
-(e.g. a `tf.distribute` device prefetch) pulls elements ahead of the step, a request can
-precede the step; then the wait counts from the step's begin at the earliest.
+into per-step rows. A step's wait is hand-over - request: the time the fetch blocked, so
+the ~1 ms between `on_train_batch_begin` and the fetch inside the train function is not
+counted. With `steps_per_execution = N` the callback sees one begin and end per N steps,
+and the steps' fetches overlap their compute: the wait of each step is then the time the
+chain of steps sat idle for its element (`split_execution`; the train function's return
+path, once per call, is no step's compute). When a request precedes the step (an element
+pulled ahead), the wait counts from the step's begin at the earliest.
 """
 
 import itertools
 import statistics
-import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
-T = TypeVar("T")
-
-DEFAULT_RING_SIZE = 2048
-
-# Row layout in the ring.
+# Row layout of a `StampTable`: (generation, index) is the element's key, the generation
+# its iterator (1, 2, ... in the order the train function saw them).
 _REQ, _TS, _GEN, _INDEX, _BATCH = range(5)
-_COLUMNS = 5
 # Executions whose call path (begin to first request) estimates the return path, for N > 1.
 CALL_PATHS_KEPT = 15
-# Ring offset between consecutive iterators (odd, so generations spread over the ring).
-_GENERATION_STRIDE = 1021
-
-# Dataset classes tf.data counts as asynchronous: it injects no prefetch after them.
-_ASYNC_DATASETS = {
-    "_PrefetchDataset",
-    "_ParallelMapDataset",
-    "ParallelInterleaveDataset",
-    "_ParallelBatchDataset",
-    "_MapAndBatchDataset",
-}
 
 
-@dataclass
-class Stamp:
+class Stamp(NamedTuple):
+    """One fetch. A tuple, so a fetch timed in Python (`train_function.FetchTimer`) is
+    recorded as a plain `(ts, batch_size, requested)` tuple, with no object made per step."""
+
     ts: float  # perf_counter seconds: the element was handed over to the consumer
     batch_size: int | None
     requested: float | None = None  # perf_counter seconds: the consumer asked for it
@@ -101,249 +81,6 @@ def batch_size_of(element: Any) -> int | None:
         return None
 
 
-class StampRing:
-    """The TensorFlow half: the ring variables and the dataset stage that writes them."""
-
-    def __init__(self, size: int = DEFAULT_RING_SIZE) -> None:
-        import tensorflow as tf
-
-        self.size = size
-
-        def make() -> tuple[Any, Any]:
-            with tf.init_scope(), tf.device("/CPU:0"):
-                ring = tf.Variable(
-                    tf.zeros([size, _COLUMNS], tf.float64), trainable=False, name="stoker_stamps"
-                )
-                return ring, tf.Variable(tf.constant(0, tf.int64), trainable=False)
-
-        self._ring, self._generation = outside_any_strategy(make)
-
-    def wrap(self, dataset: Any) -> Any:
-        """Return `dataset` with the stamping stage appended; elements pass through unchanged."""
-        import tensorflow as tf
-
-        ring, generation, size = self._ring, self._generation, self.size
-        if _would_inject_prefetch(dataset):
-            # What tf.data would have appended at the end goes before the stage, so the stage
-            # sees the consumer's own requests (the wrapped pipeline disables the injection).
-            dataset = dataset.prefetch(tf.data.AUTOTUNE)
-        batch_size = _static_batch_size(dataset)
-
-        # One per element the consumer asks for: its index in this iterator and the request
-        # time, taken when the zip below asks this input, before it asks for the element.
-        # (Not Dataset.counter(): it is a `scan`, whose function runs on the inter-op pool.)
-        requests = _requests()
-
-        @tf.autograph.experimental.do_not_convert  # graph code already: no AutoGraph pass
-        def stamp(request: tuple[Any, Any], element: Any) -> Any:
-            # Everything here runs on the step's critical path, once per element: few ops.
-            # Stateful ops run in program order and always run, though the output does not
-            # depend on them.
-            index, requested = request
-            handed_over = tf.timestamp()
-            # Every iterator (Keras makes one per epoch) numbers its elements from 0: the
-            # first element opens the next generation.
-            gen = generation.assign_add(tf.cast(tf.equal(index, 0), tf.int64))
-            if batch_size is None:
-                leaves = tf.nest.flatten(element)
-                batch = tf.cast(tf.shape(leaves[0])[0], tf.float64)
-            else:
-                batch = tf.constant(float(batch_size), tf.float64)
-            row = tf.stack(
-                [
-                    requested,
-                    handed_over,
-                    tf.cast(gen, tf.float64),
-                    tf.cast(index, tf.float64),
-                    batch,
-                ]
-            )
-            # The slot follows from (generation, index): no counter variable to update. A
-            # later iterator starts elsewhere in the ring; the rows carry their keys, so an
-            # overwritten stamp is missing, never mistaken for another.
-            slot = tf.math.floormod(index + gen * _GENERATION_STRIDE, size)
-            ring.scatter_nd_update([[slot]], [row])
-            return element
-
-        # zip asks its inputs in order: first the request stamp, then the element.
-        stamped = _inline_map(tf.data.Dataset.zip(requests, dataset), stamp)
-        if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
-            # zip with the (finite) index range would report 2**62 elements.
-            stamped = stamped.apply(
-                tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY)
-            )
-        options = tf.data.Options()
-        options.experimental_optimization.inject_prefetch = False
-        return stamped.with_options(options)
-
-    def read(self, wall_to_perf_s: float, after: tuple[int, int] | None = None) -> "StampTable":
-        """The stamps still in the ring, in perf_counter time.
-
-        With `after=(generation, index)`, only that iterator's elements from `index` on and
-        those of newer iterators: what the resolver can still need.
-        """
-        rows = self._ring.numpy()
-        gens = rows[:, _GEN]
-        if after is None:
-            keep = gens > 0
-        else:
-            gen, index = after
-            keep = (gens > gen) | ((gens == gen) & (rows[:, _INDEX] >= index))
-        rows = rows[keep]
-        rows[:, _REQ] -= wall_to_perf_s
-        rows[:, _TS] -= wall_to_perf_s
-        return StampTable(rows)
-
-
-def outside_any_strategy(make: Callable[[], T]) -> T:
-    """`make()` run where no `tf.distribute` strategy's scope is entered.
-
-    Under `strategy.scope()` a `tf.Variable` becomes a distributed (mirrored) variable, whose
-    `scatter_nd_update` inside a dataset function raises NotImplementedError. A strategy's
-    scope, like TensorFlow's variable-creator scopes, is kept per thread, so a thread of its
-    own creates a plain variable whichever scope the training thread is in.
-    """
-    made: list[T] = []
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            made.append(make())
-        except BaseException as error:
-            failed.append(error)
-
-    thread = threading.Thread(target=run, name="stoker-outside-strategy", daemon=True)
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return made[0]
-
-
-def _static_batch_size(dataset: Any) -> int | None:
-    """The leading dimension of every element when the pipeline fixes it, -1 when elements
-    have none (batch size unknown), None when it varies (read from each element).
-
-    Fixed for e.g. `batch(n, drop_remainder=True)`: then the stage records a constant
-    instead of reading the shape of each element.
-    """
-    import tensorflow as tf
-
-    leaves = tf.nest.flatten(dataset.element_spec)
-    shape = getattr(leaves[0], "shape", None) if leaves else None
-    if shape is None or not shape.rank:
-        return -1
-    first = shape[0]
-    return None if first is None else int(first)
-
-
-def _would_inject_prefetch(dataset: Any) -> bool:
-    """Whether tf.data would append its automatic prefetch to `dataset`."""
-    try:
-        options = dataset.options()
-        if options.autotune.enabled is False:
-            return False
-        if options.experimental_optimization.inject_prefetch is False:
-            return False
-        node = dataset
-        while type(node).__name__ == "_OptionsDataset":
-            node = node._input_dataset
-        return type(node).__name__ not in _ASYNC_DATASETS
-    except Exception:
-        return True
-
-
-_requests_dataset: Any = None
-
-
-def _requests() -> Any:
-    """The request stamps' dataset, traced once per process (every wrapped pipeline zips its
-    own iterator of it)."""
-    global _requests_dataset
-    if _requests_dataset is None:
-        import tensorflow as tf
-
-        @tf.autograph.experimental.do_not_convert
-        def request(i: Any) -> tuple[Any, Any]:
-            return i, tf.timestamp()
-
-        _requests_dataset = _inline_map(tf.data.Dataset.range(2**62), request)
-    return _requests_dataset
-
-
-def _inline_map(dataset: Any, function: Any) -> Any:
-    """`dataset.map(function)` with the function's ops run on the calling thread, as a
-    single-device function.
-
-    A plain `map` dispatches each op of its function to the inter-op thread pool, which the
-    training step uses too: on a small CPU that hand-off cost ~0.5 ms per element. tf.data's
-    map op has a switch for inline execution that `Dataset.map` does not expose.
-
-    Every iterator instantiates its map functions anew (Keras makes two per fit), and a
-    multi-device function, tf.data's default, runs Grappler's whole meta-optimizer over the
-    function's graph then: 6-8 ms per function on a 2-core machine. The function attribute
-    tf.data sets on its own device-side functions (`experimental_ints_on_device`, in
-    `prefetch_to_device`) makes it a single-device function, instantiated in well under a
-    millisecond. Every op of the stage has a CPU kernel and the ring lives on the CPU, where
-    tf.data runs the function.
-    """
-    try:
-        return _single_device_map()(dataset, function)
-    except Exception:
-        try:
-            from tensorflow.python.data.ops.map_op import _MapDataset
-
-            return _MapDataset(dataset, function, use_inter_op_parallelism=False)
-        except Exception:
-            return dataset.map(function)
-
-
-_single_device_map_class: Any = None
-
-
-def _single_device_map() -> Any:
-    global _single_device_map_class
-    if _single_device_map_class is not None:
-        return _single_device_map_class
-    from tensorflow.python.data.ops import dataset_ops, structured_function
-    from tensorflow.python.ops import gen_dataset_ops
-
-    # Named as tf.data's own map dataset: the pipeline readers (pipeline.py,
-    # pipeline_model.py) know Stoker's stamping stage as a map over a zip.
-    class _MapDataset(dataset_ops.UnaryDataset):
-        def __init__(self, input_dataset: Any, function: Any) -> None:
-            self._input_dataset = input_dataset
-            self._name = None
-            self._map_func = structured_function.StructuredFunctionWrapper(
-                function,
-                "Dataset.map()",
-                dataset=input_dataset,
-                defun_kwargs={"experimental_ints_on_device": True},
-            )
-            variant = gen_dataset_ops.map_dataset(
-                input_dataset._variant_tensor,
-                self._map_func.function.captured_inputs,
-                f=self._map_func.function,
-                use_inter_op_parallelism=False,
-                preserve_cardinality=True,
-                **self._common_args,
-            )
-            super().__init__(input_dataset, variant)
-
-        def _functions(self) -> list[Any]:
-            return [self._map_func]
-
-        @property
-        def element_spec(self) -> Any:
-            return self._map_func.output_structure
-
-        def _transformation_name(self) -> str:
-            return "Dataset.map()"
-
-    _single_device_map_class = _MapDataset
-    return _MapDataset
-
-
 class StampTable:
     """Stamps keyed by (generation, index); rows become `Stamp`s only when asked for."""
 
@@ -390,24 +127,18 @@ class StampTable:
 
 
 def _solve_compute_s(begin: float, end: float, ready: Sequence[float]) -> float:
-    """Per-step compute time c such that the simulated execution ends at `end`."""
+    """Per-step compute time c such that the simulated execution ends at `end`.
 
-    def simulated_end(c: float) -> float:
-        t = begin
-        for r in ready:
-            t = max(t, r) + c
-        return t
-
-    low, high = 0.0, max(0.0, (end - begin) / len(ready))
-    if simulated_end(high) <= end:
-        return high
-    for _ in range(25):
-        mid = (low + high) / 2
-        if simulated_end(mid) > end:
-            high = mid
-        else:
-            low = mid
-    return low
+    The chain (step j computes from max(its element's ready time, the end of step j - 1)
+    for c) ends at max(begin + n c, max_j(ready_j + (n - j) c)): a maximum of lines rising
+    in c. It reaches `end` where the first of them does, so c is the least of
+    (end - begin) / n and (end - ready_j) / (n - j), and 0 if an element came after `end`.
+    One pass over the stamps (a bisection took 25)."""
+    n = len(ready)
+    c = (end - begin) / n
+    for j, r in enumerate(ready):
+        c = min(c, (end - r) / (n - j))
+    return max(0.0, c)
 
 
 def call_path_s(execution: Execution, stamps: Sequence[Stamp]) -> float | None:
@@ -491,13 +222,13 @@ def split_dispatched(
     end = max(done, start)
     compute = 0.0
     if n > 1:
-        compute = _solve_compute_s(start, end, [s.ts for s in stamps])
+        compute = _solve_compute_s(start, end, [s[0] for s in stamps])
     waits: list[float] = []
     free = start
-    for stamp in stamps:
-        idle_from = free if stamp.requested is None else max(free, stamp.requested)
-        waits.append(max(0.0, stamp.ts - idle_from))
-        free = max(free, stamp.ts) + compute
+    for ts, _, requested in stamps:  # plain tuples from `FetchTimer`, or `Stamp`s
+        idle_from = free if requested is None else max(free, requested)
+        waits.append(max(0.0, ts - idle_from))
+        free = max(free, ts) + compute
     total, waited = end - start, sum(waits)
     scale = min(1.0, total / waited) if waited > 0 else 1.0
     rest = (total - waited * scale) / n
@@ -505,7 +236,7 @@ def split_dispatched(
     for j, (stamp, wait) in enumerate(zip(stamps, waits, strict=True)):
         dur = wait * scale + rest if j < n - 1 else end - t
         shown = wait * scale if execution.count_wait else None
-        rows.append(StepRow(execution.first_step + j, t, dur, shown, stamp.batch_size))
+        rows.append(StepRow(execution.first_step + j, t, dur, shown, stamp[1]))
         t += dur
     return rows
 

@@ -397,6 +397,30 @@ class PipelineSource:
         """Training thread: keep a reference (the read happens on the sampler thread)."""
         self._iterator = iterator
 
+    def _read(self, iterator: Any) -> tuple[Any, list[dict[str, Any]]]:
+        """The tf.data iterator inside `iterator` and its stages, read from its model now."""
+        import tensorflow as tf
+
+        owned = owned_iterator(iterator)
+        if owned is None:
+            raise TypeError(f"no tf.data iterator in {type(iterator).__name__}")
+        proto = tf.data.experimental.get_model_proto(owned)
+        dataset = getattr(owned, "_dataset", None)
+        if self._user is None and not self._stamped:
+            self._user = read_dataset(dataset)
+        if self._rewrites is None or self._rewrites[0] is not dataset:
+            self._rewrites = (dataset, applied_rewrites(dataset))  # probed once per options
+        stages = stages_from_proto(
+            proto, self._user, stamped=self._stamped, rewrites=self._rewrites[1],
+            cache=self._alignments,
+        )  # fmt: skip
+        return owned, stages
+
+    def stages_now(self) -> list[dict[str, Any]]:
+        """The watched iterator's stages, read now on the calling thread (`stoker tune` reads
+        them at a trial's last step). Raises when no iterator is watched or the read fails."""
+        return self._read(self._iterator)[1]
+
     def sample(self, t: float, recorder: Recorder) -> None:
         iterator = self._iterator
         now = time.monotonic()
@@ -405,22 +429,7 @@ class PipelineSource:
         self._next_read = now + self.interval_s
         started = time.perf_counter()
         try:
-            import tensorflow as tf
-
-            owned = owned_iterator(iterator)
-            if owned is None:
-                raise TypeError(f"no tf.data iterator in {type(iterator).__name__}")
-            proto = tf.data.experimental.get_model_proto(owned)
-            dataset = getattr(owned, "_dataset", None)
-            if self._user is None and not self._stamped:
-                self._user = read_dataset(dataset)
-            if self._rewrites is None or self._rewrites[0] is not dataset:
-                self._rewrites = (dataset, applied_rewrites(dataset))  # probed once per options
-            rewrites = self._rewrites[1]
-            stages = stages_from_proto(
-                proto, self._user, stamped=self._stamped, rewrites=rewrites,
-                cache=self._alignments,
-            )  # fmt: skip
+            owned, stages = self._read(iterator)
             previous = self._previous
             if previous is not None and previous[0] is owned:
                 with_parallelism_shown(stages, previous[2], now - previous[1])

@@ -57,6 +57,15 @@ class ColumnBuffer:
                 return
             self._rows.append(row)
 
+    def extend(self, rows: list[tuple[Any, ...]]) -> None:
+        """Append many rows at once (one lock for all)."""
+        with self._lock:
+            room = self._max_rows - len(self._rows)
+            if room < len(rows):
+                self.dropped += len(rows) - max(0, room)
+                rows = rows[: max(0, room)]
+            self._rows.extend(rows)
+
     def drain(self) -> Columns | None:
         """Take everything recorded so far, or None when empty."""
         with self._lock:

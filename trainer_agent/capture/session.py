@@ -18,11 +18,13 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from trainer_agent.capture.input_wait import StepRow
 from trainer_agent.capture.pipeline_model import PipelineSource
 from trainer_agent.capture.recorder import Recorder
 from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.sender import Sender
 from trainer_agent.delivery.upload import start_background_upload
+from trainer_agent.delivery.wire import within_bytes
 from trainer_agent.profiling.profile import Profiler, TraceUploader, wait_for_uploads
 from trainer_agent.telemetry.nvml import Nvml, shared_nvml
 from trainer_agent.telemetry.samplers import DeviceSource, HostSource, Sampler
@@ -33,6 +35,8 @@ PROTOCOL_VERSION = 1
 
 # The hello's environment, or a function that reads it on the sender thread (it can be slow).
 Environment = dict[str, Any] | Callable[[], dict[str, Any]]
+# (step, start in perf_counter seconds, duration s, input wait s or None, batch size or None)
+StepListener = Callable[[int, float, float, float | None, int | None], None]
 
 _registry_lock = threading.Lock()
 _open_sessions: set["RunSession"] = set()
@@ -142,8 +146,8 @@ class RunSession:
             "name": config.run_name,
             "project": config.project,
             "tags": list(config.tags),
-            "config": config.config,
-            "environment": environment if isinstance(environment, dict) else {},
+            "config": within_bytes(config.config),
+            "environment": within_bytes(environment) if isinstance(environment, dict) else {},
             "host": socket.gethostname()[:200],
             "pid": os.getpid(),
             "rank": rank,
@@ -162,6 +166,9 @@ class RunSession:
         # Profiler captures the server asks for (trainer_agent/profiling/profile.py).
         self.profiler = Profiler(config, lambda: self.sender.run_id)
         self.closed = False
+        # Told every step recorded (step, start, duration, wait, batch size): `stoker tune`
+        # measures its trials with it (trainer_agent/tune/trial.py).
+        self.step_listener: StepListener | None = None
         # Set by the owner to hand over what it still holds before an abnormal close.
         self.before_abnormal_close: Callable[[], None] | None = None
 
@@ -208,8 +215,26 @@ class RunSession:
         self.recorder.steps.append(
             step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size
         )
+        if self.step_listener is not None:
+            self.step_listener(step, start_perf_s, duration_s, wait_s, batch_size)
         if self.sampler is not None:  # GPM windows line up with steps longer than a window
             self.sampler.step_ended(duration_s)
+
+    def record_steps(self, rows: list[StepRow]) -> None:
+        """`record_step` for many steps, resolved together (every ~400 steps or second):
+        one lock."""
+        if not rows:
+            return
+        offset = self._wall_offset_s
+        self.recorder.steps.extend(
+            [(r.step, r.start + offset, r.dur, r.wait, r.batch_size) for r in rows]
+        )
+        listener = self.step_listener
+        if listener is not None:
+            for r in rows:
+                listener(r.step, r.start, r.dur, r.wait, r.batch_size)
+        if self.sampler is not None:
+            self.sampler.step_ended(rows[-1].dur)
 
     def record_metric(self, step: int, name: str, value: float | None) -> None:
         self.recorder.metrics.append(step, name[:100], value)
@@ -271,6 +296,6 @@ class RunSession:
 
 def _environment_filler(read: Callable[[], dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
     def fill(hello: dict[str, Any]) -> None:
-        hello["environment"] = read()
+        hello["environment"] = within_bytes(read())
 
     return fill

@@ -7,7 +7,7 @@ runs `steps_per_execution` of them, fewer at an epoch's end), keeps the call in 
 `Execution` (begin, return, the batches it fetched) and hands each boundary to its
 subscribers, given per fit to `attach`:
 - `began(first_step, now, n)` at each batch-begin, once the call is numbered: the profiler's
-  step markers, then the callback's timing (it reads the stamp ring every ~50 steps);
+  step markers, then the callback's timing (it reads the stamp ring every ~400 steps or second);
 - `computed()` once the call's compute returned: on the training thread under JAX and
   PyTorch (the train-function wrapper sees the return), and at every batch-end: the
   profiler closes its marker there, and only on the thread that opened it;
@@ -17,7 +17,10 @@ subscribers, given per fit to `attach`:
   (Keras converted its logs), the end of the steps on the device's timeline;
 - `ended(step, logs)` at each batch-end: the step the logs belong to, for the scalar logs;
 - each watcher's `watch(iterator)` when the train function is called with a new iterator
-  (TensorFlow), and `watch(None)` at `detach`: the pipeline view.
+  (TensorFlow), and `watch(None)` at `detach`: the pipeline view;
+- `stamp.stamped(iterator)` for the same new iterator (TensorFlow): the iterator the train
+  function is given instead, whose fetches stamp the input wait
+  (trainer_agent/capture/stamped_iterator.py).
 
 The batch hooks are hot (tens of µs a step in all): each boundary costs one call into this
 class and a loop over a tuple of bound methods; nothing is allocated but the `Execution`.
@@ -33,6 +36,7 @@ from typing import Any
 from trainer_agent.capture.input_wait import Execution, Stamp
 from trainer_agent.capture.train_function import (
     IteratorWatcher,
+    Stamper,
     unwatch_train_function,
     watch_train_function,
 )
@@ -89,15 +93,17 @@ class StepBoundary:
         ended: tuple[Ended, ...],
         watchers: tuple[IteratorWatcher, ...],
         on_error: OnError,
+        stamp: Stamper | None = None,
     ) -> None:
-        """Start a fit: wrap `model.train_function` and number its steps from 0."""
+        """Start a fit: wrap `model.train_function` and number its steps from 0. Under
+        TensorFlow, `stamp` stamps the fetches of the iterators it is called with."""
         self.step = self.epoch_first_step = 0
         self.open = None
         self._began, self._computed, self._ended = began, computed, ended
         self._closed, self._ready, self._watchers = closed, ready, watchers
         self._on_error = on_error
         self._steps_per_epoch = steps_per_epoch
-        self.timing = watch_train_function(model, self, self.call_returned)
+        self.timing = watch_train_function(model, self, self.call_returned, stamp)
         self.steps_per_execution = max(1, plain_int(getattr(model, "steps_per_execution", 1)) or 1)
         self.active = True
 

@@ -3,7 +3,10 @@
 Keras makes `model.train_function` before `on_train_begin` and calls it every step (or every
 `steps_per_execution` steps). `watch_train_function` puts a thin Python wrapper in its place:
 - under TensorFlow it hands the pipeline view (trainer_agent/capture/pipeline_model.py) each new
-  `tf.data` iterator; the wrapper costs one identity comparison a step;
+  `tf.data` iterator and, when the fit measures input wait, calls the train function with the
+  same iterator whose fetches are stamped in its graph (`Stamper`;
+  trainer_agent/capture/stamped_iterator.py); the wrapper costs one identity comparison a
+  step (one Python call: tests/unit/test_train_function.py counts each backend's);
 - under JAX (`train_function(state, iterator)`: the batches are fetched inside it, between
   the batch-begin and batch-end hooks) it passes a `FetchTimer` for the iterator, which
   times each `next()`: the input wait, measured where the step asks for its batch. It also
@@ -34,6 +37,7 @@ from trainer_agent.capture.input_wait import Stamp, batch_size_of
 
 log = logging.getLogger("trainer_agent")
 
+_perf_counter = time.perf_counter
 # The attribute of Stoker's wrapper that holds the train function it wraps.
 STOKER_ORIGINAL = "__stoker_original_train_function__"
 
@@ -42,33 +46,65 @@ class IteratorWatcher(Protocol):
     def watch(self, iterator: Any) -> None: ...
 
 
+class Stamper(Protocol):
+    """Makes the train function's iterator one whose fetches are stamped (TensorFlow)."""
+
+    def stamped(self, iterator: Any) -> Any:
+        """The iterator to give the train function for `iterator` (itself if unstamped)."""
+
+    def failed(self, error: BaseException) -> None:
+        """Tracing the stamps raised `error`: the fit went on with the plain iterator."""
+
+
 # Called on the training thread when a train-function call returned: (when, the stamps of
 # the batches it fetched itself or None where the backend fetches elsewhere).
 ReturnedCallback = Callable[[float, list[Stamp] | None], None]
 
 
 class FetchTimer:
-    """An iterator that stamps each `next()` of the one it wraps: asked, handed over, size."""
+    """An iterator that stamps each `next()` of the one it wraps: handed over, batch size,
+    asked, as a plain tuple in the order of `Stamp`'s fields.
 
-    __slots__ = ("_iterator", "stamps")
+    Its `__next__` runs once per step on the training thread: two clock reads, the fetch and
+    one append (tests/unit/test_train_function.py counts its calls). The batch size is read
+    along the path to the element's first array, found at the first element.
+    """
+
+    __slots__ = ("_iterator", "_path", "stamps")
 
     def __init__(self, iterator: Iterator[Any]) -> None:
         self._iterator = iterator
-        self.stamps: list[Stamp] = []
+        self._path: tuple[Any, ...] | None = None
+        self.stamps: list[tuple[float, int | None, float]] = []
 
     def __iter__(self) -> "FetchTimer":
         return self
 
     def __next__(self) -> Any:
-        asked = time.perf_counter()
+        asked = _perf_counter()
         element = next(self._iterator)  # StopIteration passes through: the data ran out
-        got = time.perf_counter()
-        self.stamps.append(Stamp(got, batch_size_of(element), asked))
+        got = _perf_counter()
+        try:
+            leaf = element
+            for key in self._path:  # type: ignore[union-attr]  # None: found below
+                leaf = leaf[key]
+            size = leaf.shape[0]
+        except Exception:
+            size = self._first_leaf(element)
+        self.stamps.append((got, size, asked))
         return element
 
-    def take(self) -> list[Stamp]:
-        stamps, self.stamps = self.stamps, []
-        return stamps
+    def _first_leaf(self, element: Any) -> int | None:
+        """The batch size of `element` (None when it has none), and the path to its first
+        array kept for the next elements."""
+        path: list[Any] = []
+        leaf = element
+        while isinstance(leaf, tuple | list | dict) and leaf:
+            key = next(iter(leaf)) if isinstance(leaf, dict) else 0
+            path.append(key)
+            leaf = leaf[key]
+        self._path = tuple(path)
+        return batch_size_of(leaf)
 
 
 def keras_backend(model: Any) -> str:
@@ -85,18 +121,18 @@ def keras_backend(model: Any) -> str:
 
 
 def watch_train_function(
-    model: Any, watcher: IteratorWatcher, on_return: ReturnedCallback | None = None
+    model: Any,
+    watcher: IteratorWatcher,
+    on_return: ReturnedCallback | None = None,
+    stamp: Stamper | None = None,
 ) -> str:
     """Wrap `model.train_function`: `watcher` is handed each new `tf.data` iterator; under
     JAX and PyTorch `on_return` is told of each call's return (and under JAX, its fetches).
+    Under TensorFlow, `stamp` (when given) makes each new iterator the one the function
+    fetches from: the same iterator with its fetches stamped (input wait).
 
     Returns how steps are timed: "returns" when `on_return` will be called, "hooks" when the
     batch hooks must time them (TensorFlow, or no wrapper)."""
-    if _keras2_under_a_strategy(model):
-        # Keras 2 (tf_keras, TF <= 2.15's tf.keras) under a distribution strategy: wrapping its
-        # train function there made the input-wait stamps miss (tested with MirroredStrategy).
-        log.info("Stoker: the pipeline view is off for Keras 2 under a distribution strategy")
-        return "hooks"
     current = getattr(model, "train_function", None)
     # A wrapper of ours is left over only by a fit that raised before on_train_end.
     original = getattr(current, STOKER_ORIGINAL, current)
@@ -109,23 +145,55 @@ def watch_train_function(
     elif backend != "tensorflow" and on_return is not None:
         train_function = _returns_wrapper(original, on_return)
     else:
-        train_function = _tf_wrapper(original, watcher)
+        train_function = _tf_wrapper(original, watcher, stamp)
         on_return = None
     setattr(train_function, STOKER_ORIGINAL, original)
     model.train_function = train_function
     return "hooks" if on_return is None else "returns"
 
 
-def _tf_wrapper(original: Callable[..., Any], watcher: IteratorWatcher) -> Callable[..., Any]:
-    seen: list[Any] = [None]
+def _tf_wrapper(
+    original: Callable[..., Any], watcher: IteratorWatcher, stamp: Stamper | None
+) -> Callable[..., Any]:
+    # The iterator Keras passes, what the train function is given for it (the same, stamped),
+    # and whether a call with the stamped iterator has succeeded yet.
+    seen: list[Any] = [None, None, False]
 
     def train_function(iterator: Any, *args: Any, **kwargs: Any) -> Any:
         if iterator is not seen[0]:
-            seen[0] = iterator
+            seen[0] = seen[1] = iterator
             watcher.watch(iterator)
-        return original(iterator, *args, **kwargs)
+            if stamp is not None:
+                seen[1] = stamp.stamped(iterator)
+        given = seen[1]
+        if given is iterator or seen[2]:
+            return original(given, *args, **kwargs)
+        return _first_stamped_call(original, iterator, given, args, kwargs)
 
-    train_function.stoker_release = lambda: seen.__setitem__(0, None)  # type: ignore[attr-defined]
+    def _first_stamped_call(
+        original: Callable[..., Any], iterator: Any, given: Any, args: Any, kwargs: Any
+    ) -> Any:
+        """The first call with a stamped iterator traces the stamps: if that fails (an
+        iterator TensorFlow builds differently), the fit goes on unstamped."""
+        try:
+            result = original(given, *args, **kwargs)
+        except StopIteration:
+            raise
+        except Exception as error:
+            if type(error).__module__.startswith("tensorflow.python.framework.errors"):
+                raise  # raised while running: the data's or the step's, not the tracing's
+            assert stamp is not None
+            stamp.failed(error)
+            seen[1] = iterator
+            return original(iterator, *args, **kwargs)
+        seen[2] = True
+        return result
+
+    def release() -> None:
+        seen[0] = seen[1] = None
+        seen[2] = False
+
+    train_function.stoker_release = release  # type: ignore[attr-defined]
     return train_function
 
 
@@ -141,11 +209,11 @@ def _jax_wrapper(original: Callable[..., Any], on_return: ReturnedCallback) -> C
         fetches = timer[0]
         if fetches is None:
             result = original(state, iterator, *args, **kwargs)
-            on_return(time.perf_counter(), None)
+            on_return(_perf_counter(), None)
             return result
-        fetches.stamps = []
         result = original(state, fetches, *args, **kwargs)
-        on_return(time.perf_counter(), fetches.take())
+        stamps, fetches.stamps = fetches.stamps, []
+        on_return(_perf_counter(), stamps)  # type: ignore[arg-type]  # Stamp's fields
         return result
 
     def release() -> None:
@@ -160,7 +228,7 @@ def _returns_wrapper(
 ) -> Callable[..., Any]:
     def train_function(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        on_return(time.perf_counter(), None)
+        on_return(_perf_counter(), None)
         return result
 
     train_function.stoker_release = lambda: None  # type: ignore[attr-defined]
@@ -179,9 +247,3 @@ def unwatch_train_function(model: Any) -> None:
 
 def is_watched(model: Any) -> bool:
     return hasattr(getattr(model, "train_function", None), STOKER_ORIGINAL)
-
-
-def _keras2_under_a_strategy(model: Any) -> bool:
-    keras2 = ".engine." in type(model).__module__ or type(model).__module__.startswith("tf_keras")
-    strategy = getattr(model, "distribute_strategy", None)
-    return keras2 and strategy is not None and "Default" not in type(strategy).__name__

@@ -1,6 +1,6 @@
 """The `stoker` command: one parser for every command, each command's code imported only when
-it runs. The agent's commands (`run`, `doctor`, `upload`, `top`, `--version`) need only the
-base install; the server's (`serve`, `demo`) are stoker_server.cli's, which `stoker[server]`
+it runs. The agent's commands (`run`, `tune`, `doctor`, `upload`, `top`, `--version`) need only
+the base install; the server's (`serve`, `demo`) are stoker_server.cli's, which `stoker[server]`
 installs (without it, they say what to install). `stoker --help` imports neither the server
 nor TensorFlow. `python -m stoker_server.cli` is the same command."""
 
@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from trainer_agent.config import ServerSetting
 
 SERVER_INSTALL = "pip install 'stoker[server]'"
+# The commands that run a command given after `--`.
+COMMAND_RUNNERS = ("run", "tune")
 # The server's flags and their defaults, as `--help` shows them (the agent side cannot read the
 # server's Settings, which need the server installed; tests/unit/test_cli.py compares them).
 SERVER_FLAGS = (
@@ -74,6 +76,16 @@ def _add_server_flags(parser: argparse.ArgumentParser) -> None:
         )
 
 
+def _add_no_auth_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve without tokens even beyond loopback (anyone who reaches it may read, "
+        "delete and deliver; said at start); default: STOKER_NO_AUTH, else off: a server bound "
+        "beyond loopback makes its tokens on first start",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `stoker` command line: every command, agent's and server's."""
     parser = argparse.ArgumentParser(prog="stoker", description="Live GPU training monitor.")
@@ -84,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help=f"run the Stoker server (needs {SERVER_INSTALL})"
     )
     _add_server_flags(serve_parser)
+    _add_no_auth_flag(serve_parser)
 
     demo_parser = commands.add_parser(
         "demo",
@@ -111,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="stream into this running server instead of starting one (its runs show too)",
     )
+    _add_no_auth_flag(demo_parser)
     demo_parser.add_argument("--epochs", type=int, default=3, help="epochs per demo run")
     demo_parser.add_argument(
         "--exit", action="store_true", help="stop the server when training ends"
@@ -136,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
         "script", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run"
     )
 
+    _add_tune_parser(commands)
+
     commands.add_parser(
         "doctor", help="check the NVIDIA driver, NVML, CUDA/cuDNN/TensorFlow match and GPUs"
     )
@@ -153,18 +169,62 @@ def build_parser() -> argparse.ArgumentParser:
         "top", help="a live terminal view of the server's running runs (q quits)"
     )
     top_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
-    top_parser.add_argument("--token", default=None, help="default: STOKER_VIEW_TOKEN")
+    top_parser.add_argument(
+        "--token", default=None, help="default: STOKER_VIEW_TOKEN, then STOKER_ADMIN_TOKEN"
+    )
     top_parser.add_argument("--once", action="store_true", help="print one frame and exit")
     top_parser.add_argument(
         "--all", action="store_true", help="ended runs too, with their status (the `a` key)"
     )
+    top_parser.add_argument(
+        "--run", type=int, default=None, metavar="ID",
+        help="open this run (running or ended), as Enter does",
+    )  # fmt: skip
     return parser
+
+
+def _add_tune_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from trainer_agent.tune import DEFAULT_STEPS  # the package alone: no module of it loads
+
+    tune_parser = commands.add_parser(
+        "tune",
+        help="measure Stoker's advice on the script's own pipeline before editing a line",
+        usage="stoker tune [--steps N] [--only ADVICE] [--cache-memory SIZE] [--project P] "
+        "[--server URL] -- python train.py ARGS",
+        description="Runs the script's first fit for N steps as it is, then once per change "
+        "Stoker advises (applied inside the process; the script file is never touched), "
+        "repeats the best, and prints the table: steps/s, input wait, speed-up and the line "
+        "to edit. Each trial is a run of a tune group on the server.",
+    )
+    tune_parser.add_argument(
+        "--steps", type=int, default=DEFAULT_STEPS, help="steps per trial (default %(default)s)"
+    )
+    tune_parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="ADVICE",
+        help="try only these: parallel, prefetch, autotune, steps_per_execution, cache "
+        "(comma-separated or repeated)",
+    )
+    tune_parser.add_argument(
+        "--cache-memory",
+        default=None,
+        metavar="SIZE",
+        help="the most a cache() may hold, e.g. 2G (default: a quarter of the free memory)",
+    )
+    tune_parser.add_argument("--project", default=None, help="the trials' project")
+    tune_parser.add_argument("--server", default=None, help="default: STOKER_SERVER")
+    tune_parser.add_argument("--token", default=None, help="default: STOKER_AGENT_TOKEN")
+    tune_parser.add_argument(
+        "script", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command: list[str] = []
-    if argv[:1] == ["run"] and "--" in argv:  # options before `--`, the command after it
+    if argv[:1] and argv[0] in COMMAND_RUNNERS and "--" in argv:  # options, `--`, the command
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
     args = build_parser().parse_args(argv)
@@ -186,10 +246,20 @@ def main(argv: list[str] | None = None) -> int:
             command or args.script, run_name=args.name, project=args.project, tags=args.tag,
             server=server,
         )  # fmt: skip
+    if args.command == "tune":
+        from trainer_agent.tune.command import main as run_tune
+
+        return run_tune(
+            command or args.script, steps=args.steps, only=args.only, server=server,
+            token=args.token, project=args.project, cache_memory=args.cache_memory,
+        )  # fmt: skip
     if args.command == "top":
         from trainer_agent.top import main as run_top
 
-        return run_top(server=setting.url, token=args.token, once=args.once, show_ended=args.all)
+        return run_top(
+            server=setting.url, token=args.token, once=args.once, show_ended=args.all,
+            run_id=args.run,
+        )  # fmt: skip
     from trainer_agent.delivery.upload import main as run_upload
 
     return run_upload(args.directory, server=server, token=args.token)

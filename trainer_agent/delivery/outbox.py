@@ -86,6 +86,7 @@ class Outbox:
         # listed only while it may hold batches (at start, and after an outage).
         self._spool_may_hold_batches = spool is not None
         self._warned_spool_error = False
+        self._warned_spool_full = False
 
     # --- counts -------------------------------------------------------------------------
     @property
@@ -98,7 +99,11 @@ class Outbox:
         return self._pending_rows + len(self._recorder)
 
     def counters(self) -> dict[str, int]:
-        return {"dropped_rows": self.dropped_rows, "spooled_rows": self.spooled_rows}
+        counters = {"dropped_rows": self.dropped_rows, "spooled_rows": self.spooled_rows}
+        unreadable = self.spool.unreadable_files if self.spool is not None else 0
+        if unreadable:  # only then: servers before this counter refuse unknown fields
+            counters["unreadable_spool_files"] = unreadable
+        return counters
 
     # --- in ----------------------------------------------------------------------------
     def collect(self) -> None:
@@ -141,7 +146,8 @@ class Outbox:
 
     def _spool_one(self, spool: Spool, batch: Batch) -> bool:
         try:
-            return spool.add(self._hello, batch)
+            if spool.add(self._hello, batch):
+                return True
         except OSError as error:
             if not self._warned_spool_error:
                 self._warned_spool_error = True
@@ -152,6 +158,12 @@ class Outbox:
                     error,
                 )
             return False
+        if not self._warned_spool_full:
+            self._warned_spool_full = True
+            log.warning(
+                "Stoker: %s; records that do not fit are dropped and counted", spool.refusal
+            )
+        return False
 
     def spooled_paths(self) -> list[Path]:
         if self.spool is None or not self._spool_may_hold_batches:
@@ -166,7 +178,11 @@ class Outbox:
         answered for it; a failure raises with the rest kept."""
         if self.spool is not None:
             for group in transport.groups(self.spooled_paths(), _file_size):
-                batches = [Spool.load(path) for path in group]
+                loaded = [self.spool.load_or_set_aside(path) for path in group]
+                batches = [batch for batch in loaded if batch is not None]
+                group = [path for path, batch in zip(group, loaded, strict=True) if batch]
+                if not batches:
+                    continue
                 outcomes = transport.send(batches, deadline)
                 for path in group:
                     self.spool.remove(path)

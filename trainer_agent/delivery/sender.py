@@ -175,6 +175,7 @@ class Sender:
             Spool(
                 run_spool_directory(config.spool_dir, hello["run_key"], hello.get("rank", 0)),
                 max_bytes=config.spool_max_bytes,
+                total_max_bytes=config.spool_total_max_bytes,
                 # Not a URL: recorded for no server, so no later agent tries to send it there.
                 server=None if config.server_problem else config.server,
             )

@@ -27,7 +27,7 @@ from trainer_agent.delivery import profile_spool
 from trainer_agent.delivery.backoff import Backoff
 from trainer_agent.delivery.classify import Verdict, say_once
 from trainer_agent.delivery.http import http_chunks, post_ingest
-from trainer_agent.delivery.spool import Spool, left_behind_count, run_directories
+from trainer_agent.delivery.spool import UNREADABLE, Spool, left_behind_count, run_directories
 from trainer_agent.delivery.transport import Batch, Misconfigured
 from trainer_agent.random_state import script_random_untouched
 
@@ -85,25 +85,35 @@ def _upload_claimed(spool: Spool, *, server: str, token: str | None) -> dict[str
 
     with httpx.Client() as client:
         for chunk in http_chunks(spool.batch_paths(), lambda path: path.stat().st_size):
-            batches = [spool.load(path) for path in chunk]
+            # A file that cannot be read is moved aside and counted; the rest goes on.
+            loaded = [spool.load_or_set_aside(path) for path in chunk]
+            batches = [batch for batch in loaded if batch is not None]
+            if not batches:
+                continue
             if send(client, batches, None):
                 sent += len(batches)
             else:
                 refused += len(batches)
             last_seq = max(last_seq, *(b["seq"] for b in batches))
-            for path in chunk:
-                spool.remove(path)
+            for path, batch in zip(chunk, loaded, strict=True):
+                if batch is not None:
+                    spool.remove(path)
         end = spool.read_end() or {"status": "interrupted", "agent": None}
         final: list[dict[str, Any]] = []
-        if end.get("agent"):
+        counters = dict(end.get("agent") or {})
+        if spool.unreadable_files:  # set aside by this upload: the server counts them too
+            counters["unreadable_spool_files"] = (
+                counters.get("unreadable_spool_files", 0) + spool.unreadable_files
+            )
+        if counters:
             # The final counters (rows dropped at the spool cap) as one last batch.
             seq = max(int(end.get("next_seq") or 0), last_seq + 1)
-            final = [{"type": "batch", "seq": seq, "agent": end["agent"]}]
+            final = [{"type": "batch", "seq": seq, "agent": counters}]
         send(client, final, {"type": "end", "status": end["status"]})
     spool.discard()
     return {
         "run_id": run_id, "batches": sent, "status": end["status"], "refused": refused,
-        "refusal": refusal,
+        "refusal": refusal, "unreadable": spool.unreadable_files,
     }  # fmt: skip
 
 
@@ -129,6 +139,13 @@ def main(path: Path, *, server: str | None = None, token: str | None = None) -> 
             f"run {result['run_id']} ({result['status']}) on {target}: {result['batches']} "
             f"batches sent from {directory}"
         )
+        if result["unreadable"]:
+            failed += 1
+            print(
+                f"{result['unreadable']} batch files of {directory} could not be read: moved "
+                f"aside to {directory.parent / UNREADABLE}, the rest sent",
+                file=sys.stderr,
+            )
         if result["refused"]:
             failed += 1
             print(

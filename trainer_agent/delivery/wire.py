@@ -23,3 +23,30 @@ def dumps_text(value: Any) -> str:
 
 
 loads = orjson.loads
+
+
+# A run's config and environment are read by every comparison: the server takes each up to
+# 64 KiB as JSON (STOKER_MAX_CONFIG_BYTES, STOKER_MAX_ENVIRONMENT_BYTES) and refuses more.
+MAX_SECTION_BYTES = 64 * 1024
+DROPPED_NOTE = "_stoker_dropped"
+
+
+def within_bytes(section: dict[str, Any], max_bytes: int = MAX_SECTION_BYTES) -> dict[str, Any]:
+    """`section` as it fits in `max_bytes` of JSON: the largest top-level entries are left
+    out until the rest fits, and named under `_stoker_dropped`, so a run with a huge value in
+    its config (a vocabulary, a dataset listing) is still stored, with everything else."""
+    try:
+        if len(dumps(section)) <= max_bytes:
+            return section
+        sizes = sorted(((len(dumps(v)), str(k)) for k, v in section.items()), reverse=True)
+    except (TypeError, ValueError):  # not encodable here (an int over 64 bits): sent as it is
+        return section
+    kept = {str(key): value for key, value in section.items()}
+    dropped: list[str] = []
+    for _size, key in sizes:
+        del kept[key]
+        dropped.append(key)
+        note = {DROPPED_NOTE: f"left out, over {max_bytes} bytes: {', '.join(dropped)}"[:1000]}
+        if len(dumps({**kept, **note})) <= max_bytes:
+            return {**kept, **note}
+    return {DROPPED_NOTE: f"left out, over {max_bytes} bytes: every entry"}

@@ -227,7 +227,7 @@ class StepCapture:
         if self._last_begin is not None:
             interval = (now - self._last_begin) / self._last_n
             (self.active.durations if self.active else self._baseline).append(interval)
-        self._last_begin, self._last_n = now, max(1, n)
+        self._last_begin, self._last_n = now, n or 1
         if self.active is None and self._requests.pending is None:
             return
         try:

@@ -23,6 +23,9 @@ ENV_VARS = (
     "TF_DETERMINISTIC_OPS", "TF_XLA_FLAGS", "TF_GPU_ALLOCATOR", "TF_CPP_MIN_LOG_LEVEL",
     "XLA_FLAGS",
 )  # fmt: skip
+# The command line kept in the report: at most this many arguments, each this long.
+MAX_COMMAND_ARGS = 100
+MAX_COMMAND_ARG = 1000
 
 
 def _safe(fn: Callable[[], Any]) -> Any:
@@ -83,6 +86,10 @@ def host_facts() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "env": {name: os.environ[name] for name in ENV_VARS if name in os.environ},
+        # How the process was started, for the command `stoker tune` is given in the UI's
+        # "Prove it" (the interpreter's own arguments too: `python -m package.train`).
+        "command": [arg[:MAX_COMMAND_ARG] for arg in sys.orig_argv[:MAX_COMMAND_ARGS]],
+        "cwd": _safe(os.getcwd),
     }
     psutil = _safe(lambda: __import__("psutil"))
     if psutil is not None:

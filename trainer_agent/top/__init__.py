@@ -2,7 +2,8 @@
 
 It follows the browsers' live socket (runs, verdicts, alerts as they change) and reads each
 running run's latest steps, GPU readings and verdict over REST every `POLL_S`. Drawn with
-Rich (`rich.live.Live`); keys are read in cbreak mode (keys.py). `--once` prints one frame.
+Rich (`rich.live.Live`); keys are read in cbreak mode (keys.py). `--once` prints one frame;
+`--run ID` opens a run, running or ended, as Enter does.
 """
 
 import asyncio
@@ -42,8 +43,16 @@ def _screen(console: Console, *, interactive: bool = True) -> Screen:
     )  # fmt: skip
 
 
-def main(*, server: str, token: str | None, once: bool, show_ended: bool = False) -> int:
-    token = token or agent_setting("view_token")
+def main(
+    *,
+    server: str,
+    token: str | None,
+    once: bool,
+    show_ended: bool = False,
+    run_id: int | None = None,
+) -> int:
+    # The viewer token reads; an admin's own token reads too.
+    token = token or agent_setting("view_token") or agent_setting("admin_token")
     console = _console()
     if not once:
         try:
@@ -55,7 +64,7 @@ def main(*, server: str, token: str | None, once: bool, show_ended: bool = False
             print("stoker top: needs a terminal; `--once` prints one frame", file=sys.stderr)
             return 2
     try:
-        return asyncio.run(_top(server, token, once, console, show_ended))
+        return asyncio.run(_top(server, token, once, console, show_ended, run_id))
     except TopError as error:
         print(f"stoker top: {error}", file=sys.stderr)
         return error.code
@@ -64,13 +73,20 @@ def main(*, server: str, token: str | None, once: bool, show_ended: bool = False
 
 
 async def _top(
-    server: str, token: str | None, once: bool, console: Console, show_ended: bool
+    server: str,
+    token: str | None,
+    once: bool,
+    console: Console,
+    show_ended: bool,
+    run_id: int | None = None,
 ) -> int:
     link = ServerLink(server, token)
     try:
         socket = await link.open_live()  # says at once whether the server and token are good
         state = TopState(connected=True, show_ended=show_ended)
         await link.snapshot(state)
+        if run_id is not None:
+            await link.open_run(state, run_id)
         await link.poll(state)
         if once:
             await socket.close()

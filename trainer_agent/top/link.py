@@ -101,6 +101,16 @@ class ServerLink:
         for alert in alerts["data"]:
             state.set_alert(alert)
 
+    async def open_run(self, state: TopState, run_id: int) -> None:
+        """Open run `run_id`, running or ended (`--run`); a run the server has not is an error."""
+        try:
+            state.set_run(await self.get(f"/runs/{run_id}"))
+        except TopError as error:
+            if error.status == 404:
+                raise TopError(f"the server has no run {run_id}", error.code, 404) from None
+            raise
+        state.opened = state.selected = run_id
+
     async def read_ended(self, state: TopState) -> None:
         """The newest ENDED_RUNS runs, ended ones among them: their figures are their summary's."""
         runs = await self.get("/runs", limit=ENDED_RUNS)

@@ -2,7 +2,6 @@
 the REST reads, and the figures it shows per run. No I/O and no drawing here."""
 
 import math
-import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,20 +13,14 @@ HISTORY_POINTS = 240
 
 SORT_KEYS = ("name", "project", "steps/s", "step time", "input wait", "gpu")
 
-# The verdicts' colours, as the browser shows them (red, amber, green).
+# The verdicts' colours, as the browser shows them (red, amber, green). Their words are the
+# server's, sent with each verdict (`verdict_label`): `top` keeps no copy of them.
 VERDICT_STYLES = {
     "highly_input_bound": "red",
     "moderately_input_bound": "yellow",
     "not_input_bound": "green",
     "stalled": "magenta",
     "insufficient_data": "bright_black",
-}
-VERDICT_WORDS = {
-    "highly_input_bound": "highly input-bound",
-    "moderately_input_bound": "moderately input-bound",
-    "not_input_bound": "not input-bound",
-    "stalled": "stalled",
-    "insufficient_data": "not enough data",
 }
 
 
@@ -103,19 +96,31 @@ class RunView:
 
     @property
     def step_time_s(self) -> float | None:
-        points = self.recent()
-        if points:
-            return statistics.median(p.dur for p in points)
+        """The server's figure, as the browser shows it: the run's median step time over the
+        whole run (so far)."""
         median_ms = self.summary.get("step_time_ms_median")
         return None if median_ms is None else median_ms / 1000
 
     @property
+    def summary_window(self) -> str:
+        """What the summary's figures cover, as the browser says it."""
+        return "whole run so far" if self.status == "running" else "whole run"
+
+    @property
     def wait_share(self) -> float | None:
-        """The server's figure: the live diagnosis window's, else the run summary's."""
+        """The server's figure: the live diagnosis window's, else the run summary's (whose
+        window `wait_window` names)."""
         if self.diagnosis is not None and self.diagnosis.get("input_wait_share") is not None:
             return float(self.diagnosis["input_wait_share"])
         share = self.summary.get("input_wait_share")
         return None if share is None else float(share)
+
+    @property
+    def wait_window(self) -> str:
+        """What `wait_share` covers: "last 30 s", "whole run"."""
+        if self.diagnosis is not None and self.diagnosis.get("input_wait_share") is not None:
+            return str(self.diagnosis.get("window_label") or "")
+        return self.summary_window
 
     @property
     def verdict(self) -> str | None:
@@ -126,9 +131,10 @@ class RunView:
 
     @property
     def verdict_label(self) -> str:
+        """The server's words for the verdict shown."""
         if self.diagnosis is not None and self.diagnosis.get("verdict_label"):
             return str(self.diagnosis["verdict_label"])
-        return VERDICT_WORDS.get(self.verdict or "", "not measured")
+        return str(self.summary.get("verdict_label") or "not measured")
 
     @property
     def gpu_util(self) -> float | None:

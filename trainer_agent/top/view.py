@@ -9,6 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from trainer_agent.figures import count_text, ms_text, percent_text, share_text
 from trainer_agent.top.state import VERDICT_STYLES, GpuReading, RunView, TopState
 
 KEYS_LIST = "↑↓ select  enter open  s sort  r reverse  p project  a ended  q quit"
@@ -43,7 +44,9 @@ def _memory(gpu: GpuReading) -> str:
 
 
 def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}%"
+    """A GPU reading in percent, rounded as everywhere ("35 %", figures.percent_text) but with
+    its sign close ("35%", "100%"): the GPU columns are 4 wide so that names keep 80 columns."""
+    return "-" if value is None else percent_text(value).replace(" ", "")
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -52,15 +55,22 @@ def _number(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if value < 1000 else f"{value:.0f}"
 
 
+def _ms(milliseconds: float | None) -> str:
+    return "-" if milliseconds is None else ms_text(milliseconds / 1000)
+
+
 def _count(steps: int) -> str:
-    return str(steps) if steps < 1_000_000 else f"{steps / 1e6:.1f}M"
+    """A step count as everywhere ("2,070"), shortened past what the column holds."""
+    if steps < 100_000:
+        return count_text(steps)
+    return f"{steps / 1e3:.0f}k" if steps < 1_000_000 else f"{steps / 1e6:.1f}M"
 
 
 def _dash(screen: Screen) -> str:
     return "-"
 
 
-def wait_cell(view: RunView, screen: Screen, bar_width: int = 5) -> Text:
+def wait_cell(view: RunView, screen: Screen, bar_width: int = 4) -> Text:
     """The input-wait share as a bar and a figure, in the verdict's colour."""
     share, verdict = view.wait_share, view.verdict or ""
     style = VERDICT_STYLES.get(verdict, "") if screen.color else ""
@@ -72,7 +82,7 @@ def wait_cell(view: RunView, screen: Screen, bar_width: int = 5) -> Text:
     full, empty = ("█", "░") if screen.unicode else ("#", ".")
     cell = Text(full * filled, style=style)
     cell.append(empty * (bar_width - filled), style="bright_black" if screen.color else "")
-    cell.append(f"{' ' if bar_width else ''}{share * 100:.1f}%", style=style)
+    cell.append(f"{' ' if bar_width else ''}{share_text(share)}", style=style)
     if not screen.color:
         cell.append(VERDICT_MARKS.get(verdict, ""))
     return cell
@@ -115,13 +125,24 @@ def _gpu_cells(gpu: GpuReading | None, screen: Screen) -> list[Text]:
 
 
 # The runs list's columns of fixed width: (header, width, right-aligned).
-FIGURE_COLUMNS = (("STEP", 6, True), ("STEP/S", 6, True), ("MS/STEP", 7, True),
+# "MEDIAN": the run's median step time; the input wait's heading names its window (ListLayout).
+FIGURE_COLUMNS = (("STEP", 6, True), ("STEP/S", 6, True), ("MEDIAN", 7, True),
                   ("INPUT WAIT", 13, False))  # fmt: skip
 GPU_COLUMNS = (("GPU", 3, True), ("UTIL", 4, True), ("SM", 4, True), ("MEM", 8, True))
 NAME_MIN, PROJECT_MIN = len("RUN"), len("PROJECT")
 # GPU readings go in columns of the run's line only while that leaves the names this much (or
 # all they need); else each run's GPUs get a line of their own under it.
 NAMES_BESIDE_GPUS = 30
+
+
+def wait_heading(views: list[RunView]) -> str:
+    """The input-wait column's heading, naming what its figures cover when they all cover the
+    same ("WAIT 30 S": the last 30 s, "WAIT RUN": the whole run); each run's own is in its
+    detail view."""
+    windows = {v.wait_window.removesuffix(" so far") for v in views if v.wait_share is not None}
+    if len(windows) != 1:
+        return "INPUT WAIT"
+    return f"WAIT {windows.pop().removeprefix('last ').removeprefix('whole ')}".upper()
 
 
 @dataclass(frozen=True)
@@ -135,6 +156,7 @@ class ListLayout:
     status_width: int  # 0: no status column
     gpus: bool  # GPU columns
     gpu_lines: bool = False  # each run's GPUs on a line of their own under it
+    wait_heading: str = "INPUT WAIT"  # names the figures' window where they share one
 
     @classmethod
     def of(cls, shown: list[RunView], width: int) -> "ListLayout":
@@ -161,7 +183,7 @@ class ListLayout:
         project = min(longest_project, free - name)
         return cls(
             name_width=name, project_width=project, status_width=status, gpus=gpus,
-            gpu_lines=readings and not gpus,
+            gpu_lines=readings and not gpus, wait_heading=wait_heading(shown),
         )  # fmt: skip
 
     def leading(self) -> int:
@@ -180,7 +202,7 @@ def _run_rows(
     first += [
         Text(_count(view.step)),
         Text(_number(view.steps_per_s)),
-        Text(_number(None if view.step_time_s is None else view.step_time_s * 1000)),
+        Text("-" if view.step_time_s is None else ms_text(view.step_time_s)),
         wait_cell(view, screen),
     ]
     if layout.gpus:
@@ -229,7 +251,8 @@ def _runs_table(screen: Screen, layout: ListLayout, *, header: bool) -> Table:
         table.add_column("STATUS", width=layout.status_width, no_wrap=True)
     columns = FIGURE_COLUMNS + (GPU_COLUMNS if layout.gpus else ())
     for name, width, right in columns:
-        table.add_column(name, justify="right" if right else "left", no_wrap=True, width=width)
+        heading = layout.wait_heading if name == "INPUT WAIT" else name
+        table.add_column(heading, justify="right" if right else "left", no_wrap=True, width=width)
     return table
 
 
@@ -287,7 +310,7 @@ def render_list(state: TopState, server: str, screen: Screen) -> RenderableType:
 def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> RenderableType:
     """One run: sparklines of step time and input wait, its GPUs, alerts, advice, workers."""
     rate = view.steps_per_s
-    title = f"{view.name} ({view.project}) · {view.status} · step {view.step}"
+    title = f"{view.name} ({view.project}) · {view.status} · step {count_text(view.step)}"
     if rate is not None:
         title += f" · {rate:.1f} steps/s"
     if not screen.unicode:
@@ -295,25 +318,31 @@ def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> R
     parts: list[RenderableType] = [_header(state, "", screen, title)]
     points = list(view.steps)
     spark_width = max(10, screen.width - 25)
-    step_ms = view.step_time_s
-    line = Text(f"{'step time':<11}{_number(None if step_ms is None else step_ms * 1000):>9} ms  ")
+    step_s = view.step_time_s
+    line = Text(f"{'step time':<11}{'-' if step_s is None else ms_text(step_s):>11}  ")
     line.append(sparkline([p.dur for p in points], spark_width, screen))
     parts.append(line)
     waits = [min(1.0, (p.wait or 0.0) / p.dur) if p.dur > 0 else 0.0 for p in points]
     share, verdict_style = view.wait_share, VERDICT_STYLES.get(view.verdict or "", "")
     line = Text(f"{'input wait':<11}")
     line.append(
-        f"{'-' if share is None else f'{share * 100:.1f}':>9} %",
+        f"{'-' if share is None else share_text(share):>11}",
         style=verdict_style if screen.color else "",
     )
-    line.append(f"{'' if screen.color else VERDICT_MARKS.get(view.verdict or '', ''):<3}")
+    line.append(f"{'' if screen.color else VERDICT_MARKS.get(view.verdict or '', ''):<2}")
     line.append(
-        sparkline(waits, spark_width, screen, top=1.0),
+        sparkline(waits, spark_width - 1, screen, top=1.0),
         style=VERDICT_STYLES.get(view.verdict or "", "") if screen.color else "",
     )
     parts.append(line)
-    window = (view.diagnosis or {}).get("window_label") or "whole run"
-    verdict = Text(f"verdict    {view.verdict_label} ({window})")
+    # Each figure names what it covers, as in the browser.
+    parts.append(
+        Text(
+            f"{'':<11}step time: median, {view.summary_window}; input wait: {view.wait_window}",
+            style="bright_black" if screen.color else "",
+        )
+    )
+    verdict = Text(f"verdict    {view.verdict_label} ({view.wait_window})")
     if screen.color:
         verdict.stylize(VERDICT_STYLES.get(view.verdict or "", ""), 11)
     parts.append(verdict)
@@ -330,16 +359,19 @@ def render_run(state: TopState, view: RunView, server: str, screen: Screen) -> R
         parts.append(Text(f"{mark} {text}", style="red" if screen.color else ""))
     workers = view.summary.get("workers") or []
     if workers:
-        table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="")
-        for name in ("RANK", "HOST", "PID", "STATUS", "STEPS", "MS/STEP", "WAIT", "SAMPLES/S"):
+        table = Table(
+            box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="",
+            title=f"workers, {view.summary_window}", title_justify="left",
+        )  # fmt: skip
+        for name in ("RANK", "HOST", "PID", "STATUS", "STEPS", "MEDIAN", "INPUT WAIT", "SAMPLES/S"):
             table.add_column(name, justify="left" if name in ("HOST", "STATUS") else "right")
         for worker in workers[: max(1, screen.height - 14)]:
             share = worker.get("input_wait_share")
             table.add_row(
                 str(worker.get("rank", 0)), str(worker.get("host") or "-"),
                 str(worker.get("pid") or "-"), str(worker.get("status") or "-"),
-                str(worker.get("steps", 0)), _number(worker.get("step_time_ms_median")),
-                "-" if share is None else f"{share * 100:.1f}%",
+                count_text(worker.get("steps", 0)), _ms(worker.get("step_time_ms_median")),
+                "-" if share is None else share_text(share),
                 _number(worker.get("samples_per_s")),
             )  # fmt: skip
         parts.append(table)

@@ -7,19 +7,27 @@ import logging
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, WebSocket
+from fastapi import APIRouter, Depends, Request, WebSocket
 from pydantic import Field, TypeAdapter, ValidationError
 
-from stoker_server.api.deps import AgentAuth, StateDep, TokenKind, check_token, refuse_websocket
+from stoker_server.api.deps import StateDep
 from stoker_server.api.publish import (
+    BatchPublisher,
     publish_run_ended,
-    publish_stored_batch,
     push_live_steps,
     refreshed,
+    stored_batch_publisher,
 )
 from stoker_server.api.state import AppState, app_state
 from stoker_server.api.telemetry import Telemetry
-from stoker_server.core.errors import BadRequest, PayloadTooLarge, StokerError, describe
+from stoker_server.core.auth import AgentAuth, Role, check_role, refuse_websocket
+from stoker_server.core.errors import (
+    BadRequest,
+    PayloadTooLarge,
+    StokerError,
+    UnsupportedMediaType,
+    describe,
+)
 from stoker_server.core.models import IngestResult, Run, RunPublic, RunStatus
 from stoker_server.ingest.agent_writes import BatchJob, end_run, open_run, store_batch
 from stoker_server.ingest.protocol import (
@@ -31,6 +39,7 @@ from stoker_server.ingest.protocol import (
     Hello,
     HttpIngest,
     Welcome,
+    oversize_hello,
 )
 from stoker_server.ingest.summary import run_public
 from stoker_server.ingest.writer import StreamFailed
@@ -45,6 +54,7 @@ AgentFrame = TypeAdapter(Annotated[Batch | End, Field(discriminator="type")])
 CLOSE_UNSUPPORTED_DATA = 1003
 CLOSE_TOO_BIG = 1009
 CLOSE_SERVER_ERROR = 1011
+CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_BAD_HELLO = 4400
 
 
@@ -70,15 +80,24 @@ def _reason(text: str) -> str:
     return text.encode("utf-8")[:123].decode("utf-8", "ignore")
 
 
+# Publishes what a stored batch changed; a dependency, so a test can hand in its own.
+PublisherDep = Annotated[BatchPublisher, Depends(stored_batch_publisher)]
+
+
 @router.websocket("/agent")
-async def agent_socket(websocket: WebSocket) -> None:
+async def agent_socket(websocket: WebSocket, publish: PublisherDep) -> None:
     state = app_state(websocket)
     settings, writer, telemetry = state.settings, state.writer, state.telemetry
     try:
-        check_token(websocket, settings, TokenKind.agent)
+        check_role(websocket, Role.agent)
     except StokerError as error:
         telemetry.rejects.labels("unauthorized").inc()
         await refuse_websocket(websocket, error)
+        return
+    if state.agents.total >= settings.max_agent_connections:
+        telemetry.rejects.labels("too_many_connections").inc()
+        await websocket.accept()  # closed at once: the agent retries later, or posts over HTTP
+        await websocket.close(code=CLOSE_TRY_AGAIN_LATER, reason="too many agent connections")
         return
     await websocket.accept()
     telemetry.connections.inc()
@@ -91,9 +110,12 @@ async def agent_socket(websocket: WebSocket) -> None:
         telemetry.rejects.labels("bad_hello").inc()
         await websocket.close(code=CLOSE_BAD_HELLO, reason=_reason("bad hello: " + describe(error)))
         return
+    if oversize := _oversize(hello, state):
+        await websocket.close(code=CLOSE_BAD_HELLO, reason=_reason(oversize))
+        return
     run, last_seq = await writer.run(open_run, hello=hello)
     assert run.id is not None
-    await _serve_agent(websocket, state, run, hello, last_seq)
+    await _serve_agent(websocket, state, run, hello, last_seq, publish)
 
 
 # Batches of one agent being stored at once. The agent may send ahead of its acks; while
@@ -107,8 +129,24 @@ class _InFlight:
     stored: asyncio.Future
 
 
+def _oversize(hello: Hello, state: AppState) -> str | None:
+    refusal = oversize_hello(
+        hello,
+        max_config_bytes=state.settings.max_config_bytes,
+        max_environment_bytes=state.settings.max_environment_bytes,
+    )
+    if refusal is not None:
+        state.telemetry.rejects.labels("hello_too_large").inc()
+    return refusal
+
+
 async def _serve_agent(
-    websocket: WebSocket, state: AppState, run: Run, hello: Hello, last_seq: int
+    websocket: WebSocket,
+    state: AppState,
+    run: Run,
+    hello: Hello,
+    last_seq: int,
+    publish: BatchPublisher,
 ) -> None:
     """Read, check and queue the agent's frames; `_acknowledge` answers them once stored.
 
@@ -141,7 +179,7 @@ async def _serve_agent(
     in_flight: asyncio.Queue[_InFlight | None] = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
     failed = asyncio.Event()
     acknowledging = asyncio.create_task(
-        _acknowledge(websocket, state, public, hello, in_flight, failed),
+        _acknowledge(websocket, state, public, hello, in_flight, failed, publish),
         name=f"stoker-acks-{run.id}",
     )
     try:
@@ -188,11 +226,15 @@ async def _acknowledge(
     hello: Hello,
     in_flight: "asyncio.Queue[_InFlight | None]",
     failed: asyncio.Event,
+    publish: BatchPublisher,
 ) -> None:
     """Publish what each queued frame changed once it is stored, then ack it, in order.
 
     Runs until the reader is done, even after the socket closed: a batch committed after the
-    agent went away still updates the run's summary, the gauges and the detectors.
+    agent went away still updates the run's summary, the gauges and the detectors. A frame
+    that fails to store or to publish is not acknowledged: the connection is closed (1011),
+    so the agent reconnects and resends what it holds unacknowledged (a seq already stored is
+    ignored). Nothing here ends this task early: the reader waits on it.
     """
     telemetry = state.telemetry
     connected = True
@@ -205,33 +247,48 @@ async def _acknowledge(
             except Exception:  # the agent went away; keep publishing what gets stored
                 connected = False
 
+    async def fail(error: BaseException, what: str) -> None:
+        nonlocal connected
+        connected = False
+        if failed.is_set():
+            return
+        failed.set()
+        if not isinstance(error, StreamFailed):
+            log.error("%s a frame of run %s failed", what, public.id, exc_info=error)
+        with contextlib.suppress(Exception):
+            await websocket.close(code=CLOSE_SERVER_ERROR, reason=f"{what} error; send again")
+
     while (item := await in_flight.get()) is not None:
         try:
             result = await item.stored
         except Exception as error:
-            if not failed.is_set():
-                failed.set()
-                if not isinstance(error, StreamFailed):
-                    log.error("storing a frame of run %s failed", public.id, exc_info=error)
-                with contextlib.suppress(Exception):
-                    await websocket.close(
-                        code=CLOSE_SERVER_ERROR, reason="storage error; retry later"
-                    )
-                connected = False
+            await fail(error, "storage")
             continue
         # Published before the ack: whoever the agent tells next (a user reading the
         # diagnosis after fit() returned) must find the detectors holding what was stored.
         frame = item.frame
-        if isinstance(frame, End):
-            public = publish_run_ended(state, result)
-            await reply(Ack(end=True))
+        try:
+            if isinstance(frame, End):
+                public = publish_run_ended(state, result)
+                ack = Ack(end=True)
+            elif result is None:
+                telemetry.replays.inc()
+                ack = Ack(seq=frame.seq)
+            else:
+                public = refreshed(public, result)
+                publish(public, frame, hello.rank)
+                ack = Ack(seq=frame.seq)
+        except Exception as error:
+            await fail(error, "publishing")
             continue
-        if result is None:
-            telemetry.replays.inc()
-        else:
-            public = refreshed(public, result)
-            publish_stored_batch(state, public, frame, hello.rank)
-        await reply(Ack(seq=frame.seq))
+        await reply(ack)
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
 
 
 def _seq_of(text: str) -> int | None:
@@ -274,18 +331,23 @@ async def _receive_text(websocket: WebSocket, max_bytes: int, telemetry: Telemet
         }
     },
 )
-async def ingest_http(request: Request, state: StateDep) -> IngestResult:
+async def ingest_http(request: Request, state: StateDep, publish: PublisherDep) -> IngestResult:
     """Store a hello and its batches in one request: the WebSocket fallback and offline upload.
 
     Either every batch is valid and stored, or nothing is (422 naming the problem).
     """
     writer, hub = state.writer, state.hub
+    if not _is_json(request.headers.get("content-type", "")):
+        state.telemetry.rejects.labels("not_json").inc()
+        raise UnsupportedMediaType("POST /ingest takes JSON: send Content-Type: application/json")
     body = await request.body()
     try:
         payload = HttpIngest.model_validate_json(body)
     except ValidationError as error:
         state.telemetry.rejects.labels("invalid").inc()
         raise BadRequest(describe(error)) from None
+    if oversize := _oversize(payload.hello, state):
+        raise PayloadTooLarge(oversize)
     too_big = [b.seq for b in payload.batches if b.row_count() > state.settings.max_batch_rows]
     if too_big:
         raise PayloadTooLarge(
@@ -308,7 +370,7 @@ async def ingest_http(request: Request, state: StateDep) -> IngestResult:
         if fresh is not None:
             public = refreshed(public, fresh)
             push_live_steps(hub, run.id, batch, payload.hello.rank)
-            publish_stored_batch(state, public, batch, payload.hello.rank)
+            publish(public, batch, payload.hello.rank)
     if payload.end is not None:
         ended = await writer.run(
             end_run, run_id=run.id, status=RunStatus(payload.end.status),

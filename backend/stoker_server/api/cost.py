@@ -1,4 +1,4 @@
-"""What starvation costs: lost GPU-hours per project and per run, and the UI's
+"""What starvation costs: lost device hours per project and per run, and the UI's
 settings (price, input-bound thresholds).
 
 A run's cost is its summary's `lost_gpu_s` (seconds its steps waited on input, times the
@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from sqlalchemy import and_, func, or_
 from sqlmodel import Session, col, select
 
-from stoker_server.api.deps import SessionDep, SettingsDep, ViewerAuth
+from stoker_server.api.deps import SessionDep, SettingsDep
 from stoker_server.api.queries import summary_number
+from stoker_server.core.auth import ViewerAuth
 from stoker_server.core.db import select_columns
 from stoker_server.core.levels import INPUT_BOUND, InputBoundThresholds
 from stoker_server.core.models import Run, RunStatus
@@ -41,6 +42,9 @@ class RunCost(BaseModel):
     started_at: datetime
     lost_gpu_hours: float
     input_wait_hours: float
+    # The run's input wait over its whole run, as its summary gives it (0..1, to a tenth of a
+    # percent; null when the wait is not measured).
+    input_wait_share: float | None = None
 
 
 class Starvation(BaseModel):
@@ -69,7 +73,7 @@ def _utc(moment: datetime) -> datetime:
 def starvation_totals(
     *, session: Session, since: datetime, project: str | None = None, limit: int = 100
 ) -> Starvation:
-    """Lost GPU-hours and input-wait hours per project (all matching runs) and per run (the
+    """Lost device hours and input-wait hours per project (all matching runs) and per run (the
     `limit` costliest, then newest first)."""
     since = _utc(since)
     where: list[Any] = [
@@ -82,6 +86,7 @@ def starvation_totals(
         where.append(Run.project == without_nul(project))
     lost = func.coalesce(summary_number(session, "lost_gpu_s"), 0.0)
     wait = func.coalesce(summary_number(session, "input_wait_s"), 0.0)
+    share = summary_number(session, "input_wait_share")
     lost_sum, wait_sum = func.sum(lost), func.sum(wait)
     projects = session.exec(
         select(Run.project, lost_sum, wait_sum, func.count())
@@ -90,7 +95,7 @@ def starvation_totals(
         .order_by(lost_sum.desc(), col(Run.project))
     ).all()
     runs = session.exec(
-        select_columns(Run.id, Run.name, Run.project, Run.status, Run.started_at, lost, wait)
+        select_columns(Run.id, Run.name, Run.project, Run.status, Run.started_at, lost, wait, share)
         .where(*where)
         .order_by(lost.desc(), col(Run.id).desc())
         .limit(limit)
@@ -117,8 +122,9 @@ def starvation_totals(
                 started_at=_utc(started),
                 lost_gpu_hours=float(lost_s) / 3600,
                 input_wait_hours=float(wait_s) / 3600,
+                input_wait_share=None if wait_share is None else float(wait_share),
             )
-            for run_id, name, proj, status, started, lost_s, wait_s in runs
+            for run_id, name, proj, status, started, lost_s, wait_s, wait_share in runs
         ],
     )
 
@@ -133,7 +139,7 @@ def read_starvation(
     project: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="runs listed, costliest first")] = 100,
 ) -> Starvation:
-    """Lost GPU-hours to input starvation, per project and per run."""
+    """Lost device hours to input starvation, per project and per run."""
     start = since if since is not None else datetime.now(UTC) - DEFAULT_SINCE
     return starvation_totals(session=session, since=start, project=project, limit=limit)
 

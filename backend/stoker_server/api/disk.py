@@ -9,7 +9,8 @@ also refreshes the figures `/metrics` serves.
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from stoker_server.api.deps import SessionDep, StateDep, ViewerAuth
+from stoker_server.api.deps import SessionDep, StateDep
+from stoker_server.core.auth import ViewerAuth
 from stoker_server.ingest.retention import measure
 
 router = APIRouter(prefix="/api/v1", tags=["disk"], dependencies=[ViewerAuth])

@@ -1,11 +1,15 @@
 """A user's edits of runs from the UI: rename, tag, annotate, delete. Run in the writer thread."""
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from sqlmodel import Session
 
 from stoker_server.core.db import placeholder
-from stoker_server.core.models import Run
+from stoker_server.core.errors import Conflict
+from stoker_server.core.models import Run, RunStatus
+from stoker_server.ingest.profiles import trace_path
 
 
 def update_run(*, session: Session, run_id: int, changes: dict[str, Any]) -> Run | None:
@@ -24,22 +28,34 @@ def update_run(*, session: Session, run_id: int, changes: dict[str, Any]) -> Run
 # Child tables first; every row of a run is removed in the same transaction as the run.
 RUN_CHILD_TABLES = (
     "stepchunk", "steprollup", "metric", "epochmetric", "devicesample", "devicerollup",
-    "hostsample", "ingestcursor", "runevent", "alert",
+    "hostsample", "ingestcursor", "runevent", "alert", "pipelineread", "profile",
 )  # fmt: skip
 
 
-def delete_run(*, session: Session, run_id: int) -> bool:
-    """Delete a run and all its rows in one transaction; False when it does not exist."""
+def delete_run(*, session: Session, run_id: int, data_dir: Path) -> bool:
+    """Delete a run, all its rows (one transaction) and its profiler traces (after the
+    commit); False when it does not exist. A running run is refused (409): its next batch
+    would bring back a partial copy of it."""
     connection = session.connection()
-    exists = connection.exec_driver_sql(
-        f"SELECT 1 FROM run WHERE id = {placeholder(connection)}", (run_id,)
-    ).first()
-    if exists is None:
+    mark = placeholder(connection)
+    row = connection.exec_driver_sql(f"SELECT status FROM run WHERE id = {mark}", (run_id,)).first()
+    if row is None:
         return False
-    for table in RUN_CHILD_TABLES:
-        connection.exec_driver_sql(
-            f"DELETE FROM {table} WHERE run_id = {placeholder(connection)}", (run_id,)
+    if row[0] == RunStatus.running.value:
+        raise Conflict(
+            f"run {run_id} is running: stop its training first, or delete it once it ended "
+            "(or was interrupted)"
         )
-    connection.exec_driver_sql(f"DELETE FROM run WHERE id = {placeholder(connection)}", (run_id,))
+    profiles = [
+        pid
+        for (pid,) in connection.exec_driver_sql(
+            f"SELECT id FROM profile WHERE run_id = {mark}", (run_id,)
+        )
+    ]
+    for table in RUN_CHILD_TABLES:
+        connection.exec_driver_sql(f"DELETE FROM {table} WHERE run_id = {mark}", (run_id,))
+    connection.exec_driver_sql(f"DELETE FROM run WHERE id = {mark}", (run_id,))
     session.commit()
+    for pid in profiles:  # gone with the run: they no longer count toward the quota either
+        shutil.rmtree(trace_path(data_dir, pid).parent, ignore_errors=True)
     return True

@@ -15,7 +15,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlmodel import Session, col
 
-from stoker_server.api.deps import RunDep, RunId, SessionDep, SettingsDep, ViewerAuth
+from stoker_server.api.deps import RunDep, RunId, SessionDep, SettingsDep
+from stoker_server.core.auth import ViewerAuth
 from stoker_server.core.db import select_columns
 from stoker_server.core.models import DeviceSample, Run, RunStatus
 from stoker_server.core.step_chunks import read_steps

@@ -9,28 +9,37 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from stoker_server.api.deps import TokenKind, check_token, refuse_websocket
 from stoker_server.api.queries import list_runs_json
-from stoker_server.api.state import app_settings, app_state
+from stoker_server.api.state import app_state
+from stoker_server.core.auth import Role, check_role, refuse_websocket
 from stoker_server.core.errors import StokerError
-from stoker_server.live.hub import LiveClient, LiveHub
+from stoker_server.live.hub import LiveClient, LiveHub, live_run
 from stoker_server.live.messages import NoticeMessage, RunMessage
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["live"])
 MAX_COMMAND_BYTES = 4096
+# Runs sent to a new live client (newest first), before it asks for more over REST.
+INITIAL_RUNS = 1000
+CLOSE_TRY_AGAIN_LATER = 1013
 
 
 @router.websocket("/live")
 async def live_socket(websocket: WebSocket) -> None:
     try:
-        check_token(websocket, app_settings(websocket), TokenKind.viewer)
+        check_role(websocket, Role.viewer)
     except StokerError as error:
         await refuse_websocket(websocket, error)
         return
-    await websocket.accept()
     state = app_state(websocket)
     hub = state.hub
+    await websocket.accept()
+    if hub.full:
+        await websocket.close(
+            code=CLOSE_TRY_AGAIN_LATER,
+            reason=f"this server serves {hub.max_clients} live clients at most: try later",
+        )
+        return
     client = hub.connect()
     try:
         runs = await asyncio.to_thread(_current_runs, state.engine)
@@ -51,13 +60,13 @@ async def live_socket(websocket: WebSocket) -> None:
 
 def _current_runs(engine: Engine) -> list[dict]:
     with Session(engine) as session:
-        runs = json.loads(list_runs_json(session=session, limit=1000))["data"]
-    return list(reversed(runs))
+        runs = json.loads(list_runs_json(session=session, limit=INITIAL_RUNS))["data"]
+    return [live_run(run) for run in reversed(runs)]
 
 
 async def _send_forever(websocket: WebSocket, client: LiveClient) -> None:
     while True:
-        encoded = await client.queue.get()
+        encoded = await client.next_message()
         notice = client.take_notice()
         if notice is not None:
             await websocket.send_text(notice)
@@ -87,6 +96,12 @@ async def _receive_commands(websocket: WebSocket, hub: LiveHub, client: LiveClie
             )
             continue
         if kind == "subscribe":
-            hub.subscribe(client, run_id)
+            if not hub.subscribe(client, run_id):
+                client.offer_message(
+                    NoticeMessage(
+                        message=f"subscribe to run {run_id} refused: one live client follows "
+                        f"{hub.max_subscriptions} runs at most; unsubscribe from one first"
+                    )
+                )
         else:
             hub.unsubscribe(client, run_id)

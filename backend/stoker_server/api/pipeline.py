@@ -7,7 +7,8 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel
 from sqlmodel import Session
 
-from stoker_server.api.deps import RunId, SessionDep, ViewerAuth, get_run
+from stoker_server.api.deps import RunId, SessionDep, get_run
+from stoker_server.core.auth import ViewerAuth
 from stoker_server.core.step_chunks import read_latest_steps
 from stoker_server.diagnosis.bottleneck import (
     Bottleneck,

@@ -18,7 +18,12 @@ from sqlmodel import Session
 from stoker_server.core.models import ProfilePublic
 from stoker_server.core.settings import Settings
 from stoker_server.ingest import profiles as store
-from stoker_server.ingest.profile_analysis import AnalysisRuns, analyse
+from stoker_server.ingest.profile_analysis import (
+    AnalysisFailed,
+    AnalysisLimits,
+    AnalysisRuns,
+    analyse,
+)
 from stoker_server.ingest.writer import Writer
 from stoker_server.live.agents import AgentLink, ConnectedAgents
 from stoker_server.live.hub import LiveHub
@@ -118,13 +123,25 @@ class ProfileCaptures:
         hosts, each row the first host's (the lowest rank's). So with several workers each trace
         is also analysed on its own, for each worker's step breakdown and input share."""
         settings = self.settings
+        limits = AnalysisLimits(
+            timeout_s=settings.profile_analysis_timeout_s,
+            max_bytes=settings.profile_analysis_max_bytes,
+        )
         try:
+            # The quota first: traces over it are not analysed (nor kept).
+            over = await self.writer.run(
+                store.make_room, pid=pid, data_dir=settings.data_dir,
+                quota_bytes=settings.profile_quota_bytes,
+            )  # fmt: skip
+            if over is not None:
+                raise store.Conflict(over)
             paths = await self.writer.run(store.stored_traces, pid=pid, data_dir=settings.data_dir)
-            merged = await asyncio.to_thread(analyse, list(paths.values()))
-            per_worker = dict.fromkeys(paths, merged)
-            if len(paths) > 1:
-                for rank, path in paths.items():
-                    per_worker[rank] = await asyncio.to_thread(analyse, [path])
+            async with self.analyses.one_at_a_time:  # one child process at a time
+                merged = await asyncio.to_thread(analyse, list(paths.values()), limits)
+                per_worker = dict.fromkeys(paths, merged)
+                if len(paths) > 1:
+                    for rank, path in paths.items():
+                        per_worker[rank] = await asyncio.to_thread(analyse, [path], limits)
             analysis, share, steps = merged
             await self._await_steps(pid, steps, {rank: got[2] for rank, got in per_worker.items()})
             profile = await self.writer.run(
@@ -133,8 +150,7 @@ class ProfileCaptures:
                 per_worker=per_worker,
             )  # fmt: skip
         except Exception as error:
-            message = f"profile failed: analysis: {type(error).__name__}: {error}"
-            fallback = await self.writer.run(store.fail, pid=pid, error=message)
+            fallback = await self.writer.run(store.fail, pid=pid, error=_failure(error))
             if fallback is None:
                 return
             profile = fallback
@@ -163,3 +179,12 @@ class ProfileCaptures:
             if not missing & set(self.agents.ranks(run_id)) or time.monotonic() >= deadline:
                 return
             await asyncio.sleep(STEPS_POLL_S)
+
+
+def _failure(error: Exception) -> str:
+    """What a profile whose analysis did not come through says."""
+    if isinstance(error, store.Conflict):  # not analysed: over the quota
+        return f"profile failed: {error.detail}"
+    if isinstance(error, AnalysisFailed):  # the child said why
+        return f"profile failed: analysis: {error}"
+    return f"profile failed: analysis: {type(error).__name__}: {error}"

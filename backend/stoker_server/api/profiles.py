@@ -8,7 +8,8 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
-from stoker_server.api.deps import AgentAuth, RunDep, RunId, SessionDep, StateDep, ViewerAuth
+from stoker_server.api.deps import RunDep, RunId, SessionDep, StateDep
+from stoker_server.core.auth import AdminAuth, AgentAuth, ViewerAuth
 from stoker_server.core.errors import BadRequest
 from stoker_server.core.models import (
     MAX_INT64,
@@ -37,7 +38,7 @@ class StatusReport(BaseModel):
     bytes: int | None = Field(default=None, ge=0, le=MAX_INT64)
 
 
-@router.post("", status_code=202, dependencies=[ViewerAuth])
+@router.post("", status_code=202, dependencies=[AdminAuth])
 async def request_profile(
     run_id: RunId, run: RunDep, body: ProfileRequest, state: StateDep
 ) -> ProfilePublic:

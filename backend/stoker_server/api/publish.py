@@ -1,14 +1,21 @@
 """What a delivered batch or a run's end changes, published: the telemetry counters and
 gauges, the browsers (through the live hub), the other server processes, and the detectors."""
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from stoker_server.api.state import AppState
+from starlette.requests import HTTPConnection
+
+from stoker_server.api.state import AppState, app_state
 from stoker_server.core.models import Run, RunPublic, RunStatus, RunSummary
 from stoker_server.ingest.protocol import Batch
 from stoker_server.ingest.summary import run_public
 from stoker_server.live.hub import LiveHub
 from stoker_server.live.messages import StepsData
+
+# What a committed batch changed, published: (the run now, the batch, its rank).
+BatchPublisher = Callable[[RunPublic, Batch, int], None]
 
 
 def push_live_steps(hub: LiveHub, run_id: int, batch: Batch, rank: int) -> None:
@@ -36,6 +43,11 @@ def publish_stored_batch(state: AppState, run: RunPublic, batch: Batch, rank: in
         hub.relay_steps(run.id, batch.steps.step, rank=rank)
     hub.publish_run_progress(run.id, lambda: run.model_dump(mode="json"))
     state.detectors.observe_batch(run, batch, rank)
+
+
+def stored_batch_publisher(conn: HTTPConnection) -> BatchPublisher:
+    """The ingest routes' publisher (a FastAPI dependency, which a test may override)."""
+    return partial(publish_stored_batch, app_state(conn))
 
 
 def publish_run_ended(state: AppState, run: Run) -> RunPublic:

@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 
 from stoker_server.core.db import select_columns
 from stoker_server.core.errors import BadRequest
-from stoker_server.core.levels import run_verdict
+from stoker_server.core.levels import VERDICT_WORDS, Verdict, run_verdict
 from stoker_server.core.models import (
     EpochMetric,
     Metric,
@@ -171,13 +171,15 @@ def list_runs_json(
     return f'{{"data": [{", ".join(parts)}], "count": {int(count)}}}'.encode()
 
 
-def _with_verdict(summary: str | None, verdict: str | None) -> str:
-    """A stored summary's JSON text (an object, never holding a verdict) with `verdict`
-    added as its last key."""
+def _with_verdict(summary: str | None, verdict: Verdict | None) -> str:
+    """A stored summary's JSON text (an object, never holding a verdict) with `verdict` and its
+    words (`verdict_label`) added as its last keys, as RunSummary's computed fields."""
+    words = "null" if verdict is None else json.dumps(VERDICT_WORDS[verdict])
     value = "null" if verdict is None else f'"{verdict}"'  # a Verdict: a plain identifier
+    added = f'"verdict": {value}, "verdict_label": {words}'
     if not summary or summary == "{}":
-        return f'{{"verdict": {value}}}'
-    return f'{summary[:-1]}, "verdict": {value}}}'
+        return f"{{{added}}}"
+    return f"{summary[:-1]}, {added}}}"
 
 
 def _iso(moment: Any) -> str:

@@ -12,9 +12,9 @@ from stoker_server.api.deps import (
     RunId,
     SessionDep,
     SettingsDep,
-    ViewerAuth,
 )
 from stoker_server.api.pipeline import with_bottleneck
+from stoker_server.core.auth import ViewerAuth
 from stoker_server.core.levels import HIGHLY_INPUT_BOUND
 from stoker_server.core.models import Run, RunEventsPublic, RunStatus
 from stoker_server.diagnosis.advice import once

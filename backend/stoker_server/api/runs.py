@@ -12,7 +12,7 @@ from stoker_server.api.deps import (
     RunExists,
     RunId,
     SessionDep,
-    ViewerAuth,
+    SettingsDep,
     WriterDep,
 )
 from stoker_server.api.edits import delete_run, update_run
@@ -28,6 +28,7 @@ from stoker_server.api.queries import (
     steps_csv,
 )
 from stoker_server.api.sample_series import device_series, host_series
+from stoker_server.core.auth import AdminAuth, ViewerAuth
 from stoker_server.core.errors import RunNotFound
 from stoker_server.core.models import (
     DeviceSeries,
@@ -90,7 +91,7 @@ def read_run(run: RunDep) -> RunPublic:
     return run_public(run)
 
 
-@router.patch("/runs/{run_id}")
+@router.patch("/runs/{run_id}", dependencies=[AdminAuth])
 async def edit_run(run_id: RunId, body: RunUpdate, writer: WriterDep, hub: HubDep) -> RunPublic:
     """Change a run's name, tags or notes (only the fields sent)."""
     changes = body.model_dump(exclude_unset=True, exclude_none=True)
@@ -102,10 +103,13 @@ async def edit_run(run_id: RunId, body: RunUpdate, writer: WriterDep, hub: HubDe
     return public
 
 
-@router.delete("/runs/{run_id}", status_code=204)
-async def remove_run(run_id: RunId, writer: WriterDep, hub: HubDep) -> Response:
-    """Delete a run with all its steps, samples and metrics."""
-    if not await writer.run(delete_run, run_id=run_id):
+@router.delete("/runs/{run_id}", status_code=204, dependencies=[AdminAuth])
+async def remove_run(
+    run_id: RunId, writer: WriterDep, hub: HubDep, settings: SettingsDep
+) -> Response:
+    """Delete an ended run with all its steps, samples, metrics and profiler traces; a running
+    run is refused (409)."""
+    if not await writer.run(delete_run, run_id=run_id, data_dir=settings.data_dir):
         raise RunNotFound(run_id)
     hub.publish_deleted(run_id)
     return Response(status_code=204)

@@ -10,7 +10,9 @@ captures a profile of its steps by itself (the demo rule's action).
 
 It starts on a clean slate: its own server on a fresh data directory, so that no other run
 (an earlier demo's, the user's own in ~/.stoker) shows beside its two or fires an alert among
-them, unless asked for (`--data-dir`, `--server`). It says where it keeps what.
+them, unless asked for (`--data-dir`, `--server`). It says where it keeps what. The data, the
+model and both pipelines are in demo_pipelines.py, which also runs the starved one as a plain
+script for `stoker tune`.
 """
 
 import os
@@ -27,7 +29,9 @@ from typing import Any
 
 import httpx
 
+from stoker_server.cli.demo_pipelines import BATCH_SIZE, SAMPLES, STEPS_PER_EPOCH
 from stoker_server.core.settings import Settings
+from trainer_agent.figures import share_text
 
 DEFAULT_PORT = 8470
 # Without --port, the demo takes the first free port from DEFAULT_PORT on (another Stoker
@@ -40,6 +44,33 @@ def _healthy(url: str) -> bool:
         return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+# The demo's REST calls (its alert rule, the runs' verdicts): the admin token when the server
+# needs one (use_tokens).
+_HEADERS: dict[str, str] = {}
+
+
+def use_tokens(settings: Settings) -> str:
+    """Hand the demo's training (the agent) and its REST calls the tokens the server needs:
+    those set in the environment, or made for a server bound beyond loopback. Returns what
+    the UI's URL needs after it (`?token=<viewer token>`, or nothing)."""
+    from urllib.parse import quote
+
+    from stoker_server.core.auth import Role, tokens_in_clear
+
+    tokens = tokens_in_clear(settings)
+    if Role.agent in tokens:
+        os.environ["STOKER_AGENT_TOKEN"] = tokens[Role.agent]
+    reader = tokens.get(Role.admin) or tokens.get(Role.viewer)
+    if reader:
+        _HEADERS["Authorization"] = f"Bearer {reader}"
+    viewer = tokens.get(Role.viewer)
+    return f"?token={quote(viewer, safe='')}" if viewer else ""
+
+
+def _api(method: str, server_url: str, path: str, **options: Any) -> httpx.Response:
+    return httpx.request(method, f"{server_url}/api/v1{path}", headers=_HEADERS, **options)
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -69,6 +100,8 @@ def start_server(settings: Settings) -> subprocess.Popen[bytes]:
     ]  # fmt: skip
     if settings.database_url:
         command += ["--database-url", settings.database_url]
+    if settings.no_auth:
+        command += ["--no-auth"]
     env = {k: v for k, v in os.environ.items() if k != "STOKER_DATABASE_URL"}
     env.setdefault("STOKER_LOG_LEVEL", "warning")
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
@@ -98,6 +131,7 @@ def demo_place(
     data_dir: Path | None,
     database_url: str | None,
     server: str | None,
+    no_auth: bool = False,
 ) -> DemoPlace:
     """Decide (and say) where the demo runs: by default its own server on a fresh directory."""
     if server:
@@ -122,6 +156,8 @@ def demo_place(
         host=host, port=chosen, data_dir=directory or Path.home() / ".stoker",
         database_url=database_url or None,
     )  # fmt: skip
+    if no_auth:  # the flag turns it on; without it STOKER_NO_AUTH decides
+        settings = settings.model_copy(update={"no_auth": True})
     url = f"http://{host}:{chosen}"
     lines = [f"Server    {url}/ (the demo's own; Ctrl-C stops it)"]
     if chosen != DEFAULT_PORT and port is None:
@@ -185,6 +221,8 @@ DEMO_RULE = {
     "profile_steps": 20,
 }
 DEFAULT_LIVE_MINUTES = 3.0
+# `stoker tune` on the starved pipeline, as a script of its own (demo_pipelines.py).
+TUNE_COMMAND = "stoker tune --steps 200 -- python -m stoker_server.cli.demo_pipelines starved"
 
 
 def nvidia_driver_status() -> str | None:
@@ -203,13 +241,13 @@ def ensure_demo_rule(server_url: str) -> None:
     """A short alert rule scoped to the demo project, so an alert shows within the demo.
     The default rules (60 s input-bound, 30 s low utilization) are longer than a demo run."""
     try:
-        rules = httpx.get(f"{server_url}/api/v1/alert-rules", timeout=5).json()["data"]
+        rules = _api("GET", server_url, "/alert-rules", timeout=5).json()["data"]
         known = next((r for r in rules if r["name"] == DEMO_RULE["name"]), None)
         if known is None:
-            httpx.post(f"{server_url}/api/v1/alert-rules", json=DEMO_RULE, timeout=5)
+            _api("POST", server_url, "/alert-rules", json=DEMO_RULE, timeout=5)
         elif not known.get("profile_steps"):  # made by a demo from before the profile action
-            url = f"{server_url}/api/v1/alert-rules/{known['id']}"
-            httpx.patch(url, json={"profile_steps": DEMO_RULE["profile_steps"]}, timeout=5)
+            patch = {"profile_steps": DEMO_RULE["profile_steps"]}
+            _api("PATCH", server_url, f"/alert-rules/{known['id']}", json=patch, timeout=5)
     except (httpx.HTTPError, KeyError, ValueError) as error:
         print(f"  (could not create the demo alert rule: {error})", flush=True)
 
@@ -221,7 +259,7 @@ def wait_until_ended(server_url: str, run_id: int, *, timeout_s: float = 60.0) -
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            run = httpx.get(f"{server_url}/api/v1/runs/{run_id}", timeout=10).json()
+            run = _api("GET", server_url, f"/runs/{run_id}", timeout=10).json()
             if run.get("status") != "running":
                 return True
         except (httpx.HTTPError, ValueError):
@@ -231,6 +269,20 @@ def wait_until_ended(server_url: str, run_id: int, *, timeout_s: float = 60.0) -
         time.sleep(0.2)
 
 
+def settled_alerts(server_url: str, run_id: int, *, timeout_s: float = 15.0) -> list[Any]:
+    """The run's alerts once those still firing as it ended have resolved (each says why: "the
+    run ended"), or as they are after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        query = {"run_id": run_id}
+        alerts: list[Any] = _api("GET", server_url, "/alerts", params=query, timeout=10).json()[
+            "data"
+        ]
+        if all(a["state"] == "resolved" for a in alerts) or time.monotonic() > deadline:
+            return alerts
+        time.sleep(0.5)
+
+
 def report_run(server_url: str, run_id: int | None) -> None:
     """Print the run's final verdict, its evidence and advice, and its alerts."""
     if run_id is None:
@@ -238,15 +290,13 @@ def report_run(server_url: str, run_id: int | None) -> None:
     if not wait_until_ended(server_url, run_id):
         print("  (the run's end has not reached the server yet: this verdict may change)")
     try:
-        diagnosis = httpx.get(f"{server_url}/api/v1/runs/{run_id}/diagnosis", timeout=10).json()
-        alerts = httpx.get(
-            f"{server_url}/api/v1/alerts", params={"run_id": run_id}, timeout=10
-        ).json()["data"]
+        diagnosis = _api("GET", server_url, f"/runs/{run_id}/diagnosis", timeout=10).json()
+        alerts = settled_alerts(server_url, run_id)
     except (httpx.HTTPError, KeyError, ValueError) as error:
         print(f"  (could not read the diagnosis: {error})", flush=True)
         return
     share = diagnosis.get("input_wait_share")
-    figure = "" if share is None else f", input wait {share * 100:.1f} %"
+    figure = "" if share is None else f", input wait {share_text(share)}"
     if diagnosis.get("source") == "fallback":
         figure += ", inferred: input wait not measured"
     words = diagnosis.get("verdict_label") or diagnosis["verdict"]
@@ -265,9 +315,6 @@ def report_run(server_url: str, run_id: int | None) -> None:
     print(f"  Run page: {server_url}/#/runs/{run_id}\n", flush=True)
 
 
-# The demo's data: SAMPLES examples in batches of BATCH_SIZE, STEPS_PER_EPOCH steps an epoch.
-SAMPLES, HELD_OUT, FEATURES, CLASSES, BATCH_SIZE = 4096, 512, 64, 4, 64
-STEPS_PER_EPOCH = SAMPLES // BATCH_SIZE
 # Batches of the starved pipeline timed to size the live run in whole epochs.
 PROBE_BATCHES = 16
 
@@ -294,58 +341,16 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
     `live_s`, as many whole epochs as take about that long, so that it can be watched live.
     Each run's config says the epochs and steps it is given."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
-
     tf = import_tensorflow_quietly()
 
+    from stoker_server.cli import demo_pipelines
     from trainer_agent import StokerCallback
 
-    rng = np.random.default_rng(0)
-    samples, held_out, features, classes = SAMPLES, HELD_OUT, FEATURES, CLASSES
-    centers = rng.normal(size=(classes, features)).astype("float32")
-    all_labels = rng.integers(0, classes, size=samples + held_out)
-    noise = rng.normal(scale=5.0, size=(samples + held_out, features))  # not trivially separable
-    all_inputs = (centers[all_labels] + noise).astype("float32")
-    inputs, labels = all_inputs[:samples], all_labels[:samples]
-    # Held out for validation: val_loss and val_accuracy are what runs are compared by.
-    validation = tf.data.Dataset.from_tensor_slices(
-        (all_inputs[samples:], all_labels[samples:])
-    ).batch(256)
-
-    def slow_decode(x: Any, y: Any) -> tuple[Any, Any]:
-        # Stands in for costly per-example decoding/augmentation on the host CPU.
-        def work(v: np.ndarray) -> np.ndarray:
-            time.sleep(0.0008)
-            return v
-
-        x = tf.numpy_function(work, [x], tf.float32)
-        x.set_shape([features])
-        return x, y
-
-    def starved() -> Any:
-        ds = tf.data.Dataset.from_tensor_slices((inputs, labels)).shuffle(samples)
-        return ds.map(slow_decode).batch(BATCH_SIZE)
-
-    def fed() -> Any:
-        ds = tf.data.Dataset.from_tensor_slices((inputs, labels))
-        ds = ds.map(slow_decode, num_parallel_calls=tf.data.AUTOTUNE).cache()
-        return ds.shuffle(samples).batch(BATCH_SIZE).prefetch(tf.data.AUTOTUNE)
-
+    validation = demo_pipelines.validation()
+    fed, starved = demo_pipelines.fed, demo_pipelines.starved
     for name, make_dataset in (("fed-pipeline", fed), ("starved-pipeline", starved)):
         live = live_s > 0 and name == "starved-pipeline"
-        model = tf.keras.Sequential(
-            [
-                tf.keras.Input(shape=(features,)),
-                tf.keras.layers.Dense(256, activation="relu"),
-                tf.keras.layers.Dense(256, activation="relu"),
-                tf.keras.layers.Dense(classes),
-            ]
-        )
-        model.compile(
-            optimizer="adam",
-            loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
+        model = demo_pipelines.model()
         run_epochs = live_epochs(live_s, epoch_seconds(make_dataset())) if live else epochs
         callback = StokerCallback(
             run_name=name,
@@ -356,7 +361,7 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
                 "epochs": run_epochs,
                 "steps_per_epoch": STEPS_PER_EPOCH,
                 "batch_size": BATCH_SIZE,
-                "examples": samples,
+                "examples": SAMPLES,
             },
             tags=["demo"],
         )
@@ -385,11 +390,13 @@ def train_demo_runs(server_url: str, *, epochs: int, live_s: float = 0.0) -> Non
         )
         run_id = getattr(getattr(kept.get("session"), "sender", None), "run_id", None)
         report_run(server_url, run_id or _last_run_id(server_url, name))
+        if name == "starved-pipeline":
+            print(f"  Measure that advice before editing a line:\n    {TUNE_COMMAND}\n", flush=True)
 
 
 def _last_run_id(server_url: str, name: str) -> int | None:
     try:
-        runs = httpx.get(f"{server_url}/api/v1/runs", timeout=10).json()["data"]
+        runs = _api("GET", server_url, "/runs", timeout=10).json()["data"]
     except (httpx.HTTPError, KeyError, ValueError):
         return None
     return next((r["id"] for r in runs if r["name"] == name), None)
@@ -413,7 +420,10 @@ def run_demo(
         # The agent's spool (records not yet delivered) beside the demo's runs.
         os.environ.setdefault("STOKER_SPOOL_DIR", str(place.settings.data_dir / "spool"))
     url = place.url
-    print(f"\n  Stoker is running. Open {url}/ in your browser.\n", flush=True)
+    # The tokens its own server needs (set, or made beyond loopback), or those set for the
+    # server it streams into.
+    with_token = use_tokens(place.settings or Settings())
+    print(f"\n  Stoker is running. Open {url}/{with_token} in your browser.\n", flush=True)
     no_driver = nvidia_driver_status()
     if no_driver is not None:
         print(

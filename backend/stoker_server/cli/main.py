@@ -8,11 +8,15 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from pydantic import ValidationError
 
 from stoker_server.core.settings import Settings
+
+if TYPE_CHECKING:
+    from stoker_server.core.auth import AccessPolicy
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -23,6 +27,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         for name in ("host", "port", "data_dir", "database_url")
         if getattr(args, name, None) is not None
     }
+    if getattr(args, "no_auth", False):  # the flag turns it on; without it STOKER_NO_AUTH
+        flags["no_auth"] = True
     try:
         return Settings(**flags)
     except ValidationError as error:
@@ -98,6 +104,50 @@ def open_database(settings: Settings) -> Any:
         raise StartupFailed(f"cannot open the database {url} ({reason})") from None
 
 
+def check_access(settings: Settings) -> "AccessPolicy":
+    """Who may do what; bound beyond loopback, the tokens made on first start. A token setting
+    that cannot be used, or a token file that cannot be read or written, is one line."""
+    from stoker_server.core.auth import TokenSettingError, access_policy
+
+    try:
+        return access_policy(settings)
+    except TokenSettingError as error:
+        raise StartupFailed(str(error)) from None
+    except OSError as error:
+        raise StartupFailed(f"cannot keep the access tokens ({error})") from None
+
+
+def announce_access(settings: Settings, access: "AccessPolicy", port: int) -> str:
+    """Say who may reach the server, and return the URL to print (with the viewer token when
+    reading needs one, as Jupyter prints its URL)."""
+    from stoker_server.core.auth import Role, tokens_in_clear
+
+    log = logging.getLogger("stoker_server")
+    wildcard = settings.host in ("0.0.0.0", "::", "")
+    host = "127.0.0.1" if wildcard else settings.host
+    url = f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+    if settings.no_auth and not access.loopback:
+        log.warning(
+            "--no-auth: serving %s without tokens: anyone who can reach it may read every "
+            "run, edit or delete runs, change alert rules and webhooks and deliver runs",
+            settings.host,
+        )
+    elif access.loopback and not access.locked:
+        log.info("no tokens set: open to this machine's users only (bound to %s)", settings.host)
+    if access.token_file is not None:
+        log.warning(
+            "bound to %s: every request needs a token; the viewer, admin and agent tokens "
+            "are in %s (give training jobs STOKER_AGENT_TOKEN from it)",
+            settings.host, access.token_file,
+        )  # fmt: skip
+    viewer = tokens_in_clear(settings).get(Role.viewer)
+    if Role.viewer in access.locked and viewer:
+        url += f"?token={quote(viewer, safe='')}"
+    if wildcard:
+        log.info("listening on every address: use this machine's name instead of %s", host)
+    return url
+
+
 def serve(args: argparse.Namespace) -> int:
     """Check the data directory, bind, open the database, then serve; the URL is printed once
     the server answers on it. Anything that stops it starting is one line on stderr, exit 1."""
@@ -112,6 +162,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         if not settings.database_url:  # SQLite under the data directory
             check_data_dir(settings.data_dir)
+        access = check_access(settings)
         sockets = listen(settings.host, settings.port)
         try:
             engine = open_database(settings)
@@ -127,7 +178,7 @@ def serve(args: argparse.Namespace) -> int:
     # sends a second left the loop waiting more than working.
     sys.setswitchinterval(settings.switch_interval_s)
     port = sockets[0].getsockname()[1]
-    url = f"http://{settings.host}:{port}/"
+    url = announce_access(settings, access, port)
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -155,7 +206,7 @@ def demo(args: argparse.Namespace) -> int:
 
     place = demo_place(
         host=args.host, port=args.port, data_dir=args.data_dir,
-        database_url=args.database_url, server=args.server,
+        database_url=args.database_url, server=args.server, no_auth=args.no_auth,
     )  # fmt: skip
     return run_demo(
         place,

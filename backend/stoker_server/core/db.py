@@ -28,8 +28,11 @@ _MIGRATION_LOCK_ID = 8470_0001
 def _enable_sqlite_wal(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    # NORMAL in WAL mode survives a process crash (kill -9); only an OS crash can lose the tail.
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    # FULL: every commit flushes the WAL to the disk before the agent's ack is sent, and an
+    # acknowledged batch is one the agent forgets. NORMAL survives a process crash (kill -9)
+    # but an OS crash or power cut could lose acknowledged batches (docs/architecture.md,
+    # "Durability"): one fdatasync per commit (a group of up to 64 batches) is the price.
+    cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB page cache per connection

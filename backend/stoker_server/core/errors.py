@@ -22,6 +22,16 @@ class PayloadTooLarge(StokerError):
     status_code = 413
 
 
+class UnsupportedMediaType(StokerError):
+    status_code = 415
+
+
+class Conflict(StokerError):
+    """The resource is in a state that forbids this now (a running run deleted, say)."""
+
+    status_code = 409
+
+
 class Unauthorized(StokerError):
     status_code = 401
 

@@ -3,19 +3,21 @@ the run summary (over the whole run) and the UI (which reads the thresholds from
 `GET /api/v1/settings/ui` and the verdicts from the server).
 
 Input-bound levels follow the TensorFlow profiler: highly input-bound when 20 % or more of
-step time is spent waiting for input, moderately from 5 %. A leaf module (no Stoker imports),
-so the models can use it.
+step time is spent waiting for input, moderately from 5 %. A leaf module of the server (no
+server imports), so the models can use it.
 """
 
 from enum import StrEnum
 
 from pydantic import BaseModel
 
+from trainer_agent import figures
+
 HIGHLY_INPUT_BOUND = 0.20
 MODERATELY_INPUT_BOUND = 0.05
 # An input-wait share is shown, and judged, to a tenth of a percent: 0.0496 is "5.0 %" and
-# moderately input-bound on every surface (API, UI, CLI, evidence).
-SHARE_DECIMALS = 3
+# moderately input-bound on every surface (API, UI, CLI, evidence; trainer_agent.figures).
+SHARE_DECIMALS = figures.SHARE_DECIMALS
 
 
 class Verdict(StrEnum):
@@ -39,11 +41,6 @@ VERDICT_WORDS: dict[Verdict, str] = {
 def shown_share(share: float) -> float:
     """An input-wait share as every surface shows it (to a tenth of a percent)."""
     return round(share, SHARE_DECIMALS)
-
-
-def share_text(share: float) -> str:
-    """An input-wait share written as every surface writes it: "5.1 %"."""
-    return f"{shown_share(share) * 100:.1f} %"
 
 
 class InputBoundThresholds(BaseModel):

@@ -19,7 +19,8 @@ from sqlalchemy import JSON, BigInteger, Column, Float, Index, Integer, Table, U
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
-from stoker_server.core.levels import Verdict, run_verdict
+from stoker_server.core.levels import VERDICT_WORDS, Verdict, run_verdict
+from stoker_server.core.metric_goals import named_direction
 from stoker_server.core.text import Tag, no_nul
 
 # Portable column types. Steps and row ids can pass 2**31 over a long life, so they are
@@ -88,6 +89,9 @@ class EpochMetricSummary(SQLModel):
     best: float | None = None
     best_epoch: int | None = None
     goal: Literal["min", "max"] = "min"
+    # The goal is the metric's own direction (core.metric_goals), not a default: only such a
+    # metric is ranked best in compare. Summaries stored before it was kept: by the name.
+    directed: bool = True
     epochs: int = 0
 
 
@@ -115,7 +119,7 @@ class RunSummary(SQLModel):
     step_time_ms_p95: float | None = None
     input_wait_share: float | None = None
     # Seconds the steps of all workers were blocked on input, and those seconds times the GPUs
-    # each worker trains on: the GPU time starvation cost.
+    # each worker trains on: the device time starvation cost ("Lost device time").
     input_wait_s: float = 0.0
     lost_gpu_s: float = 0.0
     gpu_util_mean: float | None = None
@@ -133,6 +137,8 @@ class RunSummary(SQLModel):
     energy_integrated: bool = False
     duration_s: float | None = None
     dropped_rows: int = 0
+    # Spooled batch files the run's agents could not read back (moved aside as *.bad).
+    unreadable_spool_files: int = 0
     nonfinite_metrics: int = 0
     # Steps an ended run's agents still hold in their spools (sent later, automatically).
     steps_to_upload: int = 0
@@ -147,6 +153,20 @@ class RunSummary(SQLModel):
         the wait is not measured). Computed on read, never stored: the thresholds apply to
         every run, old or new (the windowed verdict is GET /runs/{id}/diagnosis)."""
         return run_verdict(self.input_wait_share)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def verdict_label(self) -> str | None:
+        """The verdict's words, as every surface writes them (levels.VERDICT_WORDS)."""
+        verdict = self.verdict
+        return None if verdict is None else VERDICT_WORDS[verdict]
+
+    @model_validator(mode="after")
+    def _directions_of_older_summaries(self) -> "RunSummary":
+        for name, entry in self.epoch_metrics.items():
+            if "directed" not in entry.model_fields_set:
+                entry.directed = named_direction(name) is not None
+        return self
 
 
 class RunPublic(RunBase):
@@ -464,6 +484,20 @@ class IngestResult(BaseModel):
 class Health(BaseModel):
     status: str
     version: str
+
+
+class AccessPublic(BaseModel):
+    """What the presented token (or none) may do here: the UI shows only those actions."""
+
+    roles: list[Literal["agent", "viewer", "admin"]] = PydanticField(
+        description="the roles granted: viewer reads, admin also edits, deletes, manages "
+        "alert rules and webhooks and starts profiles, agent delivers runs"
+    )
+    token_required: bool = PydanticField(description="reading needs a token on this server")
+    admin_available: bool = PydanticField(
+        description="false when the server has a viewer token and no admin token: nobody may "
+        "edit or delete"
+    )
 
 
 # --- Diagnosis and alerts -----------------------------------------------------------------
@@ -823,3 +857,141 @@ class PipelineRead(SQLModel, table=True):
     source: str = Field(max_length=20)  # "autotune_model" | "unavailable"
     stages: list[dict[str, Any]] = _json(default_factory=list)
     read_us: float | None = None
+
+
+# `stoker tune` (trainer_agent/tune/): a group of trial runs and the table comparing them.
+TuneText = Annotated[str, StringConstraints(max_length=2000), AfterValidator(no_nul)]
+TuneLabel = Annotated[str, StringConstraints(max_length=300), AfterValidator(no_nul)]
+TuneKey = Annotated[
+    str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+]
+RunKey = Annotated[str, StringConstraints(min_length=8, max_length=128)]
+Figure = Annotated[float, PydanticField(allow_inf_nan=False)]
+Count = Annotated[int, PydanticField(ge=0, le=MAX_INT64)]
+
+
+class TuneStatus(StrEnum):
+    running = "running"
+    finished = "finished"
+    failed = "failed"
+    interrupted = "interrupted"
+
+
+class _TuneInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TuneEdit(_TuneInput):
+    """The line to edit: the call as written and as changed."""
+
+    where: TuneLabel
+    path: TuneText = ""
+    line: int = PydanticField(ge=0, le=10_000_000)
+    before: TuneText
+    after: TuneText
+
+
+class TuneRow(_TuneInput):
+    """One change of the tune table (trainer_agent/tune/table.py's `Row`)."""
+
+    id: TuneLabel
+    advice: TuneLabel = ""
+    label: TuneLabel
+    title: TuneText = ""
+    verdict: TuneLabel
+    note: TuneText = ""
+    steps_per_s: Figure | None = None
+    input_wait_share: Figure | None = None
+    speedup: Figure | None = None
+    repeat_steps_per_s: Figure | None = None
+    repeat_speedup: Figure | None = None
+    batches: Count | None = None
+    examples: Count | None = None
+    cpu_cores: Figure | None = None
+    function: TuneLabel | None = None
+    defined_at: TuneText | None = None
+    edit: TuneEdit | None = None
+    keeps: TuneText = ""
+    run_key: RunKey | None = None
+    repeat_run_key: RunKey | None = None
+
+
+class TuneTable(_TuneInput):
+    rows: list[TuneRow] = PydanticField(default_factory=list, max_length=100)
+    steps: Count = 0
+    noise: Figure | None = None
+    noise_text: TuneText = ""
+    best: TuneLabel | None = None
+    conclusion: TuneText = ""
+    elements_text: TuneText = ""
+    warnings: list[TuneText] = PydanticField(default_factory=list, max_length=20)
+    # Why the group gave no table (its unchanged run failed).
+    error: TuneText | None = None
+
+
+class TuneTrial(_TuneInput):
+    """One trial of the group and the run it streamed as."""
+
+    id: TuneLabel  # "unchanged", a change id, or "repeat"
+    label: TuneLabel
+    run_key: RunKey
+
+
+class TuneGroupIn(_TuneInput):
+    """`POST /tune-groups`: the whole group as `stoker tune` knows it now (stored by `key`)."""
+
+    key: TuneKey
+    name: Annotated[str, StringConstraints(max_length=200), AfterValidator(no_nul)] = ""
+    project: Annotated[str, StringConstraints(max_length=200), AfterValidator(no_nul)] = "default"
+    command: list[TuneText] = PydanticField(default_factory=list, max_length=200)
+    cwd: TuneText = ""
+    steps: int = PydanticField(ge=1, le=10_000_000)
+    status: TuneStatus = TuneStatus.running
+    trials: list[TuneTrial] = PydanticField(default_factory=list, max_length=100)
+    table: TuneTable = PydanticField(default_factory=TuneTable)
+
+
+class TuneGroup(SQLModel, table=True):
+    """A `stoker tune` invocation: its trials (runs, by run key) and its table."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(max_length=64, unique=True, index=True)
+    name: str = Field(default="", max_length=200)
+    project: str = Field(default="default", max_length=200)
+    command: list[str] = _json(default_factory=list)
+    cwd: str = Field(default="", max_length=2000)
+    steps: int = 0
+    status: TuneStatus = TuneStatus.running
+    created_at: datetime = Field(default_factory=utc_now, index=True)
+    updated_at: datetime = Field(default_factory=utc_now)
+    trials: list[dict[str, Any]] = _json(default_factory=list)
+    table: dict[str, Any] = _json(default_factory=dict)
+
+
+class TuneTrialPublic(SQLModel):
+    id: str
+    label: str
+    run_key: str
+    # The run the trial streamed as (null until the server has it, or once it is deleted).
+    run_id: int | None = None
+    run_status: RunStatus | None = None
+
+
+class TuneGroupPublic(SQLModel):
+    id: int
+    key: str
+    name: str
+    project: str
+    command: list[str]
+    cwd: str
+    steps: int
+    status: TuneStatus
+    created_at: datetime
+    updated_at: datetime
+    trials: list[TuneTrialPublic]
+    table: TuneTable
+
+
+class TuneGroupsPublic(SQLModel):
+    data: list[TuneGroupPublic]
+    count: int

@@ -2,18 +2,32 @@
 `stoker serve` flags. docs/settings.md lists them all (generated from this model and the
 agent's: core/settings_reference.py)."""
 
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from trainer_agent.setting_units import parse_duration_s, parse_size_bytes
 
 
 def _default_data_dir() -> Path:
     return Path.home() / ".stoker"
+
+
+# A list setting from the environment: JSON (`'["a", "b"]'`) or comma-separated (`a,b`).
+NameList = Annotated[list[str], NoDecode]
+
+
+def _name_list(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        return json.loads(text)
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _flag(flag: str) -> dict[str, Any]:
@@ -45,15 +59,43 @@ class Settings(BaseSettings):
         "SQLite file in the data directory",
         json_schema_extra=_flag("--database-url"),
     )
+    # Who may do what (core/auth.py, docs/security.md). Each token is the token itself or
+    # its hash, `sha256:<64 hex digits>`; an empty value is unset.
     agent_token: str | None = Field(
         default=None,
-        description="the token agents must deliver with (the agent WebSocket and POST /ingest); "
-        "unset: delivery is open. It reads nothing",
+        description="the token agents deliver with (the agent WebSocket, POST /ingest); it "
+        "reads nothing. Unset: open on loopback, made on first start beyond it",
     )
     view_token: str | None = Field(
         default=None,
-        description="the token reading needs (every other route, the live socket, /metrics); "
-        "unset: reading is open",
+        description="the token reading needs (every GET, the live socket, /metrics). Unset: "
+        "open on loopback, made on first start beyond it",
+    )
+    admin_token: str | None = Field(
+        default=None,
+        description="the token that also edits and deletes runs, manages alert rules and "
+        "webhooks and starts profiles; unset while a view token is set: those actions are off",
+    )
+    no_auth: bool = Field(
+        default=False,
+        description="serve without tokens even when bound beyond loopback (said at start); "
+        "without it such a server makes tokens on first start (<data_dir>/tokens.json)",
+        json_schema_extra=_flag("--no-auth"),
+    )
+    allowed_hosts: NameList = Field(
+        default=[],
+        description="Host header names answered besides localhost, 127.0.0.1 and ::1 when "
+        "bound to loopback (DNS rebinding); when set, also enforced beyond loopback",
+    )
+    allowed_origins: NameList = Field(
+        default=[],
+        description="browser origins (scheme://host:port) allowed to open the WebSockets and "
+        "send writes besides the server's own",
+    )
+    webhook_allowed_hosts: NameList = Field(
+        default=[],
+        description="webhook hosts allowed although they are or resolve to loopback, "
+        "link-local, private or metadata addresses",
     )
     max_frame_bytes: int = Field(
         default=8 * 1024 * 1024, description="the largest WebSocket frame an agent may send"
@@ -68,15 +110,35 @@ class Settings(BaseSettings):
         description="a running run with no agent connected and nothing heard for this long is "
         "interrupted",
     )
-    cors_origins: list[str] = Field(
+    cors_origins: NameList = Field(
         default=[],
-        description="browser origins allowed to call the API from another site (a JSON list); "
-        "none by default (CORS off)",
+        description="browser origins allowed to call the API from another site; none by "
+        "default (CORS off)",
     )
     max_batch_rows: int = Field(default=100_000, description="the most rows one batch may carry")
+    max_config_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="a run's config as JSON, at most (413 beyond)"
+    )
+    max_environment_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="a run's environment as JSON, at most (413)"
+    )
     live_queue_size: int = Field(
         default=1000,
         description="live messages a browser may fall behind by before its oldest are dropped",
+    )
+    live_client_max_bytes: int = Field(
+        default=8 * 2**20,
+        ge=64 * 1024,
+        description="bytes queued for one browser at most; beyond, its oldest messages drop",
+    )
+    live_max_clients: int = Field(
+        default=256, ge=1, description="live sockets (browsers, stoker top) open at once"
+    )
+    live_max_subscriptions: int = Field(
+        default=64, ge=1, description="runs one live socket may subscribe to at once"
+    )
+    max_agent_connections: int = Field(
+        default=4096, ge=1, description="agent WebSockets open at once"
     )
     ws_compression: bool = Field(
         default=False,
@@ -156,6 +218,12 @@ class Settings(BaseSettings):
     webhook_queue_size: int = Field(
         default=1000, ge=1, description="deliveries waiting at most (beyond: dropped, recorded)"
     )
+    webhook_deadline_s: float = Field(
+        default=30.0, gt=0, description="one delivery, all its attempts, takes at most this"
+    )
+    webhook_max_response_bytes: int = Field(
+        default=64 * 1024, ge=0, description="bytes of a receiver's answer read at most"
+    )
 
     # Profiler captures from the browser.
     profile_max_steps: int = Field(default=200, ge=1, description="the most steps one capture")
@@ -166,7 +234,17 @@ class Settings(BaseSettings):
         default=200 * 2**20, ge=1, description="the largest trace one worker may upload"
     )
     profile_quota_bytes: int = Field(
-        default=2 * 2**30, ge=0, description="stored traces at most; the oldest are evicted"
+        default=2 * 2**30,
+        ge=0,
+        description="stored traces at most; the oldest are evicted, and a profile whose own "
+        "traces are over it is not analysed",
+    )
+    # Traces are analysed in a child process, one at a time, within these limits.
+    profile_analysis_timeout_s: float = Field(
+        default=300.0, gt=0, description="a trace's analysis (a child process) is killed after"
+    )
+    profile_analysis_max_bytes: int = Field(
+        default=8 * 2**30, ge=64 * 2**20, description="the analysing child's address space"
     )
 
     # Retention (stoker_server.ingest.retention), like Prometheus's retention.time/.size.
@@ -205,6 +283,19 @@ class Settings(BaseSettings):
         if info.field_name.endswith("_bytes"):
             return parse_size_bytes(value)
         return value
+
+    @field_validator(
+        "allowed_hosts", "allowed_origins", "webhook_allowed_hosts", "cors_origins", mode="before"
+    )
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        return _name_list(value)
+
+    @field_validator("agent_token", "view_token", "admin_token", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # `STOKER_VIEW_TOKEN=` (compose passes empty values through) sets no token.
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _watch_outlives_its_renewal(self) -> "Settings":

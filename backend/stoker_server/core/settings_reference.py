@@ -48,7 +48,7 @@ def _server_kind(name: str, info: FieldInfo) -> str:
     if info.annotation is bool:
         return "switch"
     if "list" in annotation:
-        return "JSON list"
+        return "list (a,b or JSON)"
     if info.annotation in (int, float) or annotation in ("float | None", "int | None"):
         return "number"
     return "text"

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trainer_agent.figures import ms_text, percent_text
+
 # Host CPU levels (percent) and a short step (s).
 CPU_SATURATED_PCT = 85.0
 CPU_IDLE_PCT = 50.0
@@ -134,7 +136,7 @@ class Facts:
     shape: Shape = field(default_factory=Shape)
     cpu: float | None = None  # host CPU busy, percent
     util: float | None = None  # GPU utilization, percent
-    mean_step_s: float | None = None
+    step_s: float | None = None
     steps_per_execution: int = 1
     slow: SlowStage | None = None
 
@@ -148,7 +150,7 @@ class Facts:
 
     @property
     def short_steps(self) -> bool:
-        return self.mean_step_s is not None and self.mean_step_s < SHORT_STEP_S
+        return self.step_s is not None and self.step_s < SHORT_STEP_S
 
     def remedies(self) -> list[str]:
         return [rule.says(self) for rule in RULES if rule.kind == "remedy" and rule.applies(self)]
@@ -295,9 +297,9 @@ def _idle_says(facts: Facts) -> str:
         if facts.shape.reads_files is False
         else "the pipeline is I/O-bound or serial"
     )
-    return f"The host CPU is mostly idle ({facts.cpu or 0:.0f} %) while the step waits: {what}." + (
-        f" Try: {'; '.join(io_adds)}." if io_adds else ""
-    )
+    cpu = percent_text(facts.cpu or 0.0)
+    tries = f" Try: {'; '.join(io_adds)}." if io_adds else ""
+    return f"The host CPU is mostly idle ({cpu}) while the step waits: {what}.{tries}"
 
 
 def _feed_faster_applies(facts: Facts) -> bool:
@@ -534,7 +536,8 @@ RULES: tuple[Rule, ...] = (
         "pipeline",
         lambda f: f.saturated,
         lambda f: (
-            f"The host CPU is saturated ({f.cpu or 0:.0f} %): preprocessing is CPU-bound. Do "
+            f"The host CPU is saturated ({percent_text(f.cpu or 0.0)}): preprocessing is "
+            "CPU-bound. Do "
             "less of it per step: preprocess offline what does not change between epochs "
             "(resize and normalize once), move augmentation onto the device (Keras "
             "preprocessing layers inside the model), or give the input more host cores or "
@@ -566,7 +569,8 @@ RULES: tuple[Rule, ...] = (
         "device",
         lambda f: f.util is not None and f.util < LOW_UTIL_PCT,
         lambda f: (
-            f"GPU utilization is low ({f.util or 0:.0f} %) without input wait: steps are too "
+            f"GPU utilization is low ({percent_text(f.util or 0.0)}) without input wait: steps "
+            "are too "
             "small or host-side overhead dominates. Try a larger batch, "
             "model.compile(..., jit_compile=True), and steps_per_execution to run several "
             "steps per call."
@@ -575,9 +579,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "short_steps_no_gpu",
         "device",
-        lambda f: f.util is None and f.mean_step_s is not None and f.mean_step_s < 0.005,
+        lambda f: f.util is None and f.step_s is not None and f.step_s < 0.005,
         lambda f: (
-            f"Steps are short ({(f.mean_step_s or 0) * 1000:.2f} ms): per-step host overhead "
+            f"Steps are short ({ms_text(f.step_s or 0.0)}): per-step host overhead "
             "may dominate. steps_per_execution in compile() and a larger batch help."
         ),
     ),
@@ -586,7 +590,7 @@ RULES: tuple[Rule, ...] = (
         "device",
         lambda f: (
             not (f.util is not None and f.util < LOW_UTIL_PCT)
-            and not (f.util is None and f.mean_step_s is not None and f.mean_step_s < 0.005)
+            and not (f.util is None and f.step_s is not None and f.step_s < 0.005)
         ),
         lambda f: "The input pipeline keeps up: nothing to change on the input side.",
     ),
@@ -603,7 +607,7 @@ def input_advice(
     *,
     cpu: float | None,
     pipeline: dict[str, Any],
-    mean_step_s: float | None = None,
+    step_s: float | None = None,
     steps_per_execution: int = 1,
 ) -> list[str]:
     """What to change when steps wait for input, from what the pipeline already does: never
@@ -613,15 +617,15 @@ def input_advice(
     facts = Facts(
         shape=Shape.of(pipeline),
         cpu=cpu,
-        mean_step_s=mean_step_s,
+        step_s=step_s,
         steps_per_execution=steps_per_execution,
     )
     return said(facts, "pipeline")
 
 
-def device_advice(*, util: float | None, mean_step_s: float | None) -> list[str]:
+def device_advice(*, util: float | None, step_s: float | None) -> list[str]:
     """What to try when steps do not wait for input."""
-    return said(Facts(util=util, mean_step_s=mean_step_s), "device")
+    return said(Facts(util=util, step_s=step_s), "device")
 
 
 def fix_for(

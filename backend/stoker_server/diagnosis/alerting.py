@@ -8,8 +8,10 @@ are computed once per run per tick. The engine is pure: it returns transitions, 
 caller stores, pushes and delivers them.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
@@ -24,27 +26,8 @@ from stoker_server.core.models import (
     Comparison,
     SeedMarker,
 )
+from trainer_agent.figures import ms_text, percent_text, rate_text, share_text
 
-UNITS = {
-    AlertMetric.gpu_util: "%",
-    AlertMetric.input_wait_share: "",
-    AlertMetric.step_time: "s",
-    AlertMetric.samples_per_s: "samples/s",
-    AlertMetric.memory_share: "",
-    AlertMetric.temperature: "°C",
-    AlertMetric.no_data: "s",
-    AlertMetric.stalled: "",
-    AlertMetric.straggler_ratio: "x",
-    AlertMetric.sm_util: "%",
-    AlertMetric.tensor_util: "%",
-    AlertMetric.run_finished: "",
-    AlertMetric.run_failed: "",
-    AlertMetric.run_interrupted: "",
-    AlertMetric.metric_nonfinite: "",
-    AlertMetric.metric_rise: "x",
-    AlertMetric.throughput_drop: "",
-    AlertMetric.disk_free_share: "",
-}
 # How a run ended: events, not conditions. Such a rule holds at the tick the end is seen (on a
 # run no longer running), fires at once (its for_s is not waited), and resolves after its
 # keep_firing_for_s, or when the run resumes.
@@ -243,6 +226,16 @@ class RunFacts:
     just_ended: bool = False
 
 
+class Resolution(StrEnum):
+    """Why an alert resolved."""
+
+    run_ended = "run_ended"
+    condition_cleared = "condition_cleared"
+    steps_stopped = "steps_stopped"  # a rule judged only while steps run
+    no_value = "no_value"  # its reading stopped coming (no GPU sample, no measured wait)
+    rule_changed = "rule_changed"  # the rule was disabled, deleted or no longer applies
+
+
 @dataclass
 class Instance:
     rule_id: int
@@ -252,6 +245,8 @@ class Instance:
     alert_id: int | None = None
     last_true_at: float = 0.0
     value: float | None = None
+    # When the condition last stopped holding while firing (None while it holds).
+    cleared_at: float | None = None
 
 
 @dataclass
@@ -262,7 +257,9 @@ class Transition:
     previous: AlertState | None
     value: float | None
     instance: Instance
-    message: str = ""
+    # A resolved alert's why, and when its condition stopped holding (the engine's clock).
+    resolution: Resolution | None = None
+    cleared_at: float | None = None
 
 
 def _param(rule: AlertRule) -> tuple[AlertMetric, ParamKey] | None:
@@ -274,6 +271,17 @@ def _param(rule: AlertRule) -> tuple[AlertMetric, ParamKey] | None:
     return (metric, key)
 
 
+def _why_not(run: RunFacts, value: float | None, rule: "_Compiled", *, final: bool) -> Resolution:
+    """Why a rule's condition does not hold on this run at this tick."""
+    if not (run.running or rule.end or final):
+        return Resolution.run_ended
+    if value is None:
+        return Resolution.no_value
+    if rule.only_while_stepping and not run.stepping:
+        return Resolution.steps_stopped
+    return Resolution.condition_cleared
+
+
 def _applies(rule: Any, facts: RunFacts) -> bool:
     if rule.scope == AlertScope.project:
         return facts.project == rule.project
@@ -282,21 +290,100 @@ def _applies(rule: Any, facts: RunFacts) -> bool:
     return True
 
 
-def describe_condition(rule: AlertRule, value: float | None) -> str:
+@dataclass(frozen=True)
+class ValueWindows:
+    """The spans the rules' values are read over (the server's settings): the diagnosis
+    window for input wait, step time and throughput, the alert value window for device
+    readings."""
+
+    wait_s: float = 30.0
+    device_s: float = 5.0
+
+
+_SYMBOLS = {Comparison.lt: "<", Comparison.le: "≤", Comparison.gt: ">", Comparison.ge: "≥"}
+# Metrics whose value is a yes/no (1/0): said in words, without a threshold.
+_FLAGS = frozenset({AlertMetric.stalled, AlertMetric.metric_nonfinite}) | END_METRICS
+
+
+def _measure(rule: Any, windows: ValueWindows) -> tuple[str, Callable[[float], str], str]:
+    """What a rule's value is, how it is written (as the UI writes that quantity) and over
+    which span: ("input wait", share_text, "of step time over the last 30 s")."""
+    metric = AlertMetric(rule.metric)
+    wait = f"over the last {windows.wait_s:g} s"
+    device = f"over the last {windows.device_s:g} s"
+    key = param_key(metric, rule)
+    if metric == AlertMetric.metric_rise and key is not None:
+        return f"{key[1]} over its best", lambda v: f"{v:.2f}x", ""
+    if metric == AlertMetric.throughput_drop and key is not None:
+        base = f"run #{key[1]}" if key[0] == "run" else f"its first {key[1]:g} s"
+        return f"throughput below {base}'s by", share_text, "(median step times)"
+    return {
+        AlertMetric.gpu_util: ("GPU utilization", percent_text, device),
+        AlertMetric.input_wait_share: ("input wait", share_text, f"of step time {wait}"),
+        AlertMetric.step_time: ("mean step time", ms_text, wait),
+        AlertMetric.samples_per_s: ("throughput", lambda v: f"{rate_text(v)} samples/s", wait),
+        AlertMetric.memory_share: ("GPU memory used", share_text, f"(fullest GPU, {device})"),
+        AlertMetric.temperature: ("GPU temperature", lambda v: f"{v:.0f} °C", device),
+        AlertMetric.no_data: ("no data for", lambda v: f"{v:.0f} s", ""),
+        AlertMetric.straggler_ratio: ("straggler ratio", lambda v: f"{v:.2f}x", wait),
+        AlertMetric.sm_util: ("SM active", percent_text, device),
+        AlertMetric.tensor_util: ("tensor active", percent_text, device),
+        AlertMetric.disk_free_share: ("free disk space", share_text, ""),
+    }.get(metric, (str(rule.metric), lambda v: f"{v:.3g}", ""))
+
+
+def _flag_words(rule: Any, value: float | None) -> str:
     metric = AlertMetric(rule.metric)
     if metric in END_METRICS:
         return f"the run {metric.removeprefix('run_')}"
-    unit = UNITS.get(metric, "")
-    shown = "no value" if value is None else f"{value:.3g}{(' ' + unit) if unit else ''}"
-    subject = str(rule.metric)
-    key = param_key(metric, rule)
-    if key is not None and key[0] == "metric":
-        subject = f"{rule.metric}({key[1]})"
-    elif key is not None and key[0] == "run":
-        subject = f"{rule.metric} vs run #{key[1]}"
-    elif key is not None:
-        subject = f"{rule.metric} vs its first {key[1]:g} s"
-    return f"{subject} {rule.comparison} {rule.threshold:g} (now {shown})"
+    if metric == AlertMetric.stalled:
+        return "training stalled: no step while the process is alive"
+    name = rule.metric_name or DEFAULT_METRIC_NAME
+    return f"{name} is {'NaN or infinite' if value else 'finite'}"
+
+
+def value_text(rule: Any, value: float | None, windows: ValueWindows = ValueWindows()) -> str:
+    """A rule's value as the alert says it, written as the UI writes that quantity:
+    "input wait 93.7 % of step time over the last 30 s", "GPU utilization 45 % over the last
+    5 s"; "no value" when there is none."""
+    if AlertMetric(rule.metric) in _FLAGS:
+        return _flag_words(rule, value)
+    subject, written, over = _measure(rule, windows)
+    shown = "no value" if value is None else written(value)
+    return " ".join(part for part in (subject, shown, over) if part)
+
+
+def describe_condition(
+    rule: AlertRule, value: float | None, windows: ValueWindows = ValueWindows()
+) -> str:
+    """The value and the rule it is held against: "input wait 93.7 % of step time over the
+    last 30 s (rule: ≥ 20.0 % for 60 s)"."""
+    if AlertMetric(rule.metric) in _FLAGS:
+        return _flag_words(rule, value)
+    written = _measure(rule, windows)[1]
+    held = f" for {rule.for_s:g} s" if rule.for_s else ""
+    threshold = f"{_SYMBOLS[Comparison(rule.comparison)]} {written(float(rule.threshold))}"
+    return f"{value_text(rule, value, windows)} (rule: {threshold}{held})"
+
+
+def resolution_text(
+    rule: AlertRule,
+    resolution: Resolution,
+    cleared_at: datetime | None = None,
+    *,
+    fired: bool = True,
+) -> str:
+    """Why an alert resolved: "the run ended", "the condition cleared at 07:46:20 UTC"; one
+    that was pending only (`fired` False) "never fired: the run ended before it held for 60 s"."""
+    at = "" if cleared_at is None else f" at {cleared_at.strftime('%H:%M:%S')} UTC"
+    why = {
+        Resolution.run_ended: "the run ended",
+        Resolution.condition_cleared: f"the condition cleared{at}",
+        Resolution.steps_stopped: f"steps stopped{at} (the rule holds only while steps run)",
+        Resolution.no_value: f"its value stopped coming{at}",
+        Resolution.rule_changed: "the rule no longer applies (disabled, deleted or changed)",
+    }[resolution]
+    return why if fired else f"never fired: {why} before it held for {rule.for_s:g} s"
 
 
 _OPS = {
@@ -394,9 +481,13 @@ class AlertEngine:
                 if not holds and key not in instances:
                     continue
                 seen.add(key)
+                why = None
+                if not holds:
+                    why = _why_not(run, value, compiled, final=final)
                 transition = self._step(
-                    compiled.rule, run.run_id, holds, value, now, at_once=compiled.end or final
-                )
+                    compiled.rule, run.run_id, holds, value, now,
+                    at_once=compiled.end or final, why=why,
+                )  # fmt: skip
                 if transition is not None:
                     transitions.append(transition)
         # Instances whose rule was disabled, deleted or no longer applies, or whose run is
@@ -418,7 +509,7 @@ class AlertEngine:
                     previous=instance.state,
                     value=instance.value,
                     instance=instance,
-                    message="rule no longer applies",
+                    resolution=Resolution.rule_changed,
                 )
             )
         return transitions
@@ -432,6 +523,7 @@ class AlertEngine:
         now: float,
         *,
         at_once: bool = False,
+        why: Resolution | None = None,
     ) -> Transition | None:
         assert rule.id is not None
         key = (rule.id, run_id)
@@ -455,7 +547,7 @@ class AlertEngine:
                 del self.instances[key]
                 return Transition(
                     rule, run_id, AlertState.resolved, AlertState.pending, value, instance,
-                    message=f"never fired: pending, cleared before it held for {rule.for_s:g} s",
+                    resolution=why or Resolution.condition_cleared, cleared_at=now,
                 )  # fmt: skip
             instance.last_true_at = now
             if now - instance.active_since >= rule.for_s or at_once:
@@ -467,21 +559,39 @@ class AlertEngine:
         # firing
         if holds:
             instance.last_true_at = now
+            instance.cleared_at = None
             return None
+        if instance.cleared_at is None:
+            instance.cleared_at = now
         if now - instance.last_true_at >= rule.keep_firing_for_s:
             del self.instances[key]
-            return Transition(rule, run_id, AlertState.resolved, AlertState.firing, value, instance)
+            return Transition(
+                rule, run_id, AlertState.resolved, AlertState.firing, value, instance,
+                resolution=why or Resolution.condition_cleared, cleared_at=instance.cleared_at,
+            )  # fmt: skip
         return None
 
 
 def alert_message(
-    rule: AlertRule, state: AlertState, value: float | None, run_name: str | None
+    rule: AlertRule,
+    state: AlertState,
+    value: float | None,
+    run_name: str | None,
+    *,
+    windows: ValueWindows = ValueWindows(),
+    why: str = "",
 ) -> str:
-    """The alert's one line; `run_name` None: a server alert."""
+    """The alert's one line; `run_name` None: a server alert. A resolved alert says `why`
+    (resolution_text) and what its value was."""
     verb = {
         AlertState.pending: "pending",
         AlertState.firing: "FIRING",
         AlertState.resolved: "resolved",
     }[state]
     where = "on the server" if run_name is None else f"on run {run_name!r}"
-    return f"[{verb}] {rule.name} {where}: {describe_condition(rule, value)}"
+    metric = AlertMetric(rule.metric)
+    if state == AlertState.resolved and why and metric not in END_METRICS:
+        body = f"{why}; last reading: {value_text(rule, value, windows)}"
+    else:
+        body = describe_condition(rule, value, windows)
+    return f"[{verb}] {rule.name} {where}: {body}"

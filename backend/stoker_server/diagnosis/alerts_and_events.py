@@ -160,9 +160,11 @@ def apply_transition(
     state: AlertState,
     value: float | None,
     message: str,
+    reason: str | None = None,
 ) -> tuple[AlertPublic, RunEventPublic | None] | None:
     """Store one alert state change and its run event (a server alert, `run_id` None, has no
-    run and no event). None when the run is gone."""
+    run and no event); a resolved one's event keeps why (`reason`, alerting.Resolution).
+    None when the run is gone."""
     if run_id is not None and session.get(Run, run_id) is None:
         return None
     now: datetime = utc_now()
@@ -194,7 +196,8 @@ def apply_transition(
         run_id=run_id,
         kind="alert",
         message=message[:2000],
-        data={"alert_id": alert.id, "rule_id": alert.rule_id, "state": state, "value": value},
+        data={"alert_id": alert.id, "rule_id": alert.rule_id, "state": state, "value": value}
+        | ({"reason": reason} if reason is not None else {}),
     )
     session.add(event)
     session.commit()

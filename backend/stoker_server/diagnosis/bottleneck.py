@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from stoker_server.core.levels import MODERATELY_INPUT_BOUND
 from stoker_server.diagnosis.advice import fix_for, singled_out, stage_label
 from stoker_server.diagnosis.verdict import Diagnosis, Evidence
+from trainer_agent.figures import percent_text, share_text
 
 # A buffer after a starving stage is mostly empty: below this fill.
 EMPTY_BUFFER_FILL = 0.5
@@ -182,7 +183,7 @@ def find_bottleneck(
         fill_text = (
             "no buffer after it"
             if fill is None
-            else f"the emptiest buffer after it {fill:.0%} full"
+            else f"the emptiest buffer after it {percent_text(fill * 100)} full"
         )
         where = "" if stage is slow else f"; the slow work is its function's {slow['kind']}"
         if raw[position] < capacity[position]:
@@ -195,8 +196,9 @@ def find_bottleneck(
         reason = (
             f"{stage_label(stage)} {figure} ({slow.get('ms_per_element') or 0:.3g} ms an element "
             f"on {threads:.2g} thread(s)){where}, the lowest of the "
-            f"pipeline; the steps would take {demand_steps_per_s:.3g}/s when fed and wait for "
-            f"input {wait_share:.0%} of the time; {fill_text}."
+            f"pipeline; the steps would take {demand_steps_per_s:.3g}/s when fed, and waited for "
+            f"input {share_text(wait_share)} of their time over the steps before this pipeline "
+            f"read; {fill_text}."
         )
         focus = singled_out(stage) or (stage.get("functions") or [None])[0]
         return Bottleneck(

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from stoker_server.core.models import AlertMetric, AlertRule, Run, RunPublic
+from stoker_server.core.models import AlertMetric, AlertRule, Run, RunPublic, utc_now
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.alerting import (
     SERVER_METRICS,
@@ -166,6 +166,7 @@ class Detectors:
             self.runs,
             self.rules,
             now=time.monotonic(),
+            wall_now=utc_now(),
             connected=connected,
             settings=self.settings,
             baseline_runs=baselines,

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from stoker_server.core.levels import VERDICT_WORDS, share_text
+from stoker_server.core.levels import VERDICT_WORDS
 from stoker_server.core.models import AlertMetric, AlertPublic, AlertState, RunEventPublic
 from stoker_server.diagnosis.alerting import END_METRICS, SERVER_RUN_ID
 from stoker_server.diagnosis.alerts_and_events import (
@@ -24,6 +24,7 @@ from stoker_server.diagnosis.evaluation import AlertChange, Evaluation, VerdictC
 from stoker_server.diagnosis.verdict import Diagnosis
 from stoker_server.diagnosis.webhooks import Delivery, json_payload, slack_payload
 from stoker_server.ingest.writer import Writer
+from trainer_agent.figures import share_text
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +47,15 @@ class Publisher(Protocol):
 
 def verdict_event_message(diagnosis: Diagnosis, previous: Diagnosis | None) -> str:
     """A verdict change as its event says it, in the words and the rounding every surface uses
-    (levels.VERDICT_WORDS, levels.share_text): "verdict not input-bound → moderately
-    input-bound (input wait 5.0 % of step time)"; a run's first verdict has no "from"."""
+    (levels.VERDICT_WORDS, figures.share_text), its window named: "verdict not input-bound →
+    moderately input-bound (input wait 5.0 % of step time over the last 30 s)"; a run's first
+    verdict has no "from"."""
     words = VERDICT_WORDS[diagnosis.verdict]
     if previous is not None:
         words = f"{VERDICT_WORDS[previous.verdict]} → {words}"
     share = diagnosis.input_wait_share
-    detail = f" (input wait {share_text(share)} of step time)" if share is not None else ""
+    over = f" over the {diagnosis.window_label}" if diagnosis.window_label else ""
+    detail = f" (input wait {share_text(share)} of step time{over})" if share is not None else ""
     return f"verdict {words}{detail}"
 
 
@@ -127,6 +130,7 @@ class DiagnosisEffects:
             state=transition.state,
             value=transition.value,
             message=change.message,
+            reason=change.reason,
         )
         if stored is None:
             return
@@ -165,7 +169,9 @@ class DiagnosisEffects:
                     url=str(channel["url"]),
                     format=fmt,
                     event=state,
-                    payload=build(alert_json, event=state, run=run),
+                    payload=build(
+                        alert_json, event=state, run=run, value=change.value, reason=change.reason
+                    ),
                 )
             )
 

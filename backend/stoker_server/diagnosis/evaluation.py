@@ -7,8 +7,10 @@ and delivered, is diagnosis/effects.py's; the tick that joins them, diagnosis/de
 """
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from stoker_server.core.models import AlertMetric
+from stoker_server.core.levels import shown_share
+from stoker_server.core.models import AlertMetric, AlertState
 from stoker_server.core.settings import Settings
 from stoker_server.diagnosis.alerting import (
     END_METRICS,
@@ -17,7 +19,10 @@ from stoker_server.diagnosis.alerting import (
     ParamKey,
     RunFacts,
     Transition,
+    ValueWindows,
     alert_message,
+    resolution_text,
+    value_text,
 )
 from stoker_server.diagnosis.stragglers import straggler_ratio, worker_timings
 from stoker_server.diagnosis.verdict import Diagnosis, Verdict, diagnose
@@ -43,6 +48,8 @@ class AlertChange:
     transition: Transition
     message: str  # the alert's line, as stored, pushed and delivered
     live: bool  # the run is running with an agent connected: a profile can be captured
+    value: str = ""  # its value as the UI writes that quantity, with its window
+    reason: str | None = None  # a resolved alert's why (alerting.Resolution)
 
 
 @dataclass
@@ -121,6 +128,8 @@ def run_facts(
     sms = [r.sm_util for r in recent if r.sm_util is not None]
     tensors = [r.tensor_util for r in recent if r.tensor_util is not None]
     share = window.input_wait_share() if window.waited_count >= s.diagnosis_min_steps else None
+    # As the diagnosis shows it (to a tenth of a percent): the alert says the same figure.
+    share = None if share is None else shown_share(share)
     no_data = None if window.last_data_at is None else now - window.last_data_at
     values: dict[AlertMetric, float | None] = {
         AlertMetric.gpu_util: sum(utils) / len(utils) if utils else None,
@@ -187,6 +196,7 @@ def evaluate(
     rules: AlertEngine,
     *,
     now: float,
+    wall_now: datetime | None = None,
     connected: set[int],
     settings: Settings,
     baseline_runs: dict[int, float | None],
@@ -197,6 +207,7 @@ def evaluate(
     enabled rule against every run's facts (and the server's, with `server_rules`).
 
     Args:
+        wall_now: The wall-clock time of `now`, for when a resolved alert's condition cleared.
         connected: The runs with an agent connected here.
         baseline_runs: The median step time of each baseline run a rule names.
         disk_free_share: The free share of the server's fuller disk, for the server rules.
@@ -237,23 +248,49 @@ def evaluate(
         )
     if server_rules:
         facts.append(server_facts(disk_free_share))
+    windows = ValueWindows(
+        wait_s=settings.diagnosis_window_s, device_s=settings.alert_value_window_s
+    )
     for transition in rules.evaluate(facts, now=now):
-        evaluation.alerts.append(_alert_change(transition, runs, connected))
+        change = _alert_change(
+            transition, runs, connected, windows=windows, now=now, wall_now=wall_now
+        )
+        evaluation.alerts.append(change)
     return evaluation
 
 
-def _alert_change(transition: Transition, runs: WatchedRuns, connected: set[int]) -> AlertChange:
+def _alert_change(
+    transition: Transition,
+    runs: WatchedRuns,
+    connected: set[int],
+    *,
+    windows: ValueWindows,
+    now: float,
+    wall_now: datetime | None,
+) -> AlertChange:
     rule, run_id = transition.rule, transition.run_id
     window = runs.windows.get(run_id)
     if run_id == SERVER_RUN_ID:
         run_name = None
     else:
         run_name = window.name if window is not None else str(run_id)
-    message = alert_message(rule, transition.state, transition.value, run_name)
-    note = transition.message
-    if not note and AlertMetric(rule.metric) == AlertMetric.run_failed:
+    why = ""
+    if transition.resolution is not None:
+        cleared, at = transition.cleared_at, None
+        if cleared is not None and wall_now is not None:
+            at = wall_now - timedelta(seconds=now - cleared)
+        fired = transition.previous != AlertState.pending
+        why = resolution_text(rule, transition.resolution, at, fired=fired)
+    message = alert_message(
+        rule, transition.state, transition.value, run_name, windows=windows, why=why
+    )
+    note = ""
+    if AlertMetric(rule.metric) == AlertMetric.run_failed:
         note = runs.end_notes.get(run_id, "")
     if note:
         message += f" ({note})"
     live = window is not None and window.running and run_id in connected
-    return AlertChange(transition, message, live)
+    return AlertChange(
+        transition, message, live, value=value_text(rule, transition.value, windows),
+        reason=None if transition.resolution is None else str(transition.resolution),
+    )  # fmt: skip

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stoker_server.diagnosis.verdict import Evidence, GpuFinding
+from trainer_agent.figures import percent_text
 
 LAUNCH_BOUND_UTIL = 80.0  # NVML utilization at least this ...
 LAUNCH_BOUND_SM = 40.0  # ... while fewer SMs than this are busy (GPM)
@@ -75,8 +76,9 @@ def _ev(key: str, value: float, text: str) -> Evidence:
     return Evidence(key=key, value=value, text=text)
 
 
-def _pct(value: float) -> str:
-    return f"{value:.0f} %"
+def _of(part: float, total: float) -> str:
+    """`part` of `total` in percent, as every surface writes a percent: "95 %"."""
+    return percent_text(part / total * 100)
 
 
 def _gib(value: float) -> str:
@@ -124,11 +126,13 @@ def launch_bound(run: GpuFacts) -> GpuFinding | None:
     if util is None or sm is None or util < LAUNCH_BOUND_UTIL or sm >= LAUNCH_BOUND_SM:
         return None
     evidence = [
-        _ev("gpu_util_mean", util, f"GPU utilization {_pct(util)} (NVML: some kernel ran)"),
-        _ev("sm_util_mean", sm, f"but only {_pct(sm)} of the SMs were busy (GPM)"),
+        _ev("gpu_util_mean", util, f"GPU utilization {percent_text(util)} (NVML: some kernel ran)"),
+        _ev("sm_util_mean", sm, f"but only {percent_text(sm)} of the SMs were busy (GPM)"),
     ]
     if occupancy is not None:
-        evidence.append(_ev("sm_occupancy_mean", occupancy, f"SM occupancy {_pct(occupancy)}"))
+        evidence.append(
+            _ev("sm_occupancy_mean", occupancy, f"SM occupancy {percent_text(occupancy)}")
+        )
     advice = ["Use larger batches: each kernel then has enough work to fill the SMs."]
     if run.jit is not True:
         advice.append(
@@ -203,7 +207,7 @@ def oom_ahead(run: GpuFacts) -> GpuFinding | None:
             Evidence(
                 key="peak_tf_memory_bytes",
                 value=tf_peak,
-                text=f"allocator peak {_gib(tf_peak)} of {_gib(total)} ({tf_peak / total:.0%})",
+                text=f"allocator peak {_gib(tf_peak)} of {_gib(total)} ({_of(tf_peak, total)})",
             ),
         ],
         advice=[
@@ -231,13 +235,13 @@ def memory_growth_off(run: GpuFacts) -> GpuFinding | None:
         Evidence(
             key="peak_memory_bytes",
             value=used_peak,
-            text=f"NVML shows {_gib(used_peak)} of {_gib(total)} taken ({used_peak / total:.0%})",
+            text=f"NVML shows {_gib(used_peak)} of {_gib(total)} taken ({_of(used_peak, total)})",
         ),
         Evidence(
             key="peak_tf_memory_bytes",
             value=tf_peak,
             text=f"while TensorFlow's allocator used at most {_gib(tf_peak)} "
-            f"({tf_peak / total:.0%})",
+            f"({_of(tf_peak, total)})",
         ),
     ]
     if off:

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stoker_server.core.models import Run, RunPublic
-from stoker_server.diagnosis.units import ms, pct
 from stoker_server.diagnosis.window import RunWindow
+from trainer_agent.figures import ms_text, share_text
 from trainer_agent.telemetry.throttle import SLOWING_MASK, throttle_words
 
 # Stragglers: a worker waits at least this share of its steps on input, and this many times
@@ -83,7 +83,7 @@ def find_straggler(workers: Sequence[WorkerTiming]) -> Straggler | None:
         return Straggler(
             rank=slowest.rank, host=slowest.host, kind="input", wait_share=share,
             others_wait_share=others_share,
-            text=f"{name} waits {pct(share)} on input while {others_text} < {below} %: "
+            text=f"{name} waits {share_text(share)} on input while {others_text} < {below} %: "
             "its pipeline starves the whole job",
         )  # fmt: skip
     net = {w.rank: w.step_s * (1.0 - (w.wait_share or 0.0)) for w in workers}
@@ -99,14 +99,14 @@ def find_straggler(workers: Sequence[WorkerTiming]) -> Straggler | None:
             rank=rank, host=worker.host, kind="throttled", wait_share=worker.wait_share,
             others_wait_share=None,
             text=f"{name} is slow because of {' and '.join(reasons)}, not its input: "
-            f"{ms(net[rank])} per step net of input wait, {net[rank] / median:.1f}x the median "
-            f"worker's {ms(median)}",
+            f"{ms_text(net[rank])} per step net of input wait, {net[rank] / median:.1f}x the "
+            f"median worker's {ms_text(median)}",
         )  # fmt: skip
     return Straggler(
         rank=rank, host=worker.host, kind="compute", wait_share=worker.wait_share,
         others_wait_share=None,
-        text=f"{name} takes {ms(net[rank])} per step net of input wait, "
-        f"{net[rank] / median:.1f}x the median worker's {ms(median)}: the others wait for it",
+        text=f"{name} takes {ms_text(net[rank])} per step net of input wait, "
+        f"{net[rank] / median:.1f}x the median worker's {ms_text(median)}: the others wait for it",
     )  # fmt: skip
 
 

@@ -16,7 +16,6 @@ from stoker_server.core.levels import (
     VERDICT_WORDS,
     Verdict,
     input_bound_verdict,
-    share_text,
     shown_share,
 )
 from stoker_server.diagnosis.advice import (
@@ -27,8 +26,8 @@ from stoker_server.diagnosis.advice import (
     once,
 )
 from stoker_server.diagnosis.stragglers import find_straggler, worker_timings
-from stoker_server.diagnosis.units import ms
 from stoker_server.diagnosis.window import RunWindow
+from trainer_agent.figures import count_text, ms_text, percent_text, share_text
 
 # Fallback (no measured wait): what utilization and host CPU levels mean.
 VERY_LOW_UTIL_PCT = 50.0
@@ -120,6 +119,33 @@ class _Findings:
             return WHOLE_RUN
         return f"last {self.window.window_s:g} s"
 
+    @property
+    def step(self) -> tuple[str, float, str] | None:
+        """The step time shown beside the input-wait figure, over the same steps, and named:
+        an ended run's median over the whole run (its summary's, the figure the run page and
+        the list show), else the mean over the window (which keeps sums, not every step). As
+        (evidence key, seconds, its words with "{}" for the figure)."""
+        whole = self.window.whole_run
+        if whole is not None and self.window_label == WHOLE_RUN and whole.median_step_s is not None:
+            return "median_step_ms", whole.median_step_s, "median step time {} over the whole run"
+        if self.mean_step is not None:
+            over = f"over the {self.window_label}"
+            return "mean_step_ms", self.mean_step, "mean step time {} " + over
+        return None
+
+    @property
+    def step_s(self) -> float | None:
+        return None if self.step is None else self.step[1]
+
+    @property
+    def steps(self) -> int:
+        """The steps the input-wait figure covers: the whole run's (its summary's count), or
+        the window's."""
+        whole = self.window.whole_run
+        if whole is not None and self.window_label == WHOLE_RUN:
+            return whole.steps
+        return self.window.step_count
+
     def add(self, key: str, value: Any, text: str) -> None:
         self.evidence.append(Evidence(key=key, value=value, text=text))
 
@@ -132,7 +158,7 @@ class _Findings:
             source=self.source,
             window_s=self.window.window_s,
             window_label=self.window_label,
-            steps_in_window=self.window.step_count,
+            steps_in_window=self.steps,
             evidence=self.evidence,
             advice=once(self.advice),
         )
@@ -143,12 +169,12 @@ class _Findings:
                 input_advice(
                     cpu=self.cpu,
                     pipeline=self.pipeline,
-                    mean_step_s=self.mean_step,
+                    step_s=self.step_s,
                     steps_per_execution=_steps_per_execution(self.window.environment),
                 )
             )
         else:
-            self.advice.extend(device_advice(util=self.util, mean_step_s=self.mean_step))
+            self.advice.extend(device_advice(util=self.util, step_s=self.step_s))
 
 
 def diagnose(
@@ -190,16 +216,17 @@ def _stalled(
         "stall_threshold_s",
         round(limit, 1),
         f"stall threshold {limit:.0f} s = max({min_s:g} s, "
-        f"{step_factor:g} x median step time {ms(median or 0)})",
+        f"{step_factor:g} x median step time {ms_text(median or 0)} of the last "
+        f"{len(window.recent_durations)} steps)",
     )
     add("agent_connected", True, "the training process is still connected")
     recent_util = [r.util for r in window.recent_device(10.0) if r.util is not None]
     if recent_util:
         u = sum(recent_util) / len(recent_util)
-        add("gpu_util_pct", round(u, 1), f"GPU utilization {u:.0f} % in the last samples")
+        add("gpu_util_pct", round(u, 1), f"GPU utilization {percent_text(u)} in the last samples")
         if u >= LOW_UTIL_PCT:
             advice.append(
-                f"The GPU is busy ({u:.0f} %) but no step completes: typical of a hung "
+                f"The GPU is busy ({percent_text(u)}) but no step completes: typical of a hung "
                 "collective (all-reduce) in a distributed job. Check that every worker "
                 "is alive and not out of memory; one stuck replica stalls them all."
             )
@@ -218,17 +245,23 @@ def _stalled(
     return found.result(Verdict.stalled, found.share)
 
 
+def _step_time(found: _Findings) -> None:
+    """The step time beside the input-wait figure (`_Findings.step`)."""
+    if found.step is not None:
+        key, seconds, words = found.step
+        found.add(key, round(seconds * 1000, 2), words.format(ms_text(seconds)))
+
+
 def _describe(found: _Findings, *, min_steps: int) -> None:
     """The evidence every verdict but a stall shows: step time, device and host load, the
     pipeline's shape, a straggling worker."""
     add, pipeline = found.add, found.pipeline
-    mean_step, util, cpu = found.mean_step, found.util, found.cpu
-    if mean_step is not None:
-        add("mean_step_ms", round(mean_step * 1000, 2), f"mean step time {ms(mean_step)}")
+    util, cpu = found.util, found.cpu
+    _step_time(found)
     if util is not None:
-        add("gpu_util_pct", round(util, 1), f"GPU utilization averages {util:.0f} %")
+        add("gpu_util_pct", round(util, 1), f"GPU utilization averages {percent_text(util)}")
     if cpu is not None:
-        add("host_cpu_pct", round(cpu, 1), f"host CPU busy {cpu:.0f} %")
+        add("host_cpu_pct", round(cpu, 1), f"host CPU busy {percent_text(cpu)}")
     if "prefetch" in pipeline:
         has = bool(pipeline["prefetch"])
         add("prefetch", has, "the pipeline prefetches" if has else "the pipeline does not prefetch")
@@ -268,19 +301,13 @@ def _measured(found: _Findings, *, min_steps: int, highly: float, moderately: fl
         )
         found.advice.append("Keep training: the verdict appears once enough steps are measured.")
         return found.result(Verdict.insufficient_data, share)
-    if whole is not None:
-        means = (whole.mean_wait_s, whole.mean_step_s)
-        over = "over the whole run"
-    else:
-        means = window.mean_waited_s() or (None, None)
-        over = f"over the {found.window_label}"
-    per_step_wait, per_step = means
-    assert per_step_wait is not None and per_step is not None  # waited >= min_steps
+    timed = whole.timed_steps if whole is not None else window.step_count
+    measured = "" if waited >= timed else f", input wait measured on {count_text(waited)}"
     found.add(
         "input_wait_share",
         shown_share(share),
-        f"input wait is {share_text(share)} of step time {over} "
-        f"({waited:,} steps: {ms(per_step_wait)} waiting of {ms(per_step)} per step)",
+        f"input wait is {share_text(share)} of step time over the {found.window_label} "
+        f"({count_text(found.steps)} steps{measured})",
     )
     executed = _steps_per_execution(window.environment)
     if executed > 1:
@@ -308,7 +335,9 @@ def _inferred(found: _Findings, *, min_steps: int) -> Diagnosis:
     )
     cv = window.step_cv()
     if cv is not None:
-        found.add("step_time_cv", round(cv, 3), f"step time varies by {cv * 100:.0f} % (std/mean)")
+        found.add(
+            "step_time_cv", round(cv, 3), f"step time varies by {percent_text(cv * 100)} (std/mean)"
+        )
     n = window.step_count
     if n < min_steps or util is None:
         if n >= min_steps and util is None:

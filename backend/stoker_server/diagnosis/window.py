@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from stoker_server.ingest.summary import timed_steps
+from stoker_server.ingest.summary import summarize, timed_steps
 
 RECENT_DURATIONS = 256
 STEP_CHUNKS_PER_WINDOW = 32
@@ -90,26 +90,31 @@ class HostRow(NamedTuple):
 
 @dataclass(frozen=True)
 class WholeRun:
-    """An ended run's input wait over all its steps (from its stored statistics): the figure
-    an ended run's verdict is judged on, the same as its summary's."""
+    """An ended run's figures over all its steps, read from its stored statistics as its
+    summary reads them: the input wait its verdict is judged on, its step count and its
+    median step time, the same numbers its summary (the run page, the list, compare) shows."""
 
     share: float | None
     waited_steps: int
-    mean_wait_s: float | None
-    mean_step_s: float | None
+    timed_steps: int  # every step but step 0 (tracing, compilation)
+    steps: int  # the run's steps, as its summary counts them
+    median_step_s: float | None
 
     @classmethod
     def of(cls, stats: dict[str, Any]) -> "WholeRun":
         waited_dur = float(stats.get("waited_dur_sum_s", 0.0))
         wait = float(stats.get("wait_sum_s", 0.0))
+        timed = int(stats.get("timed_steps", 0))
         # Runs stored before `waited_steps` was counted: every timed step, when all waited.
-        steps = int(stats.get("waited_steps", stats.get("timed_steps", 0)) if waited_dur else 0)
-        share = wait / waited_dur if waited_dur > 0 else None
+        waited = int(stats.get("waited_steps", timed) if waited_dur else 0)
+        summary = summarize(stats) if stats else None
+        median_ms = summary.step_time_ms_median if summary is not None else None
         return cls(
-            share=share,
-            waited_steps=steps,
-            mean_wait_s=wait / steps if steps else None,
-            mean_step_s=waited_dur / steps if steps else None,
+            share=wait / waited_dur if waited_dur > 0 else None,
+            waited_steps=waited,
+            timed_steps=max(timed, waited),
+            steps=summary.steps if summary is not None else 0,
+            median_step_s=None if median_ms is None else median_ms / 1000,
         )
 
 

@@ -297,8 +297,9 @@ def _epochs(
             f"WHERE run_id = {mark} AND name = {mark} ORDER BY epoch",
             (run_id, name),
         ).all()
+        goal, directed = metric_goal(name, config)
         summaries[name] = epoch_metric_summary(
-            [(int(e), v) for e, v in stored], goal=metric_goal(name, config)
+            [(int(e), v) for e, v in stored], goal=goal, directed=directed
         )
     return add_epoch_metrics(stats, summaries)
 

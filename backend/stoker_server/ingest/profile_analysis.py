@@ -4,17 +4,27 @@ Only xprof's own converters read the trace; nothing here parses it. Its tools an
 Google DataTable JSON: the input-pipeline analyzer's second table has one row per marked
 step (`train <step>`) with the time breakdown, its third the per-iterator table; the
 framework-op table lists ops by self time.
+
+A trace is the agent's upload: untrusted input to a large C++ converter. It is analysed in a
+child process (`trace_child`), one at a time, within a time and an address-space limit
+(`AnalysisLimits`): a trace that makes the converter run away, allocate without bound or
+crash costs that child, never the server.
 """
 
 import asyncio
+import importlib.util
 import itertools
 import json
 import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +81,73 @@ def _alone(paths: list[Path]) -> Iterator[list[Path]]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def analyse(paths: list[Path]) -> tuple[dict[str, Any], float | None, tuple[int, int] | None]:
+Analysed = tuple[dict[str, Any], float | None, tuple[int, int] | None]
+
+
+@dataclass(frozen=True)
+class AnalysisLimits:
+    """What one analysis may take: its child is killed after `timeout_s`, and cannot map more
+    than `max_bytes` of address space."""
+
+    timeout_s: float = 300.0
+    max_bytes: int = 8 * 2**30
+
+
+class AnalysisFailed(Exception):
+    """The child analysing a trace failed, ran out of time or memory; the message says which."""
+
+
+def analyse(paths: list[Path], limits: AnalysisLimits | None = None) -> Analysed:
     """(analysis, the profiler's input share, the step range it analysed) of the traces of one
-    capture: several (one per worker, each named for its host) are analysed together, as xprof
-    merges the hosts of one capture."""
+    capture, from a child process within `limits`: several traces (one per worker, each named
+    for its host) are analysed together, as xprof merges the hosts of one capture. Blocks
+    (call it off the event loop); raises AnalysisFailed."""
+    if importlib.util.find_spec("xprof") is None:
+        return {"available": False, "message": NOT_INSTALLED}, None, None
+    limits = limits or AnalysisLimits()
+    request = json.dumps({"paths": [str(p) for p in paths], "max_bytes": limits.max_bytes})
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "stoker_server.ingest.trace_child"],
+            input=request, capture_output=True, text=True, timeout=limits.timeout_s,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise AnalysisFailed(
+            f"it took over {limits.timeout_s:g} s and was stopped "
+            "(STOKER_PROFILE_ANALYSIS_TIMEOUT_S)"
+        ) from None
+    if done.returncode != 0:
+        raise AnalysisFailed(_child_failure(done.returncode, done.stderr, limits))
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    result = json.loads(lines[-1])
+    steps = result["steps"]
+    return result["analysis"], result["share"], (steps[0], steps[1]) if steps else None
+
+
+# How running out of address space shows: Python's, C++'s, the loader's (a library that cannot
+# be mapped), the C library's.
+_OUT_OF_MEMORY = ("MemoryError", "bad_alloc", "failed to map segment", "Cannot allocate memory")
+
+
+def _child_failure(returncode: int, stderr: str, limits: AnalysisLimits) -> str:
+    memory = (
+        f"most likely over its {limits.max_bytes}-byte memory limit "
+        "(STOKER_PROFILE_ANALYSIS_MAX_BYTES)"
+    )
+    if any(sign in stderr for sign in _OUT_OF_MEMORY):
+        return f"it ran out of memory: {memory}"
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else ""
+        return f"the analysing process was stopped by {name or -returncode}: {memory}"
+    last = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
+    return last[-500:] or f"the analysing process exited with status {returncode}"
+
+
+def analyse_here(paths: list[Path]) -> Analysed:
+    """The analysis itself, in this process: `trace_child` runs it."""
     try:
         import xprof  # noqa: F401
-    except ImportError:
+    except ImportError:  # found, but it does not import: as good as not installed
         return {"available": False, "message": NOT_INSTALLED}, None, None
     with _alone(paths) as alone:
         return _analyse(alone)
@@ -151,12 +221,15 @@ def _number(text: Any) -> float | None:
 
 class AnalysisRuns:
     """One analysis at a time per profile: asked for while its analysis runs (a lost worker's
-    trace came in meanwhile), the profile is analysed once more after it. The server's own
-    (on its `AppState`); used from the event loop only."""
+    trace came in meanwhile), the profile is analysed once more after it; and one child
+    process at a time over all profiles (`one_at_a_time`). The server's own (on its
+    `AppState`); used from the event loop only."""
 
     def __init__(self) -> None:
         self._running: dict[int, asyncio.Task[None]] = {}  # held: the loop keeps weak ones
         self._again: set[int] = set()
+        # Whatever the profile, one analysis (one child process) at a time.
+        self.one_at_a_time = asyncio.Semaphore(1)
 
     def running(self, pid: int) -> bool:
         """Whether the profile is being analysed (or is to be analysed again after)."""

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sqlmodel import Session, col, select
 
-from stoker_server.core.errors import StokerError
+from stoker_server.core.errors import Conflict, StokerError
 from stoker_server.core.models import (
     Profile,
     ProfilePublic,
@@ -41,10 +41,6 @@ from stoker_server.ingest.profile_labels import label_analysis
 IN_PROGRESS = (ProfileStatus.requested, ProfileStatus.capturing, ProfileStatus.uploading)
 # Statuses the agent may report; `ready` is the server's own, after the analysis.
 AGENT_STATUSES = {ProfileStatus.capturing, ProfileStatus.uploading, ProfileStatus.failed}
-
-
-class Conflict(StokerError):
-    status_code = 409
 
 
 class ProfileNotFound(StokerError):
@@ -490,6 +486,27 @@ def finish(
     evict_beyond_quota(session=session, data_dir=data_dir, quota_bytes=quota_bytes)
     session.refresh(profile)
     return public(profile)
+
+
+def make_room(*, session: Session, pid: int, data_dir: Path, quota_bytes: int) -> str | None:
+    """Before a profile is analysed: None when its traces fit in `quota_bytes`, the oldest
+    other traces evicted as needed; else why not, its own traces then deleted (a trace the
+    quota cannot hold is not worth analysing)."""
+    profile = session.get(Profile, pid)
+    if profile is None:
+        return None
+    own = stored_bytes(profile)
+    if own > quota_bytes:
+        shutil.rmtree(trace_path(data_dir, pid).parent, ignore_errors=True)
+        profile.trace_evicted = True
+        session.add(profile)
+        session.commit()
+        return (
+            f"its traces ({own} bytes) are over the server's profile quota ({quota_bytes} "
+            "bytes, STOKER_PROFILE_QUOTA_BYTES): deleted, not analysed"
+        )
+    evict_beyond_quota(session=session, data_dir=data_dir, quota_bytes=quota_bytes)
+    return None
 
 
 def stored_bytes(profile: Profile) -> int:

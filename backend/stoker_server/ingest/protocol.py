@@ -1,9 +1,11 @@
 """Agent ⇄ server wire messages (docs/protocol.md). Strict: unknown fields are errors."""
 
+import json
 import math
 from typing import Annotated, Any, Literal
 
 import numpy as np
+import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -278,6 +280,8 @@ class PipelineColumns(Columns):
 class AgentCounters(_Strict):
     dropped_rows: int = Field(default=0, ge=0, le=MAX_INT64)
     spooled_rows: int = Field(default=0, ge=0, le=MAX_INT64)
+    # Spooled batch files the agent could not read (moved aside as *.bad); sent when not 0.
+    unreadable_spool_files: int = Field(default=0, ge=0, le=MAX_INT64)
 
 
 class Batch(_Strict):
@@ -301,6 +305,31 @@ class End(_Strict):
     status: Literal["finished", "failed", "interrupted"] = "finished"
     # Steps the agent still holds in its spool: the run ended, but they arrive later.
     unsent_steps: int = Field(default=0, ge=0, le=MAX_INT64)
+
+
+def _json_bytes(value: Any) -> int:
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:  # an integer beyond 64 bits, which orjson does not write
+        return len(json.dumps(value, ensure_ascii=False).encode())
+
+
+def oversize_hello(
+    hello: Hello, *, max_config_bytes: int, max_environment_bytes: int
+) -> str | None:
+    """Why the hello's config or environment is refused (over its byte limit, as JSON), or
+    None. Every browser and comparison reads them: they are bounded like any input."""
+    for name, value, limit in (
+        ("config", hello.config, max_config_bytes),
+        ("environment", hello.environment, max_environment_bytes),
+    ):
+        size = _json_bytes(value)
+        if size > limit:
+            return (
+                f"the run's {name} is {size} bytes as JSON, over the server's {limit}-byte "
+                f"limit: send a smaller {name} (e.g. paths instead of contents)"
+            )
+    return None
 
 
 class HttpIngest(_Strict):

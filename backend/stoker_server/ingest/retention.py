@@ -234,30 +234,63 @@ class _Statements:
             return fn(session=session, **kwargs)
 
 
+class NoLongerDue(Exception):
+    """The run was pinned, resumed or deleted after it was found due: compaction stops."""
+
+
+def still_due(session: Session, run_id: int) -> None:
+    """Raise NoLongerDue unless the run exists, has ended and is not pinned: checked in the
+    transaction of each of compaction's statements (on PostgreSQL with the run's row locked
+    until its commit), so a pin or a resume between two chunks stops it."""
+    connection = session.connection()
+    lock = " FOR UPDATE" if connection.dialect.name == "postgresql" else ""
+    row = connection.exec_driver_sql(
+        f"SELECT status, pinned FROM run WHERE id = {placeholder(connection)}{lock}", (run_id,)
+    ).first()
+    if row is None or row[0] == RunStatus.running.value or row[1]:
+        raise NoLongerDue(run_id)
+
+
+def _while_due(fn: Any) -> Any:
+    """`fn` (one of compaction's statements), run only while its run is still due."""
+
+    def checked(*, session: Session, run_id: int, **kwargs: Any) -> Any:
+        still_due(session, run_id)
+        return fn(session=session, run_id=run_id, **kwargs)
+
+    return checked
+
+
 async def compact_run(writer: Any, engine: Any, run_id: int, usage: DiskUsage) -> Run | None:
-    """Reduce one run's raw rows, chunk by chunk; return the run."""
+    """Reduce one run's raw rows, chunk by chunk; return the run (None when it was pinned,
+    resumed or deleted meanwhile: then what is left stays)."""
     statements = _Statements(writer, engine)
     deleted_rows = 0
-    while True:
-        steps, chunks = await statements.run(delete_step_chunks, run_id=run_id)
-        deleted_rows += steps
-        if chunks < CHUNKS_PER_DELETE:
-            break
-    for table in ("devicesample", "hostsample"):
-        window = await statements.run(sample_windows, run_id=run_id, table=table)
-        if window is None:
-            continue
-        first, width, rows = window
-        if rows <= KEEP_SAMPLES:
-            continue
-        chunks = max(1, math.ceil(rows / CHUNK_ROWS))
-        step = max(1, math.ceil(KEEP_SAMPLES / chunks))
-        for lo in range(0, KEEP_SAMPLES, step):
-            deleted_rows += await statements.run(
-                thin_samples_chunk, run_id=run_id, table=table, first=first, width=width,
-                lo=lo, hi=min(lo + step, KEEP_SAMPLES),
-            )  # fmt: skip
-    run = await writer.run(mark_compacted, run_id=run_id)
+    try:
+        while True:
+            steps, chunks = await statements.run(_while_due(delete_step_chunks), run_id=run_id)
+            deleted_rows += steps
+            if chunks < CHUNKS_PER_DELETE:
+                break
+        for table in ("devicesample", "hostsample"):
+            window = await statements.run(sample_windows, run_id=run_id, table=table)
+            if window is None:
+                continue
+            first, width, rows = window
+            if rows <= KEEP_SAMPLES:
+                continue
+            chunks = max(1, math.ceil(rows / CHUNK_ROWS))
+            step = max(1, math.ceil(KEEP_SAMPLES / chunks))
+            for lo in range(0, KEEP_SAMPLES, step):
+                deleted_rows += await statements.run(
+                    _while_due(thin_samples_chunk), run_id=run_id, table=table, first=first,
+                    width=width, lo=lo, hi=min(lo + step, KEEP_SAMPLES),
+                )  # fmt: skip
+        run = await writer.run(_while_due(mark_compacted), run_id=run_id)
+    except NoLongerDue:
+        usage._raw_by_run.pop(run_id, None)
+        log.info("run %s was pinned, resumed or deleted: compaction stopped", run_id)
+        return None
     usage.compacted_runs += 1
     usage.compacted_rows += deleted_rows
     usage._raw_by_run.pop(run_id, None)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from stoker_server.core.levels import shown_share
+from stoker_server.core.metric_goals import metric_direction
 from stoker_server.core.models import Run, RunPublic, RunSummary, WorkerSummary
 
 # Buckets are powers of 1.02 of one microsecond: adjacent bounds differ by 2 %, so the
@@ -158,21 +159,16 @@ def add_metrics(stats: dict[str, Any], *, values: Sequence[float | None]) -> dic
     return {**stats, "nonfinite_metrics": stats.get("nonfinite_metrics", 0) + nulls}
 
 
-def metric_goal(name: str, config: dict[str, Any]) -> str:
-    """Whether an epoch metric is best at its minimum or maximum: what the run's config says
-    under `{"stoker": {"metric_goals": {name: "min" | "max"}}}`, else "min" for names holding
-    "loss" or "error" and "max" for the others."""
-    stoker = config.get("stoker")
-    goals = stoker.get("metric_goals") if isinstance(stoker, dict) else None
-    chosen = goals.get(name) if isinstance(goals, dict) else None
-    if chosen in ("min", "max"):
-        return chosen
-    lowered = name.lower()
-    return "min" if "loss" in lowered or "error" in lowered else "max"
+def metric_goal(name: str, config: dict[str, Any]) -> tuple[str, bool]:
+    """Whether an epoch metric is best at its minimum or maximum, and whether that direction
+    is the metric's own (core.metric_goals: the user's choice or Keras's): a value without one
+    (`learning_rate`) is ranked as "max" for its best, and never starred."""
+    direction = metric_direction(name, config)
+    return direction or "max", direction is not None
 
 
 def epoch_metric_summary(
-    epochs: Sequence[tuple[int, float | None]], *, goal: str
+    epochs: Sequence[tuple[int, float | None]], *, goal: str, directed: bool = True
 ) -> dict[str, Any]:
     """The last value and the best one (earliest epoch on ties) of one metric's epochs, given
     in epoch order; a null (NaN/Inf) value is never best but may be last."""
@@ -185,7 +181,8 @@ def epoch_metric_summary(
     last_epoch, last = epochs[-1] if epochs else (None, None)
     return {
         "last": last, "last_epoch": last_epoch, "best": None if best is None else best[1],
-        "best_epoch": None if best is None else best[0], "goal": goal, "epochs": len(epochs),
+        "best_epoch": None if best is None else best[0], "goal": goal, "directed": directed,
+        "epochs": len(epochs),
     }  # fmt: skip
 
 
@@ -355,6 +352,9 @@ def summarize(stats: dict[str, Any]) -> RunSummary:
         steps_to_upload=sum(stats.get("unsent_steps", {}).values()),
         duration_s=stats["last_t"] - stats["first_t"] if "first_t" in stats else None,
         dropped_rows=sum(a.get("dropped_rows", 0) for a in stats.get("agents", {}).values()),
+        unreadable_spool_files=sum(
+            a.get("unreadable_spool_files", 0) for a in stats.get("agents", {}).values()
+        ),
         nonfinite_metrics=stats.get("nonfinite_metrics", 0),
         epoch_metrics=stats.get("epoch_metrics", {}),
         workers=workers,

@@ -1,11 +1,14 @@
 """Fan-out of live updates to browsers.
 
-Each browser has a bounded queue of encoded messages. Publishing never waits: when a
-slow client's queue is full its oldest message is dropped, and before the next message it
-does receive, the client is told how many it missed so it can catch up over REST. One
-slow browser can never slow ingest or the other browsers. A message is encoded once,
-whatever the number of clients. With PostgreSQL, what this process publishes is also relayed
-to the other processes sharing the database (stoker_server.live.fanout).
+Each browser has a queue of encoded messages bounded in count and in bytes. Publishing never
+waits: when a slow client's queue is full its oldest messages are dropped, and before the next
+message it does receive, the client is told how many it missed so it can catch up over REST.
+One slow browser can never slow ingest or the other browsers, nor hold more than its byte
+budget of the server's memory. A message is encoded once, whatever the number of clients.
+Run messages carry no config or environment (each up to the server's limit, read over REST
+where shown), so a run's progress costs every browser a few hundred bytes. With PostgreSQL,
+what this process publishes is also relayed to the other processes sharing the database
+(stoker_server.live.fanout).
 """
 
 import asyncio
@@ -40,19 +43,43 @@ def encode(message: LiveMessage) -> str:
     return message.model_dump_json()
 
 
+# What a run message leaves out: read over REST (GET /runs/{id}) where it is shown.
+LIVE_RUN_OMITS = ("config", "environment")
+
+
+def live_run(run: RunJson) -> RunJson:
+    """A run as pushed live: without its config and environment."""
+    return {key: value for key, value in run.items() if key not in LIVE_RUN_OMITS}
+
+
 @dataclass(eq=False)
 class LiveClient:
     queue: asyncio.Queue[str]
+    max_bytes: int = 8 * 2**20
     run_ids: set[int] = field(default_factory=set)
     dropped: int = 0
     unreported_drops: int = 0
+    queued_bytes: int = 0
 
     def offer(self, encoded: str) -> None:
-        if self.queue.full():
-            self.queue.get_nowait()
+        size = len(encoded)
+        while not self.queue.empty() and (
+            self.queue.full() or self.queued_bytes + size > self.max_bytes
+        ):
+            self.queued_bytes -= len(self.queue.get_nowait())
             self.dropped += 1
             self.unreported_drops += 1
+        if size > self.max_bytes:  # alone over the budget: never queued
+            self.dropped += 1
+            self.unreported_drops += 1
+            return
         self.queue.put_nowait(encoded)
+        self.queued_bytes += size
+
+    async def next_message(self) -> str:
+        encoded = await self.queue.get()
+        self.queued_bytes -= len(encoded)
+        return encoded
 
     def offer_message(self, message: LiveMessage) -> None:
         self.offer(encode(message))
@@ -81,6 +108,9 @@ class LiveHub:
             last; the change is relayed too (`watch`), so an agent on another server learns it.
         relay: Sends what this process publishes to the other processes sharing its
             database (live.fanout.PgRelay); None when there are none.
+        client_max_bytes: What one browser's queue holds at most, in bytes.
+        max_clients: Browsers served at once (`full` beyond).
+        max_subscriptions: Runs one browser may subscribe to at once.
     """
 
     def __init__(
@@ -90,18 +120,34 @@ class LiveHub:
         *,
         on_watch: Callable[[int, bool], None] | None = None,
         relay: Relay | None = None,
+        client_max_bytes: int = 8 * 2**20,
+        max_clients: int = 256,
+        max_subscriptions: int = 64,
     ) -> None:
         self._queue_size = max(queue_size, 2)
+        self._client_max_bytes = client_max_bytes
+        self.max_clients = max_clients
+        self.max_subscriptions = max_subscriptions
         self._clients: set[LiveClient] = set()
         self._relay = relay
         self._run_interval_s = run_interval_s
+        # When each run was last pushed, while that still delays its next push: older entries
+        # are swept (`_forget_old_pushes`), so this holds the runs of the last interval only.
         self._last_run_push: dict[int, float] = {}
+        self._swept_at = -math.inf
         self._pending_runs: dict[int, Callable[[], RunJson]] = {}
         self._on_watch = on_watch
         self._watched: set[int] = set()
 
+    @property
+    def full(self) -> bool:
+        """Whether another live client would pass `max_clients`."""
+        return len(self._clients) >= self.max_clients
+
     def connect(self) -> LiveClient:
-        client = LiveClient(queue=asyncio.Queue(maxsize=self._queue_size))
+        client = LiveClient(
+            queue=asyncio.Queue(maxsize=self._queue_size), max_bytes=self._client_max_bytes
+        )
         self._clients.add(client)
         return client
 
@@ -110,9 +156,14 @@ class LiveHub:
         for run_id in client.run_ids:
             self._watch_changed(run_id)
 
-    def subscribe(self, client: LiveClient, run_id: int) -> None:
+    def subscribe(self, client: LiveClient, run_id: int) -> bool:
+        """Subscribe `client` to the run's steps; False (nothing changed) at its
+        `max_subscriptions`."""
+        if run_id not in client.run_ids and len(client.run_ids) >= self.max_subscriptions:
+            return False
         client.run_ids.add(run_id)
         self._watch_changed(run_id)
+        return True
 
     def unsubscribe(self, client: LiveClient, run_id: int) -> None:
         client.run_ids.discard(run_id)
@@ -153,8 +204,10 @@ class LiveHub:
     def publish_run(self, run: RunJson, *, relay: bool = True) -> None:
         """Push a run now: it started, ended or was edited."""
         self._pending_runs.pop(run["id"], None)  # older than this one: never send it after
-        self._last_run_push[run["id"]] = asyncio.get_running_loop().time()
-        self._offer_all(RunMessage(run=run))
+        now = asyncio.get_running_loop().time()
+        self._forget_old_pushes(now)
+        self._last_run_push[run["id"]] = now
+        self._offer_all(RunMessage(run=live_run(run)))
         if relay and self._relay is not None:
             self._relay("run", run["id"])
 
@@ -177,6 +230,21 @@ class LiveHub:
             return
         self._pending_runs[run_id] = snapshot
         loop.call_later(due - now, self._push_pending_run, run_id)
+
+    def _forget_old_pushes(self, now: float) -> None:
+        """Drop the push times that no longer delay anything (older than one interval), at
+        most once per interval: what is kept is bounded by the runs pushed in one interval."""
+        if now - self._swept_at < self._run_interval_s:
+            return
+        self._swept_at = now
+        cutoff = now - self._run_interval_s
+        for run_id in [r for r, at in self._last_run_push.items() if at <= cutoff]:
+            del self._last_run_push[run_id]
+
+    @property
+    def remembered_pushes(self) -> int:
+        """How many runs' push times are held (bounded, see `_forget_old_pushes`)."""
+        return len(self._last_run_push)
 
     def _push_pending_run(self, run_id: int) -> None:
         snapshot = self._pending_runs.pop(run_id, None)

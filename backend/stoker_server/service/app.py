@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 
 from stoker_server import __version__
+from stoker_server.api import access as access_routes
 from stoker_server.api import (
     agent_ingest,
     alerts,
@@ -25,9 +26,11 @@ from stoker_server.api import (
     profiles,
     run_diagnosis,
     runs,
+    tune,
 )
-from stoker_server.api.deps import ViewerAuth
 from stoker_server.api.state import app_state
+from stoker_server.core.auth import ViewerAuth, access_policy
+from stoker_server.core.browser_guard import BrowserGuard
 from stoker_server.core.db import make_engine
 from stoker_server.core.errors import StokerError
 from stoker_server.core.middleware import BodySizeLimit
@@ -69,6 +72,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
 
     app = FastAPI(title="Stoker", version=__version__, lifespan=lifespan)
     app.state.settings = settings
+    app.state.access = access = access_policy(settings)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     if settings.cors_origins:
         app.add_middleware(
@@ -77,6 +81,13 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             allow_methods=["GET", "POST", "PATCH", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
+
+    # Outermost: a request from another site or to another host name is refused before any
+    # other part of the server reads it.
+    app.add_middleware(
+        BrowserGuard, loopback=access.loopback, allowed_hosts=settings.allowed_hosts,
+        allowed_origins=[*settings.allowed_origins, *settings.cors_origins],
+    )  # fmt: skip
 
     @app.exception_handler(StokerError)
     async def _stoker_error(_request: Request, error: StokerError) -> JSONResponse:
@@ -94,6 +105,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
             status_code=500,
         )
 
+    app.include_router(access_routes.router)
     app.include_router(runs.router)
     app.include_router(agent_ingest.router)
     app.include_router(live_updates.router)
@@ -104,6 +116,7 @@ def create_app(settings: Settings | None = None, *, engine: Engine | None = None
     app.include_router(cost.router)
     app.include_router(energy.router)
     app.include_router(disk.router)
+    app.include_router(tune.router)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> Health:

@@ -43,6 +43,9 @@ def build_state(settings: Settings, engine: Engine) -> AppState:
         settings.live_run_interval_s,
         on_watch=agents.set_watched,
         relay=relay.relay if relay is not None else None,
+        client_max_bytes=settings.live_client_max_bytes,
+        max_clients=settings.live_max_clients,
+        max_subscriptions=settings.live_max_subscriptions,
     )
     fanout = None
     if relay is not None:
@@ -63,6 +66,9 @@ def build_state(settings: Settings, engine: Engine) -> AppState:
         attempts=settings.webhook_attempts,
         backoff_s=settings.webhook_backoff_s,
         queue_size=settings.webhook_queue_size,
+        deadline_s=settings.webhook_deadline_s,
+        max_response_bytes=settings.webhook_max_response_bytes,
+        allowed_hosts=settings.webhook_allowed_hosts,
     )
     # Diagnosis and alerts (verdicts, stalls, alert rules); an alert rule's action "capture N
     # steps of profile" takes the user's path.

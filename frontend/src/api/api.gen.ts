@@ -5,6 +5,14 @@
 
 
 export interface paths {
+  "/api/v1/access": {
+    /**
+     * Read Access
+     * @description The roles the request's token grants (none: those open to anyone). Needs no token: it
+     * says only whether the one presented is valid, as every other route does.
+     */
+    get: operations["read_access_api_v1_access_get"];
+  };
   "/api/v1/runs": {
     /**
      * Read Runs
@@ -17,7 +25,8 @@ export interface paths {
     get: operations["read_run_api_v1_runs__run_id__get"];
     /**
      * Remove Run
-     * @description Delete a run with all its steps, samples and metrics.
+     * @description Delete an ended run with all its steps, samples, metrics and profiler traces; a running
+     * run is refused (409).
      */
     delete: operations["remove_run_api_v1_runs__run_id__delete"];
     /**
@@ -116,7 +125,10 @@ export interface paths {
     get: operations["read_pipeline_api_v1_runs__run_id__pipeline_get"];
   };
   "/api/v1/alert-rules": {
-    /** Read Rules */
+    /**
+     * Read Rules
+     * @description The rules; a webhook's URL (its path is its secret) in full to admins only.
+     */
     get: operations["read_rules_api_v1_alert_rules_get"];
     /** Add Rule */
     post: operations["add_rule_api_v1_alert_rules_post"];
@@ -157,7 +169,7 @@ export interface paths {
   "/api/v1/starvation": {
     /**
      * Read Starvation
-     * @description Lost GPU-hours to input starvation, per project and per run.
+     * @description Lost device hours to input starvation, per project and per run.
      */
     get: operations["read_starvation_api_v1_starvation_get"];
   };
@@ -175,6 +187,28 @@ export interface paths {
   "/api/v1/disk": {
     /** Read Disk */
     get: operations["read_disk_api_v1_disk_get"];
+  };
+  "/api/v1/tune-groups": {
+    /**
+     * Read Tune Groups
+     * @description The newest groups first; `key` finds one group (a trial run's `config.tune.group`).
+     */
+    get: operations["read_tune_groups_api_v1_tune_groups_get"];
+    /**
+     * Post Tune Group
+     * @description Store `stoker tune`'s group as it is now (the agent token; replaces the group with
+     * the same key).
+     */
+    post: operations["post_tune_group_api_v1_tune_groups_post"];
+  };
+  "/api/v1/tune-groups/{group_id}": {
+    /** Read Tune Group */
+    get: operations["read_tune_group_api_v1_tune_groups__group_id__get"];
+    /**
+     * Remove Tune Group
+     * @description Delete a group (its trial runs are runs like any other: they stay).
+     */
+    delete: operations["remove_tune_group_api_v1_tune_groups__group_id__delete"];
   };
   "/healthz": {
     /**
@@ -196,6 +230,27 @@ export type webhooks = Record<string, never>;
 
 export interface components {
   schemas: {
+    /**
+     * AccessPublic
+     * @description What the presented token (or none) may do here: the UI shows only those actions.
+     */
+    AccessPublic: {
+      /**
+       * Roles
+       * @description the roles granted: viewer reads, admin also edits, deletes, manages alert rules and webhooks and starts profiles, agent delivers runs
+       */
+      roles: ("agent" | "viewer" | "admin")[];
+      /**
+       * Token Required
+       * @description reading needs a token on this server
+       */
+      token_required: boolean;
+      /**
+       * Admin Available
+       * @description false when the server has a viewer token and no admin token: nobody may edit or delete
+       */
+      admin_available: boolean;
+    };
     /**
      * AlertMetric
      * @enum {string}
@@ -583,6 +638,11 @@ export interface components {
        */
       goal?: "min" | "max";
       /**
+       * Directed
+       * @default true
+       */
+      directed?: boolean;
+      /**
        * Epochs
        * @default 0
        */
@@ -930,6 +990,8 @@ export interface components {
       lost_gpu_hours: number;
       /** Input Wait Hours */
       input_wait_hours: number;
+      /** Input Wait Share */
+      input_wait_share?: number | null;
     };
     /**
      * RunEnergy
@@ -1097,6 +1159,11 @@ export interface components {
        */
       dropped_rows?: number;
       /**
+       * Unreadable Spool Files
+       * @default 0
+       */
+      unreadable_spool_files?: number;
+      /**
        * Nonfinite Metrics
        * @default 0
        */
@@ -1118,6 +1185,11 @@ export interface components {
        * every run, old or new (the windowed verdict is GET /runs/{id}/diagnosis).
        */
       verdict: components["schemas"]["Verdict"] | null;
+      /**
+       * Verdict Label
+       * @description The verdict's words, as every surface writes them (levels.VERDICT_WORDS).
+       */
+      verdict_label: string | null;
     };
     /**
      * RunUpdate
@@ -1252,6 +1324,214 @@ export interface components {
       finest_steps?: number | null;
     };
     /**
+     * TuneEdit
+     * @description The line to edit: the call as written and as changed.
+     */
+    TuneEdit: {
+      /** Where */
+      where: string;
+      /**
+       * Path
+       * @default
+       */
+      path?: string;
+      /** Line */
+      line: number;
+      /** Before */
+      before: string;
+      /** After */
+      after: string;
+    };
+    /**
+     * TuneGroupIn
+     * @description `POST /tune-groups`: the whole group as `stoker tune` knows it now (stored by `key`).
+     */
+    TuneGroupIn: {
+      /** Key */
+      key: string;
+      /**
+       * Name
+       * @default
+       */
+      name?: string;
+      /**
+       * Project
+       * @default default
+       */
+      project?: string;
+      /** Command */
+      command?: string[];
+      /**
+       * Cwd
+       * @default
+       */
+      cwd?: string;
+      /** Steps */
+      steps: number;
+      /** @default running */
+      status?: components["schemas"]["TuneStatus"];
+      /** Trials */
+      trials?: components["schemas"]["TuneTrial"][];
+      table?: components["schemas"]["TuneTable"];
+    };
+    /** TuneGroupPublic */
+    TuneGroupPublic: {
+      /** Id */
+      id: number;
+      /** Key */
+      key: string;
+      /** Name */
+      name: string;
+      /** Project */
+      project: string;
+      /** Command */
+      command: string[];
+      /** Cwd */
+      cwd: string;
+      /** Steps */
+      steps: number;
+      status: components["schemas"]["TuneStatus"];
+      /**
+       * Created At
+       * Format: date-time
+       */
+      created_at: string;
+      /**
+       * Updated At
+       * Format: date-time
+       */
+      updated_at: string;
+      /** Trials */
+      trials: components["schemas"]["TuneTrialPublic"][];
+      table: components["schemas"]["TuneTable"];
+    };
+    /** TuneGroupsPublic */
+    TuneGroupsPublic: {
+      /** Data */
+      data: components["schemas"]["TuneGroupPublic"][];
+      /** Count */
+      count: number;
+    };
+    /**
+     * TuneRow
+     * @description One change of the tune table (trainer_agent/tune/table.py's `Row`).
+     */
+    TuneRow: {
+      /** Id */
+      id: string;
+      /**
+       * Advice
+       * @default
+       */
+      advice?: string;
+      /** Label */
+      label: string;
+      /**
+       * Title
+       * @default
+       */
+      title?: string;
+      /** Verdict */
+      verdict: string;
+      /**
+       * Note
+       * @default
+       */
+      note?: string;
+      /** Steps Per S */
+      steps_per_s?: number | null;
+      /** Input Wait Share */
+      input_wait_share?: number | null;
+      /** Speedup */
+      speedup?: number | null;
+      /** Repeat Steps Per S */
+      repeat_steps_per_s?: number | null;
+      /** Repeat Speedup */
+      repeat_speedup?: number | null;
+      /** Batches */
+      batches?: number | null;
+      /** Examples */
+      examples?: number | null;
+      /** Cpu Cores */
+      cpu_cores?: number | null;
+      /** Function */
+      function?: string | null;
+      /** Defined At */
+      defined_at?: string | null;
+      edit?: components["schemas"]["TuneEdit"] | null;
+      /**
+       * Keeps
+       * @default
+       */
+      keeps?: string;
+      /** Run Key */
+      run_key?: string | null;
+      /** Repeat Run Key */
+      repeat_run_key?: string | null;
+    };
+    /**
+     * TuneStatus
+     * @enum {string}
+     */
+    TuneStatus: "running" | "finished" | "failed" | "interrupted";
+    /** TuneTable */
+    TuneTable: {
+      /** Rows */
+      rows?: components["schemas"]["TuneRow"][];
+      /**
+       * Steps
+       * @default 0
+       */
+      steps?: number;
+      /** Noise */
+      noise?: number | null;
+      /**
+       * Noise Text
+       * @default
+       */
+      noise_text?: string;
+      /** Best */
+      best?: string | null;
+      /**
+       * Conclusion
+       * @default
+       */
+      conclusion?: string;
+      /**
+       * Elements Text
+       * @default
+       */
+      elements_text?: string;
+      /** Warnings */
+      warnings?: string[];
+      /** Error */
+      error?: string | null;
+    };
+    /**
+     * TuneTrial
+     * @description One trial of the group and the run it streamed as.
+     */
+    TuneTrial: {
+      /** Id */
+      id: string;
+      /** Label */
+      label: string;
+      /** Run Key */
+      run_key: string;
+    };
+    /** TuneTrialPublic */
+    TuneTrialPublic: {
+      /** Id */
+      id: string;
+      /** Label */
+      label: string;
+      /** Run Key */
+      run_key: string;
+      /** Run Id */
+      run_id?: number | null;
+      run_status?: components["schemas"]["RunStatus"] | null;
+    };
+    /**
      * UiSettings
      * @description Server settings the UI shows with: the price of a GPU-hour (null: hours only), and the
      * input-wait shares from which steps are input-bound (the verdicts' and the starved
@@ -1359,6 +1639,21 @@ export type external = Record<string, never>;
 export interface operations {
 
   /**
+   * Read Access
+   * @description The roles the request's token grants (none: those open to anyone). Needs no token: it
+   * says only whether the one presented is valid, as every other route does.
+   */
+  read_access_api_v1_access_get: {
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["AccessPublic"];
+        };
+      };
+    };
+  };
+  /**
    * Read Runs
    * @description Runs matching all filters; `count` is how many match, `data` one page of them.
    */
@@ -1416,7 +1711,8 @@ export interface operations {
   };
   /**
    * Remove Run
-   * @description Delete a run with all its steps, samples and metrics.
+   * @description Delete an ended run with all its steps, samples, metrics and profiler traces; a running
+   * run is refused (409).
    */
   remove_run_api_v1_runs__run_id__delete: {
     parameters: {
@@ -1903,6 +2199,11 @@ export interface operations {
                  * @default 0
                  */
                 spooled_rows?: number;
+                /**
+                 * Unreadable Spool Files
+                 * @default 0
+                 */
+                unreadable_spool_files?: number;
               } | null;
             })[];
           end?: ({
@@ -2061,7 +2362,10 @@ export interface operations {
       };
     };
   };
-  /** Read Rules */
+  /**
+   * Read Rules
+   * @description The rules; a webhook's URL (its path is its secret) in full to admins only.
+   */
   read_rules_api_v1_alert_rules_get: {
     responses: {
       /** @description Successful Response */
@@ -2336,7 +2640,7 @@ export interface operations {
   };
   /**
    * Read Starvation
-   * @description Lost GPU-hours to input starvation, per project and per run.
+   * @description Lost device hours to input starvation, per project and per run.
    */
   read_starvation_api_v1_starvation_get: {
     parameters: {
@@ -2407,6 +2711,106 @@ export interface operations {
       200: {
         content: {
           "application/json": components["schemas"]["DiskPublic"];
+        };
+      };
+    };
+  };
+  /**
+   * Read Tune Groups
+   * @description The newest groups first; `key` finds one group (a trial run's `config.tune.group`).
+   */
+  read_tune_groups_api_v1_tune_groups_get: {
+    parameters: {
+      query?: {
+        key?: string | null;
+        project?: string | null;
+        limit?: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TuneGroupsPublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /**
+   * Post Tune Group
+   * @description Store `stoker tune`'s group as it is now (the agent token; replaces the group with
+   * the same key).
+   */
+  post_tune_group_api_v1_tune_groups_post: {
+    requestBody: {
+      content: {
+        "application/json": components["schemas"]["TuneGroupIn"];
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TuneGroupPublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /** Read Tune Group */
+  read_tune_group_api_v1_tune_groups__group_id__get: {
+    parameters: {
+      path: {
+        /** @description the tune group's id */
+        group_id: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      200: {
+        content: {
+          "application/json": components["schemas"]["TuneGroupPublic"];
+        };
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
+        };
+      };
+    };
+  };
+  /**
+   * Remove Tune Group
+   * @description Delete a group (its trial runs are runs like any other: they stay).
+   */
+  remove_tune_group_api_v1_tune_groups__group_id__delete: {
+    parameters: {
+      path: {
+        /** @description the tune group's id */
+        group_id: number;
+      };
+    };
+    responses: {
+      /** @description Successful Response */
+      204: {
+        content: never;
+      };
+      /** @description Validation Error */
+      422: {
+        content: {
+          "application/json": components["schemas"]["HTTPValidationError"];
         };
       };
     };

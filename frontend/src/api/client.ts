@@ -27,6 +27,7 @@ import type {
   SamplesData,
   StarvedRanges,
   StepsResponse,
+  TuneGroup,
 } from "./types";
 
 export const API_BASE = "/api/v1";
@@ -112,8 +113,8 @@ export function sessionTokenStore(storage: Pick<Storage, "getItem" | "setItem" |
   };
 }
 
-/** Shows the token form; resolves with what the user entered. */
-export type TokenPrompt = (reason: "required" | "rejected") => Promise<string>;
+/** Shows the token form; resolves with what the user entered (null: the user cancelled). */
+export type TokenPrompt = (reason: "required" | "rejected" | "admin") => Promise<string | null>;
 
 export type FetchLike = (input: string, init?: RequestInit) => Promise<Response>;
 
@@ -146,6 +147,20 @@ export class ApiClient {
     return this.tokens.get();
   }
 
+  /** What the token in use may do (`GET /access`; no token needed to ask). */
+  getAccess(signal?: AbortSignal): Promise<unknown> {
+    return this.getJson<unknown>("/access", signal);
+  }
+
+  /** Ask for a token with more rights (the admin's); true when one was entered. */
+  async askForAdminToken(): Promise<boolean> {
+    const token = (await this.prompt("admin"))?.trim();
+    if (!token) return false;
+    this.tokens.set(token);
+    this.onToken?.(token);
+    return true;
+  }
+
   listRuns(signal?: AbortSignal, query: RunsQuery = {}): Promise<RunsPage> {
     return this.getJson<RunsPage>(`/runs${queryString(query as Record<string, string | number | undefined>)}`, signal);
   }
@@ -153,6 +168,15 @@ export class ApiClient {
   /** The run's GPU energy split by what its steps were doing (`/runs/{id}/energy`). */
   getEnergy(id: number, signal?: AbortSignal): Promise<RunEnergy> {
     return this.getJson<RunEnergy>(`/runs/${encodeURIComponent(String(id))}/energy`, signal);
+  }
+
+  /** `stoker tune`'s groups, newest first; `key` finds a trial run's group. */
+  listTuneGroups(query: { key?: string; limit?: number } = {}, signal?: AbortSignal): Promise<ListPage<TuneGroup>> {
+    return this.getJson<ListPage<TuneGroup>>(`/tune-groups${queryString(query)}`, signal);
+  }
+
+  getTuneGroup(id: number, signal?: AbortSignal): Promise<TuneGroup> {
+    return this.getJson<TuneGroup>(`/tune-groups/${encodeURIComponent(String(id))}`, signal);
   }
 
   getDiagnosis(id: number, signal?: AbortSignal): Promise<Diagnosis> {
@@ -320,7 +344,7 @@ export class ApiClient {
       if (rejected) this.tokens.set(null);
       this.pendingPrompt = this.prompt(rejected ? "rejected" : "required")
         .then((token) => {
-          const t = token.trim();
+          const t = (token ?? "").trim();
           this.tokens.set(t);
           this.onToken?.(t);
           return t;

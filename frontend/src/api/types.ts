@@ -25,7 +25,7 @@ export type GpuFinding = Schemas["GpuFinding"];
  * A diagnosis as the UI holds it (`GET /runs/{id}/diagnosis`, live `verdict`),
  * after parseDiagnosis: the fields the banner needs, the rest optional.
  */
-export type Diagnosis = Pick<Schemas["Diagnosis"], "verdict" | "input_wait_share" | "advice"> &
+export type Diagnosis = Pick<Schemas["Diagnosis"], "verdict" | "verdict_label" | "input_wait_share" | "advice"> &
   Partial<Pick<Schemas["Diagnosis"], "run_id" | "window_s" | "window_label" | "steps_in_window">> & {
     source: "measured" | "fallback";
     /** Evidence objects; plain strings are read too. */
@@ -46,6 +46,9 @@ export type DeviceSeries = Schemas["DeviceSeries"];
 export type HostSeries = Schemas["HostSeries"];
 export type MetricSeries = Schemas["MetricSeries"];
 export type DiskUse = Schemas["DiskPublic"];
+export type TuneGroup = Schemas["TuneGroupPublic"];
+export type TuneRow = Schemas["TuneRow"];
+export type TuneTrial = Schemas["TuneTrialPublic"];
 
 export interface ListPage<T> {
   data: T[];

@@ -3,9 +3,10 @@
 
 import { h, setAttrs, setText } from "./dom";
 import type { ConnectionState } from "../api/liveClient";
-import { ALERTS_HREF, COST_HREF, parseRoute, RUNS_HREF, type Route } from "./router";
+import { ALERTS_HREF, COST_HREF, parseRoute, RUNS_HREF, TUNE_HREF, type Route } from "./router";
 import { effectiveTheme, nextTheme, parseTheme, THEME_EVENT, THEME_KEY, type ThemeChoice } from "./theme";
 import type { Alert } from "../api/types";
+import { accessBadge, parseAccess } from "../state/access";
 import { diskBanner, DISK_POLL_MS } from "../state/disk";
 import { AlertsView } from "../views/alertsView";
 import { errorMessage, type AppContext, type View } from "../views/common";
@@ -13,6 +14,7 @@ import { CompareView } from "../views/compareView";
 import { CostView } from "../views/costView";
 import { RunPageView } from "../views/runPage";
 import { RunsListView } from "../views/runsList";
+import { TuneListView, TuneView } from "../views/tuneView";
 import { readStorage, writeStorage } from "./storage";
 
 interface MountableView extends View {
@@ -31,6 +33,8 @@ export class App {
   private readonly alertsLink: HTMLAnchorElement;
   private readonly alertsCount: HTMLElement;
   private readonly themeButton: HTMLButtonElement;
+  /** What the token in use may do; a reader may click it to enter the admin token. */
+  private readonly accessButton: HTMLButtonElement;
   /** While the database's disk is full or nearly full. */
   private readonly diskBanner: HTMLElement;
   private theme: ThemeChoice = "auto";
@@ -50,6 +54,11 @@ export class App {
     this.main = h("main", { class: "main", attrs: { id: "main", tabindex: "-1" } });
     this.alertsCount = h("span", { class: "nav-count", attrs: { "data-testid": "nav-alerts-count", hidden: true } });
     this.alertsLink = h("a", { attrs: { href: ALERTS_HREF, "data-testid": "nav-alerts" } }, "Alerts", this.alertsCount);
+    this.accessButton = h("button", {
+      class: "access",
+      attrs: { type: "button", hidden: true, "data-testid": "access-badge" },
+      on: { click: () => void this.askForAdmin() },
+    });
     this.themeButton = h("button", {
       class: "theme-toggle",
       attrs: { type: "button", "data-testid": "theme-toggle" },
@@ -70,8 +79,10 @@ export class App {
         h("a", { text: "Runs", attrs: { href: RUNS_HREF, "data-testid": "nav-runs" } }),
         this.alertsLink,
         h("a", { text: "Cost", attrs: { href: COST_HREF, "data-testid": "nav-cost", title: "GPU time lost to input starvation, per project and run" } }),
+        h("a", { text: "Tune", attrs: { href: TUNE_HREF, "data-testid": "nav-tune", title: "stoker tune: advice measured on a script before it is edited" } }),
       ),
       h("div", { class: "spacer" }),
+      this.accessButton,
       this.statusEl,
       this.themeButton,
     );
@@ -100,13 +111,14 @@ export class App {
     this.setTheme(parseTheme(readStorage(THEME_KEY)), false);
     if (typeof matchMedia === "function") matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => this.setTheme(this.theme, false));
     live.on("run", (run) => runs.upsert(run));
-    live.on("verdict", ({ runId, diagnosis }) => runs.setVerdict(runId, diagnosis.verdict));
+    live.on("verdict", ({ runId, diagnosis }) => runs.setVerdict(runId, { verdict: diagnosis.verdict, label: diagnosis.verdict_label ?? "" }));
     live.on("deleted", ({ runId }) => runs.remove(runId));
     live.on("alert", (alert) => {
       if (alerts.upsert(alert)) this.notify(alert);
       if (alert.run_id == null) void this.loadDisk(); // a server (disk) alert changed
     });
     this.ctx.disk.subscribe(() => this.showDisk());
+    this.ctx.access.subscribe(() => this.showAccess());
     setInterval(() => void this.loadDisk(), DISK_POLL_MS);
     alerts.subscribe(() => this.showAlertCount());
     live.on("open", ({ reconnect }) => {
@@ -127,6 +139,30 @@ export class App {
     void this.loadRuns();
     void this.loadAlerts();
     void this.loadDisk();
+    void this.loadAccess();
+  }
+
+  /** Ask the server what the token in use may do (again after a token was entered). */
+  async loadAccess(): Promise<void> {
+    try {
+      this.ctx.access.set(parseAccess(await this.ctx.api.getAccess()));
+    } catch (err) {
+      console.info("stoker: access unknown:", errorMessage(err));
+    }
+  }
+
+  private showAccess(): void {
+    const badge = accessBadge(this.ctx.access.current);
+    this.accessButton.hidden = badge === null;
+    if (badge === null) return;
+    setText(this.accessButton, badge.text);
+    this.accessButton.title = badge.title;
+    this.accessButton.disabled = !badge.canAskForAdmin;
+    setAttrs(this.accessButton, { "aria-label": `${badge.text}. ${badge.title}` });
+  }
+
+  private async askForAdmin(): Promise<void> {
+    if (await this.ctx.api.askForAdminToken()) await this.loadAccess();
   }
 
   /** Read the disk figures; a failed read keeps the last ones (reads are retried at the next poll). */
@@ -238,6 +274,12 @@ export class App {
       case "cost":
         document.title = "Starvation cost · Stoker";
         return new CostView(this.ctx, route.since);
+      case "tunes":
+        document.title = "Tune · Stoker";
+        return new TuneListView(this.ctx);
+      case "tune":
+        document.title = `Tune #${route.id} · Stoker`;
+        return new TuneView(this.ctx, route.id);
       case "notFound": {
         document.title = "Not found · Stoker";
         const el = h(

@@ -1,7 +1,10 @@
 import { describe, expect, it } from "vitest";
+import cases from "./formats.cases.json";
+import { formatLostTime } from "../state/cost";
 import {
   MISSING,
   formatCount,
+  formatInputWait,
   statusLabel,
   formatDuration,
   formatMs,
@@ -60,12 +63,12 @@ describe("formatDuration", () => {
 
 describe("percentages, counts and rates", () => {
   it("formats a 0..1 share as a percentage", () => {
-    expect(formatPercent(0.1234)).toBe("12.3%");
-    expect(formatPercent(1)).toBe("100.0%");
+    expect(formatPercent(0.1234)).toBe("12.3 %");
+    expect(formatPercent(1)).toBe("100.0 %");
     expect(formatPercent(null)).toBe(MISSING);
   });
   it("formats a value already in percent", () => {
-    expect(formatPercentValue(87.4)).toBe("87%");
+    expect(formatPercentValue(87.4)).toBe("87 %");
     expect(formatPercentValue(null)).toBe(MISSING);
   });
   it("groups thousands in counts", () => {
@@ -80,6 +83,29 @@ describe("percentages, counts and rates", () => {
     expect(formatRate(5.123)).toBe("5.12");
     expect(formatRate(null)).toBe(MISSING);
   });
+});
+
+describe("one text per figure, as the server writes it", () => {
+  // The same cases check trainer_agent/figures.py, the server's and stoker top's (tests/unit/test_figures.py).
+  const writers: Record<string, (v: number) => string> = {
+    share: formatInputWait,
+    percent: formatPercentValue,
+    ms: (seconds) => formatMs(seconds * 1000),
+    count: formatCount,
+    rate: formatRate,
+    duration: formatDuration,
+    lost: formatLostTime,
+  };
+  it("has a writer for every quantity of the cases", () => {
+    expect(Object.keys(cases).filter((k) => k !== "_").sort()).toEqual(Object.keys(writers).sort());
+  });
+  for (const [quantity, write] of Object.entries(writers)) {
+    it(`writes ${quantity} as the server does`, () => {
+      for (const [value, text] of (cases as unknown as Record<string, [number, string][]>)[quantity]!) {
+        expect(write(value)).toBe(text);
+      }
+    });
+  }
 });
 
 describe("parseIso", () => {

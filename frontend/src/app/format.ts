@@ -1,5 +1,7 @@
-// Number, duration and time formatting for tables, cards and chart axes.
-// Every function here is pure; missing values render as an em dash.
+// Number, duration and time formatting for tables, cards and chart axes: one function per
+// quantity, used wherever that quantity is shown. The server writes the same quantities in
+// its texts (evidence, alerts) and `stoker top` with trainer_agent/figures.py; both are checked against
+// formats.cases.json. Every function here is pure; missing values render as an em dash.
 
 export const MISSING = "—";
 
@@ -49,10 +51,11 @@ export function formatDuration(seconds: number | null | undefined): string {
   return `${s}s`;
 }
 
-/** A share 0..1 as a percentage: 0.1234 → "12.3%". */
+/** A share 0..1 of something other than step time (a disk, a buffer) as a percentage:
+ * 0.1234 → "12.3 %". Input wait has its own: `formatInputWait`. */
 export function formatPercent(share: number | null | undefined, digits = 1): string {
   if (!isNum(share)) return MISSING;
-  return `${(share * 100).toFixed(digits)}%`;
+  return `${(share * 100).toFixed(digits)} %`;
 }
 
 /**
@@ -64,10 +67,10 @@ export function formatInputWait(share: number | null | undefined): string {
   return `${(Math.round(share * 1000) / 10).toFixed(1)} %`;
 }
 
-/** A value already in percent (0..100): 87.25 → "87%". */
+/** A reading already in percent (0..100: GPU utilization, SM activity): 87.25 → "87 %". */
 export function formatPercentValue(pct: number | null | undefined): string {
   if (!isNum(pct)) return MISSING;
-  return `${pct.toFixed(0)}%`;
+  return `${pct.toFixed(0)} %`;
 }
 
 /** An integer count with thousands separators: 12345 → "12,345". */

@@ -23,6 +23,11 @@ describe("parseRoute", () => {
     expect(parseRoute("#/compare?runs=3,x,3,,4")).toEqual({ name: "compare", ids: [3, 4] });
     expect(parseRoute("#/compare")).toEqual({ name: "compare", ids: [] });
   });
+  it("maps #/tune to the tune groups and #/tune/<id> to one group", () => {
+    expect(parseRoute("#/tune")).toEqual({ name: "tunes" });
+    expect(parseRoute("#/tune/3")).toEqual({ name: "tune", id: 3 });
+    expect(parseRoute("#/tune/x").name).toBe("notFound");
+  });
   it("maps #/alerts to the alerts view", () => {
     expect(parseRoute("#/alerts")).toEqual({ name: "alerts" });
   });

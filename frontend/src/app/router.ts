@@ -1,6 +1,7 @@
 // Hash routes: `#/` runs list, `#/runs/<id>` a run page, `#/compare?runs=1,2`
 // the compare view, `#/alerts` alerts and rules, `#/cost?since=2026-11-01` the
-// GPU time lost to input starvation.
+// device time lost to input starvation, `#/tune` the `stoker tune` groups and
+// `#/tune/<id>` one of them.
 
 import { parseRunIds } from "../state/compare";
 
@@ -10,6 +11,8 @@ export type Route =
   | { name: "compare"; ids: number[] }
   | { name: "alerts" }
   | { name: "cost"; since: string | null }
+  | { name: "tunes" }
+  | { name: "tune"; id: number }
   | { name: "notFound"; hash: string };
 
 export function parseRoute(hash: string): Route {
@@ -26,6 +29,12 @@ export function parseRoute(hash: string): Route {
   if (path === "/compare" || path === "/compare/") return { name: "compare", ids: parseRunIds(query.get("runs")) };
   if (path === "/alerts" || path === "/alerts/") return { name: "alerts" };
   if (path === "/cost" || path === "/cost/") return { name: "cost", since: query.get("since") };
+  if (path === "/tune" || path === "/tune/") return { name: "tunes" };
+  const tune = /^\/tune\/(\d+)\/?$/.exec(path);
+  if (tune) {
+    const id = Number(tune[1]);
+    if (Number.isSafeInteger(id)) return { name: "tune", id };
+  }
   return { name: "notFound", hash };
 }
 
@@ -33,7 +42,12 @@ export function runHref(id: number): string {
   return `#/runs/${id}`;
 }
 
+export function tuneHref(id: number): string {
+  return `#/tune/${id}`;
+}
+
 export const RUNS_HREF = "#/";
+export const TUNE_HREF = "#/tune";
 export const ALERTS_HREF = "#/alerts";
 export const COMPARE_HREF = "#/compare";
 export const COST_HREF = "#/cost";

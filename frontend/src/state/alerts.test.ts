@@ -65,7 +65,9 @@ describe("ruleToForm", () => {
 
 describe("describeRule", () => {
   it("reads as a sentence in display units", () => {
-    expect(describeRule(rule)).toBe("Input-wait share >= 20 % for 60 s · project cifar");
+    // Written as the alerts themselves write the rule: "input wait … (rule: ≥ 20.0 % for 60 s)".
+    expect(describeRule(rule)).toBe("Input wait ≥ 20.0 % for 60 s · project cifar");
+    expect(describeRule({ ...rule, metric: "step_time", comparison: ">", threshold: 0.5 })).toBe("Step time > 500 ms for 60 s · project cifar");
     expect(describeRule({ ...rule, metric: "gpu_util", comparison: "<", threshold: 70, for_s: 0, scope: "all" })).toBe("GPU utilization < 70 % · all runs");
   });
   it("says a disk rule watches the server, in percent", () => {
@@ -162,9 +164,9 @@ describe("run ends, metrics, throughput and the profile action", () => {
   });
   it("describes the new rules, their baseline and their action", () => {
     const base = { comparison: ">=" as const, for_s: 0, scope: "all" as const, project: null, run_id: null };
-    expect(describeRule({ ...base, metric: "run_failed", threshold: 1 })).toBe("Run failed or its process died (1 = yes) >= 1 · all runs");
+    expect(describeRule({ ...base, metric: "run_failed", threshold: 1 })).toBe("Run failed or its process died (1 = yes) ≥ 1 · all runs");
     expect(describeRule({ ...base, metric: "metric_nonfinite", threshold: 1, metric_name: "val_loss" })).toContain("(val_loss)");
-    expect(describeRule({ ...base, metric: "throughput_drop", threshold: 0.3, baseline_run_id: 4 })).toContain("vs run #4 >= 30 %");
+    expect(describeRule({ ...base, metric: "throughput_drop", threshold: 0.3, baseline_run_id: 4 })).toContain("vs run #4 ≥ 30 %");
     expect(describeRule({ ...base, metric: "throughput_drop", threshold: 0.3, baseline_s: 60 })).toContain("vs its first 60 s");
     expect(describeRule({ ...base, metric: "input_wait_share", threshold: 0.5, profile_steps: 20 })).toMatch(/then profile 20 steps$/);
   });

@@ -2,7 +2,7 @@
 // server's rules so mistakes show before a round trip), display conversions,
 // ordering, and which alerts deserve a browser notification. Pure, unit-tested.
 
-import { formatValue, parseIso } from "../app/format";
+import { formatInputWait, formatMs, formatPercentValue, formatValue, parseIso } from "../app/format";
 import type { Alert, AlertMetric, AlertRule, AlertRuleInput, AlertScope, AlertState, Comparison } from "../api/types";
 
 export interface MetricInfo {
@@ -21,7 +21,7 @@ export interface MetricInfo {
 
 export const ALERT_METRICS: MetricInfo[] = [
   { metric: "gpu_util", label: "GPU utilization", unit: "%", factor: 1, comparison: "<", threshold: 70, min: 0, max: 100 },
-  { metric: "input_wait_share", label: "Input-wait share", unit: "%", factor: 0.01, comparison: ">=", threshold: 20, min: 0, max: 100 },
+  { metric: "input_wait_share", label: "Input wait", unit: "%", factor: 0.01, comparison: ">=", threshold: 20, min: 0, max: 100 },
   { metric: "step_time", label: "Step time", unit: "ms", factor: 0.001, comparison: ">", threshold: 500, min: 0 },
   { metric: "samples_per_s", label: "Throughput", unit: "samples/s", factor: 1, comparison: "<", threshold: 100, min: 0 },
   { metric: "memory_share", label: "GPU memory used", unit: "%", factor: 0.01, comparison: ">=", threshold: 95, min: 0, max: 100 },
@@ -217,15 +217,26 @@ type DescribedRule = Pick<AlertRule, "metric" | "comparison" | "threshold" | "fo
   Partial<Pick<AlertRule, "metric_name" | "baseline_run_id" | "baseline_s" | "profile_steps">>;
 
 /** "GPU utilization < 70 % for 30 s · all runs", with its baseline and action when it has them. */
-export function describeRule(rule: DescribedRule): string {
-  const info = metricInfo(rule.metric);
+/** The comparisons as alert messages write them (the server's alerting._SYMBOLS). */
+const SYMBOLS: Record<Comparison, string> = { "<": "<", "<=": "≤", ">": ">", ">=": "≥" };
+
+/** A rule's threshold as the quantity it compares is written everywhere. */
+function thresholdText(rule: DescribedRule, info: MetricInfo | undefined): string {
+  if (rule.metric === "input_wait_share") return formatInputWait(rule.threshold);
+  if (rule.metric === "step_time") return formatMs(rule.threshold * 1000);
+  if (["gpu_util", "sm_util", "tensor_util"].includes(rule.metric)) return formatPercentValue(rule.threshold);
   const v = info ? clean(rule.threshold / info.factor) : rule.threshold;
   const unit = info?.unit ? (info.unit === "%" ? " %" : ` ${info.unit}`) : "";
+  return `${v}${unit}`;
+}
+
+export function describeRule(rule: DescribedRule): string {
+  const info = metricInfo(rule.metric);
   const named = NAMED_METRICS.includes(rule.metric) ? ` (${rule.metric_name || "loss"})` : "";
   let baseline = "";
   if (BASELINE_METRICS.includes(rule.metric))
     baseline = rule.baseline_run_id != null ? ` vs run #${rule.baseline_run_id}` : ` vs its first ${rule.baseline_s ?? 120} s`;
-  const cond = `${info?.label ?? rule.metric}${named}${baseline} ${rule.comparison} ${v}${unit}`;
+  const cond = `${info?.label ?? rule.metric}${named}${baseline} ${SYMBOLS[rule.comparison]} ${thresholdText(rule, info)}`;
   const dur = rule.for_s ? ` for ${rule.for_s} s` : "";
   const scope = SERVER_METRICS.includes(rule.metric)
     ? "the server"

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { bestIndices, compareDuration, compareHref, compareMetrics, compareRows, diffFromServer, overlayColumns, parseRunIds } from "./compare";
+import { bestIndices, compareDuration, compareHref, compareMetrics, compareRows, DIAGNOSIS_METRICS, diffFromServer, overlayColumns, parseRunIds } from "./compare";
+import { epochCompareMetrics } from "./epochs";
 import { energyCell, type RunEnergy } from "./energy";
 import { seriesFromColumns } from "./series";
 import { makeCompareRun, makeRun } from "./testing";
@@ -22,9 +23,12 @@ describe("bestIndices", () => {
   it("marks every tie for best and ignores missing values", () => {
     expect([...bestIndices([10, null, 10, 20], "lower")].sort()).toEqual([0, 2]);
   });
-  it("treats values within half a percent as ties", () => {
-    expect(bestIndices([17179076116, 17179529099], "lower").size).toBe(0);
-    expect([...bestIndices([100, 100.2, 150], "lower")]).toEqual([0, 1]);
+  it("tells values apart exactly when they read differently", () => {
+    // val_loss 0.8318 against 0.8301: 0.2 % apart, shown apart, so one is best (issue 38).
+    expect([...bestIndices([0.8318, 0.8301], "lower", ["0.8318", "0.8301"])]).toEqual([1]);
+    // 16.0 GiB and 16.0 GiB read the same: neither is best.
+    expect(bestIndices([17179076116, 17179529099], "lower", ["16.0 GiB", "16.0 GiB"]).size).toBe(0);
+    expect([...bestIndices([100, 100.2, 150], "lower", ["100 ms", "100 ms", "150 ms"])]).toEqual([0, 1]);
   });
   it("marks nothing with fewer than two values or when all are equal", () => {
     expect(bestIndices([5, null], "lower").size).toBe(0);
@@ -33,17 +37,47 @@ describe("bestIndices", () => {
 });
 
 describe("compareRows", () => {
-  it("formats each metric per run and marks the best", () => {
-    const a = makeCompareRun({ id: 1, summary: { ...makeRun().summary, step_time_ms_median: 40, gpu_util_mean: 90 } });
-    const b = makeCompareRun({ id: 2, summary: { ...makeRun().summary, step_time_ms_median: 50, gpu_util_mean: 60 } });
-    const rows = compareRows([a, b]);
-    const median = rows.find((r) => r.key === "median")!;
-    expect(median.cells.map((c) => [c.text, c.best])).toEqual([
-      ["40.0 ms", true],
+  const epochs = (valLoss: number, lr: number, steps: number) => ({
+    ...makeRun().summary,
+    steps,
+    epoch_metrics: {
+      val_loss: { last: valLoss, last_epoch: 2, best: valLoss, best_epoch: 2, goal: "min" as const, directed: true, epochs: 3 },
+      learning_rate: { last: lr, last_epoch: 2, best: lr, best_epoch: 0, goal: "max" as const, directed: false, epochs: 3 },
+    },
+  });
+  it("stars only the metrics with a direction, the figures never", () => {
+    const a = makeCompareRun({ id: 1, summary: { ...epochs(0.8318, 0.001, 2070), step_time_ms_median: 40, gpu_util_mean: 90 } });
+    const b = makeCompareRun({ id: 2, summary: { ...epochs(0.8301, 0.01, 128), step_time_ms_median: 50, gpu_util_mean: 60 } });
+    const rows = compareRows([a, b], [...DIAGNOSIS_METRICS, ...compareMetrics(), ...epochCompareMetrics([a, b])]);
+    const row = (key: string) => rows.find((r) => r.key === key)!;
+    expect(row("median").cells.map((c) => [c.text, c.best])).toEqual([
+      ["40.0 ms", false],
       ["50.0 ms", false],
     ]);
-    const gpu = rows.find((r) => r.key === "gpu")!;
-    expect(gpu.cells.map((c) => c.best)).toEqual([true, false]);
+    for (const key of ["gpu", "steps", "wait", "lost_gpu", "verdict", "epoch:learning_rate"]) {
+      expect(row(key).better).toBeNull();
+      expect(row(key).cells.some((c) => c.best)).toBe(false);
+    }
+    expect(row("steps").cells.map((c) => c.text)).toEqual(["2,070", "128"]);
+    expect(row("epoch:learning_rate").label).toBe("Last learning_rate");
+    expect(row("epoch:val_loss").label).toBe("Best val_loss");
+    expect(row("epoch:val_loss").better).toBe("lower");
+    expect(row("epoch:val_loss").cells.map((c) => [c.text, c.best])).toEqual([
+      ["0.8318", false],
+      ["0.8301", true],
+    ]);
+  });
+  it("puts the diagnosis figures first, in the words of every other surface", () => {
+    expect(DIAGNOSIS_METRICS.map((m) => m.label)).toEqual([
+      "Verdict · whole run",
+      "Input wait · whole run",
+      "Lost device time",
+      "Step time median",
+      "Step time p95",
+      "Steps",
+    ]);
+    const run = makeCompareRun({ summary: { ...makeRun().summary, verdict_label: "the server's words" } });
+    expect(compareRows([run], DIAGNOSIS_METRICS)[0]!.cells[0]!.text).toBe("the server's words");
   });
   it("derives duration from timestamps when the summary has none", () => {
     const r = makeCompareRun({ started_at: "2024-05-01T12:00:00Z", ended_at: "2024-05-01T12:01:30Z" });
@@ -86,7 +120,7 @@ describe("compare stars", () => {
     const runs = [makeCompareRun({ id: 1 }), makeCompareRun({ id: 2 })];
     runs[0]!.summary = { ...runs[0]!.summary, lost_gpu_s: 2.01, input_wait_share: 0.051 };
     runs[1]!.summary = { ...runs[1]!.summary, lost_gpu_s: 2.04, input_wait_share: 0.0512 };
-    const rows = compareRows(runs);
+    const rows = compareRows(runs, DIAGNOSIS_METRICS);
     const lost = rows.find((r) => r.key === "lost_gpu")!;
     expect(lost.cells.map((c) => c.text)).toEqual(["2.0 s", "2.0 s"]);
     expect(lost.cells.some((c) => c.best)).toBe(false);
@@ -131,8 +165,8 @@ describe("compare energy rows", () => {
     ]);
     expect(energy.cells[0]!.text).toBe("2.00 kWh · €0.60");
     expect(starved.cells.map((c) => [c.text, c.best])).toEqual([
-      ["1.00 kWh (50%) · €0.30", false],
-      ["0.20 kWh (10%) · €0.06", true],
+      ["1.00 kWh (50 %) · €0.30", false],
+      ["0.20 kWh (10 %) · €0.06", false],
       ["—", false],
     ]);
     expect(starved.cells[0]!.title).toContain("computing: 1.00 kWh");
@@ -142,7 +176,7 @@ describe("compare energy rows", () => {
   it("leaves money out without a price, and shows the summary's total before the split is read", () => {
     const rows = compareRows(runs, compareMetrics(new Map([[1, split(1, 7.2e6, 3.6e6, null)]])));
     expect(rows.find((r) => r.key === "energy")!.cells.map((c) => c.text)).toEqual(["2.00 kWh", "2.00 kWh", "—"]);
-    expect(rows.find((r) => r.key === "energy_starved")!.cells.map((c) => c.text)).toEqual(["1.00 kWh (50%)", "—", "—"]);
-    expect(compareRows(runs).map((r) => r.key)).toEqual(compareMetrics().map((m) => m.key));
+    expect(rows.find((r) => r.key === "energy_starved")!.cells.map((c) => c.text)).toEqual(["1.00 kWh (50 %)", "—", "—"]);
+    expect(compareRows(runs).map((r) => r.key)).toEqual([...DIAGNOSIS_METRICS, ...compareMetrics()].map((m) => m.key));
   });
 });

@@ -1,13 +1,14 @@
-// The compare view's pure parts: which runs, the summary table with the best
-// value marked, config/environment differences, and overlay alignment.
+// The compare view's pure parts: which runs, the diagnosis figures and the summary tables
+// (the best value marked only where a metric has a direction: epoch metrics), the
+// config/environment differences, and overlay alignment.
 
-import { formatDuration, formatInputWait, formatMs, formatPercentValue, formatRate, formatValue } from "../app/format";
-import { formatLostGpu, uiSettings } from "./cost";
+import { formatCount, formatDuration, formatInputWait, formatMs, formatPercentValue, formatRate, formatValue } from "../app/format";
+import { formatLostPriced, LOST_TIME, LOST_TIME_MEANS, uiSettings } from "./cost";
 import { energyCell, energyFigures, type RunEnergy } from "./energy";
 import { formatBytes, joinTracks } from "./samples";
 import type { StepSeries } from "./series";
 import type { CompareRun, Verdict } from "../api/types";
-import { deviceWord, verdictWords } from "./verdict";
+import { verdictWords } from "./verdict";
 import { MISSING, parseIso } from "../app/format";
 
 /** `runs=1,2,3` from a hash query (`#/compare?runs=1,2`), deduplicated, positive ids only. */
@@ -32,7 +33,9 @@ export type Better = "lower" | "higher";
 export interface CompareMetric {
   key: string;
   label: string;
-  better: Better;
+  /** Which way is better, for a metric with a direction (the server's: the user's or Keras's);
+   * null for a figure without one, which is never starred. */
+  better: Better | null;
   value: (r: CompareRun) => number | null;
   /** The cell's text (`r`: its run, for words that depend on it, such as GPU or device). */
   format: (v: number | null, r?: CompareRun) => string;
@@ -40,7 +43,7 @@ export interface CompareMetric {
   title?: (v: number | null, r: CompareRun) => string;
 }
 
-/** A run's whole-run verdict as a rank (lower is better), for the compare table. */
+/** A run's whole-run verdict as a rank, for ordering its row's values. */
 const LEVELS: Verdict[] = ["not_input_bound", "moderately_input_bound", "highly_input_bound"];
 
 function n(v: unknown): number | null {
@@ -56,12 +59,6 @@ export function compareDuration(r: CompareRun): number | null {
   return a !== null && b !== null ? Math.max(0, (b - a) / 1000) : null;
 }
 
-/**
- * The GPU energy rows, in the runs list's words (energy.ts): each run's GPU energy and what
- * of it was burned while its steps waited for input (share, and money where the server sets
- * STOKER_ENERGY_PRICE_KWH), from the run's `/runs/{id}/energy` once read (`energies`, by run
- * id); until then its summary's total, and a dash for the starved part.
- */
 export function energyMetrics(energies: ReadonlyMap<number, RunEnergy | null> = new Map()): CompareMetric[] {
   const split = (r?: CompareRun): RunEnergy | null => (r ? (energies.get(r.id) ?? null) : null);
   const starved = (r?: CompareRun) => energyFigures(split(r)).find((f) => f.key === "energy_starved");
@@ -69,7 +66,7 @@ export function energyMetrics(energies: ReadonlyMap<number, RunEnergy | null> = 
     {
       key: "energy",
       label: "GPU energy",
-      better: "lower",
+      better: null,
       value: (r) => n(split(r)?.total_j) ?? n(r.summary?.energy_j),
       format: (v, r) => energyCell(v, split(r)).text,
       title: (v, r) => energyCell(v, split(r)).title,
@@ -77,7 +74,7 @@ export function energyMetrics(energies: ReadonlyMap<number, RunEnergy | null> = 
     {
       key: "energy_starved",
       label: "Burned while starved",
-      better: "lower",
+      better: null,
       value: (r) => n(split(r)?.starved_j),
       format: (v, r) => (v === null ? MISSING : (starved(r)?.value ?? MISSING)),
       title: (v, r) => (v === null ? "" : (starved(r)?.title ?? "")),
@@ -85,63 +82,69 @@ export function energyMetrics(energies: ReadonlyMap<number, RunEnergy | null> = 
   ];
 }
 
-/** The summary rows, with the energy rows read from `energies` (see `energyMetrics`). */
+/**
+ * The diagnosis figures, first on the page: the verdict and input wait over the whole run,
+ * the device time starvation lost, and the step time, each named as every other surface
+ * names it. No star: none of them is a metric the user chose a direction for.
+ */
+export const DIAGNOSIS_METRICS: CompareMetric[] = [
+  {
+    key: "verdict",
+    label: "Verdict · whole run",
+    better: null,
+    value: (r) => {
+      const i = LEVELS.indexOf(r.summary?.verdict as Verdict);
+      return i >= 0 ? i : null;
+    },
+    format: (v, r) => (v === null ? MISSING : verdictWords(r?.summary?.verdict_label)),
+  },
+  { key: "wait", label: "Input wait · whole run", better: null, value: (r) => n(r.summary?.input_wait_share), format: formatInputWait },
+  {
+    key: "lost_gpu",
+    label: LOST_TIME,
+    better: null,
+    value: (r) => n(r.summary?.lost_gpu_s),
+    format: (v) => formatLostPriced(v, uiSettings()),
+    title: () => LOST_TIME_MEANS,
+  },
+  { key: "median", label: "Step time median", better: null, value: (r) => n(r.summary?.step_time_ms_median), format: formatMs },
+  { key: "p95", label: "Step time p95", better: null, value: (r) => n(r.summary?.step_time_ms_p95), format: formatMs },
+  { key: "steps", label: "Steps", better: null, value: (r) => n(r.summary?.steps), format: formatCount },
+];
+
+/** The rest of the summary, with the energy rows read from `energies` (see `energyMetrics`). */
 export function compareMetrics(energies: ReadonlyMap<number, RunEnergy | null> = new Map()): CompareMetric[] {
   return [
-    { key: "median", label: "Step time median", better: "lower", value: (r) => n(r.summary?.step_time_ms_median), format: formatMs },
-    { key: "p95", label: "Step time p95", better: "lower", value: (r) => n(r.summary?.step_time_ms_p95), format: formatMs },
-    {
-      key: "verdict",
-      label: "Verdict · whole run",
-      better: "lower",
-      value: (r) => {
-        const i = LEVELS.indexOf(r.summary?.verdict as Verdict);
-        return i >= 0 ? i : null;
-      },
-      format: (v) => (v === null ? "—" : verdictWords(LEVELS[v])),
-    },
-    { key: "wait", label: "Input wait · whole run", better: "lower", value: (r) => n(r.summary?.input_wait_share), format: formatInputWait },
-    { key: "wait_s", label: "Input wait (time)", better: "lower", value: (r) => n(r.summary?.input_wait_s), format: formatDuration },
-    {
-      key: "lost_gpu",
-      label: "Lost GPU / device time",
-      better: "lower",
-      value: (r) => n(r.summary?.lost_gpu_s),
-      format: (v, r) => formatLostGpu(v, uiSettings(), deviceWord(r)),
-    },
-    { key: "gpu", label: "GPU util (mean)", better: "higher", value: (r) => n(r.summary?.gpu_util_mean), format: formatPercentValue },
-    { key: "sm_util", label: "SM active (mean, GPM)", better: "higher", value: (r) => n(r.summary?.sm_util_mean), format: formatPercentValue },
-    { key: "tensor_util", label: "Tensor active (mean, GPM)", better: "higher", value: (r) => n(r.summary?.tensor_util_mean), format: formatPercentValue },
+    { key: "gpu", label: "GPU util (mean)", better: null, value: (r) => n(r.summary?.gpu_util_mean), format: formatPercentValue },
+    { key: "sm_util", label: "SM active (mean, GPM)", better: null, value: (r) => n(r.summary?.sm_util_mean), format: formatPercentValue },
+    { key: "tensor_util", label: "Tensor active (mean, GPM)", better: null, value: (r) => n(r.summary?.tensor_util_mean), format: formatPercentValue },
     ...energyMetrics(energies),
-    { key: "memory", label: "Peak GPU memory", better: "lower", value: (r) => n(r.summary?.peak_memory_bytes), format: formatBytes },
-    { key: "throughput", label: "Samples/s", better: "higher", value: (r) => n(r.summary?.samples_per_s), format: formatRate },
-    { key: "duration", label: "Duration", better: "lower", value: compareDuration, format: formatDuration },
-    { key: "steps", label: "Steps", better: "higher", value: (r) => n(r.summary?.steps), format: (v) => (v === null ? "—" : Math.round(v).toLocaleString("en-US")) },
+    { key: "memory", label: "Peak GPU memory", better: null, value: (r) => n(r.summary?.peak_memory_bytes), format: formatBytes },
+    { key: "throughput", label: "Samples/s", better: null, value: (r) => n(r.summary?.samples_per_s), format: formatRate },
+    { key: "duration", label: "Duration", better: null, value: compareDuration, format: formatDuration },
   ];
 }
 
-export const COMPARE_METRICS: CompareMetric[] = compareMetrics();
+export const COMPARE_METRICS: CompareMetric[] = [...DIAGNOSIS_METRICS, ...compareMetrics()];
 
 /**
- * Indices of the best values. Nothing is marked unless at least two runs have
- * a value and they are not all equal; ties for best are all marked. Values
- * within `tolerance` (relative) of the best count as ties, so that 16.0 GiB
- * and 16.0 GiB are not told apart by a few kilobytes.
+ * Indices of the best values. Nothing is marked unless at least two runs have a value and
+ * they do not all read the same (`texts`: the cells as shown, so that 16.0 GiB and 16.0 GiB
+ * are never told apart, and 0.8301 beats 0.8318); ties for best, as shown, are all marked.
  */
-export function bestIndices(values: (number | null)[], better: Better, tolerance = 0.005): Set<number> {
+export function bestIndices(values: (number | null)[], better: Better, texts: string[] = values.map(String)): Set<number> {
   const present = values.map((v, i) => [v, i] as const).filter((p): p is readonly [number, number] => p[0] !== null && Number.isFinite(p[0]));
-  if (present.length < 2) return new Set();
+  if (present.length < 2 || new Set(present.map((p) => texts[p[1]])).size < 2) return new Set();
   const nums = present.map((p) => p[0]);
   const best = better === "lower" ? Math.min(...nums) : Math.max(...nums);
-  const tie = (v: number) => Math.abs(v - best) <= tolerance * Math.abs(best);
-  if (nums.every(tie)) return new Set();
-  return new Set(present.filter((p) => tie(p[0])).map((p) => p[1]));
+  const bestText = texts[present.find((p) => p[0] === best)![1]];
+  return new Set(present.filter((p) => texts[p[1]] === bestText).map((p) => p[1]));
 }
 
 export interface CompareRow {
   key: string;
   label: string;
-  better: Better;
+  better: Better | null;
   cells: { text: string; best: boolean; value: number | null; title?: string }[];
 }
 
@@ -149,18 +152,16 @@ export function compareRows(runs: CompareRun[], metrics: CompareMetric[] = COMPA
   return metrics.map((m) => {
     const values = runs.map(m.value);
     const texts = values.map((v, i) => m.format(v, runs[i]));
-    const best = bestIndices(values, m.better);
-    // A star only between values that read differently: never between two "0.1 %".
-    const bestTexts = new Set([...best].map((i) => texts[i]));
-    const shown = values.map((v, i) => (v === null ? null : texts[i])).filter((t) => t !== null);
-    const distinct = new Set(shown).size > 1;
+    // A star only for a metric with a direction, and only between values that read
+    // differently: never between two "0.1 %".
+    const best = m.better === null ? new Set<number>() : bestIndices(values, m.better, texts);
     return {
       key: m.key,
       label: m.label,
       better: m.better,
       cells: values.map((v, i) => ({
         text: texts[i]!,
-        best: distinct && v !== null && bestTexts.has(texts[i]),
+        best: best.has(i),
         value: v,
         ...(m.title ? { title: m.title(v, runs[i]!) } : {}),
       })),

@@ -3,8 +3,8 @@ import {
   defaultSince,
   fedEstimate,
   fedSentence,
-  formatGpuHours,
-  formatLostGpu,
+  formatLostHours,
+  formatLostPriced,
   formatMoney,
   jobInputWaitS,
   loadUiSettings,
@@ -15,35 +15,34 @@ import {
 
 const PRICED = { gpu_hour_price: 2.5, currency: "€" };
 
-describe("formatGpuHours", () => {
+describe("formatLostHours", () => {
   it("keeps two significant-ish digits", () => {
-    expect(formatGpuHours(1.523)).toBe("1.52 GPU·h");
-    expect(formatGpuHours(42.71)).toBe("42.7 GPU·h");
-    expect(formatGpuHours(1234.4)).toBe("1234 GPU·h");
-    expect(formatGpuHours(1234.4, "device")).toBe("1234 device·h");
-    // Small costs in seconds or minutes, never "<0.01 GPU·h".
-    expect(formatGpuHours(0.523)).toBe("31 min");
-    expect(formatGpuHours(0.1)).toBe("6.0 min");
-    expect(formatGpuHours(0.004)).toBe("14 s");
-    expect(formatGpuHours(0.0001)).toBe("0.4 s");
-    expect(formatGpuHours(0)).toBe("0 s");
-    expect(formatGpuHours(null)).toBe("—");
-    expect(formatGpuHours(-1)).toBe("—");
+    expect(formatLostHours(1.523)).toBe("1.52 h");
+    expect(formatLostHours(42.71)).toBe("42.7 h");
+    expect(formatLostHours(1234.4)).toBe("1234 h");
+    // Small costs in seconds or minutes, never "<0.01 h".
+    expect(formatLostHours(0.523)).toBe("31 min");
+    expect(formatLostHours(0.1)).toBe("6.0 min");
+    expect(formatLostHours(0.004)).toBe("14 s");
+    expect(formatLostHours(0.0001)).toBe("0.4 s");
+    expect(formatLostHours(0)).toBe("0 s");
+    expect(formatLostHours(null)).toBe("—");
+    expect(formatLostHours(-1)).toBe("—");
   });
 });
 
-describe("formatMoney and formatLostGpu", () => {
+describe("formatMoney and formatLostPriced", () => {
   it("prices hours only when a price is set", () => {
     expect(formatMoney(2, PRICED)).toBe("€5.00");
     expect(formatMoney(1000, PRICED)).toBe("€2,500");
     expect(formatMoney(2, NO_PRICE)).toBeNull();
     expect(formatMoney(null, PRICED)).toBeNull();
   });
-  it("shows lost GPU seconds as hours, priced", () => {
-    expect(formatLostGpu(7200, PRICED)).toBe("2.00 GPU·h · €5.00");
-    expect(formatLostGpu(1800, NO_PRICE)).toBe("30 min");
-    expect(formatLostGpu(2, PRICED)).toBe("2.0 s · €0.00");
-    expect(formatLostGpu(undefined, PRICED)).toBe("—");
+  it("shows lost device seconds as hours, priced", () => {
+    expect(formatLostPriced(7200, PRICED)).toBe("2.00 h · €5.00");
+    expect(formatLostPriced(1800, NO_PRICE)).toBe("30 min");
+    expect(formatLostPriced(2, PRICED)).toBe("2.0 s · €0.00");
+    expect(formatLostPriced(undefined, PRICED)).toBe("—");
   });
 });
 

@@ -1,4 +1,4 @@
-// What starvation costs: lost GPU time, its price, and how much
+// What starvation costs: lost device time, its price, and how much
 // sooner a run would have finished had its input kept up. Pure formatting plus
 // the server's UI settings (`GET /settings/ui`, read once): the price, and the
 // input-bound thresholds the server judges by.
@@ -22,12 +22,17 @@ function finite(v: unknown): v is number {
   return typeof v === "number" && Number.isFinite(v);
 }
 
+/** The one name of the device time input starvation cost, on every surface. */
+export const LOST_TIME = "Lost device time";
+/** What it is, for tooltips. */
+export const LOST_TIME_MEANS =
+  "Device time lost to input starvation: the time the steps waited for input, times the devices (GPUs; the host when there is none) each worker trains on.";
+
 /**
  * Lost device time: small amounts in seconds or minutes ("42 s", "12.5 min"), from an
- * hour on in device-hours ("0.52 GPU·h" is never written: "31.2 min"; 42.7 h → "42.7 GPU·h").
- * `device` is "GPU" for runs on a GPU, "device" otherwise.
+ * hour on in hours ("0.52 h" is never written: "31.2 min"; 42.7 h → "42.7 h").
  */
-export function formatLostTime(seconds: number | null | undefined, device = "GPU"): string {
+export function formatLostTime(seconds: number | null | undefined): string {
   if (!finite(seconds) || seconds < 0) return MISSING;
   if (seconds === 0) return "0 s";
   if (seconds < 60) return `${seconds < 10 ? seconds.toFixed(1) : seconds.toFixed(0)} s`;
@@ -37,15 +42,15 @@ export function formatLostTime(seconds: number | null | undefined, device = "GPU
   }
   const hours = seconds / 3600;
   const digits = hours < 10 ? 2 : hours < 100 ? 1 : 0;
-  return `${hours.toFixed(digits)} ${device}·h`;
+  return `${hours.toFixed(digits)} h`;
 }
 
-/** GPU-hours as `formatLostTime` writes them. */
-export function formatGpuHours(hours: number | null | undefined, device = "GPU"): string {
-  return finite(hours) ? formatLostTime(hours * 3600, device) : MISSING;
+/** Device-hours as `formatLostTime` writes them. */
+export function formatLostHours(hours: number | null | undefined): string {
+  return finite(hours) ? formatLostTime(hours * 3600) : MISSING;
 }
 
-/** The price of `hours` GPU-hours ("$1.30"), or null when no price is set. */
+/** The price of `hours` device-hours at the GPU-hour price ("$1.30"), or null when no price is set. */
 export function formatMoney(hours: number | null | undefined, settings: Price): string | null {
   const price = settings.gpu_hour_price;
   if (!finite(hours) || !finite(price)) return null;
@@ -55,10 +60,10 @@ export function formatMoney(hours: number | null | undefined, settings: Price): 
 }
 
 /** Lost device seconds, with their price when one is set: "31.2 min · $1.30". */
-export function formatLostGpu(lostGpuS: number | null | undefined, settings: Price, device = "GPU"): string {
-  if (!finite(lostGpuS)) return MISSING;
-  const money = formatMoney(lostGpuS / 3600, settings);
-  const time = formatLostTime(lostGpuS, device);
+export function formatLostPriced(lostS: number | null | undefined, settings: Price): string {
+  if (!finite(lostS)) return MISSING;
+  const money = formatMoney(lostS / 3600, settings);
+  const time = formatLostTime(lostS);
   return money ? `${time} · ${money}` : time;
 }
 

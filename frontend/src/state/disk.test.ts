@@ -19,14 +19,14 @@ const disk = (over: Partial<DiskUse> = {}): DiskUse => ({
 
 describe("diskSummary", () => {
   it("says the sizes and the free share as the UI writes bytes and shares", () => {
-    expect(diskSummary(disk())).toBe("Database 1.20 GiB · profiles 340 MiB · 57.0 GiB free of 252.0 GiB (23%)");
+    expect(diskSummary(disk())).toBe("Database 1.20 GiB · profiles 340 MiB · 57.0 GiB free of 252.0 GiB (23 %)");
   });
   it("says when free space cannot be read", () => {
     expect(diskSummary(disk({ free_bytes: null, total_bytes: null }))).toBe("Database 1.20 GiB · profiles 340 MiB · free space unknown");
   });
   it("adds PostgreSQL's own disk, or says it is not visible from the server", () => {
     const pg = disk({ sqlite: false, database_free_bytes: 10 * GiB, database_total_bytes: 40 * GiB, database_disk: "PostgreSQL's disk (/var/lib/postgresql)" });
-    expect(diskSummary(pg)).toBe("Database 1.20 GiB · profiles 340 MiB · 57.0 GiB free of 252.0 GiB (23%) · PostgreSQL's disk 10.0 GiB free of 40.0 GiB (25%)");
+    expect(diskSummary(pg)).toBe("Database 1.20 GiB · profiles 340 MiB · 57.0 GiB free of 252.0 GiB (23 %) · PostgreSQL's disk 10.0 GiB free of 40.0 GiB (25 %)");
     expect(diskSummary(disk({ sqlite: false }))).toContain("PostgreSQL's disk not visible from here");
     expect(diskSummaryTitle(pg)).toContain("PostgreSQL: PostgreSQL's disk (/var/lib/postgresql).");
   });
@@ -51,12 +51,12 @@ describe("diskBanner", () => {
   });
   it("warns with what is left on the fuller disk, the database's own when that one is low", () => {
     const b = diskBanner(disk({ sqlite: false, low: true, database_free_bytes: 0.5 * GiB, database_total_bytes: 40 * GiB }))!;
-    expect(b.title).toBe("The database's disk is nearly full (512 MiB free, 1.3%).");
+    expect(b.title).toBe("The database's disk is nearly full (512 MiB free, 1.3 %).");
   });
   it("warns before it is full, with how much is left", () => {
     const b = diskBanner(disk({ low: true, free_bytes: 0.5 * GiB }))!;
     expect(b.level).toBe("low");
-    expect(b.title).toBe("The database's disk is nearly full (512 MiB free, 0.2%).");
+    expect(b.title).toBe("The database's disk is nearly full (512 MiB free, 0.2 %).");
     expect(b.body).toContain("new rows are refused");
   });
 });

@@ -35,11 +35,15 @@ describe("formatEnergy", () => {
 
 describe("energyFigures", () => {
   it("shows the total and the starved share with money", () => {
-    const [total, starved] = energyFigures(ENERGY);
+    // The tone's thresholds are the server's (GET /settings/ui), never the UI's own.
+    const bound = { highly_input_bound: 0.6, moderately_input_bound: 0.3 };
+    const [total, starved] = energyFigures(ENERGY, bound);
     expect(total!.value).toBe("2.00 kWh · €0.60");
     expect(starved!.label).toBe("Burned while starved");
-    expect(starved!.value).toBe("1.00 kWh (50%) · €0.30");
-    expect(starved!.tone).toBe("wait-high");
+    expect(starved!.value).toBe("1.00 kWh (50 %) · €0.30");
+    expect(starved!.tone).toBe("wait-moderate");
+    expect(energyFigures(ENERGY, { ...bound, highly_input_bound: 0.5 })[1]!.tone).toBe("wait-high");
+    expect(energyFigures(ENERGY, null)[1]!.tone).toBeUndefined(); // not read yet: no level
   });
   it("says when energy was integrated from power, and nothing without energy", () => {
     expect(energyFigures({ ...ENERGY, integrated: true, total_cost: null, starved_cost: null })[0]!.title).toContain("Integrated from power");
@@ -53,8 +57,8 @@ describe("gpmFigures", () => {
     expect(gpmFigures({ gpu_util_mean: 98, sm_util_mean: null, tensor_util_mean: null })).toEqual([]);
     const figures = gpmFigures({ sm_util_mean: 23.4, sm_occupancy_mean: 11, tensor_util_mean: 0 });
     expect(figures.map((f) => [f.key, f.value])).toEqual([
-      ["sm_util", "23%"],
-      ["tensor_util", "0%"],
+      ["sm_util", "23 %"],
+      ["tensor_util", "0 %"],
     ]);
   });
 });
@@ -64,13 +68,13 @@ describe("energyCell", () => {
     expect(energyCell(7.2e6, null)).toMatchObject({ text: "2.00 kWh", starved: "" });
     const cell = energyCell(7.0e6, ENERGY);
     expect(cell.text).toBe("2.00 kWh · €0.60");
-    expect(cell.starved).toBe("starved 1.00 kWh (50%) · €0.30");
+    expect(cell.starved).toBe("starved 1.00 kWh (50 %) · €0.30");
     expect(cell.title).toContain("computing: 0.83 kWh");
   });
   it("leaves money out where the server sets no price, and says an integrated figure", () => {
     const cell = energyCell(7.2e6, { ...ENERGY, price_per_kwh: null, total_cost: null, starved_cost: null, integrated: true });
     expect(cell.text).toBe("2.00 kWh");
-    expect(cell.starved).toBe("starved 1.00 kWh (50%)");
+    expect(cell.starved).toBe("starved 1.00 kWh (50 %)");
     expect(cell.title).toContain("Integrated from power readings");
   });
   it("is a dash with its reason for a run without energy readings, never 0", () => {

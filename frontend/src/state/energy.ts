@@ -3,7 +3,8 @@
 // Also the run's GPM figures (what the SMs really did) beside its utilization.
 
 import type { components } from "../api/api.gen";
-import { MISSING, formatPercentValue } from "../app/format";
+import { MISSING, formatPercent, formatPercentValue } from "../app/format";
+import { uiSettings, type InputBound } from "./cost";
 import type { SummaryFigure } from "./runs";
 
 type Schemas = components["schemas"];
@@ -33,8 +34,11 @@ export function formatEnergyCost(cost: number | null | undefined, currency: stri
   return `${currency}${text}`;
 }
 
-/** The run's energy figures: total, and burned while starved (with its share and price). */
-export function energyFigures(energy: RunEnergy | null | undefined): SummaryFigure[] {
+/**
+ * The run's energy figures: total, and burned while starved (with its share and price; its
+ * tone by the server's input-bound thresholds, `bound`, once read).
+ */
+export function energyFigures(energy: RunEnergy | null | undefined, bound: InputBound | null = uiSettings().input_bound): SummaryFigure[] {
   if (!energy || !finite(energy.total_j)) return [];
   const currency = energy.currency ?? "$";
   const totalCost = formatEnergyCost(energy.total_cost, currency);
@@ -55,12 +59,19 @@ export function energyFigures(energy: RunEnergy | null | undefined): SummaryFigu
       label: "Burned while starved",
       value:
         formatEnergy(energy.starved_j) +
-        (share !== null ? ` (${(share * 100).toFixed(0)}%)` : "") +
+        (share !== null ? ` (${formatPercent(share, 0)})` : "") +
         (starvedCost ? ` · ${starvedCost}` : ""),
       title:
         "GPU energy drawn while steps waited for their input: each reading's energy shared out by how much of its window the steps spent waiting " +
         `(computing: ${formatEnergy(energy.computing_j)}; no step running: ${formatEnergy(energy.other_j)}).`,
-      tone: share !== null && share >= 0.2 ? "wait-high" : share !== null && share >= 0.05 ? "wait-moderate" : undefined,
+      tone:
+        share === null || bound === null
+          ? undefined
+          : share >= bound.highly_input_bound
+            ? "wait-high"
+            : share >= bound.moderately_input_bound
+              ? "wait-moderate"
+              : undefined,
     },
   ];
 }
@@ -116,7 +127,7 @@ export function energyCell(totalJ: number | null | undefined, split: RunEnergy |
   const share = total > 0 ? split.starved_j / total : null;
   const starvedCost = formatEnergyCost(split.starved_cost, currency);
   const starved =
-    `starved ${formatEnergy(split.starved_j)}` + (share !== null ? ` (${(share * 100).toFixed(0)}%)` : "") + (starvedCost ? ` · ${starvedCost}` : "");
+    `starved ${formatEnergy(split.starved_j)}` + (share !== null ? ` (${formatPercent(share, 0)})` : "") + (starvedCost ? ` · ${starvedCost}` : "");
   const how = split.integrated ? " Integrated from power readings: the driver has no energy counter." : "";
   return {
     text,

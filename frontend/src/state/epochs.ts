@@ -164,10 +164,28 @@ export function formatEpochValue(v: number | null | undefined): string {
   return String(Number(v.toPrecision(4)));
 }
 
-/** Rows for the compare table: the best value of each epoch metric, the best run marked. */
+/** Whether a metric has a direction (the server says: the user's choice or Keras's own);
+ * a summary from before the server said so is taken to have one. */
+export function epochDirected(entry: Partial<EpochMetricSummary> | null | undefined): boolean {
+  return entry?.directed !== false;
+}
+
+/**
+ * Rows for the compare table: the best value of each epoch metric with a direction, the best
+ * run marked; the last value of one without (`learning_rate`), never marked.
+ */
 export function epochCompareMetrics(runs: CompareRun[]): CompareMetric[] {
   return epochMetricNames(runs.map((r) => r.summary)).map((name) => {
     const entry = runs.map((r) => epochMetricsOf(r.summary)[name]).find((e) => e) ?? null;
+    if (!epochDirected(entry)) {
+      return {
+        key: `epoch:${name}`,
+        label: `Last ${name}`,
+        better: null,
+        value: (r: CompareRun) => num(epochMetricsOf(r.summary)[name]?.last),
+        format: formatEpochValue,
+      };
+    }
     const goal = epochGoal(name, entry);
     return {
       key: `epoch:${name}`,
@@ -191,6 +209,9 @@ export function epochCell(run: Run, metric: string): { text: string; title: stri
   const e = epochMetricsOf(run.summary)[metric];
   if (!e) return { text: MISSING, title: `${metric} not recorded` };
   const goal = epochGoal(metric, e);
+  if (!epochDirected(e)) {
+    return { text: formatEpochValue(e.last), title: `last ${metric} ${formatEpochValue(e.last)} at epoch ${e.last_epoch ?? MISSING} (it has no better direction)` };
+  }
   return {
     text: formatEpochValue(e.best),
     title: `best ${metric} (${goal === "min" ? "lowest" : "highest"}) ${formatEpochValue(e.best)} at epoch ${e.best_epoch ?? MISSING}; last ${formatEpochValue(e.last)} at epoch ${e.last_epoch ?? MISSING}`,

@@ -54,6 +54,28 @@ describe("RunsStore", () => {
     expect(store.get(1)?.status).toBe("finished");
   });
 
+  it("keeps the config and environment a live message leaves out", () => {
+    const store = new RunsStore();
+    store.upsert(makeRun({ id: 1, config: { lr: 0.1 }, environment: { gpu: "H100" }, summary: { ...makeRun().summary, steps: 10 } }));
+    const live = { ...makeRun({ id: 1, summary: { ...makeRun().summary, steps: 50 } }) } as Partial<ReturnType<typeof makeRun>>;
+    delete live.config;
+    delete live.environment;
+    expect(store.upsert(live as ReturnType<typeof makeRun>)).toBe(true);
+    expect(store.get(1)?.summary.steps).toBe(50);
+    expect(store.get(1)?.config).toEqual({ lr: 0.1 });
+    expect(store.get(1)?.environment).toEqual({ gpu: "H100" });
+  });
+
+  it("fills a live copy's config from an older REST answer without stepping back", () => {
+    const store = new RunsStore();
+    const live = { ...makeRun({ id: 1, summary: { ...makeRun().summary, steps: 50 } }) } as Partial<ReturnType<typeof makeRun>>;
+    delete live.config;
+    store.upsert(live as ReturnType<typeof makeRun>);
+    expect(store.upsert(makeRun({ id: 1, config: { lr: 0.2 }, summary: { ...makeRun().summary, steps: 10 } }))).toBe(false);
+    expect(store.get(1)?.summary.steps).toBe(50);
+    expect(store.get(1)?.config).toEqual({ lr: 0.2 });
+  });
+
   it("ignores malformed live payloads", () => {
     const store = new RunsStore();
     expect(store.upsert({ nope: true } as never)).toBe(false);
@@ -152,6 +174,7 @@ describe("runRowCells", () => {
           gpu_util_mean: null,
           samples_per_s: null,
           verdict: null,
+          verdict_label: null,
         },
       }),
       NOW,
@@ -159,28 +182,26 @@ describe("runRowCells", () => {
     expect([c.median, c.p95, c.inputWait]).toEqual(["—", "—", "—"]);
     expect(c.inputWaitLevel).toBe("unknown");
   });
-  it("shows the GPU time lost to input wait, priced when a price is set", () => {
+  it("shows the device time lost to input wait, priced when a price is set", () => {
     const run = makeRun({ summary: { ...makeRun().summary, input_wait_s: 900, lost_gpu_s: 3600 } });
-    expect(runRowCells(run, NOW, undefined, { gpu_hour_price: null, currency: "$" }).lostGpu).toBe("1.00 GPU·h");
-    expect(runRowCells(run, NOW, undefined, { gpu_hour_price: 3, currency: "$" }).lostGpu).toBe("1.00 GPU·h · $3.00");
+    expect(runRowCells(run, NOW, undefined, { gpu_hour_price: null, currency: "$" }).lostTime).toBe("1.00 h");
+    expect(runRowCells(run, NOW, undefined, { gpu_hour_price: 3, currency: "$" }).lostTime).toBe("1.00 h · $3.00");
   });
-  it("sorts by lost GPU time, costliest first on the first click", () => {
+  it("sorts by lost device time, costliest first on the first click", () => {
     const runs = [10, 7200, 300].map((lost, i) => makeRun({ id: i + 1, summary: { ...makeRun().summary, lost_gpu_s: lost } }));
     const sort = nextSort({ key: "started", desc: true }, "lost");
     expect(sort).toEqual({ key: "lost", desc: true });
     expect(sortRuns(runs, sort, NOW).map((r) => r.id)).toEqual([2, 3, 1]);
   });
-  it("shows a dash, not lost GPU time, for a run without GPU readings, and sorts it last", () => {
+  it("shows the lost device time of a run without a GPU too: its host is the device", () => {
+    // The list once showed a dash here while the run page showed 1.5 min (issue 38).
     const noGpu = makeRun({ id: 2, summary: { ...makeRun().summary, gpu_util_mean: null, input_wait_s: 90, lost_gpu_s: 90 } });
-    const c = runRowCells(noGpu, NOW, undefined, { gpu_hour_price: 3, currency: "$" });
-    expect(c.lostGpu).toBe("—");
-    expect(c.lostGpuTitle).toMatch(/^No GPU readings for this run, so no GPU time to lose \(its steps waited 1m 30s for input\)$/);
-    const onGpu = makeRun({ id: 1, summary: { ...makeRun().summary, lost_gpu_s: 10 } });
-    expect(runRowCells(onGpu, NOW).lostGpuTitle).toMatch(/^GPU time lost to input starvation/);
-    expect(sortRuns([noGpu, onGpu], { key: "lost", desc: true }, NOW).map((r) => r.id)).toEqual([1, 2]);
-    // A MIG device has no utilization of its own, but its memory readings say it is a GPU.
-    const mig = makeRun({ summary: { ...noGpu.summary, peak_memory_bytes: 3 * 2 ** 30, lost_gpu_s: 3600 } });
-    expect(runRowCells(mig, NOW, undefined, { gpu_hour_price: null, currency: "$" }).lostGpu).toBe("1.00 GPU·h");
+    const c = runRowCells(noGpu, NOW, undefined, { gpu_hour_price: null, currency: "$" });
+    expect(c.lostTime).toBe("1.5 min");
+    expect(c.lostTimeTitle).toMatch(/^Device time lost to input starvation.*Its steps waited 1m 30s \(no GPU seen: the device is the host\)\.$/);
+    const onGpu = makeRun({ id: 1, environment: { gpus: [{ name: "H100" }] }, summary: { ...makeRun().summary, lost_gpu_s: 10 } });
+    expect(runRowCells(onGpu, NOW).lostTimeTitle).not.toMatch(/no GPU seen/);
+    expect(sortRuns([onGpu, noGpu], { key: "lost", desc: true }, NOW).map((r) => r.id)).toEqual([2, 1]);
   });
   it("shows the run's GPU energy and what was burned while starved, sorted most first", () => {
     const split = {
@@ -189,7 +210,7 @@ describe("runRowCells", () => {
     };
     const run = makeRun({ summary: { ...makeRun().summary, energy_j: 7.2e6 } });
     const c = runRowCells(run, NOW, undefined, undefined, split);
-    expect([c.energy, c.energyStarved]).toEqual(["2.00 kWh · €1.00", "starved 0.50 kWh (25%) · €0.25"]);
+    expect([c.energy, c.energyStarved]).toEqual(["2.00 kWh · €1.00", "starved 0.50 kWh (25 %) · €0.25"]);
     expect(runRowCells(run, NOW).energy).toBe("2.00 kWh");
     expect(runRowCells(makeRun(), NOW).energy).toBe("—");
     const runs = [3.6e6, null, 7.2e6].map((j, i) => makeRun({ id: i + 1, summary: { ...makeRun().summary, energy_j: j } }));
@@ -209,7 +230,7 @@ describe("runSummaryFigures", () => {
     expect(figs.find((f) => f.key === "wait")?.tone).toBe("wait-high");
     // The figure is time blocked on input; the tooltip says feeding the step can save more.
     expect(figs.find((f) => f.key === "wait")?.title).toMatch(/blocked waiting.*somewhat more/);
-    expect(figs.find((f) => f.key === "gpu")?.value).toBe("64%");
+    expect(figs.find((f) => f.key === "gpu")?.value).toBe("64 %");
     expect(figs.find((f) => f.key === "throughput")?.value).toBe("6,100");
   });
 });
@@ -260,7 +281,7 @@ describe("sortRuns", () => {
   });
   it("sorts verdicts worst first, using pushed verdicts", () => {
     expect(sortRuns([b, a, c], { key: "verdict", desc: false }, now).map((r) => r.id)).toEqual([1, 2, 3]);
-    expect(sortRuns([b, a, c], { key: "verdict", desc: false }, now, (id) => (id === 2 ? "stalled" : undefined)).map((r) => r.id)).toEqual([2, 1, 3]);
+    expect(sortRuns([b, a, c], { key: "verdict", desc: false }, now, (id) => (id === 2 ? { verdict: "stalled", label: "stalled" } : undefined)).map((r) => r.id)).toEqual([2, 1, 3]);
   });
   it("flips the direction on the same column and starts numbers descending", () => {
     expect(nextSort({ key: "name", desc: false }, "name")).toEqual({ key: "name", desc: true });
@@ -272,14 +293,14 @@ describe("sortRuns", () => {
 describe("runRowCells verdict and GPU", () => {
   it("shows mean GPU utilization and a derived verdict", () => {
     const c = runRowCells(makeRun(), Date.parse("2024-05-01T13:00:00Z"));
-    expect(c.gpu).toBe("64%");
+    expect(c.gpu).toBe("64 %");
     expect(c.verdict).toBe("highly_input_bound");
     expect(c.verdictTitle).toMatch(/whole run/);
     expect(c.verdictText).toBe("highly input-bound");
     // One figure, one word: a pushed window verdict does not replace the whole run's beside
     // the whole run's figure; only a running run's "stalled" does.
-    expect(runRowCells(makeRun(), 0, "not_input_bound").verdictText).toBe("highly input-bound");
-    expect(runRowCells(makeRun({ status: "running" }), 0, "stalled").verdictText).toBe("stalled");
+    expect(runRowCells(makeRun(), 0, { verdict: "not_input_bound", label: "not input-bound" }).verdictText).toBe("highly input-bound");
+    expect(runRowCells(makeRun({ status: "running" }), 0, { verdict: "stalled", label: "stalled" }).verdictText).toBe("stalled");
   });
 });
 
@@ -289,9 +310,9 @@ describe("RunsStore verdicts", () => {
     store.replaceAll([makeRun({ id: 4 })]);
     const seen: (number | null)[] = [];
     store.subscribe((r) => seen.push(r ? r.id : null));
-    store.setVerdict(4, "stalled");
-    store.setVerdict(4, "stalled");
-    expect(store.verdictOf(4)).toBe("stalled");
+    store.setVerdict(4, { verdict: "stalled", label: "stalled" });
+    store.setVerdict(4, { verdict: "stalled", label: "stalled" });
+    expect(store.verdictOf(4)).toEqual({ verdict: "stalled", label: "stalled" });
     expect(seen).toEqual([4]);
   });
 });

@@ -15,7 +15,7 @@ import {
   formatValue,
   parseIso,
 } from "../app/format";
-import { formatLostGpu, uiSettings, type Price } from "./cost";
+import { formatLostPriced, LOST_TIME, LOST_TIME_MEANS, uiSettings, type Price } from "./cost";
 import { bestEpochValue, type Goal } from "./epochs";
 import type { Run, RunStatus, Verdict } from "../api/types";
 import {
@@ -25,8 +25,8 @@ import {
   runVerdict,
   summaryWindow,
   verdictTone,
-  verdictWords,
   type InputWaitLevel,
+  type KnownVerdict,
   type VerdictTone,
 } from "./verdict";
 
@@ -73,17 +73,18 @@ export type RunsListener = (changed: Run | null) => void;
 export class RunsStore {
   private readonly byId = new Map<number, Run>();
   private readonly listeners = new Set<RunsListener>();
-  private readonly verdicts = new Map<number, Verdict>();
+  private readonly verdicts = new Map<number, KnownVerdict>();
   private loadedFlag = false;
   private errorValue: string | null = null;
 
   /** The latest verdict the server pushed for a run (live `verdict` messages), if any. */
-  verdictOf(id: number): Verdict | undefined {
+  verdictOf(id: number): KnownVerdict | undefined {
     return this.verdicts.get(id);
   }
 
-  setVerdict(id: number, verdict: Verdict): void {
-    if (this.verdicts.get(id) === verdict) return;
+  setVerdict(id: number, verdict: KnownVerdict): void {
+    const held = this.verdicts.get(id);
+    if (held?.verdict === verdict.verdict && held.label === verdict.label) return;
     this.verdicts.set(id, verdict);
     const run = this.byId.get(id);
     if (run) this.emit(run);
@@ -118,13 +119,25 @@ export class RunsStore {
     return [...this.byId.values()].sort(compareRunsNewestFirst);
   }
 
-  /** Insert or replace one run; returns false when the update was stale. */
+  /**
+   * Insert or replace one run; returns false when the update was stale. Live `run` messages
+   * carry no config or environment (the server leaves them out): those held are kept, and a
+   * stale copy from REST still fills them in.
+   */
   upsert(run: Run): boolean {
     if (!isRun(run)) return false;
     const held = this.byId.get(run.id);
-    if (held && isStaleUpdate(held, run)) return false;
-    this.byId.set(run.id, run);
-    this.emit(run);
+    if (held && isStaleUpdate(held, run)) {
+      const filled = withSections(held, run);
+      if (filled !== held) {
+        this.byId.set(run.id, filled);
+        this.emit(filled);
+      }
+      return false;
+    }
+    const next = held ? withSections(run, held) : run;
+    this.byId.set(run.id, next);
+    this.emit(next);
     return true;
   }
 
@@ -159,6 +172,18 @@ export class RunsStore {
   private emit(changed: Run | null): void {
     for (const l of [...this.listeners]) l(changed);
   }
+}
+
+/** `run` with the config and environment it lacks taken from `other` (the same run). */
+export function withSections(run: Run, other: Run): Run {
+  const config = run.config === undefined && other.config !== undefined;
+  const environment = run.environment === undefined && other.environment !== undefined;
+  if (!config && !environment) return run;
+  return {
+    ...run,
+    ...(config ? { config: other.config } : {}),
+    ...(environment ? { environment: other.environment } : {}),
+  };
 }
 
 /** Minimal shape check for data that came over the wire. */
@@ -196,10 +221,9 @@ export interface RunRowCells {
   inputWait: string;
   inputWaitLevel: InputWaitLevel;
   inputWaitTitle: string;
-  /** GPU time lost to input wait (priced when the server has a GPU-hour price); a dash for a
-   * run without GPU readings. */
-  lostGpu: string;
-  lostGpuTitle: string;
+  /** Device time lost to input wait (priced when the server has a GPU-hour price). */
+  lostTime: string;
+  lostTimeTitle: string;
   /** The run's GPU energy (priced when the server prices a kWh), a dash without readings. */
   energy: string;
   /** What of it was burned while starved, once the split is read; "" before. */
@@ -215,23 +239,20 @@ export interface RunRowCells {
 export function runRowCells(
   run: Run,
   nowMs: number,
-  knownVerdict?: Verdict,
+  knownVerdict?: KnownVerdict,
   settings: Price = uiSettings(),
   energy: RunEnergy | null = null,
 ): RunRowCells {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const level = inputWaitLevel(s.verdict);
   const v = runVerdict(run, knownVerdict);
-  const onGpu = hasGpuReadings(run);
   const e = energyCell(s.energy_j, energy);
   return {
     gpu: formatPercentValue(s.gpu_util_mean),
     verdict: v.verdict,
-    verdictText: verdictWords(v.verdict),
+    verdictText: v.label,
     verdictTone: verdictTone(v.verdict),
-    verdictTitle: v.verdict
-      ? `${verdictWords(v.verdict)}${v.derived ? ` (the ${summaryWindow(run)}'s input-wait share)` : " (now)"}`
-      : "no verdict yet",
+    verdictTitle: v.verdict ? `${v.label}${v.derived ? ` (the ${summaryWindow(run)}'s input-wait share)` : " (now)"}` : "no verdict yet",
     name: run.name || `run ${run.id}`,
     project: run.project || MISSING,
     tags: Array.isArray(run.tags) ? run.tags.map(String) : [],
@@ -244,11 +265,9 @@ export function runRowCells(
     p95: formatMs(s.step_time_ms_p95),
     inputWait: formatInputWait(s.input_wait_share),
     inputWaitLevel: level,
-    inputWaitTitle: `${summaryWindow(run)}: ${inputWaitLabel(level)}`,
-    lostGpu: onGpu ? formatLostGpu(s.lost_gpu_s, settings) : MISSING,
-    lostGpuTitle: onGpu
-      ? "GPU time lost to input starvation: the run's input wait times the GPUs it trains on"
-      : `No GPU readings for this run, so no GPU time to lose (its steps waited ${formatDuration(s.input_wait_s)} for input)`,
+    inputWaitTitle: `${summaryWindow(run)}: ${inputWaitLabel(s)}`,
+    lostTime: formatLostPriced(s.lost_gpu_s, settings),
+    lostTimeTitle: `${LOST_TIME_MEANS} Its steps waited ${formatDuration(s.input_wait_s)}${deviceWord(run) === "GPU" ? "" : " (no GPU seen: the device is the host)"}.`,
     energy: e.text,
     energyStarved: e.starved,
     energyTitle: e.title,
@@ -296,7 +315,7 @@ const VERDICT_RANK: Record<Verdict, number> = {
   insufficient_data: 4,
 };
 
-function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict, metric?: string): number | string | null {
+function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: KnownVerdict, metric?: string): number | string | null {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const num = (v: number | null | undefined) => (typeof v === "number" && Number.isFinite(v) ? v : null);
   switch (key) {
@@ -319,7 +338,7 @@ function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict, 
     case "wait":
       return num(s.input_wait_share);
     case "lost":
-      return hasGpuReadings(run) ? num(s.lost_gpu_s) : null; // no GPU: no GPU time lost
+      return num(s.lost_gpu_s);
     case "energy":
       return num(s.energy_j);
     case "gpu":
@@ -337,7 +356,7 @@ function sortValue(run: Run, key: RunSortKey, nowMs: number, verdict?: Verdict, 
  * Runs sorted by a column. Missing values always sort last, whatever the
  * direction; ties fall back to newest first.
  */
-export function sortRuns(runs: Run[], sort: RunSort, nowMs: number, verdictOf: (id: number) => Verdict | undefined = () => undefined): Run[] {
+export function sortRuns(runs: Run[], sort: RunSort, nowMs: number, verdictOf: (id: number) => KnownVerdict | undefined = () => undefined): Run[] {
   const keyed = runs.map((r) => ({ r, v: sortValue(r, sort.key, nowMs, verdictOf(r.id), sort.metric) }));
   keyed.sort((a, b) => {
     if (a.v === null && b.v === null) return compareRunsNewestFirst(a.r, b.r);
@@ -418,7 +437,6 @@ export interface SummaryFigure {
 export function runSummaryFigures(run: Run, nowMs: number): SummaryFigure[] {
   const s = run.summary ?? ({} as Partial<Run["summary"]>);
   const level = inputWaitLevel(s.verdict);
-  const device = deviceWord(run);
   const covers = summaryWindow(run);
   return [
     { key: "steps", label: "Steps", value: formatCount(s.steps) },
@@ -429,18 +447,15 @@ export function runSummaryFigures(run: Run, nowMs: number): SummaryFigure[] {
       label: `Input wait · ${covers}`,
       value: formatInputWait(s.input_wait_share),
       title:
-        `Share of step time spent blocked waiting for the next batch over the ${covers}: ${inputWaitLabel(level)}. ` +
+        `Share of step time spent blocked waiting for the next batch over the ${covers}: ${inputWaitLabel(s)}. ` +
         "A starved step also computes a little slower after the wait, so feeding it can save somewhat more.",
       tone: `wait-${level}`,
     },
     {
       key: "lost_gpu",
-      label: `Lost ${device} time`,
-      value: formatLostGpu(s.lost_gpu_s, uiSettings(), device),
-      title:
-        device === "GPU"
-          ? `GPU time lost to input wait: ${formatDuration(s.input_wait_s)} of waiting (all workers) times the GPUs each worker trains on.`
-          : `Device time lost to input wait: ${formatDuration(s.input_wait_s)} of waiting (all workers); no GPU was seen, so the device is the host.`,
+      label: LOST_TIME,
+      value: formatLostPriced(s.lost_gpu_s, uiSettings()),
+      title: `${LOST_TIME_MEANS} Its steps waited ${formatDuration(s.input_wait_s)} (all workers)${deviceWord(run) === "GPU" ? "" : "; no GPU was seen, so the device is the host"}.`,
     },
     { key: "gpu", label: "GPU util (mean)", value: formatPercentValue(s.gpu_util_mean) },
     ...gpmFigures(s),

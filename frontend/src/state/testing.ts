@@ -28,6 +28,7 @@ export function makeRun(overrides: Partial<Run> = {}): Run {
       gpu_util_mean: 64,
       samples_per_s: 6100,
       verdict: "highly_input_bound",
+      verdict_label: "highly input-bound",
     },
     ...overrides,
   };

@@ -9,7 +9,6 @@ import {
   runVerdict,
   VerdictGeneration,
   verdictHeadline,
-  verdictShort,
   verdictTone,
   verdictWords,
   deviceWord,
@@ -42,12 +41,15 @@ describe("verdict labels", () => {
     expect(verdictTone("moderately_input_bound")).toBe("warn");
     expect(verdictTone("not_input_bound")).toBe("ok");
     expect(verdictTone("insufficient_data")).toBe("info");
-    expect(verdictShort("not_input_bound")).toBe("not input-bound");
-    expect(verdictWords("moderately_input_bound")).toBe("moderately input-bound");
-    expect(verdictHeadline("highly_input_bound", "device")).toBe("Highly input-bound: the device waits for data");
+    // The words are the server's, as sent: the UI holds no copy of them.
+    expect(verdictWords("the server's words")).toBe("the server's words");
+    expect(verdictWords("")).toBe("—");
+    expect(verdictWords(undefined)).toBe("—");
+    expect(verdictHeadline("highly_input_bound", "highly input-bound", "device")).toBe("Highly input-bound: the device waits for data");
+    expect(verdictHeadline("highly_input_bound", "starved!", "GPU")).toBe("Starved!: the GPU waits for data");
     expect(deviceWord({ environment: {}, summary: { gpu_util_mean: null } })).toBe("device");
     expect(deviceWord({ environment: { gpus: [{ name: "H100" }] }, summary: {} })).toBe("GPU");
-    expect(verdictHeadline("stalled")).toMatch(/Stalled/);
+    expect(verdictHeadline("stalled", "stalled")).toBe("Stalled: steps stopped while the process is alive");
     expect(evidenceText({ key: "k", value: 1, text: "" })).toBe("k: 1");
   });
 });
@@ -55,11 +57,12 @@ describe("verdict labels", () => {
 describe("runVerdict", () => {
   it("prefers a pushed verdict, then takes the summary's verdict from the server", () => {
     // The level is the server's: a share of 0.3 with a summary verdict of "moderately" stays moderately.
-    const run = makeRun({ summary: { ...makeRun().summary, input_wait_share: 0.3, verdict: "moderately_input_bound" } });
-    expect(runVerdict({ ...run, status: "running" }, "stalled")).toEqual({ verdict: "stalled", derived: false });
-    expect(runVerdict({ ...run, status: "finished" }, "stalled")).toEqual({ verdict: "moderately_input_bound", derived: true });
-    expect(runVerdict(run, undefined)).toEqual({ verdict: "moderately_input_bound", derived: true });
-    expect(runVerdict({ ...run, summary: { ...run.summary, verdict: null } }, undefined).verdict).toBeNull();
+    const run = makeRun({ summary: { ...makeRun().summary, input_wait_share: 0.3, verdict: "moderately_input_bound", verdict_label: "moderately (server)" } });
+    const stalled = { verdict: "stalled" as const, label: "stalled (server)" };
+    expect(runVerdict({ ...run, status: "running" }, stalled)).toEqual({ verdict: "stalled", label: "stalled (server)", derived: false });
+    expect(runVerdict({ ...run, status: "finished" }, stalled)).toEqual({ verdict: "moderately_input_bound", label: "moderately (server)", derived: true });
+    expect(runVerdict(run, undefined)).toEqual({ verdict: "moderately_input_bound", label: "moderately (server)", derived: true });
+    expect(runVerdict({ ...run, summary: { ...run.summary, verdict: null, verdict_label: null } }, undefined)).toEqual({ verdict: null, label: "—", derived: true });
   });
 });
 
@@ -70,8 +73,8 @@ describe("inputWaitLevel", () => {
     expect(inputWaitLevel("not_input_bound")).toBe("low");
     expect(inputWaitLevel(null)).toBe("unknown");
     expect(inputWaitLevel("stalled")).toBe("unknown");
-    expect(inputWaitLabel("high")).toBe("highly input-bound");
-    expect(inputWaitLabel("unknown")).toBe("input wait not measured");
+    expect(inputWaitLabel({ verdict: "highly_input_bound", verdict_label: "highly (server)" })).toBe("highly (server)");
+    expect(inputWaitLabel({ verdict: null, verdict_label: null })).toBe("input wait not measured");
   });
 });
 

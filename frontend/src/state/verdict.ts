@@ -1,4 +1,7 @@
-// The diagnosis verdict: labels, tones and defensive parsing. Pure, unit-tested.
+// The diagnosis verdict: tones, headlines and defensive parsing. Pure, unit-tested.
+// The verdict's words are the server's (levels.VERDICT_WORDS), sent beside every verdict:
+// `verdict_label` of a diagnosis and of a run summary. The UI writes no copy of them
+// (tests/unit/test_one_source.py fails on one).
 
 import type { Diagnosis, Evidence, GpuFinding, Run, Verdict } from "../api/types";
 
@@ -30,29 +33,10 @@ export function verdictTone(v: Verdict | null | undefined): VerdictTone {
   }
 }
 
-/**
- * The words for a verdict, the same on every surface (banner, runs list, compare, the
- * CLI and the docs: the server's `levels.VERDICT_WORDS`).
- */
-export function verdictWords(v: Verdict | null | undefined): string {
-  switch (v) {
-    case "highly_input_bound":
-      return "highly input-bound";
-    case "moderately_input_bound":
-      return "moderately input-bound";
-    case "not_input_bound":
-      return "not input-bound";
-    case "stalled":
-      return "stalled";
-    case "insufficient_data":
-      return "not enough data";
-    default:
-      return "—";
-  }
+/** A verdict's words as the server sent them, or a dash when it sent none. */
+export function verdictWords(label: string | null | undefined): string {
+  return typeof label === "string" && label ? label : "—";
 }
-
-/** Badge text: the verdict's words. */
-export const verdictShort = verdictWords;
 
 /**
  * Whether a run trains on a GPU (the environment lists one, or utilization was sampled):
@@ -67,20 +51,26 @@ export function deviceWord(
   return listed || sampled ? "GPU" : "device";
 }
 
-/** Headline of the verdict banner. */
-export function verdictHeadline(v: Verdict, device: "GPU" | "device" = "GPU"): string {
+/** What each verdict means for the run, after its words in the banner's headline. */
+function meaning(v: Verdict, device: "GPU" | "device"): string {
   switch (v) {
     case "highly_input_bound":
-      return `Highly input-bound: the ${device} waits for data`;
+      return `the ${device} waits for data`;
     case "moderately_input_bound":
-      return "Moderately input-bound: the input pipeline sometimes lags";
+      return "the input pipeline sometimes lags";
     case "not_input_bound":
-      return `Not input-bound: the ${device} is being fed`;
+      return `the ${device} is being fed`;
     case "stalled":
-      return "Stalled: steps stopped while the process is alive";
+      return "steps stopped while the process is alive";
     case "insufficient_data":
-      return "Not enough data for a verdict yet";
+      return "no verdict yet";
   }
+}
+
+/** Headline of the verdict banner: the server's words for the verdict, then what it means. */
+export function verdictHeadline(v: Verdict, label: string | null | undefined, device: "GPU" | "device" = "GPU"): string {
+  const words = verdictWords(label);
+  return `${words.charAt(0).toUpperCase()}${words.slice(1)}: ${meaning(v, device)}`;
 }
 
 /** The `gpu_findings` of a diagnosis from the wire: well-formed ones only. */
@@ -106,6 +96,7 @@ export function parseDiagnosis(raw: unknown): Diagnosis | null {
   const advice = Array.isArray(r.advice) ? r.advice.map((a) => String(a)) : [];
   const d: Diagnosis = {
     verdict: r.verdict,
+    verdict_label: typeof r.verdict_label === "string" ? r.verdict_label : "",
     input_wait_share: share,
     source: r.source === "fallback" ? "fallback" : "measured",
     evidence,
@@ -125,17 +116,23 @@ export function evidenceText(e: Evidence | string): string {
   return `${e.key}: ${String(e.value)}`;
 }
 
+/** A verdict the server pushed for a run (live `verdict` messages), with its words. */
+export interface KnownVerdict {
+  verdict: Verdict;
+  label: string;
+}
+
 /**
  * The verdict to badge a run with in the list and compare: the level of the whole run's
- * input-wait share as the server judged it (the summary's verdict, beside the summary's
- * figure: one window for both; null when the wait is not measured). A running run the
- * server found stalled (live message or a diagnosis read) is badged stalled: that is a state
- * of the run now, not an input-wait level.
+ * input-wait share as the server judged it (the summary's verdict and its words, beside the
+ * summary's figure: one window for both; null when the wait is not measured). A running run
+ * the server found stalled (live message or a diagnosis read) is badged stalled: that is a
+ * state of the run now, not an input-wait level.
  */
-export function runVerdict(run: Run, known: Verdict | undefined): { verdict: Verdict | null; derived: boolean } {
-  if (known === "stalled" && run.status === "running") return { verdict: known, derived: false };
+export function runVerdict(run: Run, known: KnownVerdict | undefined): { verdict: Verdict | null; label: string; derived: boolean } {
+  if (known?.verdict === "stalled" && run.status === "running") return { verdict: known.verdict, label: known.label, derived: false };
   const v = run.summary?.verdict;
-  return { verdict: isVerdict(v) ? v : null, derived: true };
+  return isVerdict(v) ? { verdict: v, label: verdictWords(run.summary?.verdict_label), derived: true } : { verdict: null, label: verdictWords(null), derived: true };
 }
 
 export type InputWaitLevel = "high" | "moderate" | "low" | "unknown";
@@ -154,17 +151,9 @@ export function inputWaitLevel(v: Verdict | null | undefined): InputWaitLevel {
   }
 }
 
-export function inputWaitLabel(level: InputWaitLevel): string {
-  switch (level) {
-    case "high":
-      return verdictWords("highly_input_bound");
-    case "moderate":
-      return verdictWords("moderately_input_bound");
-    case "low":
-      return verdictWords("not_input_bound");
-    case "unknown":
-      return "input wait not measured";
-  }
+/** What a run summary's input-wait figure means: its verdict's words (the server's). */
+export function inputWaitLabel(summary: { verdict?: Verdict | null; verdict_label?: string | null } | null | undefined): string {
+  return isVerdict(summary?.verdict) && summary?.verdict_label ? summary.verdict_label : "input wait not measured";
 }
 
 /** What a run's summary figures cover: "whole run", "whole run so far" while it runs. */

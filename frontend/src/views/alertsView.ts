@@ -33,6 +33,9 @@ export class AlertsView implements View {
   private readonly clearedPanel: HTMLElement;
   private readonly rulesBox: HTMLElement;
   private readonly form: HTMLFormElement;
+  /** The rule form's panel: shown to a token that may change rules (the admin's). */
+  private readonly formPanel: HTMLElement;
+  private readonly readOnlyNote: HTMLElement;
   private readonly formTitle: HTMLElement;
   private readonly formError: HTMLElement;
   private readonly submitButton: HTMLButtonElement;
@@ -78,6 +81,12 @@ export class AlertsView implements View {
       on: { click: () => void this.askNotifications() },
     });
     this.form = this.buildForm();
+    this.formPanel = h("section", { class: "panel", attrs: { "aria-labelledby": "rule-form-heading" } }, h("div", { class: "panel-head" }, this.formTitle), this.form);
+    this.readOnlyNote = h(
+      "p",
+      { class: "muted small", attrs: { "data-testid": "rules-read-only", hidden: true } },
+      "Rules and their webhooks are changed with the admin token.",
+    );
     this.el = h(
       "section",
       { class: "page alerts-page", attrs: { "data-testid": "alerts-view", "aria-labelledby": "alerts-heading" } },
@@ -96,14 +105,18 @@ export class AlertsView implements View {
           { class: "panel", attrs: { "aria-labelledby": "rules-heading" } },
           h("div", { class: "panel-head" }, h("h2", { text: "Rules", attrs: { id: "rules-heading" } })),
           this.rulesBox,
+          this.readOnlyNote,
         ),
-        h("section", { class: "panel", attrs: { "aria-labelledby": "rule-form-heading" } }, h("div", { class: "panel-head" }, this.formTitle), this.form),
+        this.formPanel,
       ),
       this.clearedPanel,
     );
     this.cleanups.push(ctx.alerts.subscribe(() => this.renderAlerts()));
     this.cleanups.push(ctx.runs.subscribe((changed) => changed === null && this.renderAlerts()));
     this.cleanups.push(every(15_000, () => this.renderAlerts()));
+    // A token with other rights was entered: the rules are read again (webhook URLs are
+    // shown in full to admins only) and the actions it may take offered.
+    this.cleanups.push(ctx.access.subscribe(() => void this.loadRules()));
     this.showNotify();
     this.renderAlerts();
     // The same path as Cancel and after a save: sets `data-mode="create"`.
@@ -174,6 +187,9 @@ export class AlertsView implements View {
   }
 
   private renderRules(): void {
+    const canEdit = this.ctx.access.canAdmin;
+    this.formPanel.hidden = !canEdit;
+    this.readOnlyNote.hidden = canEdit;
     this.submitButton.disabled = this.busy;
     if (this.rules.length === 0) {
       replaceChildren(this.rulesBox, h("p", { class: "muted", text: "No rules. Create one with the form.", attrs: { "data-testid": "alert-rules" } }));
@@ -181,7 +197,7 @@ export class AlertsView implements View {
     }
     const rows = this.rules.map((r) => {
       const toggle = h("input", {
-        attrs: { type: "checkbox", "aria-label": `Enable rule ${r.name}`, "data-testid": "rule-enabled" },
+        attrs: { type: "checkbox", "aria-label": `Enable rule ${r.name}`, "data-testid": "rule-enabled", disabled: !canEdit },
         on: { change: (ev) => void this.setEnabled(r, (ev.target as HTMLInputElement).checked) },
       });
       toggle.checked = r.enabled !== false;
@@ -193,8 +209,12 @@ export class AlertsView implements View {
         h(
           "td",
           { class: "rule-actions" },
-          h("button", { text: "Edit", attrs: { type: "button", "aria-label": `Edit rule ${r.name}`, "data-testid": "rule-edit" }, on: { click: () => this.startEdit(r) } }),
-          h("button", { class: "danger", text: "Delete", attrs: { type: "button", "aria-label": `Delete rule ${r.name}`, "data-testid": "rule-delete" }, on: { click: () => void this.remove(r) } }),
+          canEdit
+            ? h("button", { text: "Edit", attrs: { type: "button", "aria-label": `Edit rule ${r.name}`, "data-testid": "rule-edit" }, on: { click: () => this.startEdit(r) } })
+            : null,
+          canEdit
+            ? h("button", { class: "danger", text: "Delete", attrs: { type: "button", "aria-label": `Delete rule ${r.name}`, "data-testid": "rule-delete" }, on: { click: () => void this.remove(r) } })
+            : null,
         ),
       );
     });

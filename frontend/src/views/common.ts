@@ -5,6 +5,7 @@ import type { ApiClient } from "../api/client";
 import { h } from "../app/dom";
 import { formatRelativeTime, formatTimestamp, statusLabel } from "../app/format";
 import type { LiveClient } from "../api/liveClient";
+import type { AccessStore } from "../state/access";
 import type { DiskStore } from "../state/disk";
 import type { RunsStore } from "../state/runs";
 import type { InputWaitLevel } from "../state/verdict";
@@ -18,6 +19,8 @@ export interface AppContext {
   alerts: AlertsStore;
   /** Disk use, read by the shell (banner) every DISK_POLL_MS; the runs page shows it too. */
   disk: DiskStore;
+  /** What the token in use may do: only those actions are offered. */
+  access: AccessStore;
   /** Current time in ms (injectable so views render relative times consistently). */
   now: () => number;
 }

@@ -1,9 +1,11 @@
-// `#/compare?runs=1,2` — chosen runs side by side: an overlay of their step
-// times (aligned by step or by elapsed time), a summary table with the best
-// value of each row marked, and the config and environment keys that differ.
+// `#/compare?runs=1,2` — chosen runs side by side: their diagnosis figures first (verdict,
+// input wait, lost device time, step time), an overlay of their step times (aligned by step
+// or by elapsed time), their epoch metrics, a summary table (the best value marked only for
+// metrics with a direction), and the config and environment keys that differ. The figures
+// follow the runs live, as the runs list does.
 
 import { overlaySpec, type OverlayData } from "../charts/chartSpecs";
-import { compareMetrics, compareRows, diffFromServer, type Align, type DiffRow } from "../state/compare";
+import { compareMetrics, compareRows, DIAGNOSIS_METRICS, diffFromServer, type Align, type CompareRow, type DiffRow } from "../state/compare";
 import { loadUiSettings } from "../state/cost";
 import { breakableKey, h, replaceChildren, setAttrs, setText } from "../app/dom";
 import type { RunEnergy } from "../state/energy";
@@ -35,6 +37,8 @@ export class CompareView implements View {
   /** Each run's energy split (`/runs/{id}/energy`), for the energy rows; read once. */
   private readonly energies = new Map<number, RunEnergy | null>();
   private readonly summaryBox = h("div", { class: "table-wrap" });
+  private readonly diagnosisBox = h("div", { class: "table-wrap" });
+  private unsubscribe: (() => void) | null = null;
   private destroyed = false;
 
   constructor(ctx: AppContext, ids: number[]) {
@@ -99,13 +103,14 @@ export class CompareView implements View {
 
   destroy(): void {
     this.destroyed = true;
+    this.unsubscribe?.();
     this.abort.abort();
     this.chart?.destroy();
     this.epochGrid.destroy();
   }
 
   private async load(): Promise<void> {
-    // Prices the lost GPU time row; a failed read is said above the comparison.
+    // Prices the lost device time row; a failed read is said above the comparison.
     const settings = loadUiSettings(this.ctx.api).then(
       () => null,
       (err: unknown) => err,
@@ -125,6 +130,8 @@ export class CompareView implements View {
     if (this.destroyed) return;
     const count = this.runs.length;
     this.render(diffFromServer(resp.differences.config, count), diffFromServer(resp.differences.environment, count), resp.missing);
+    // A run that changes (live, or once it ends) changes its figures here as in the list.
+    this.unsubscribe = this.ctx.runs.subscribe((changed) => this.follow(changed));
     if (settingsError !== null) {
       this.body.prepend(h("p", { class: "error", text: cannotLoad("the server's settings", settingsError, false), attrs: { "data-testid": "settings-error" } }));
     }
@@ -164,6 +171,12 @@ export class CompareView implements View {
       missingNote,
       h(
         "section",
+        { class: "panel", attrs: { "aria-labelledby": "compare-diagnosis-heading" } },
+        h("div", { class: "panel-head" }, h("h2", { text: "Diagnosis", attrs: { id: "compare-diagnosis-heading" } }), h("span", { class: "muted small", text: "each run's whole run (so far, while it runs)" })),
+        this.diagnosisBox,
+      ),
+      h(
+        "section",
         { class: "panel chart-panel", attrs: { "aria-labelledby": "overlay-heading" } },
         h(
           "div",
@@ -177,7 +190,12 @@ export class CompareView implements View {
         this.chartBox,
       ),
       this.epochBox,
-      h("section", { class: "panel", attrs: { "aria-labelledby": "summary-heading" } }, h("div", { class: "panel-head" }, h("h2", { text: "Summary", attrs: { id: "summary-heading" } }), h("span", { class: "muted small", text: "★ best of the row" })), this.summaryBox),
+      h(
+        "section",
+        { class: "panel", attrs: { "aria-labelledby": "summary-heading" } },
+        h("div", { class: "panel-head" }, h("h2", { text: "Summary", attrs: { id: "summary-heading" } }), h("span", { class: "muted small", text: "★ best of a metric with a direction (↓ lower, ↑ higher is better)" })),
+        this.summaryBox,
+      ),
       h(
         "div",
         { class: "details" },
@@ -198,10 +216,30 @@ export class CompareView implements View {
     this.chart = new LiveChart(this.chartBox, overlaySpec(), { height: 280, emptyText: "Loading step series…" });
   }
 
-  /** The summary table, with the best value of each row marked. */
+  /** A run of the store changed: take its status and summary when it is one compared. */
+  private follow(changed: { id: number } | null): void {
+    if (this.destroyed) return;
+    const held = changed === null ? [] : this.runs.filter((r) => r.id === changed.id);
+    for (const r of held) {
+      const run = this.ctx.runs.get(r.id);
+      if (!run) continue;
+      Object.assign(r, { status: run.status, ended_at: run.ended_at, summary: run.summary });
+    }
+    if (held.length) this.renderSummary();
+  }
+
+  /** The diagnosis figures, then the summary table (the best value of a metric marked). */
   private renderSummary(): void {
     const runs = this.runs;
-    const rows = compareRows(runs, [...compareMetrics(this.energies), ...epochCompareMetrics(runs)]);
+    replaceChildren(this.diagnosisBox, this.table(compareRows(runs, DIAGNOSIS_METRICS), "compare-diagnosis", "Diagnosis figures of the compared runs, each over its whole run"));
+    replaceChildren(
+      this.summaryBox,
+      this.table(compareRows(runs, [...compareMetrics(this.energies), ...epochCompareMetrics(runs)]), "compare-table", "Summary of the compared runs; the best value of each metric with a direction is marked"),
+    );
+  }
+
+  private table(rows: CompareRow[], testId: string, caption: string): HTMLElement {
+    const runs = this.runs;
     const head = h(
       "tr",
       null,
@@ -216,28 +254,27 @@ export class CompareView implements View {
         ),
       ),
     );
-    replaceChildren(
-      this.summaryBox,
+    const arrow = (row: CompareRow) =>
+      row.better === null ? null : h("span", { class: "better muted", text: row.better === "lower" ? " ↓" : " ↑", attrs: { "aria-hidden": "true" } });
+    return h(
+      "table",
+      { class: "compare-table", attrs: { "data-testid": testId } },
+      h("caption", { class: "visually-hidden", text: caption }),
+      h("thead", null, head),
       h(
-        "table",
-        { class: "compare-table", attrs: { "data-testid": "compare-table" } },
-        h("caption", { class: "visually-hidden", text: "Summary of the compared runs; the best value of each row is marked" }),
-        h("thead", null, head),
-        h(
-          "tbody",
-          null,
-          ...rows.map((row) =>
-            h(
-              "tr",
-              { attrs: { "data-metric": row.key } },
-              h("th", { attrs: { scope: "row", title: `${row.better} is better` } }, row.label, h("span", { class: "better muted", text: row.better === "lower" ? " ↓" : " ↑", attrs: { "aria-hidden": "true" } })),
-              ...row.cells.map((c) =>
-                h(
-                  "td",
-                  { class: `num${c.best ? " best" : ""}`, attrs: { "data-best": c.best ? "true" : null, title: c.title || null } },
-                  c.text,
-                  c.best ? h("span", { class: "best-mark", text: " ★", attrs: { "aria-label": "best", title: "best" } }) : null,
-                ),
+        "tbody",
+        null,
+        ...rows.map((row) =>
+          h(
+            "tr",
+            { attrs: { "data-metric": row.key } },
+            h("th", { attrs: { scope: "row", title: row.better === null ? null : `${row.better} is better` } }, row.label, arrow(row)),
+            ...row.cells.map((c) =>
+              h(
+                "td",
+                { class: `num${c.best ? " best" : ""}`, attrs: { "data-best": c.best ? "true" : null, title: c.title || null } },
+                c.text,
+                c.best ? h("span", { class: "best-mark", text: " ★", attrs: { "aria-label": "best", title: "best" } }) : null,
               ),
             ),
           ),

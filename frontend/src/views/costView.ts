@@ -1,10 +1,10 @@
-// `#/cost?since=YYYY-MM-DD` — GPU time lost to input starvation since a date
+// `#/cost?since=YYYY-MM-DD` — device time lost to input starvation since a date
 // (7 days ago by default), per project and per run, costliest first
 // (`GET /starvation`), priced when the server sets a GPU-hour price.
 
-import { defaultSince, formatGpuHours, formatMoney, loadUiSettings, starvationPath, type Price, type Starvation } from "../state/cost";
+import { defaultSince, formatLostHours, formatMoney, loadUiSettings, LOST_TIME, LOST_TIME_MEANS, starvationPath, type Price, type Starvation } from "../state/cost";
 import { h, replaceChildren } from "../app/dom";
-import { formatTimestamp } from "../app/format";
+import { formatInputWait, formatTimestamp } from "../app/format";
 import { RUNS_HREF, runHref } from "../app/router";
 import { cannotLoad } from "./loading";
 import { emptyNote, panel, statusBadge, type AppContext, type View } from "./common";
@@ -48,7 +48,7 @@ export class CostView implements View {
       ),
       h("p", {
         class: "muted",
-        text: "GPU time lost while steps waited for input: each run's input wait times the GPUs it trains on. A run counts with its whole cost when it was active on or after the date.",
+        text: `${LOST_TIME_MEANS} A run counts with its whole cost when it was active on or after the date.`,
       }),
       this.body,
     );
@@ -82,15 +82,15 @@ export class CostView implements View {
   private render(data: Starvation, settings: Price): void {
     const priced = settings.gpu_hour_price !== null;
     const money = (hours: number) => formatMoney(hours, settings) ?? "";
-    const total = `${formatGpuHours(data.lost_gpu_hours)} lost${priced ? ` (${money(data.lost_gpu_hours)})` : ""} since ${formatTimestamp(data.since)}`;
+    const total = `${formatLostHours(data.lost_gpu_hours)} of device time lost${priced ? ` (${money(data.lost_gpu_hours)})` : ""} since ${formatTimestamp(data.since)}`;
     // The first `textColumns` columns hold text, the others numbers.
     const headRow = (textColumns: number, ...labels: string[]) =>
       h("tr", null, ...labels.map((l, i) => h("th", { class: i < textColumns ? "" : "num", text: l, attrs: { scope: "col" } })));
-    const priceHead = priced ? [`Cost (${settings.currency}${settings.gpu_hour_price}/GPU·h)`] : [];
+    const priceHead = priced ? [`Cost (${settings.currency}${settings.gpu_hour_price}/h)`] : [];
     const projects = h(
       "table",
       { class: "runs-table", attrs: { "data-testid": "cost-projects" } },
-      h("thead", null, headRow(1, "Project", "Lost GPU time", "Input wait", ...priceHead, "Runs")),
+      h("thead", null, headRow(1, "Project", LOST_TIME, ...priceHead, "Runs")),
       h(
         "tbody",
         null,
@@ -99,8 +99,7 @@ export class CostView implements View {
             "tr",
             { attrs: { "data-project": p.project } },
             h("td", { text: p.project }),
-            h("td", { class: "num", text: formatGpuHours(p.lost_gpu_hours), attrs: { "data-testid": "cost-lost" } }),
-            h("td", { class: "num", text: formatGpuHours(p.input_wait_hours).replace(" GPU·h", " h") }),
+            h("td", { class: "num", text: formatLostHours(p.lost_gpu_hours), attrs: { "data-testid": "cost-lost" } }),
             priced ? h("td", { class: "num", text: money(p.lost_gpu_hours) }) : null,
             h("td", { class: "num", text: String(p.runs) }),
           ),
@@ -110,7 +109,7 @@ export class CostView implements View {
     const runs = h(
       "table",
       { class: "runs-table", attrs: { "data-testid": "cost-runs" } },
-      h("thead", null, headRow(3, "Run", "Project", "Status", "Lost GPU time", "Input wait", ...priceHead)),
+      h("thead", null, headRow(3, "Run", "Project", "Status", LOST_TIME, "Input wait · whole run", ...priceHead)),
       h(
         "tbody",
         null,
@@ -121,8 +120,8 @@ export class CostView implements View {
             h("td", null, h("a", { text: r.name || `run ${r.id}`, attrs: { href: runHref(r.id) } }), h("span", { class: "run-id", text: `#${r.id}` })),
             h("td", { text: r.project }),
             h("td", null, statusBadge(r.status)),
-            h("td", { class: "num", text: formatGpuHours(r.lost_gpu_hours), attrs: { "data-testid": "cost-lost" } }),
-            h("td", { class: "num", text: formatGpuHours(r.input_wait_hours).replace(" GPU·h", " h") }),
+            h("td", { class: "num", text: formatLostHours(r.lost_gpu_hours), attrs: { "data-testid": "cost-lost" } }),
+            h("td", { class: "num", text: formatInputWait(r.input_wait_share), attrs: { "data-testid": "cost-wait" } }),
             priced ? h("td", { class: "num", text: money(r.lost_gpu_hours) }) : null,
           ),
         ),

@@ -14,7 +14,8 @@
 import { loadUiSettings } from "../state/cost";
 import { isNotFound } from "../api/client";
 import { h, replaceChildren, setText } from "../app/dom";
-import { RUNS_HREF } from "../app/router";
+import { RUNS_HREF, tuneHref } from "../app/router";
+import { tuneGroupKey } from "../state/tune";
 import { isRun, runEnded } from "../state/runs";
 import type { Run } from "../api/types";
 import { errorMessage, every, type AppContext, type View } from "./common";
@@ -52,6 +53,9 @@ export class RunPageView implements View {
   private readonly fedLine: HTMLElement;
   /** Why the server's settings (GPU-hour price, input-bound thresholds) could not be read. */
   private readonly settingsError: HTMLElement;
+  /** "Trial of tune group #N": a run `stoker tune` streamed links its group's page. */
+  private readonly tuneLink: HTMLElement;
+  private tuneLookup: string | null = null;
   private settingsLoaded = false;
   private settingsFailure: string | null = null;
   private readonly banner: VerdictBanner;
@@ -87,6 +91,7 @@ export class RunPageView implements View {
     this.figuresBox = h("dl", { class: "figures", attrs: { "aria-label": "Run summary" } });
     this.fedLine = h("p", { class: "fed-estimate", attrs: { "data-testid": "fed-estimate", hidden: true } });
     this.settingsError = h("p", { class: "error", attrs: { role: "status", hidden: true, "data-testid": "settings-error" } });
+    this.tuneLink = h("p", { class: "tune-link muted", attrs: { hidden: true, "data-testid": "run-tune-link" } });
     void this.loadSettings();
     this.banner = new VerdictBanner(ctx, runId, signal, () => this.run);
     this.stepCharts = new StepCharts({
@@ -104,7 +109,7 @@ export class RunPageView implements View {
     this.epochs = new EpochPanel(ctx.api, runId, signal);
     this.timeCharts = new TimeCharts(ctx.api, runId, signal);
     this.alerts = new AlertsPanel(ctx, runId, signal);
-    this.profiler = new ProfilePanel(ctx.api, runId, signal);
+    this.profiler = new ProfilePanel(ctx.api, runId, signal, ctx.access);
     this.pipeline = new PipelinePanel(ctx.api, runId, signal);
 
     this.el = h(
@@ -118,6 +123,7 @@ export class RunPageView implements View {
         h("span", { text: `#${runId}`, attrs: { "aria-current": "page" } }),
       ),
       this.headerBox,
+      this.tuneLink,
       this.actionError,
       this.editBox,
       this.banner.el,
@@ -194,6 +200,8 @@ export class RunPageView implements View {
       }),
     );
     this.cleanups.push(every(5000, () => this.run && this.showRun(this.run)));
+    // A token with other rights was entered: offer its actions.
+    this.cleanups.push(ctx.access.subscribe(() => this.run && this.showRun(this.run)));
     this.cleanups.push(every(POLL_MS, () => void this.poll()));
     void this.loadRun();
     // The step chart first: everything else waits for its answer (or 1.5 s), so
@@ -248,14 +256,14 @@ export class RunPageView implements View {
     }
   }
 
-  /** The server's UI settings (read once for all views): they price the lost GPU time. */
+  /** The server's UI settings (read once for all views): they price the lost device time. */
   private async loadSettings(): Promise<void> {
     try {
       await loadUiSettings(this.ctx.api);
       if (this.destroyed) return;
       this.settingsLoaded = true;
       this.settingsFailure = null;
-      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now(), this.energy); // priced lost GPU time
+      if (this.run) renderRunFigures(this.figuresBox, this.run, this.ctx.now(), this.energy); // priced lost device time
     } catch (err) {
       if (this.destroyed) return; // left the page
       this.settingsFailure = errorMessage(err);
@@ -378,6 +386,7 @@ export class RunPageView implements View {
     this.workerCharts.update(run);
     document.title = `${run.name || `run ${run.id}`} · Stoker`;
     renderRunHeader(this.headerBox, run, {
+      canEdit: this.ctx.access.canAdmin,
       edit: () => this.openEdit(),
       exportCsv: () => void this.exportCsv(),
       remove: () => void this.deleteRun(),
@@ -385,6 +394,7 @@ export class RunPageView implements View {
     });
     renderRunFigures(this.figuresBox, run, this.ctx.now(), this.energy);
     renderFedLine(this.fedLine, run, this.ctx.now());
+    this.showTuneGroup(run);
     this.loadEnergy(run, ended);
     this.showSettingsFailure();
     this.config.update(run);
@@ -393,6 +403,29 @@ export class RunPageView implements View {
     if (!this.banner.known) this.banner.render();
     this.stepCharts.update(run);
     if (ended) void this.finalRefresh();
+  }
+
+  /** A trial of `stoker tune` links its group (looked up once, by the key in its config). */
+  private showTuneGroup(run: Run): void {
+    const key = tuneGroupKey(run);
+    if (key === null || key === this.tuneLookup) return;
+    this.tuneLookup = key;
+    this.ctx.api
+      .listTuneGroups({ key, limit: 1 }, this.signal)
+      .then((page) => {
+        const group = page.data[0];
+        if (this.destroyed || !group) return;
+        const trial = (run.config as { tune?: { change?: unknown } }).tune?.change;
+        replaceChildren(
+          this.tuneLink,
+          "A trial of ",
+          h("a", { text: `tune group #${group.id}`, attrs: { href: tuneHref(group.id) } }),
+          typeof trial === "string" ? ` (${trial})` : "",
+          ": stoker tune measured it against the script's unchanged run.",
+        );
+        this.tuneLink.hidden = false;
+      })
+      .catch(() => {});
   }
 
   private showNotFound(why?: string): void {

@@ -17,7 +17,7 @@ import {
   type RunSortKey,
 } from "../state/runs";
 import { readStorage, writeStorage } from "../app/storage";
-import { loadUiSettings } from "../state/cost";
+import { loadUiSettings, LOST_TIME, LOST_TIME_MEANS } from "../state/cost";
 import { diskSummary, diskSummaryTitle } from "../state/disk";
 import type { RunEnergy } from "../state/energy";
 import { COST_HREF, runHref } from "../app/router";
@@ -52,16 +52,15 @@ const COLUMNS: Column[] = [
   { key: "started", label: "Started", sort: "started" },
   { key: "duration", label: "Duration", numeric: true, sort: "duration" },
   { key: "steps", label: "Steps", numeric: true, sort: "steps" },
-  { key: "median", label: "Step median", numeric: true, title: "Median step time", sort: "median" },
-  { key: "p95", label: "Step p95", numeric: true, title: "95th percentile step time", sort: "p95" },
-  { key: "wait", label: "Input wait", numeric: true, title: "Share of step time spent waiting for input data", sort: "wait" },
+  { key: "median", label: "Step time median", numeric: true, title: "Median step time over the whole run", sort: "median" },
+  { key: "p95", label: "Step time p95", numeric: true, title: "95th percentile step time over the whole run", sort: "p95" },
+  { key: "wait", label: "Input wait · whole run", numeric: true, title: "Share of step time spent waiting for input data, over the whole run (so far, while it runs)", sort: "wait" },
   {
     key: "lost",
-    label: "Lost GPU time",
+    label: LOST_TIME,
     numeric: true,
-    title: "GPU time lost to input starvation: the run's input wait times the GPUs it trains on (priced when the server sets STOKER_GPU_HOUR_PRICE); a dash for runs without GPU readings",
+    title: `${LOST_TIME_MEANS} Priced when the server sets STOKER_GPU_HOUR_PRICE.`,
     sort: "lost",
-    gpu: true,
   },
   {
     key: "energy",
@@ -100,7 +99,7 @@ export class RunsListView implements View {
   private readonly tbody: HTMLTableSectionElement;
   private readonly table: HTMLTableElement;
   private readonly stateBox: HTMLElement;
-  /** Why the server's settings (the GPU-hour price of the lost GPU time column) could not be read. */
+  /** Why the server's settings (the GPU-hour price of the lost device time column) could not be read. */
   private readonly settingsError: HTMLElement;
   /** Says why the GPU columns are hidden: no run listed has GPU readings. */
   private readonly noGpuNote: HTMLElement;
@@ -208,7 +207,7 @@ export class RunsListView implements View {
     this.settingsError = h("p", { class: "error", attrs: { role: "status", hidden: true, "data-testid": "settings-error" } });
     this.noGpuNote = h("p", {
       class: "muted no-gpu-note",
-      text: "No run listed has GPU readings (no GPU, or NVML unavailable to the agent): the GPU columns (lost GPU time, energy, utilization) appear once one has.",
+      text: "No run listed has GPU readings (no GPU, or NVML unavailable to the agent): the GPU columns (energy, utilization) appear once one has.",
       attrs: { hidden: true, "data-testid": "runs-no-gpu" },
     });
     this.diskLine = h("p", { class: "disk-use muted", attrs: { hidden: true, "data-testid": "disk-use" } });
@@ -225,7 +224,7 @@ export class RunsListView implements View {
         this.statusSelect,
         this.filterInput,
         this.compareButton,
-        h("a", { class: "button-link", text: "Starvation cost", attrs: { href: COST_HREF, "data-testid": "cost-link", title: "GPU-hours lost to input starvation, per project and run" } }),
+        h("a", { class: "button-link", text: "Starvation cost", attrs: { href: COST_HREF, "data-testid": "cost-link", title: "Device time lost to input starvation, per project and run" } }),
       ),
       h("div", { class: "table-wrap" }, this.table),
       this.stateBox,
@@ -516,7 +515,7 @@ export class RunsListView implements View {
     const tr = refs.tr;
     setAttrs(tr, { "data-status": run.status });
     const link = h("a", { class: `run-link${keepWhole(c.name, NAME_WHOLE)}`, text: c.name, attrs: { href: runHref(run.id) } });
-    const num = (text: string, extra = "") => h("td", { class: `num ${extra}`.trim(), text });
+    const num = (text: string, column: string, extra = "") => h("td", { class: `num ${extra}`.trim(), text, attrs: { "data-col": column } });
     const box = h("input", {
       attrs: {
         type: "checkbox",
@@ -544,19 +543,19 @@ export class RunsListView implements View {
         }),
       ),
       h("td", { class: "started", text: c.started, attrs: { title: c.startedTitle } }),
-      num(c.duration),
-      num(c.steps),
-      num(c.median),
-      num(c.p95),
+      num(c.duration, "duration"),
+      num(c.steps, "steps"),
+      num(c.median, "median"),
+      num(c.p95, "p95"),
       h("td", { class: `num ${waitLevelClass(c.inputWaitLevel)}`, text: c.inputWait, attrs: { title: c.inputWaitTitle, "data-testid": "input-wait" } }),
-      h("td", { class: "num gpu-col", text: c.lostGpu, attrs: { title: c.lostGpuTitle, "data-testid": "lost-gpu", "data-value": c.lostGpu === "—" ? "" : (run.summary?.lost_gpu_s ?? "") } }),
+      h("td", { class: "num", text: c.lostTime, attrs: { title: c.lostTimeTitle, "data-testid": "lost-gpu", "data-value": run.summary?.lost_gpu_s ?? "" } }),
       h(
         "td",
         { class: "num gpu-col", attrs: { title: c.energyTitle, "data-testid": "run-energy", "data-value": run.summary?.energy_j ?? "" } },
         c.energy,
         c.energyStarved ? h("div", { class: "muted", text: c.energyStarved, attrs: { "data-testid": "run-energy-starved" } }) : null,
       ),
-      num(c.gpu, "gpu-col"),
+      num(c.gpu, "gpu", "gpu-col"),
       epoch
         ? h("td", {
             class: "num epoch-best",

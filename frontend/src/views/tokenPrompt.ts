@@ -1,9 +1,10 @@
-// The token form shown when the server answers 401.
+// The token form shown when the server answers 401, or when a reader asks to act as admin.
 
 import { h } from "../app/dom";
 
-/** Show a modal form asking for the access token; resolves with what was entered. */
-export function promptForToken(reason: "required" | "rejected"): Promise<string> {
+/** Show a modal form asking for the access token; resolves with what was entered (null when
+ * the user cancelled asking for the admin token; the other prompts cannot be cancelled). */
+export function promptForToken(reason: "required" | "rejected" | "admin"): Promise<string | null> {
   return new Promise((resolve) => {
     const input = h("input", {
       attrs: {
@@ -18,7 +19,9 @@ export function promptForToken(reason: "required" | "rejected"): Promise<string>
     const message =
       reason === "rejected"
         ? "The server rejected that token. Enter a valid one."
-        : "This Stoker server requires an access token.";
+        : reason === "admin"
+          ? "Enter the admin token to edit or delete runs, change alert rules and start profiles."
+          : "This Stoker server requires an access token.";
     const form = h(
       "form",
       { class: "token-form" },
@@ -27,7 +30,23 @@ export function promptForToken(reason: "required" | "rejected"): Promise<string>
       h("label", { text: "Token", attrs: { for: "stoker-token" } }),
       input,
       h("p", { class: "muted small", text: "Kept for this browser tab only (session storage)." }),
-      h("div", { class: "form-actions" }, h("button", { class: "primary", text: "Continue", attrs: { type: "submit" } })),
+      h(
+        "div",
+        { class: "form-actions" },
+        h("button", { class: "primary", text: "Continue", attrs: { type: "submit" } }),
+        reason === "admin"
+          ? h("button", {
+              text: "Cancel",
+              attrs: { type: "button", "data-testid": "token-cancel" },
+              on: {
+                click: () => {
+                  overlay.remove();
+                  resolve(null);
+                },
+              },
+            })
+          : null,
+      ),
     );
     const overlay = h(
       "div",

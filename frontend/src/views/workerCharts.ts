@@ -9,7 +9,7 @@ import { formatStepTick } from "../charts/axes";
 import { lineChartOptions } from "../charts/lineChartOptions";
 import { overlayColumns } from "../state/compare";
 import { h, replaceChildren, setAttrs } from "../app/dom";
-import { formatCount, formatMs, formatMsTick, formatPercent } from "../app/format";
+import { formatCount, formatInputWait, formatMs, formatMsTick } from "../app/format";
 import { LiveChart, type ChartSpec } from "../charts/liveChart";
 import { seriesFromColumns, type StepSeries } from "../state/series";
 import type { Run, StepsResponse, WorkerSummary } from "../api/types";
@@ -124,7 +124,7 @@ export class WorkerCharts {
         h("td", { text: w.status }),
         h("td", { class: "num", text: formatCount(w.steps) }),
         h("td", { class: "num", text: w.step_time_ms_median === null ? "—" : formatMs(w.step_time_ms_median) }),
-        h("td", { class: "num", text: w.input_wait_share === null ? "—" : formatPercent(w.input_wait_share) }),
+        h("td", { class: "num", text: w.input_wait_share === null ? "—" : formatInputWait(w.input_wait_share) }),
         h("td", { class: "mono", text: w.pid ? String(w.pid) : "—" }),
       );
     replaceChildren(

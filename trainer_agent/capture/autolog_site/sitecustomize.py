@@ -38,7 +38,14 @@ def _start_autolog() -> None:
         )
         return
     try:
-        trainer_agent.autolog(**json.loads(os.environ.get("STOKER_AUTOLOG") or "{}"))
+        options = json.loads(os.environ.get("STOKER_AUTOLOG") or "{}")
+        tune_trial = os.environ.get("STOKER_TUNE")
+        if tune_trial:  # one trial of `stoker tune` (trainer_agent/tune/trial.py)
+            from trainer_agent.tune.trial import start_trial
+
+            start_trial(tune_trial, options)
+        else:
+            trainer_agent.autolog(**options)
     except Exception as error:  # never stop the script from starting
         print(f"stoker run: Stoker is not active in this Python: {error!r}", file=sys.stderr)
 

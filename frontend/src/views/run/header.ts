@@ -10,6 +10,8 @@ import type { Run } from "../../api/types";
 import { statusBadge, tagList } from "../common";
 
 export interface RunActions {
+  /** Whether the token in use may edit, pin and delete (the admin's); else only export. */
+  canEdit: boolean;
   edit: () => void;
   exportCsv: () => void;
   remove: () => void;
@@ -29,10 +31,26 @@ export function renderRunHeader(box: HTMLElement, run: Run, actions: RunActions)
       h(
         "div",
         { class: "run-actions" },
-        pinButton(run, actions.togglePin),
-        h("button", { text: "Edit", attrs: { type: "button", "data-testid": "run-edit-button", "aria-label": "Edit name, tags and notes" }, on: { click: actions.edit } }),
+        actions.canEdit ? pinButton(run, actions.togglePin) : run.pinned ? h("span", { class: "badge pinned", text: "Pinned", attrs: { "data-testid": "run-pinned" } }) : null,
+        actions.canEdit
+          ? h("button", { text: "Edit", attrs: { type: "button", "data-testid": "run-edit-button", "aria-label": "Edit name, tags and notes" }, on: { click: actions.edit } })
+          : null,
         h("button", { text: "Export CSV", attrs: { type: "button", "data-testid": "export-csv", "aria-label": "Download all steps as CSV" }, on: { click: actions.exportCsv } }),
-        h("button", { class: "danger", text: "Delete", attrs: { type: "button", "data-testid": "run-delete", "aria-label": "Delete this run" }, on: { click: actions.remove } }),
+        actions.canEdit
+          ? h("button", {
+              class: "danger",
+              text: "Delete",
+              attrs: {
+                type: "button",
+                "data-testid": "run-delete",
+                "aria-label": "Delete this run",
+                // Its next batch would bring a partial copy back: the server refuses it.
+                disabled: run.status === "running",
+                title: run.status === "running" ? "A running run cannot be deleted: stop its training first" : null,
+              },
+              on: { click: actions.remove },
+            })
+          : null,
       ),
     ),
     h(

@@ -5,9 +5,10 @@
 // A capture of several workers (a distributed run) also lists each worker's own figures
 // (profileWorkers.ts) and marks the one that starves the job.
 
+import type { AccessStore } from "../../state/access";
 import type { ApiClient } from "../../api/client";
 import { h, replaceChildren } from "../../app/dom";
-import { formatMs, formatPercent } from "../../app/format";
+import { formatInputWait, formatMs } from "../../app/format";
 import { type ProfileWorker, keepWorkerShares, waitingForWorkerShares, workerRows, starvingWorker } from "./profileWorkers";
 import { breakPoints, type IteratorRow, iteratorText, type OpRow, opPlace, ownerOf } from "./profileRows";
 import { errorMessage } from "../common";
@@ -101,11 +102,15 @@ export class ProfilePanel {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private retryTimer: ReturnType<typeof setTimeout> | null = null;
   private downloadUrl: string | null = null;
+  private readonly access: AccessStore;
 
-  constructor(api: ApiClient, runId: number, signal: AbortSignal) {
+  constructor(api: ApiClient, runId: number, signal: AbortSignal, access: AccessStore) {
     this.api = api;
     this.runId = runId;
     this.signal = signal;
+    this.access = access;
+    const unsubscribe = access.subscribe(() => this.renderButton());
+    signal.addEventListener("abort", unsubscribe);
     this.stepsInput.addEventListener("input", () => this.renderButton());
     this.button.addEventListener("click", () => void this.request());
     signal.addEventListener("abort", () => {
@@ -222,6 +227,10 @@ export class ProfilePanel {
   }
 
   private renderButton(): void {
+    // Starting a capture inside someone's training is the admin's (the viewer reads them).
+    const allowed = this.access.canAdmin;
+    this.button.hidden = !allowed;
+    this.stepsInput.hidden = !allowed;
     const n = this.steps();
     this.button.textContent = `Profile ${n} step${n === 1 ? "" : "s"}`;
     this.button.disabled = !this.live || inProgress(this.profile);
@@ -320,7 +329,7 @@ export class ProfilePanel {
             class: "profile-starving-note",
             attrs: { "data-testid": "profile-starving-note" },
             text:
-              `Rank ${starving.rank} waits longest on its input (${formatPercent(starving.share)} of its step time, ` +
+              `Rank ${starving.rank} waits longest on its input (${formatInputWait(starving.share)} of its step time, ` +
               `${starving.source === "profiler" ? "the profiler's share" : "Stoker's measure"}): in a synchronous job the other workers wait for it.`,
           });
     const evicted = p.trace_evicted ? h("p", { class: "muted", text: "The traces were evicted (the server's quota for stored traces)." }) : null;
@@ -378,9 +387,9 @@ export class ProfilePanel {
       "dl",
       { class: "figures", attrs: { "data-testid": "profile-shares" } },
       h("dt", { text: "Input share (profiler)" }),
-      h("dd", { text: formatPercent(prof) }),
+      h("dd", { text: formatInputWait(prof) }),
       h("dt", { text: "Input wait (Stoker, same steps)" }),
-      h("dd", { text: own === null ? "waiting for the steps…" : formatPercent(own) }),
+      h("dd", { text: own === null ? "waiting for the steps…" : formatInputWait(own) }),
       h("dt", { text: "Difference" }),
       h("dd", { text: diff }),
     );

@@ -110,7 +110,7 @@ describe("the workers table", () => {
     expect(rows.map((r) => r.starving)).toEqual([false, true, false]);
     expect(rows.map((r) => r.downloadable)).toEqual([true, true, false]);
     expect(rows[0]!.stokerShare).toBe("waiting…");
-    expect(rows[1]).toMatchObject({ profilerShare: "60.0%", stokerShare: "55.0%", difference: "+5.0 pts", trace: "600 KiB" });
+    expect(rows[1]).toMatchObject({ profilerShare: "60.0 %", stokerShare: "55.0 %", difference: "+5.0 pts", trace: "600 KiB" });
     expect(rows[2]!.problem).toBe("<b>boom</b>");
     expect(workerRows(ws, true).some((r) => r.downloadable)).toBe(false);
   });

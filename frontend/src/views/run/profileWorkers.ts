@@ -3,7 +3,7 @@
 // views/run/profilePanel.ts.
 
 import type { components } from "../../api/api.gen";
-import { formatMs, formatPercent, MISSING } from "../../app/format";
+import { formatInputWait, formatMs, MISSING } from "../../app/format";
 
 /** `ProfilePublic.workers[]` (backend/stoker_server/core/models.py ProfileWorker). */
 export type ProfileWorker = components["schemas"]["ProfileWorker"];
@@ -135,9 +135,9 @@ export function workerRows(workers: readonly ProfileWorker[], traceEvicted: bool
         status: workerStatusText(w),
         problem: workerProblem(w),
         steps: formatCapturedSteps(w),
-        profilerShare: formatPercent(w.input_share_profiler),
+        profilerShare: formatInputWait(w.input_share_profiler),
         // Stoker's share is filled in once the captured steps of that rank are stored.
-        stokerShare: ready && stoker === null && w.analysis?.available ? "waiting…" : formatPercent(stoker),
+        stokerShare: ready && stoker === null && w.analysis?.available ? "waiting…" : formatInputWait(stoker),
         difference: formatShareDifference(w.input_share_profiler, w.input_share_stoker),
         overhead: formatOverhead(w.overhead),
         trace: formatTraceBytes(w.trace_bytes),

@@ -20,6 +20,7 @@ import {
 } from "../../state/verdict";
 import type { AppContext } from "../common";
 import { cannotLoad } from "../loading";
+import { ProveIt } from "./proveIt";
 
 export class VerdictBanner {
   readonly el: HTMLElement;
@@ -34,6 +35,8 @@ export class VerdictBanner {
   private readonly runId: number;
   private readonly signal: AbortSignal;
   private readonly run: () => Run | null;
+  /** "Prove it": the `stoker tune` command that measures the advice (kept open across renders). */
+  private readonly proveIt = new ProveIt();
 
   constructor(ctx: AppContext, runId: number, signal: AbortSignal, run: () => Run | null) {
     this.ctx = ctx;
@@ -77,7 +80,7 @@ export class VerdictBanner {
       const d = parseDiagnosis(raw);
       this.diagnosis = d;
       this.state = d ? "ok" : "error";
-      if (d) this.ctx.runs.setVerdict(this.runId, d.verdict);
+      if (d) this.ctx.runs.setVerdict(this.runId, { verdict: d.verdict, label: d.verdict_label ?? "" });
     } catch {
       if (this.signal.aborted) return;
       // A failed request must not replace a live verdict that arrived meanwhile.
@@ -92,6 +95,10 @@ export class VerdictBanner {
     if (d) renderDiagnosis(this.el, d, this.run());
     else renderWithoutDiagnosis(this.el, this.state, this.run());
     if (this.findings.length > 0) this.el.append(renderGpuFindings(this.findings));
+    if (d && d.advice.length > 0) {
+      this.proveIt.update(this.run());
+      this.el.append(this.proveIt.el);
+    }
   }
 }
 
@@ -118,14 +125,14 @@ function renderDiagnosis(b: HTMLElement, d: Diagnosis, run: Run | null): void {
   // What the figure covers, as the server says: "last 30 s" live, "whole run" once ended.
   const label = d.window_label ?? (d.window_s !== undefined ? `last ${Math.round(d.window_s)} s` : null);
   setAttrs(b, { "data-verdict": d.verdict, "data-source": d.source, "data-window": label });
-  const steps = label !== "whole run" && d.steps_in_window !== undefined ? ` (${formatCount(d.steps_in_window)} steps)` : "";
+  const steps = d.steps_in_window !== undefined ? ` (${formatCount(d.steps_in_window)} steps)` : "";
   replaceChildren(
     b,
     h(
       "div",
       { class: "verdict-head" },
-      h("span", { class: `badge verdict tone-${tone}`, text: verdictWords(d.verdict), attrs: { "data-testid": "verdict-words" } }),
-      h("h2", { class: "verdict-title", text: verdictHeadline(d.verdict, deviceWord(run)), attrs: { "data-testid": "verdict-title" } }),
+      h("span", { class: `badge verdict tone-${tone}`, text: verdictWords(d.verdict_label), attrs: { "data-testid": "verdict-words" } }),
+      h("h2", { class: "verdict-title", text: verdictHeadline(d.verdict, d.verdict_label, deviceWord(run)), attrs: { "data-testid": "verdict-title" } }),
     ),
     h(
       "p",
@@ -180,7 +187,7 @@ function renderWithoutDiagnosis(b: HTMLElement, state: "loading" | "ok" | "error
     level !== "unknown"
       ? h("p", {
           class: "verdict-meta",
-          text: `From the run summary: input wait ${formatInputWait(s?.input_wait_share)} of step time over the ${run ? summaryWindow(run) : "whole run"} — ${inputWaitLabel(level)}.`,
+          text: `From the run summary: input wait ${formatInputWait(s?.input_wait_share)} of step time over the ${run ? summaryWindow(run) : "whole run"} — ${inputWaitLabel(s)}.`,
         })
       : null,
   );

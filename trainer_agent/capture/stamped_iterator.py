@@ -1,0 +1,427 @@
+"""Input wait in `model.fit` on TensorFlow: two timestamps around the train function's fetch.
+
+Keras calls its train function with the epoch's `tf.data` iterator, and the function fetches
+each batch itself, inside its graph (`iterator.get_next()`, `next(iterator)`, or
+`get_next_as_optional()` under `steps_per_execution`). The train-function wrapper
+(trainer_agent/capture/train_function.py) hands the function `StampRing.stamped(iterator)`
+instead: the same iterator (the same resource, element and type), whose fetch methods add a
+few ops to the graph the function traces. One `tf.timestamp()` runs before the fetch (the
+request), another once the element is there (the hand-over), and one row
+`(request, hand-over, batch size, fetch number)` goes into a `tf.Variable` ring on the CPU.
+No Python and no tf.data function runs per element, the pipeline itself is untouched, and
+nothing waits on the ring's update: the step's compute depends only on the element.
+
+The training thread reads the ring every ~400 steps or every second (`StampRing.read`),
+and numbers each iterator's fetches from 0 as the wait resolver expects
+(trainer_agent/capture/input_wait.py): it notes the ring's fetch count when the wrapper sees
+a new iterator (`StampRing.started`).
+
+The stamped iterator is a subclass of the iterator's own class (`OwnedIterator`, or a
+`tf.distribute` `DistributedIterator` under a strategy), made once per class and ring; its
+type spec is the same spec re-classed, so the train function traces once per model and
+element spec, as it does without Stoker. One ring per model: a model's traced train function
+keeps writing to the ring it captured, whichever callback runs the next fit.
+"""
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from trainer_agent.log_once import warn_once
+
+T = TypeVar("T")
+
+DEFAULT_RING_SIZE = 2048
+# Row layout of the ring written in the graph.
+_REQUESTED, _HANDED_OVER, _BATCH, _FETCH = range(4)
+_ROW = 4
+# The batch column: a known size is >= 0.
+BATCH_UNKNOWN = -1.0
+NO_ELEMENT = -2.0  # `get_next_as_optional()` found the data exhausted
+
+# The ops the stamps add to each fetch of the train function's graph: two timestamps, the
+# fetch counter's update and read, the row (stack, cast, concat, expand dims), its slot and
+# the ring's update, and five constants; reading a batch size the element spec does not fix
+# adds three ops and two constants (tests/fit/test_stamped_iterator.py counts them).
+
+
+class StampRing:
+    """The ring variables one model's train function writes its fetches' stamps into."""
+
+    def __init__(self, size: int = DEFAULT_RING_SIZE) -> None:
+        import tensorflow as tf
+
+        self.size = size
+
+        def make() -> tuple[Any, Any]:
+            with tf.init_scope(), tf.device("/CPU:0"):
+                rows = tf.Variable(
+                    tf.zeros([size, _ROW], tf.float64), trainable=False, name="stoker_stamps"
+                )
+                count = tf.Variable(tf.zeros([1], tf.int64), trainable=False, name="stoker_fetches")
+                return rows, count
+
+        self._rows, self._count = outside_any_strategy(make)
+        self._device = self._rows.device
+        # Per iterator seen (in order): the fetch number of its first element.
+        self._starts: list[int] = []
+        self._classes: dict[type, type] = {}
+
+    def stamped(self, iterator: Any) -> Any | None:
+        """`iterator` as the same iterator whose fetches are stamped; None for a kind of
+        iterator this cannot stamp (the fit then runs unstamped).
+
+        A `tf.distribute` iterator is stamped where each worker fetches its own elements
+        (its per-worker iterators), not around its whole `get_next`: under
+        `MultiWorkerMirroredStrategy` that also waits for the other workers (a collective
+        says which have data), and a fast worker would take a slow one's input wait."""
+        cls = type(iterator)
+        stamped_cls = self._classes.get(cls)
+        if stamped_cls is None:
+            stamped_cls = self._classes[cls] = _stamped_class(cls, self)
+        if stamped_cls is _UNSTAMPABLE:
+            return None
+        copy: Any = object.__new__(stamped_cls)
+        copy.__dict__.update(iterator.__dict__)
+        if _DISTRIBUTED in stamped_cls.__dict__:
+            copy._iterators = [self._stamped_worker(worker) for worker in iterator._iterators]
+        # Its type spec, made once: the train function's call reads it at every step.
+        copy._stoker_spec = copy._stoker_spec_of()
+        return copy
+
+    def _stamped_worker(self, worker: Any) -> Any:
+        cls = type(worker)
+        stamped_cls = self._classes.get(cls)
+        if stamped_cls is None:
+            stamped_cls = self._classes[cls] = _stamped_worker_class(cls, self)
+        copy: Any = object.__new__(stamped_cls)
+        copy.__dict__.update(worker.__dict__)
+        return copy
+
+    def started(self) -> int:
+        """A new iterator is about to be fetched from: its generation (1, 2, ...).
+
+        Its fetches are numbered from the ring's count now; the train function is not
+        running (Keras calls it on this thread), so every earlier fetch is counted."""
+        self._starts.append(int(self._count.numpy()[0]) + 1)
+        return len(self._starts)
+
+    def read(
+        self,
+        wall_to_perf_s: float,
+        after: tuple[int, int] | None = None,
+        batch_hint: int | None = None,
+    ) -> Any:
+        """The stamps still in the ring as a `StampTable` keyed by (generation, index), in
+        perf_counter time: with `after=(generation, index)`, those from that element on. A
+        fetch whose batch size the graph could not read (`get_next_as_optional`, under
+        `steps_per_execution`) gets `batch_hint`, the size the pipeline batches to."""
+        from trainer_agent.capture.input_wait import StampTable
+
+        rows = self._rows.numpy()
+        starts = self._starts
+        if not starts:
+            return StampTable(np.empty((0, 5)))
+        first = starts[0] if after is None else starts[after[0] - 1] + after[1]
+        last = int(rows[:, _FETCH].max())
+        if last < first:
+            return StampTable(np.empty((0, 5)))
+        # The fetches still wanted, first to last, where the ring keeps them; a slot that
+        # holds another fetch (overwritten) is left out, as is an exhausted optional.
+        first = max(first, last - self.size + 1)
+        rows = rows[np.arange(first, last + 1) % self.size]
+        rows = rows[(rows[:, _FETCH] >= first) & (rows[:, _BATCH] != NO_ELEMENT)]
+        fetch = rows[:, _FETCH]
+        generation = np.searchsorted(np.asarray(starts, dtype=np.float64), fetch, side="right")
+        table = np.empty((len(rows), 5))
+        table[:, 0] = rows[:, _REQUESTED] - wall_to_perf_s
+        table[:, 1] = rows[:, _HANDED_OVER] - wall_to_perf_s
+        table[:, 2] = generation
+        table[:, 3] = fetch - np.asarray(starts, dtype=np.float64)[generation - 1]
+        table[:, 4] = rows[:, _BATCH]
+        if batch_hint is not None:
+            table[table[:, 4] == BATCH_UNKNOWN, 4] = batch_hint
+        return StampTable(table)
+
+    def record(self, requested: Any, arrived: list[Any], batch: Any) -> None:
+        """Graph code, run once per fetch: the hand-over stamp (once `arrived`, the fetched
+        tensors, exist) and the fetch's row. Nothing the step computes depends on it."""
+        try:
+            self._record(requested, arrived, batch)
+        except Exception as error:
+            # Never in the way: the train function traces on without the stamps (its
+            # fetches then have no rows, and their steps no input wait), said once.
+            warn_once(
+                f"stamps:{type(error).__name__}",
+                "Stoker: input wait is not measured for this fit: its input cannot be "
+                "stamped (%s: %s). Step times and device metrics are still recorded.",
+                type(error).__name__, error,
+            )  # fmt: skip
+
+    def _record(self, requested: Any, arrived: list[Any], batch: Any) -> None:
+        import tensorflow as tf
+
+        with tf.device(self._device):
+            with tf.control_dependencies(arrived):
+                handed_over = tf.timestamp()
+            with tf.control_dependencies([handed_over]):  # counted once the fetch succeeded
+                fetch = self._count.assign_add(_one()).read_value()  # read once
+            times = tf.stack([requested, handed_over, batch])
+            row = tf.expand_dims(tf.concat([times, tf.cast(fetch, tf.float64)], 0), 0)
+            slot = tf.math.floormod(fetch, self.size)
+            self._rows.scatter_update(tf.IndexedSlices(row, slot))
+
+
+# Dataset classes that keep each element's leading dimension; `batch_hint` looks through them.
+_KEEP_BATCH = {
+    "_PrefetchDataset", "_MapDataset", "_ParallelMapDataset", "CacheDataset", "_CacheDataset",
+    "_MemoryCacheDataset", "RepeatDataset", "_RepeatDataset", "_OptionsDataset", "_TakeDataset",
+    "_SkipDataset", "ShuffleDataset", "_ShuffleDataset", "_AssertCardinalityDataset",
+    "_IgnoreErrorsDataset", "_ShardDataset",
+}  # fmt: skip
+_BATCHES = {"_BatchDataset", "_ParallelBatchDataset", "_PaddedBatchDataset", "_MapAndBatchDataset"}
+
+
+def batch_hint(dataset: Any, max_nodes: int = 50) -> int | None:
+    """The batch size `dataset` batches its elements to, when its outermost batching stage
+    says so (`batch(n)`; the last, partial batch of an epoch then counts as n), else None."""
+    node = dataset
+    for _ in range(max_nodes):
+        name = type(node).__name__
+        if name in _BATCHES:
+            size = getattr(node, "_batch_size", None)
+            try:
+                return int(size) if size is not None else None
+            except (TypeError, ValueError):
+                return None
+        if name not in _KEEP_BATCH:
+            return None
+        node = getattr(node, "_input_dataset", None)
+        if node is None:
+            return None
+    return None
+
+
+def _float64(value: float) -> Any:
+    import tensorflow as tf
+
+    return tf.constant(value, tf.float64)
+
+
+def _one() -> Any:
+    import tensorflow as tf
+
+    return tf.constant([1], tf.int64)
+
+
+def _batch_of(element: Any, spec: Any) -> Any:
+    """Graph code: the batch size of `element`, a constant when its spec fixes it."""
+    import tensorflow as tf
+
+    leaves = tf.nest.flatten(spec)
+    shape = getattr(leaves[0], "shape", None) if leaves else None
+    if shape is None or not shape.rank:
+        return tf.constant(BATCH_UNKNOWN, tf.float64)
+    if shape[0] is not None:
+        return tf.constant(float(shape[0]), tf.float64)
+    first = tf.nest.flatten(element, expand_composites=True)[0]
+    return tf.cast(tf.shape(first)[0], tf.float64)
+
+
+def _batch_of_value(element: Any, replicas: int) -> Any:
+    """Graph code: the batch size of one replica's `element` times the replicas."""
+    import tensorflow as tf
+
+    first = tf.nest.flatten(element, expand_composites=True)[0]
+    shape = first.shape
+    if not shape.rank:
+        return tf.constant(BATCH_UNKNOWN, tf.float64)
+    if shape[0] is not None:
+        return tf.constant(float(shape[0] * replicas), tf.float64)
+    return tf.cast(tf.shape(first)[0] * replicas, tf.float64)
+
+
+_UNSTAMPABLE = type("_Unstampable", (), {})
+# The attribute that marks a stamped `tf.distribute` iterator class (its workers are stamped).
+_DISTRIBUTED = "_stoker_distributed"
+
+
+def _stamped_worker_class(cls: type, ring: StampRing) -> type:
+    """A subclass of a `tf.distribute` per-worker iterator class (one list element per local
+    device) whose fetches are stamped: the worker's own input, before any collective."""
+    import tensorflow as tf
+
+    def get_next_as_list(self: Any, name: Any = None) -> Any:
+        with tf.device(ring._device):
+            asked = tf.timestamp()
+        with tf.control_dependencies([asked]):
+            values = cls.get_next_as_list(self, name)  # type: ignore[attr-defined]
+        leaves = tf.nest.flatten(values, expand_composites=True)
+        with tf.device(ring._device):
+            batch = _batch_of_value(values[0], replicas=len(values))
+        ring.record(asked, leaves, batch)
+        return values
+
+    def get_next_as_optional_list(self: Any) -> Any:
+        with tf.device(ring._device):
+            asked = tf.timestamp()
+        with tf.control_dependencies([asked]):
+            optionals = cls.get_next_as_optional_list(self)  # type: ignore[attr-defined]
+        with tf.device(ring._device):
+            has_value = optionals[0].has_value()
+            batch = tf.where(has_value, _float64(BATCH_UNKNOWN), _float64(NO_ELEMENT))
+        arrived = [optional._variant_tensor for optional in optionals] + [has_value]
+        ring.record(asked, arrived, batch)
+        return optionals
+
+    return type(
+        f"Stoker{cls.__name__}",
+        (cls,),
+        {
+            "get_next_as_list": get_next_as_list,
+            "get_next_as_optional_list": get_next_as_optional_list,
+            "__module__": __name__,
+        },
+    )
+
+
+def _stamped_class(cls: type, ring: StampRing) -> type:
+    """A subclass of the iterator class `cls` whose fetches are stamped into `ring`."""
+    import tensorflow as tf
+
+    owned = hasattr(cls, "_next_internal")  # OwnedIterator: get_next and __next__ use it
+    # tf.distribute's DistributedIterator: its per-worker iterators fetch (see `stamped`).
+    distributed = hasattr(cls, "_get_next_no_partial_batch_handling")
+    if not (owned or hasattr(cls, "get_next")) or not hasattr(cls, "_type_spec"):
+        return _UNSTAMPABLE
+
+    def requested() -> Any:
+        with tf.device(ring._device):
+            return tf.timestamp()
+
+    def stamp_element(fetch: Callable[[], Any], spec: Any) -> Any:
+        asked = requested()
+        with tf.control_dependencies([asked]):
+            element = fetch()
+        leaves = tf.nest.flatten(element, expand_composites=True)
+        with tf.device(ring._device):
+            batch = _batch_of(element, spec)
+        ring.record(asked, leaves, batch)
+        return element
+
+    specs: dict[type, type] = {}
+
+    def stamped_spec(spec: Any) -> Any:
+        base = type(spec)
+        sub = specs.get(base)
+        if sub is None:
+
+            def _from_components(self: Any, components: Any) -> Any:
+                value = base._from_components(self, components)
+                value.__class__ = stamped
+                if distributed:
+                    for worker in value._iterators:
+                        worker.__class__ = ring._classes.get(type(worker)) or type(worker)
+                return value
+
+            sub = specs[base] = type(
+                f"Stoker{base.__name__}",
+                (base,),
+                {
+                    "__slots__": (),
+                    "value_type": property(lambda self: stamped),
+                    "_from_components": _from_components,
+                    "__module__": __name__,
+                },
+            )
+        spec.__class__ = sub
+        return spec
+
+    def _stoker_spec_of(self: Any) -> Any:
+        return stamped_spec(cls._type_spec.__get__(self))
+
+    def _type_spec(self: Any) -> Any:
+        spec = self.__dict__.get("_stoker_spec")
+        return spec if spec is not None else self._stoker_spec_of()
+
+    def __tf_tracing_type__(self: Any, context: Any) -> Any:
+        spec = self._stoker_spec
+        return spec if spec is not None else self._stoker_spec_of()
+
+    def get_next_as_optional(self: Any) -> Any:
+        asked = requested()
+        with tf.control_dependencies([asked]):
+            optional = cls.get_next_as_optional(self)  # type: ignore[attr-defined]
+        with tf.device(ring._device):
+            has_value = optional.has_value()
+            batch = tf.where(has_value, _float64(BATCH_UNKNOWN), _float64(NO_ELEMENT))
+        ring.record(asked, [optional._variant_tensor, has_value], batch)
+        return optional
+
+    attributes: dict[str, Any] = {
+        "_stoker_spec_of": _stoker_spec_of,
+        "_stoker_spec": None,  # an iterator made from components has none of its own
+        "_type_spec": property(_type_spec),
+        "__tf_tracing_type__": __tf_tracing_type__,
+        "get_next_as_optional": get_next_as_optional,
+        "__module__": __name__,
+    }
+    if distributed:
+        attributes[_DISTRIBUTED] = True
+        del attributes["get_next_as_optional"]  # the workers' fetches are stamped instead
+    elif owned:
+
+        def _next_internal(self: Any) -> Any:
+            return stamp_element(lambda: cls._next_internal(self), self.element_spec)  # type: ignore[attr-defined]
+
+        attributes["_next_internal"] = _next_internal
+    else:
+
+        def get_next(self: Any, name: Any = None) -> Any:
+            return stamp_element(lambda: cls.get_next(self, name), self.element_spec)  # type: ignore[attr-defined]
+
+        attributes["get_next"] = get_next
+    stamped = type(f"Stoker{cls.__name__}", (cls,), attributes)
+    return stamped
+
+
+_rings: "weakref.WeakKeyDictionary[Any, StampRing]" = weakref.WeakKeyDictionary()
+_rings_lock = threading.Lock()
+
+
+def ring_for(model: Any) -> StampRing:
+    """The model's ring, made at its first stamped fit: its traced train function writes
+    there for the model's life."""
+    with _rings_lock:
+        ring = _rings.get(model)
+        if ring is None:
+            ring = _rings[model] = StampRing()
+        return ring
+
+
+def outside_any_strategy(make: Callable[[], T]) -> T:
+    """`make()` run where no `tf.distribute` strategy's scope is entered.
+
+    Under `strategy.scope()` a `tf.Variable` becomes a distributed (mirrored) variable, which
+    the stamps cannot update from the train function's outer graph. A strategy's scope, like
+    TensorFlow's variable-creator scopes, is kept per thread, so a thread of its own creates
+    a plain variable whichever scope the training thread is in.
+    """
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            made.append(make())
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name="stoker-outside-strategy", daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
