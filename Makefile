@@ -20,7 +20,8 @@ PYTEST_PARALLEL ?= -n 2 --dist loadscope
 # Run each in a pytest process of its own, two at a time, longest first (see the test target);
 # ALONE_TESTS with nothing beside them.
 OWN_PROCESS_TESTS := tests/ui/test_profile_ui.py tests/fit/test_alerts_profile.py \
-	tests/fit/test_diagnosis_keras.py tests/fit/test_profiler_threads.py
+	tests/fit/test_diagnosis_keras.py tests/fit/test_profiler_threads.py \
+	tests/fit/test_profile_back_to_back.py
 ALONE_TESTS := tests/fit/test_profile_capture.py
 TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.

@@ -232,3 +232,43 @@ def test_lost_worker_of_an_evicted_profile_is_not_revived(session: Session, tmp_
             offset=0, total=3, data=b"abc", max_bytes=2**20,
         )  # fmt: skip
     assert not store.trace_path(tmp_path, pid, 1).parent.exists()
+
+
+def test_a_capture_its_worker_never_started_fails_when_that_worker_ends(
+    session: Session, tmp_path: Path
+) -> None:
+    """Issue 38: a command that reached a run's agent as its training ended (the process went
+    on to its next run) left the profile `requested` for good. The worker's end settles it."""
+    from stoker_server.core.models import RunStatus
+    from stoker_server.ingest.agent_writes import end_run
+
+    run_id = _run(session)
+    profile = store.create_profile(
+        session=session, run_id=run_id, steps=5, stale_after_s=600, ranks=[0, 1]
+    )
+    _report(session, run_id, profile.id, 1, status="capturing", first_step=7)
+    end_run(session=session, run_id=run_id, status=RunStatus.finished, rank=0)
+    shown = store.public(store.get_profile(session=session, run_id=run_id, pid=profile.id))
+    assert [(w.rank, w.status) for w in shown.workers] == [(0, "failed"), (1, "capturing")]
+    assert shown.workers[0].error == store.ENDED_BEFORE_START and shown.workers[0].lost
+    assert shown.status == "capturing"  # rank 1 still captures; it ends with its own trace
+    # Rank 0's "capturing" report was on its way after all: it revives the worker.
+    revived, _ = _report(session, run_id, profile.id, 0, status="capturing", first_step=9)
+    assert revived.workers[0].status == "capturing" and not revived.workers[0].lost
+    assert _upload(session, tmp_path, run_id, profile.id, 0) is False
+    assert _upload(session, tmp_path, run_id, profile.id, 1) is True  # both in: analysed next
+
+
+def test_a_run_that_ends_with_its_capture_unstarted_fails_it_with_the_reason(
+    session: Session,
+) -> None:
+    from stoker_server.core.models import RunStatus
+    from stoker_server.ingest.agent_writes import end_run
+
+    run_id = _run(session)
+    profile = store.create_profile(
+        session=session, run_id=run_id, steps=5, stale_after_s=600, ranks=[0]
+    )
+    end_run(session=session, run_id=run_id, status=RunStatus.finished, rank=0)
+    shown = store.public(store.get_profile(session=session, run_id=run_id, pid=profile.id))
+    assert shown.status == "failed" and shown.error == store.ENDED_BEFORE_START

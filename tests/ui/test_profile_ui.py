@@ -18,8 +18,8 @@ from tests.harness.faults import fail_profile_start
 from tests.harness.support import ServerProcess, wait_for
 
 
-def _open_live_run(server: ServerProcess, page: Any, name: str) -> Training:
-    training = Training(server, small_dataset(), name)
+def _open_live_run(server: ServerProcess, page: Any, name: str, dataset: Any = None) -> Training:
+    training = Training(server, small_dataset() if dataset is None else dataset, name)
     try:
         run_id = training.run_id()
         wait_for(lambda: steps_stored(server, run_id) >= 20, timeout_s=60, what="steps")
@@ -175,13 +175,37 @@ def test_profiles_that_cannot_be_read_say_so(server: ServerProcess, page: Any) -
     assert page.get_by_test_id("profile-result").count() == 0
 
 
+def _named_pipeline() -> Any:
+    """zip(x, y).map(fast_normalize).map(slow_decode).batch(16): slow_decode calls Python."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tests.fit.test_profile_capture import FEATURES
+
+    x = np.random.default_rng(0).random((256, FEATURES), dtype=np.float32)
+    y = np.random.default_rng(1).random((256, 1), dtype=np.float32)
+
+    def fast_normalize(a: Any, b: Any) -> Any:
+        return a * 0.5, b
+
+    def slow_decode(a: Any, b: Any) -> Any:
+        out = tf.numpy_function(lambda v: (time.sleep(0.0005), v)[1], [a], a.dtype,
+                                stateful=True)  # fmt: skip
+        return tf.ensure_shape(out, a.shape), b
+
+    pair = (tf.data.Dataset.from_tensor_slices(x), tf.data.Dataset.from_tensor_slices(y))
+    return tf.data.Dataset.zip(pair).map(fast_normalize).map(slow_decode).batch(16)
+
+
 # Last in the module: the only real capture here (see the Makefile's OWN_PROCESS_TESTS).
 def test_profile_button_shows_progress_and_result(
     server: ServerProcess,
     page: Any,
     artifacts: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    training = _open_live_run(server, page, "ui-profile")
+    monkeypatch.setenv("STOKER_PIPELINE_INTERVAL_S", "0.5")  # the stages read before the capture
+    training = _open_live_run(server, page, "ui-profile", _named_pipeline())
     try:
         page.get_by_test_id("profile-steps").fill("10")
         button = page.get_by_test_id("profile-button")
@@ -198,10 +222,32 @@ def test_profile_button_shows_progress_and_result(
     assert "input" in page.get_by_test_id("profile-conclusion").text_content()
     assert "Difference" in shares.text_content()
     assert "Input" in page.get_by_test_id("profile-breakdown").text_content()
-    assert page.get_by_test_id("profile-iterators").locator("tbody tr").count() > 0
-    assert page.get_by_test_id("profile-ops").locator("tbody tr").count() > 0
+    # Issue 38: the tables speak the user's pipeline, styled, Stoker's stamp labelled.
+    iterators = page.get_by_test_id("profile-iterator")
+    stages = iterators.locator("td.stage").all_text_contents()
+    assert any(text.endswith("map and batch 'slow_decode'") for text in stages), stages
+    assert any(text.endswith("parallel map 'fast_normalize'") for text in stages), stages
+    # `wrap` adds no stage to the pipeline now; a row of one (an earlier agent's) says so.
+    stokers = page.locator("[data-testid=profile-iterator][data-owner=stoker] td.stage")
+    assert all("Stoker" in label for label in stokers.all_text_contents())
+    assert not any(text.startswith("Iterator::") for text in stages)
+    ops = page.get_by_test_id("profile-op")
+    python = [
+        ops.nth(i).locator("td").nth(3).text_content()
+        for i in range(ops.count())
+        if ops.nth(i).locator("td").nth(1).text_content() == "PyFunc"
+        and "StatefulPartitionedCall" not in ops.nth(i).locator("td").nth(2).text_content()
+    ]
+    assert python and python[0].startswith("in slow_decode (stage "), python
+    header = page.get_by_test_id("profile-iterators").locator("thead th").first
+    assert header.evaluate("e => getComputedStyle(e).backgroundColor") != "rgba(0, 0, 0, 0)"
+    # A long name wraps between its parts, never inside a word.
+    cell = page.get_by_test_id("profile-ops").locator("td.name").first
+    assert cell.evaluate("e => getComputedStyle(e).overflowWrap") == "normal"
+    assert cell.locator("wbr").count() >= 1 or "/" not in cell.text_content()
     assert "Capture overhead" in page.get_by_test_id("profile-overhead").text_content()
     with page.expect_download() as download:
         page.get_by_test_id("profile-download").click()
     assert download.value.suggested_filename.endswith(".xplane.pb")
     page.screenshot(path=str(artifacts / "run-page-profile.png"), full_page=True)
+    page.get_by_test_id("profile-panel").screenshot(path=str(artifacts / "profile-panel.png"))

@@ -6,7 +6,8 @@ import re
 import pytest
 
 from stoker_server.core.levels import VERDICT_WORDS, Verdict
-from stoker_server.diagnosis.verdict import Diagnosis, diagnose, input_advice, once
+from stoker_server.diagnosis.advice import input_advice, once
+from stoker_server.diagnosis.verdict import Diagnosis, diagnose
 from stoker_server.diagnosis.window import RunWindow, WholeRun
 from stoker_server.ingest.summary import add_steps, summarize
 from trainer_agent.figures import ms_text, share_text

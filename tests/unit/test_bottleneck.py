@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from stoker_server.diagnosis.bottleneck import capacities, find_bottleneck, fix_for, step_demand
+from stoker_server.diagnosis.advice import fix_for
+from stoker_server.diagnosis.bottleneck import capacities, find_bottleneck, step_demand
 
 
 def stage(position, kind, ms, elements, parallelism=1.0, buffered=0, buffer_size=None, **extra):
@@ -191,3 +192,34 @@ def test_stages_that_are_not_the_users_are_never_named() -> None:
     stages = pipeline(0.001)
     stages[3] = stage(3, "prefetch", 500.0, 100, buffer_size=2, name="stoker:Prefetch")
     assert find_bottleneck(stages, demand_steps_per_s=50.0, wait_share=0.6) is None
+
+
+FUSED = [
+    {"name": "fast_normalize", "file": "/src/train.py", "line": 10, "calls_python": False},
+    {"name": "slow_decode", "file": "/src/train.py", "line": 14, "calls_python": True},
+    {"name": "fast_normalize", "file": "/src/train.py", "line": 10, "calls_python": False},
+]
+
+
+def test_a_fused_stage_is_named_by_all_its_functions_and_the_fix_singles_out_one() -> None:
+    stages = pipeline(5.0)
+    stages[1] = dict(
+        stage(1, "map", 5.0, 3200, function="fast_normalize+slow_decode+fast_normalize"),
+        functions=FUSED,
+    )
+    found = find_bottleneck(stages, demand_steps_per_s=50.0, wait_share=0.6, cpus=8)
+    assert found is not None
+    assert found.function == "fast_normalize+slow_decode+fast_normalize"
+    assert found.focus == "slow_decode" and found.functions == FUSED
+    assert "stage 1 (map 'fast_normalize+slow_decode+fast_normalize')" in found.fix
+    assert "slow_decode (train.py:14) calls Python" in found.fix
+    assert "runs serially" in found.fix
+
+
+def test_a_stage_of_one_function_says_where_it_is_written() -> None:
+    stages = pipeline(5.0)
+    stages[1] = dict(stage(1, "map", 5.0, 3200, function="slow_decode"), functions=[FUSED[1]])
+    found = find_bottleneck(stages, demand_steps_per_s=50.0, wait_share=0.6, cpus=8)
+    assert found is not None and found.focus == "slow_decode"
+    assert found.fix.startswith("stage 1 (map 'slow_decode' at train.py:14) runs serially")
+    assert "calls Python" not in found.fix  # nothing to single out of one function

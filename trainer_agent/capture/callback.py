@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any, Unpack
 
+from trainer_agent.capture.dataset_graph import DatasetNode, read_dataset
 from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.capture.input_wait import (
     Execution,
@@ -18,8 +19,7 @@ from trainer_agent.capture.input_wait import (
     split_execution,
 )
 from trainer_agent.capture.job import job_rank, job_run_key
-from trainer_agent.capture.pipeline import describe_pipeline
-from trainer_agent.capture.pipeline_model import function_names
+from trainer_agent.capture.pipeline import describe_tree
 from trainer_agent.capture.session import RunSession, scalars
 from trainer_agent.capture.stamped_iterator import StampRing, batch_hint, ring_for
 from trainer_agent.capture.step_boundary import StepBoundary
@@ -111,7 +111,7 @@ class StokerHooks:
         # it batches to (for fetches whose size the graph does not read); None unwrapped.
         self._input_pipeline: dict[str, Any] | None = None
         self._batch_hint: int | None = None
-        self._function_names: list[tuple[str, str]] | None = None
+        self._dataset_tree: DatasetNode | None = None
         self._session: RunSession | None = None
         self._resolver = WaitResolver()
         self._pending: list[Execution] = []
@@ -155,7 +155,7 @@ class StokerHooks:
             if described is None:
                 described = _described(dataset)
                 _last_wrapped.put(dataset, described)
-            self._input_pipeline, self._function_names, self._batch_hint = described
+            self._input_pipeline, self._dataset_tree, self._batch_hint = described
         except Exception as error:
             return self._unstamped(error, dataset)
         return dataset
@@ -195,7 +195,7 @@ class StokerHooks:
     def _unstamped(self, error: BaseException, dataset: Any) -> Any:
         """`wrap` failed: the dataset as given, its fits monitored without input wait."""
         self._wrapped = False
-        self._input_pipeline = self._function_names = self._batch_hint = None
+        self._input_pipeline = self._dataset_tree = self._batch_hint = None
         warn_once(
             f"wrap:{type(error).__name__}",
             "Stoker: input wait is not measured for this fit: its dataset cannot be "
@@ -230,10 +230,9 @@ class StokerHooks:
         )
         self._session.before_abnormal_close = self._hand_over_completed_steps
         self._session.start()
-        names = self._function_names
-        # Stoker appends nothing to the pipeline: a prefetch the names do not account for
-        # is tf.data's.
-        self._session.pipeline.describe(names or [], stamped=False)
+        # Stoker appends nothing to the pipeline: a prefetch the user's tree does not account
+        # for is tf.data's.
+        self._session.pipeline.describe(self._dataset_tree, stamped=False)
         profiler, boundary = self._session.profiler, self._boundary
         backend = keras_backend(self.model)
         self._ring = None
@@ -544,10 +543,13 @@ def _learning_rate(model: Any) -> float | None:
 
 
 def _described(dataset: Any) -> tuple[Any, Any, Any]:
-    """What `wrap` keeps of a pipeline: its description, its functions' names and the batch
-    size it batches to; all None (said once) when it cannot be walked."""
+    """What `wrap` keeps of a pipeline: its description, its tree (the pipeline view names
+    stages by its functions) and the batch size it batches to; all None (said once) when it
+    cannot be walked."""
     try:
-        return describe_pipeline(dataset), function_names(dataset), batch_hint(dataset)
+        tree = read_dataset(dataset)
+        described = None if tree is None else describe_tree(tree)
+        return described, tree, batch_hint(dataset)
     except Exception as error:
         warn_once(
             f"describe:{type(error).__name__}",

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
+from trainer_agent.capture.dataset_graph import read_dataset
 from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.capture.input_wait import StepRow, batch_size_of
 from trainer_agent.capture.job import job_rank, job_run_key
-from trainer_agent.capture.pipeline_model import function_names
 from trainer_agent.capture.session import RunSession, scalars
 from trainer_agent.config import AgentConfig, RunArguments, RunOptions, takes_run_options
 from trainer_agent.telemetry.environment import collect
@@ -106,7 +106,7 @@ class Monitor:
         iterator = iter(iterable)
         try:
             if self.session is not None and type(iterator).__module__.startswith("tensorflow"):
-                self.session.pipeline.describe(function_names(iterable), stamped=False)
+                self.session.pipeline.describe(read_dataset(iterable), stamped=False)
                 self.session.pipeline.watch(iterator)
         except Exception as error:
             self._guard.trip("iterate", error)

@@ -6,12 +6,16 @@ parallelism, buffered elements and buffer size, bytes. `stages_from_proto` turns
 stages from the source (position 0) to the stage the model consumes; `PipelineSource` reads
 it on the sampler thread. The training thread only hands over the iterator (`watch`).
 
-The user's functions are matched to the nodes by aligning the user's dataset chain
-(`function_names`) with the nodes after tf.data's rewrites (fusions, parallelized maps, an
-injected prefetch), not by counting. A stage's `name` is the node's op name, marked:
-"stoker:" / "tf.data:" before it for the prefetch Stoker's wrap or tf.data appends (not the
-user's), "<interleave op>/" before it for a stage made inside an interleave's (flat_map's)
-function, " (autotune)" after it when the autotuner sets its parallelism.
+The user's functions are matched to the nodes by a search over tf.data's documented rewrites
+(`pipeline_rewrites.align`) between the user's dataset tree (`dataset_graph.read_dataset`)
+and the model's node tree, not by counting: a fused node names all its functions
+("fast_normalize+slow_decode+fast_normalize") and lists them with their source lines in
+`functions`. A stage's `name` is the node's op name, marked: "stoker:" / "tf.data:" before
+it for the prefetch Stoker's wrap or tf.data appends (not the user's), "<interleave op>/"
+before it for a stage made inside an interleave's (flat_map's) function, " (autotune)" after
+it when the autotuner sets its parallelism. `path` is the iterator's name in profiler traces
+("Iterator::Root::Prefetch::MapAndBatch"), with "[*]" for a stage inside an interleave's
+function (the profiler numbers each open element).
 """
 
 import logging
@@ -20,6 +24,16 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from trainer_agent.capture.dataset_graph import MAX_FUNCTIONS, DatasetNode, family, read_dataset
+from trainer_agent.capture.pipeline_rewrites import (
+    REWRITES,
+    Alignment,
+    AlignmentCache,
+    ModelNode,
+    align,
+    applied_rewrites,
+    model_tree,
+)
 from trainer_agent.capture.recorder import Recorder
 
 log = logging.getLogger("trainer_agent")
@@ -27,7 +41,8 @@ log = logging.getLogger("trainer_agent")
 DEFAULT_INTERVAL_S = 5.0
 MAX_STAGES = 64
 
-# tf.data op names (without the V2/V3... suffix) -> the stage kind users know.
+# tf.data's op families (`dataset_graph.family`: no version, no "Dataset", an iterator's
+# "Forever"/"Finite"/"Memory"/... dropped) -> the stage kind users know.
 _KINDS: dict[str, str] = {
     "Map": "map",
     "ParallelMap": "parallel_map",
@@ -35,20 +50,19 @@ _KINDS: dict[str, str] = {
     "ParallelBatch": "batch",
     "Batch": "batch",
     "PaddedBatch": "batch",
+    "Rebatch": "batch",
     "Prefetch": "prefetch",
     "Cache": "cache",
-    "MemoryCache": "cache",
-    "MemoryCacheImpl": "cache",  # the in-memory cache's filling half (TF 2.x)
     "Generator": "generator",
     "FlatMap": "flat_map",
     "Interleave": "interleave",
     "ParallelInterleave": "parallel_interleave",
-    "LegacyParallelInterleave": "parallel_interleave",
     "TFRecord": "file_reader",
     "TextLine": "file_reader",
     "FixedLengthRecord": "file_reader",
     "FileReader": "file_reader",
     "Filter": "filter",
+    "ParallelFilter": "filter",
     "Shuffle": "shuffle",
     "ShuffleAndRepeat": "shuffle",
     "Repeat": "repeat",
@@ -61,38 +75,7 @@ _KINDS: dict[str, str] = {
     "Unbatch": "unbatch",
     "Window": "window",
     "Scan": "scan",
-    "Rebatch": "batch",
 }
-# The Python dataset classes (without "_", "Dataset", "V2") -> the kind of their model node;
-# "" for wrappers that make no node of their own. Sources (no input) are "source".
-_PY_KINDS: dict[str, str] = {
-    "Map": "map",
-    "ParallelMap": "parallel_map",
-    "MapAndBatch": "map_and_batch",
-    "Batch": "batch",
-    "ParallelBatch": "batch",
-    "PaddedBatch": "batch",
-    "Prefetch": "prefetch",
-    "Cache": "cache",
-    "Filter": "filter",
-    "FlatMap": "flat_map",
-    "Interleave": "interleave",
-    "ParallelInterleave": "parallel_interleave",
-    "TFRecord": "file_reader",
-    "TextLine": "file_reader",
-    "FixedLengthRecord": "file_reader",
-    "Shuffle": "shuffle",
-    "Repeat": "repeat",
-    "Take": "take",
-    "Skip": "skip",
-    "Unbatch": "unbatch",
-    "Options": "",
-    "AssertCardinality": "",
-    "Restructured": "",
-}
-# The attribute that holds a dataset's traced user function.
-_PY_FUNCTION_ATTRS = ("_map_func", "_predicate")
-
 # How Stoker marks the stages that are not the user's, in a stage's `name` (the stage
 # schema has no field for it): the prefetch `StampRing.wrap` appends, the one tf.data's
 # `inject_prefetch` appends, a stage made inside an interleave's (flat_map's) function, and
@@ -103,107 +86,16 @@ INNER_SEPARATOR = "/"
 AUTOTUNE_MARK = " (autotune)"
 
 _MAPS = ("map", "parallel_map")
+_USER_MAPS = ("Map", "ParallelMap", "MapAndBatch")
 _INTERLEAVES = ("interleave", "parallel_interleave", "flat_map")
 _SUMMED = ("elements", "processing_ns", "bytes", "buffered")
 
 
 def kind_of(op_name: str) -> str:
-    """`"ParallelMapV2"` -> `"parallel_map"`; unknown ops keep a lower-case name."""
-    base = (
-        op_name[:-2]
-        if len(op_name) > 2 and op_name[-2] == "V" and op_name[-1].isdigit()
-        else op_name
-    )
-    base = base.removesuffix("Dataset")
+    """`"ParallelMapV2"` -> `"parallel_map"`, `"ForeverRepeat"` -> `"repeat"`; unknown ops
+    keep a lower-case name."""
+    base = family(op_name)
     return _KINDS.get(base, base.lower() or "unknown")
-
-
-def _py_inputs(node: Any) -> list[Any]:
-    try:
-        inputs = node._inputs()
-    except Exception:
-        inputs = None
-    if inputs is None:
-        single = getattr(node, "_input_dataset", None)
-        return [] if single is None else [single]
-    return list(inputs)
-
-
-def _py_kind(node: Any) -> str:
-    return type(node).__name__.lstrip("_").removesuffix("V2").removesuffix("Dataset")
-
-
-def _is_stamping(node: Any, inputs: list[Any]) -> bool:
-    """Stoker's stamping stage: a map over `Zip(map over Range, the user's pipeline)`."""
-    if _py_kind(node) != "Map" or len(inputs) != 1 or _py_kind(inputs[0]) != "Zip":
-        return False
-    zipped = _py_inputs(inputs[0])
-    if len(zipped) != 2:
-        return False
-    requests = zipped[0]
-    while _py_kind(requests) == "Map":
-        below = _py_inputs(requests)
-        requests = below[0] if below else None
-    return requests is not None and _py_kind(requests) == "Range"
-
-
-def _py_function(node: Any) -> str:
-    for attribute in _PY_FUNCTION_ATTRS:
-        wrapper = getattr(node, attribute, None)
-        name = getattr(getattr(wrapper, "_func", None), "__name__", None)
-        if name:
-            return str(name)[:100]
-    return ""
-
-
-def _tf_data_own(node: Any) -> bool:
-    func = getattr(getattr(node, "_map_func", None), "_func", None)
-    return str(getattr(func, "__module__", "")).startswith("tensorflow.")
-
-
-def user_datasets(dataset: Any, max_nodes: int = 200) -> list[Any]:
-    """The datasets on the user's input spine, from `dataset` to the source (consumer first).
-
-    Stoker's own stamping stage (a map over `Zip(Range, pipeline)`) is left out. The walk
-    follows each dataset's only input and ends at a source, a file reader (its input is its
-    file names) or a dataset of several inputs (a zip), which is then the last one."""
-    nodes: list[Any] = []
-    node, seen = dataset, 0
-    while node is not None and seen < max_nodes:
-        seen += 1
-        inputs = _py_inputs(node)
-        if _is_stamping(node, inputs):
-            node = _py_inputs(inputs[0])[-1]
-            continue
-        nodes.append(node)
-        if _PY_KINDS.get(_py_kind(node)) == "file_reader" or len(inputs) != 1:
-            break
-        node = inputs[0]
-    return nodes
-
-
-def function_names(dataset: Any, max_nodes: int = 200) -> list[tuple[str, str]]:
-    """The user's chain of datasets as (kind, function name or ""), source first.
-
-    Every dataset on the input spine (`user_datasets`), not only those with a function:
-    `stages_from_proto` aligns this chain with tf.data's model nodes after its rewrites
-    (map+batch fused into MapAndBatch, serial maps made parallel, consecutive maps fused, the
-    prefetch tf.data or Stoker appends), so a function is named by the node that runs it, not
-    by counting.
-    """
-    chain: list[tuple[str, str]] = []
-    for node in user_datasets(dataset, max_nodes):
-        base = _py_kind(node)
-        kind = _PY_KINDS.get(base)
-        if kind is None:
-            kind = "source" if not _py_inputs(node) else kind_of(base)
-        function = _py_function(node)
-        if kind == "flat_map" and _tf_data_own(node):
-            kind, function = "generator", ""  # from_generator: a flat_map of tf.data's own
-        if kind:
-            chain.append((kind, function))
-    chain.reverse()
-    return chain
 
 
 def _parameter(node: Any, name: str) -> float | None:
@@ -217,14 +109,18 @@ def _tunable(node: Any, name: str) -> bool:
     return any(p.name == name and p.tunable for p in node.parameters)
 
 
-def _user_root(nodes: dict[int, Any], output: int) -> tuple[int | None, bool]:
-    """The node the model consumes, below `Root` and below Stoker's stamping stage (a map
-    over `Zip(map over Range, pipeline)`), and whether that stage was there."""
+def _stamping_top(nodes: dict[int, Any], output: int) -> tuple[int | None, bool]:
+    """The node the model consumes below `Root`, or, below Stoker's stamping stage (a map
+    over `Zip(map over Range, pipeline)` under any single-input nodes, such as the
+    cardinality assertion of an infinite pipeline), the user's pipeline; and whether that
+    stage was there. Used when the user's dataset tree is not known."""
     node = nodes.get(output)
     if node is not None and node.name == "Root":
         node = nodes.get(node.inputs[0]) if node.inputs else None
     top = node
-    while node is not None and kind_of(node.name) in _MAPS and node.inputs:
+    for _ in range(8):
+        if node is None or len(node.inputs) != 1:
+            break
         node = nodes.get(node.inputs[0])
     if node is not None and node.name.startswith("Zip") and len(node.inputs) == 2:
         requests = nodes.get(node.inputs[0])
@@ -235,34 +131,97 @@ def _user_root(nodes: dict[int, Any], output: int) -> tuple[int | None, bool]:
     return (None, False) if top is None else (top.id, False)
 
 
+def _paths(tree: ModelNode) -> dict[int, str]:
+    """Each node's iterator name in profiler traces: its consumer's, then "[i]" for the i-th
+    input of a node with several ("[*]" inside an interleave's function, whose iterators the
+    profiler numbers by element), "::" and its own name. (A repeat numbers its input by
+    repetition too; that index is not known here, and not written.)"""
+    paths: dict[int, str] = {}
+    pending: list[tuple[ModelNode, str]] = [(tree, "Iterator::Root")]
+    while pending:
+        node, prefix = pending.pop()
+        path = f"{prefix}::{node.name}"
+        paths[node.id] = path
+        inputs = node.input_count()
+        for index, child in enumerate(node.children):
+            if index >= inputs:
+                pending.append((child, f"{path}[*]"))
+            elif inputs > 1:
+                pending.append((child, f"{path}[{index}]"))
+            else:
+                pending.append((child, path))
+    return paths
+
+
 def stages_from_proto(
-    proto: Any, names: list[tuple[str, str]] | None = None, *, stamped: bool = False
+    proto: Any,
+    user: DatasetNode | None = None,
+    *,
+    stamped: bool = False,
+    rewrites: frozenset[str] = frozenset(REWRITES),
+    cache: AlignmentCache | None = None,
 ) -> list[dict[str, Any]]:
     """The stages of a `ModelProto`, source (position 0) first.
 
     Nodes are ordered inputs before consumers. An interleave's inner datasets (one subtree
     per open cycle element, e.g. a `TFRecordDataset` per file) come right before it, summed
     stage by stage into one chain whose parallelism is the interleave's; their `name` is
-    the interleave's node name, "/", their own. `names` (`function_names` of the user's
-    dataset) is aligned with the chain of nodes from the source to the root; a prefetch it
-    does not account for is Stoker's (when the pipeline was wrapped) or tf.data's.
+    the interleave's node name, "/", their own. `user` (`read_dataset` of the user's
+    dataset) is aligned with the model's nodes under the `rewrites` tf.data applies (once per
+    shape of the model with a `cache`); a prefetch right after the user's pipeline that is not
+    the user's is Stoker's (when the pipeline was wrapped) or tf.data's.
     """
     nodes = dict(proto.nodes)
-    root, found_stamping = _user_root(nodes, proto.output)
+    top = nodes.get(proto.output)
+    if top is not None and top.name == "Root":
+        top = nodes.get(top.inputs[0]) if top.inputs else None
+    tree = None if top is None else model_tree(nodes, top.id)
+    if tree is None:
+        return []
+    search = align if cache is None else cache.align
+    alignment = search(user, tree, rewrites) if user is not None else None
+    root: ModelNode | None
+    if alignment is not None:
+        root = _with_prefetch_after(tree, alignment)
+    else:
+        root_id, found_stamping = _stamping_top(nodes, proto.output)
+        stamped = stamped or found_stamping
+        root = next((n for n in tree.walk() if n.id == root_id), None)
     if root is None:
         return []
-    stages = _chain(nodes, root, None, 0, spine=True)[-MAX_STAGES:]
+    paths = _paths(tree)
+    stages = _chain(nodes, root.id, None, 0, spine=True)[-MAX_STAGES:]
     for position, stage in enumerate(stages):
         stage["position"] = position
-    _attach_names(stages, names or [], stamped=stamped or found_stamping)
+        stage["path"] = paths.get(stage["id"], "")[-400:]
+    _attach_names(stages, alignment, stamped=stamped)
     for stage in stages:
-        stage.pop("spine", None)
-        stage.pop("leaf", None)
+        for key in ("spine", "leaf", "id"):
+            stage.pop(key, None)
         elements = stage["elements"]
         processing_ns, produced = stage.pop("processing_ns"), stage.pop("bytes")
         stage["ms_per_element"] = processing_ns / elements / 1e6 if elements else None
         stage["bytes_per_element"] = produced / elements if elements else None
     return stages
+
+
+def _with_prefetch_after(tree: ModelNode, alignment: Alignment) -> ModelNode:
+    """The aligned root, or the prefetch nodes right after it that no user dataset explains
+    (Stoker's wrap or tf.data added them), up to the first node with several inputs."""
+    parents: dict[int, ModelNode] = {}
+    for node in tree.walk():
+        for child in node.children:
+            parents[child.id] = node
+    root = alignment.root
+    parent = parents.get(root.id)
+    while (
+        parent is not None
+        and parent.family == "Prefetch"
+        and len(parent.children) == 1
+        and parent.id not in alignment.runs
+    ):
+        root, parent = parent, parents.get(parent.id)
+    return root
 
 
 def _stage(node: Any, inherited: float | None) -> dict[str, Any]:
@@ -275,10 +234,14 @@ def _stage(node: Any, inherited: float | None) -> dict[str, Any]:
         buffer_size = parallelism
     name = node.name + (AUTOTUNE_MARK if _tunable(node, "parallelism") else "")
     return {
+        "id": node.id,
         "position": 0,
         "kind": kind,
         "name": name,
         "function": None,
+        "functions": [],
+        "path": "",
+        "serial": False,
         "parallelism": parallelism,
         "elements": int(node.num_elements),
         "processing_ns": int(node.processing_time),
@@ -334,94 +297,28 @@ def _merged(chains: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return first
 
 
-def _matches(kind: str, stage: dict[str, Any]) -> bool:
-    """Whether the user's dataset of `kind` can be the model node `stage` on its own."""
-    other = stage["kind"]
-    return (
-        kind == other
-        or (kind in _MAPS and other in _MAPS)
-        or (kind in _INTERLEAVES and other in _INTERLEAVES)
-        or (kind == "source" and stage["leaf"])
-        or (kind == "generator" and other == "flat_map")
-    )
-
-
-# tf.data's static rewrites of two consecutive datasets (source first) into one node.
-_FUSED: dict[tuple[str, str], tuple[str, ...]] = {
-    ("map", "batch"): ("map_and_batch",),
-    ("parallel_map", "batch"): ("map_and_batch",),
-    ("map", "map"): _MAPS,
-    ("map", "parallel_map"): _MAPS,
-    ("parallel_map", "map"): _MAPS,
-    ("parallel_map", "parallel_map"): _MAPS,
-    ("map", "filter"): ("filter", "mapandfilter"),
-    ("parallel_map", "filter"): ("filter", "mapandfilter"),
-    ("filter", "filter"): ("filter",),
-    ("shuffle", "repeat"): ("shuffle",),
-}
-
-
-def _align(chain: list[tuple[str, str]], spine: list[dict[str, Any]]) -> list[list[int] | None]:
-    """For each spine stage (source first), the indices of the user's datasets it runs, or
-    None when it is none of them: the cheapest alignment (an unmatched dataset or node costs
-    1, a fusion a little, so a one-to-one match wins)."""
-    n, m = len(chain), len(spine)
-    inf = float("inf")
-    cost = [[inf] * (m + 1) for _ in range(n + 1)]
-    move: list[list[tuple[int, int, list[int] | None] | None]] = [
-        [None] * (m + 1) for _ in range(n + 1)
-    ]
-    cost[n][m] = 0.0
-    for i in range(n, -1, -1):
-        for j in range(m, -1, -1):
-            if i == n and j == m:
-                continue
-            options: list[tuple[float, tuple[int, int, list[int] | None]]] = []
-            if i < n and j < m and _matches(chain[i][0], spine[j]):
-                options.append((cost[i + 1][j + 1], (1, 1, [i])))
-            if i + 1 < n and j < m:
-                fused = _FUSED.get((chain[i][0], chain[i + 1][0]), ())
-                if spine[j]["kind"] in fused:
-                    options.append((0.1 + cost[i + 2][j + 1], (2, 1, [i, i + 1])))
-            if i + 2 < n and j < m and spine[j]["kind"] == "map_and_batch":
-                # fused maps, then fused with the batch after them
-                three = (chain[i][0], chain[i + 1][0], chain[i + 2][0])
-                if three[0] in _MAPS and three[1] in _MAPS and three[2] == "batch":
-                    options.append((0.2 + cost[i + 3][j + 1], (3, 1, [i, i + 1, i + 2])))
-            cache = i < n and j + 1 < m and chain[i][0] == "cache"
-            if cache and spine[j]["kind"] == spine[j + 1]["kind"] == "cache":
-                options.append((cost[i + 1][j + 2], (1, 2, [i])))
-            if j < m:
-                options.append((1.0 + cost[i][j + 1], (0, 1, None)))
-            if i < n:
-                options.append((1.0 + cost[i + 1][j], (1, 0, None)))
-            best = min(options, key=lambda option: option[0])
-            cost[i][j], move[i][j] = best
-    result: list[list[int] | None] = [None] * m
-    i = j = 0
-    while (i < n or j < m) and move[i][j] is not None:
-        di, dj, matched = move[i][j]  # type: ignore[misc]
-        for k in range(j, j + dj):
-            result[k] = matched
-        i, j = i + di, j + dj
-    return result
-
-
 def _attach_names(
-    stages: list[dict[str, Any]], chain: list[tuple[str, str]], *, stamped: bool
+    stages: list[dict[str, Any]], alignment: Alignment | None, *, stamped: bool
 ) -> None:
-    """Name each model node on the spine by the user's dataset(s) it runs; mark a prefetch
-    that is none of them as Stoker's (wrapped) or tf.data's."""
-    spine = [stage for stage in stages if stage["spine"]]
-    if not chain or not spine:
-        return
-    for stage, matched in zip(spine, _align(chain, spine), strict=True):
-        if matched is None:
-            if stage["kind"] == "prefetch":
+    """Name each model node by the user's datasets it runs (their functions, source first);
+    mark a prefetch none of them explains as Stoker's (wrapped) or tf.data's."""
+    runs = {} if alignment is None else alignment.runs
+    for stage in stages:
+        datasets = runs.get(stage["id"])
+        if datasets is None:
+            if alignment is not None and stage["kind"] == "prefetch" and not is_inner(stage):
                 stage["name"] = (STOKER_PREFIX if stamped else TF_DATA_PREFIX) + stage["name"]
             continue
-        functions = [chain[k][1] for k in matched if chain[k][1]]
-        stage["function"] = "+".join(functions)[:200] or None
+        if not datasets:  # made by a rewrite around the user's datasets, running none
+            stage["name"] = TF_DATA_PREFIX + stage["name"]
+            continue
+        functions = [f for dataset in datasets for f in dataset.functions]
+        stage["function"] = "+".join(f.name for f in functions)[:200] or None
+        stage["functions"] = [f.wire() for f in functions[:MAX_FUNCTIONS]]
+        maps = [d for d in datasets if d.family in _USER_MAPS]
+        if stage["kind"] in ("map", "map_and_batch") and AUTOTUNE_MARK not in stage["name"]:
+            # The user wrote these maps without num_parallel_calls: tf.data runs them so.
+            stage["serial"] = bool(maps) and all(d.family == "Map" for d in maps)
 
 
 def is_users(stage: dict[str, Any]) -> bool:
@@ -487,17 +384,19 @@ class PipelineSource:
         # thread ran it, and a tf.data iterator's destructor can block that thread for up to a
         # minute (docs/agent.md, "The iterator Stoker watches").
         self._iterator: Callable[[], Any] = _no_iterator
-        self._names: list[tuple[str, str]] = []
+        self._user: DatasetNode | None = None
         self._stamped = False
         self._next_read = 0.0
         self._unavailable_logged = False
         self._previous: tuple[Callable[[], Any], float, list[tuple[str, int]]] | None = None
+        self._alignments = AlignmentCache()
+        self._rewrites: tuple[Any, frozenset[str]] | None = None  # for the iterated dataset
         self.last_read_us: float | None = None
 
-    def describe(self, names: list[tuple[str, str]], *, stamped: bool) -> None:
-        """The user's function names (`function_names` of the dataset before Stoker's
-        stamping stage) and whether that stage follows it."""
-        self._names = names
+    def describe(self, user: DatasetNode | None, *, stamped: bool) -> None:
+        """The user's dataset tree (`read_dataset` of the dataset before Stoker's stamping
+        stage) and whether that stage follows it."""
+        self._user = user
         self._stamped = stamped
 
     def watch(self, iterator: Any) -> None:
@@ -512,9 +411,16 @@ class PipelineSource:
         if owned is None:
             raise TypeError(f"no tf.data iterator in {type(iterator).__name__}")
         proto = tf.data.experimental.get_model_proto(owned)
-        if not self._names and not self._stamped:
-            self._names = function_names(getattr(owned, "_dataset", None))
-        return owned, stages_from_proto(proto, self._names, stamped=self._stamped)
+        dataset = getattr(owned, "_dataset", None)
+        if self._user is None and not self._stamped:
+            self._user = read_dataset(dataset)
+        if self._rewrites is None or self._rewrites[0] is not dataset:
+            self._rewrites = (dataset, applied_rewrites(dataset))  # probed once per options
+        stages = stages_from_proto(
+            proto, self._user, stamped=self._stamped, rewrites=self._rewrites[1],
+            cache=self._alignments,
+        )  # fmt: skip
+        return owned, stages
 
     def stages_now(self) -> list[dict[str, Any]]:
         """The watched iterator's stages, read now on the calling thread (`stoker tune` reads

@@ -48,6 +48,7 @@ DEFAULT_MAX_S = 60.0
 # (the trace stays in the spool for the next agent); while it answers, up to the drain cap.
 EXIT_GIVE_UP_UNREACHABLE_S = 2.0
 BASELINE_STEPS = 50
+ENDED_BEFORE_START = "profile failed: the run's training ended before the capture could start"
 RETRY_MAX_S = 30.0
 
 
@@ -131,9 +132,18 @@ class CaptureRequests:
         self._slot = slot
         self._uploader = uploader
         self.pending: Capture | None = None
+        # The run's training ended (`close`): a command that comes later, while the run's
+        # connection still drains (and the process may train its next run already), can
+        # never start and is failed at once. `_lock` orders the two threads' hand-over.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def request(self, command: dict[str, Any]) -> None:
         pid, rank = int(command["id"]), int(command.get("rank") or 0)
+        with self._lock:
+            if self._closed:
+                self._uploader.report(pid, rank, status="failed", error=ENDED_BEFORE_START)
+                return
         if not self._slot.acquire(blocking=False):
             self._uploader.report(
                 pid, rank, status="failed", error="profile failed: a capture is in progress"
@@ -145,7 +155,21 @@ class CaptureRequests:
             self._place(capture, command.get("run_key"))
         except Exception as error:  # a spool that cannot be written: a temporary directory
             log.debug("profile %s: not spooled: %s", pid, error)
-        self.pending = capture
+        with self._lock:
+            if not self._closed:
+                self.pending = capture
+                return
+        # The training ended while the capture was being placed.
+        self._uploader.report(pid, rank, status="failed", error=ENDED_BEFORE_START)
+        self._uploader.send(lambda: self._uploader.release(capture))
+
+    def close(self) -> Capture | None:
+        """The run's training ended (training thread): no request starts from now on. Returns
+        the request that was waiting for a step, if any."""
+        with self._lock:
+            self._closed = True
+            pending, self.pending = self.pending, None
+        return pending
 
     def _place(self, capture: Capture, run_key: Any) -> None:
         """Capture into the spool (the process holds its lock), with a first status that says
@@ -235,17 +259,22 @@ class StepCapture:
             self._fail(error)
 
     def end(self) -> None:
-        """Training ended (or the run closes): a capture still running stops with what it has."""
-        if self.active is None and self._requests.pending is None:
+        """Training ended (or the run closes): a capture still running stops with what it has;
+        one asked for and not started fails, now and for every request that comes later."""
+        pending = self._requests.close()
+        if self.active is None and pending is None:
             return
         try:
             self._exit_trace()
             if self.active is not None:
                 self._stop(self.active)
-            elif self._requests.pending is not None:
-                raise RuntimeError("training ended before the capture could start")
         except Exception as error:
             self._fail(error)
+        if pending is not None:
+            self._uploader.report(
+                pending.id, pending.rank, status="failed", error=ENDED_BEFORE_START
+            )
+            self._uploader.send(lambda: self._uploader.release(pending))
 
     def _start(self, capture: Capture, step: int) -> None:
         began = time.perf_counter()

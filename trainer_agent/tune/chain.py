@@ -1,7 +1,7 @@
 """The user's `tf.data` pipeline as a chain of links, source first, and what each link does.
 
-The chain is the one the pipeline view walks (trainer_agent/capture/pipeline_model.py): every
-dataset on the input spine, Stoker's own stamping stage left out. A link knows its dataset
+The chain is the input spine of the tree the pipeline view reads
+(trainer_agent/capture/dataset_graph.py): every dataset on it. A link knows its dataset
 object, its kind, the user's function it runs (the Python function and tf.data's traced
 wrapper of it), its parallelism and determinism, and what the traced function does that
 matters to a rewrite: whether it draws random numbers, runs Python (`numpy_function`,
@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer_agent.capture.pipeline_model import _py_kind, user_datasets
+from trainer_agent.capture.dataset_graph import python_kind, user_datasets
 
 MAX_LINKS = 200
 AUTOTUNE = -1
@@ -120,7 +120,7 @@ def links(dataset: Any) -> list["Link"]:
 
 
 def _link(node: Any) -> Link:
-    kind = _py_kind(node)
+    kind = python_kind(node)
     wrapper = next(
         (getattr(node, a) for a in _FUNCTION_ATTRIBUTES if getattr(node, a, None) is not None),
         None,

@@ -59,12 +59,15 @@ def pipeline_view(session: Session, run_id: int, at: float | None) -> PipelineVi
     demand = step_demand(*_recent_steps(session, run_id, read["t"]))
     if demand is not None and not math.isfinite(demand[0]):
         demand = None  # steps that only waited: no compute time to compare with
-    cpus = (run.environment or {}).get("cpu_count")
+    environment = run.environment or {}
+    cpus = environment.get("cpu_count")
+    described = environment.get("input_pipeline")
     bottleneck = find_bottleneck(
         stages,
         demand_steps_per_s=demand[0] if demand else None,
         wait_share=demand[1] if demand else None,
         cpus=cpus if isinstance(cpus, int) else None,
+        pipeline=described if isinstance(described, dict) else None,
     )
     return PipelineView(
         run_id=run_id,

@@ -17,10 +17,11 @@ from stoker_server.api.pipeline import with_bottleneck
 from stoker_server.core.auth import ViewerAuth
 from stoker_server.core.levels import HIGHLY_INPUT_BOUND
 from stoker_server.core.models import Run, RunEventsPublic, RunStatus
+from stoker_server.diagnosis.advice import once
 from stoker_server.diagnosis.alerts_and_events import list_events
 from stoker_server.diagnosis.gpu_use import gpu_findings
 from stoker_server.diagnosis.history import StarvedRanges, starved_ranges, window_from_db
-from stoker_server.diagnosis.verdict import Diagnosis, Verdict, once
+from stoker_server.diagnosis.verdict import Diagnosis, Verdict
 
 router = APIRouter(prefix="/api/v1", tags=["diagnosis"], dependencies=[ViewerAuth])
 

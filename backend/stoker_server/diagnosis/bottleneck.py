@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from stoker_server.core.levels import MODERATELY_INPUT_BOUND
+from stoker_server.diagnosis.advice import fix_for, singled_out, stage_label
 from stoker_server.diagnosis.verdict import Diagnosis, Evidence
 from trainer_agent.figures import percent_text, share_text
 
@@ -39,7 +40,11 @@ class Bottleneck(BaseModel):
     position: int
     kind: str
     name: str
+    # The user's function(s) the stage runs ("a+b+c" when tf.data fused several), each with
+    # its file and line; `focus`: the one to change when one of several can be singled out.
     function: str | None
+    functions: list[dict[str, Any]] = []
+    focus: str | None = None
     reason: str
     fix: str
     capacity_steps_per_s: float
@@ -141,131 +146,6 @@ def _enclosing(stages: list[dict[str, Any]], position: int) -> dict[str, Any]:
     return stages[position]
 
 
-# A map whose work shows on fewer threads than this runs serially.
-SERIAL_BELOW_THREADS = 1.5
-
-
-def _threads(stage: dict[str, Any], stages: list[dict[str, Any]]) -> float:
-    """The threads that run the stage's work: an interleave's are its inner stages'."""
-    if stage["kind"] in _INTERLEAVES:
-        inner = [s for s in stages[: stage["position"]] if is_inner(s)]
-        if inner:
-            return max(s.get("parallelism") or 1.0 for s in inner)
-    return stage.get("parallelism") or 1.0
-
-
-def _autotuned(stage: dict[str, Any]) -> bool:
-    return AUTOTUNE_MARK in str(stage.get("name") or "")
-
-
-def _whats_left(stage: dict[str, Any], stages: list[dict[str, Any]]) -> str:
-    """What is left to try on a stage that already runs in parallel (said once each)."""
-    later = stages[stage["position"] + 1 :]
-    tips = []
-    if any(s["kind"] == "cache" for s in later):
-        tips.append(
-            "the .cache() after it fills during the first epoch, and later epochs skip this "
-            "stage; if every epoch waits, the cache is not reached (an infinite repeat "
-            "before it, or a cache to a file that is rewritten)"
-        )
-    else:
-        tips.append(
-            "if its work is the same every epoch (decoding, resizing), put .cache() right "
-            "after it (before random augmentation) so it runs once"
-        )
-    if stage["kind"] in ("map", "parallel_map") and any(
-        s["kind"] in ("batch", "map_and_batch") for s in later
-    ):
-        tips.append("if its ops work on whole batches, batch before it (vectorized)")
-    tips.append("preprocess offline (resize and encode once)")
-    tips.append("run random augmentation on the device (Keras preprocessing layers)")
-    tips.append("give the input more host cores, or more input workers (tf.data service)")
-    return "; ".join(tips) + "."
-
-
-def fix_for(
-    stage: dict[str, Any],
-    stages: list[dict[str, Any]],
-    cpus: int | None = None,
-    *,
-    threads: float | None = None,
-) -> str:
-    """The change that fits the stage's kind and what the pipeline already does: never one
-    it has (parallelism already set, a cache already after it). `threads`: the threads the
-    run shows the stage's work on, when the model's parallelism reads fewer."""
-    kind = stage["kind"]
-    threads = max(_threads(stage, stages), threads or 0.0)
-    label = _label(stage)
-    if kind == "generator":
-        return (
-            f"{label} is a Python generator: from_generator runs it one element at a time "
-            "under the GIL, so no parallelism helps. Move the per-element work into TF ops "
-            "(a map with num_parallel_calls=tf.data.AUTOTUNE), or read the files with tf.data "
-            "readers (TFRecordDataset, list_files + interleave)."
-        )
-    if kind == "file_reader":
-        return (
-            f"{label} reads one file at a time: read several at once with "
-            "files.interleave(tf.data.TFRecordDataset, cycle_length=8, "
-            "num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)."
-        )
-    many = cpus is None or threads < cpus
-    if kind == "flat_map":
-        return (
-            f"{label} reads one of its elements at a time: replace flat_map with "
-            "interleave(..., cycle_length=8, num_parallel_calls=tf.data.AUTOTUNE, "
-            "deterministic=False) to read several at once."
-        )
-    if kind == "interleave":
-        return (
-            f"{label} runs its function's datasets on one thread: pass "
-            "num_parallel_calls=tf.data.AUTOTUNE (and cycle_length=8 if it is lower), "
-            "deterministic=False if the order does not matter."
-        )
-    if kind == "parallel_interleave":
-        if not _autotuned(stage) and many:
-            return (
-                f"{label} reads on {threads:g} threads: raise cycle_length and pass "
-                "num_parallel_calls=tf.data.AUTOTUNE."
-            )
-        return (
-            f"{label} already reads on about {threads:.2g} parallel threads and is still the "
-            "slowest stage: raise cycle_length if the reads wait on storage (more files open at "
-            "once); " + _whats_left(stage, stages)
-        )
-    if kind == "filter":
-        return (
-            f"{label} runs its predicate serially (filter has no num_parallel_calls): compute "
-            "the expensive part in a map with num_parallel_calls=tf.data.AUTOTUNE before it "
-            "and filter on its result, or drop the rejected elements offline."
-        )
-    if kind in ("map", "parallel_map", "map_and_batch"):
-        # A serial map is serial whatever its rate shows (threads read off the rate carry
-        # the model's noise: 1.3 "threads" is one thread); a parallel one's count is the
-        # user's num_parallel_calls, an integer.
-        serial = kind == "map" or threads < SERIAL_BELOW_THREADS
-        if serial and not _autotuned(stage):
-            return f"{label} runs serially: pass num_parallel_calls=tf.data.AUTOTUNE to it."
-        if not _autotuned(stage) and many:
-            calls = round(threads)
-            return (
-                f"{label} runs on {calls} threads (num_parallel_calls={calls}): pass "
-                "num_parallel_calls=tf.data.AUTOTUNE to use the host's cores."
-            )
-        how = "with num_parallel_calls=AUTOTUNE, " if _autotuned(stage) else ""
-        return (
-            f"{label} already runs in parallel ({how}about {threads:.2g} threads at work) "
-            "and is still the slowest stage: " + _whats_left(stage, stages)
-        )
-    return f"{label} is the slowest stage: give it more parallelism or less work per element."
-
-
-def _label(stage: dict[str, Any]) -> str:
-    function = stage.get("function")
-    name = f"{stage['kind']} '{function}'" if function else stage["kind"]
-    return f"stage {stage['position']} ({name})"
-
-
 def find_bottleneck(
     stages: list[dict[str, Any]],
     *,
@@ -273,8 +153,10 @@ def find_bottleneck(
     wait_share: float | None,
     input_bound: float = MODERATELY_INPUT_BOUND,
     cpus: int | None = None,
+    pipeline: dict[str, Any] | None = None,
 ) -> Bottleneck | None:
     """The stage that starves the steps, or None (fed run, no figures, nothing confirmed).
+    `pipeline`: what the agent described of the pipeline (where its elements come from).
 
     Stoker's and tf.data's own stages are never named; a stage made inside an interleave's
     (flat_map's) function is named by that interleave, which is where the user changes it.
@@ -312,19 +194,22 @@ def find_bottleneck(
         else:
             figure = f"can feed {capacity[position]:.3g} steps/s"
         reason = (
-            f"{_label(stage)} {figure} ({slow.get('ms_per_element') or 0:.3g} ms an element "
+            f"{stage_label(stage)} {figure} ({slow.get('ms_per_element') or 0:.3g} ms an element "
             f"on {threads:.2g} thread(s)){where}, the lowest of the "
             f"pipeline; the steps would take {demand_steps_per_s:.3g}/s when fed, and waited for "
             f"input {share_text(wait_share)} of their time over the steps before this pipeline "
             f"read; {fill_text}."
         )
+        focus = singled_out(stage) or (stage.get("functions") or [None])[0]
         return Bottleneck(
             position=stage["position"],
             kind=stage["kind"],
             name=stage.get("name") or stage["kind"],
             function=stage.get("function"),
+            functions=list(stage.get("functions") or []),
+            focus=None if focus is None else focus.get("name"),
             reason=reason,
-            fix=fix_for(stage, stages, cpus, threads=threads),
+            fix=fix_for(stage, stages, cpus, threads=threads, pipeline=pipeline),
             capacity_steps_per_s=capacity[position],
             demand_steps_per_s=demand_steps_per_s,
         )
@@ -336,7 +221,7 @@ def add_bottleneck(diagnosis: Diagnosis, bottleneck: Bottleneck | None) -> Diagn
     fix as the first advice."""
     if bottleneck is None:
         return diagnosis
-    label = _label(bottleneck.model_dump())
+    label = stage_label(bottleneck.model_dump())
     evidence = Evidence(key="bottleneck_stage", value=label, text=bottleneck.reason)
     return diagnosis.model_copy(
         update={

@@ -18,19 +18,20 @@ from stoker_server.core.levels import (
     input_bound_verdict,
     shown_share,
 )
+from stoker_server.diagnosis.advice import (
+    CPU_SATURATED_PCT,
+    LOW_UTIL_PCT,
+    device_advice,
+    input_advice,
+    once,
+)
 from stoker_server.diagnosis.stragglers import find_straggler, worker_timings
 from stoker_server.diagnosis.window import RunWindow
 from trainer_agent.figures import count_text, ms_text, percent_text, share_text
 
 # Fallback (no measured wait): what utilization and host CPU levels mean.
-LOW_UTIL_PCT = 70.0
 VERY_LOW_UTIL_PCT = 50.0
-CPU_SATURATED_PCT = 85.0
-CPU_IDLE_PCT = 50.0
 HIGH_STEP_CV = 0.5
-# Steps this short pay a fixed cost per step (the fetch, the host's dispatch) that no pipeline
-# hides: larger batches or steps_per_execution amortize it.
-SHORT_STEP_S = 0.010
 WHOLE_RUN = "whole run"
 
 
@@ -173,7 +174,7 @@ class _Findings:
                 )
             )
         else:
-            _device_advice(self.advice, util=self.util, step_s=self.step_s)
+            self.advice.extend(device_advice(util=self.util, step_s=self.step_s))
 
 
 def diagnose(
@@ -360,196 +361,3 @@ def _inferred(found: _Findings, *, min_steps: int) -> Diagnosis:
         "instead of inferred."
     )
     return found.result(verdict)
-
-
-@dataclass(frozen=True)
-class _Has:
-    """What the agent reported the user's pipeline does (`None`: not reported)."""
-
-    prefetch: bool | None
-    parallel_map: bool | None
-    serial_map: bool
-    cache: bool | None
-    parallel_interleave: bool | None
-    serial_interleave: bool
-
-    @classmethod
-    def of(cls, pipeline: dict[str, Any]) -> "_Has":
-        def flag(key: str) -> bool | None:
-            value = pipeline.get(key)
-            return value if isinstance(value, bool) else None
-
-        parallel_interleave = flag("parallel_interleave")
-        return cls(
-            prefetch=flag("prefetch"),
-            parallel_map=flag("parallel_map"),
-            serial_map=bool(pipeline.get("serial_map")) and not pipeline.get("parallel_map"),
-            cache=flag("cache"),
-            parallel_interleave=parallel_interleave,
-            serial_interleave=bool(pipeline.get("interleave")) and not parallel_interleave,
-        )
-
-    @property
-    def fed(self) -> bool:
-        """The input side is already parallel and prefetched: what is left is elsewhere."""
-        return self.prefetch is True and self.parallel_map is True and not self.serial_map
-
-    def present(self) -> list[str]:
-        return [
-            text
-            for has, text in (
-                (self.parallel_map, "maps in parallel"),
-                (self.parallel_interleave, "reads in parallel"),
-                (self.cache, "caches"),
-                (self.prefetch, "prefetches"),
-            )
-            if has
-        ]
-
-
-def input_advice(
-    *,
-    cpu: float | None,
-    pipeline: dict[str, Any],
-    step_s: float | None = None,
-    steps_per_execution: int = 1,
-) -> list[str]:
-    """What to change when steps wait for input, from what the pipeline already does: never
-    to add what it has, each remedy once; once it is parallel and prefetched, what is left
-    (short steps, the host's cores, offline preprocessing, cache placement, augmentation on
-    the device)."""
-    has = _Has.of(pipeline)
-    advice: list[str] = []
-    if has.prefetch is False:
-        advice.append(
-            "The pipeline does not prefetch: end it with .prefetch(tf.data.AUTOTUNE) so the "
-            "next batch is prepared while the device computes."
-        )
-    if has.serial_map:
-        advice.append(
-            "map runs one element at a time: pass num_parallel_calls=tf.data.AUTOTUNE "
-            "(and deterministic=False if order does not matter)."
-        )
-    if has.serial_interleave:
-        advice.append(
-            "interleave reads one input at a time: pass num_parallel_calls=tf.data.AUTOTUNE "
-            "to it, with a cycle_length of several files."
-        )
-    # Remedies the pipeline does not have yet, in the order they usually pay off.
-    adds: list[str] = []
-    if has.parallel_map is None and not has.serial_map:
-        adds.append("map(..., num_parallel_calls=tf.data.AUTOTUNE)")
-    idle = cpu is not None and cpu < CPU_IDLE_PCT
-    reads = not has.parallel_interleave and not has.serial_interleave and not has.fed
-    if reads and (has.parallel_interleave is None or idle):  # reading files is what waits
-        adds.append("interleave(..., num_parallel_calls=tf.data.AUTOTUNE) to read many files")
-    if not has.cache:
-        adds.append(".cache() after expensive loading or decoding when the data fits")
-    if has.prefetch is None:
-        adds.append(".prefetch(tf.data.AUTOTUNE) at the end")
-    short = step_s is not None and step_s < SHORT_STEP_S
-    left = _what_is_left(has, steps_per_execution=steps_per_execution, short=short)
-    if short:
-        advice.append(left.pop(0))
-    if cpu is not None and cpu >= CPU_SATURATED_PCT:
-        advice.append(
-            f"The host CPU is saturated ({percent_text(cpu)}): preprocessing is CPU-bound. Do "
-            "less of it per step: preprocess offline what does not change between epochs (resize "
-            "and normalize once), move augmentation onto the device (Keras preprocessing layers "
-            "inside the model), or give the input more host cores or workers (tf.data service)."
-            + (f" Also: {'; '.join(adds)}." if adds else "")
-        )
-        left = [item for item in left if item.startswith("Check where cache()")]
-    elif idle and (adds or not has.fed):
-        io_adds = [a for a in adds if not a.startswith(".cache()")] or adds
-        advice.append(
-            f"The host CPU is mostly idle ({percent_text(cpu or 0.0)}) while the step waits: the "
-            "pipeline is I/O-bound or serial." + (f" Try: {'; '.join(io_adds)}." if io_adds else "")
-        )
-    elif adds:
-        what = "; ".join(adds)
-        known = "" if not has.present() else f" (it already {_and(has.present())})"
-        advice.append(
-            f"Feed the device faster{known}: {what}; preprocess offline what does not change "
-            "between epochs."
-        )
-    if has.fed:
-        advice.extend(left)
-    return advice
-
-
-def _what_is_left(has: _Has, *, steps_per_execution: int, short: bool) -> list[str]:
-    """Advice once the pipeline maps in parallel and prefetches and steps still wait (the
-    short-step item first when steps are short)."""
-    present = has.present()
-    left = []
-    if short:
-        more = (
-            f"a larger steps_per_execution (now {steps_per_execution})"
-            if steps_per_execution > 1
-            else "steps_per_execution=N in compile() (several steps per call)"
-        )
-        left.append(
-            "Steps are very short: handing each step its batch has a fixed cost that no "
-            f"pipeline hides. Larger batches or {more} spread it over more work."
-        )
-    left.append(
-        (f"The pipeline already {_and(present)}. " if present else "")
-        + "What is left is on the host: more host cores or input workers (tf.data service), "
-        "preprocessing offline what does not change between epochs, and moving augmentation "
-        "onto the device (Keras preprocessing layers inside the model)."
-    )
-    if has.cache:
-        left.append(
-            "Check where cache() sits: it keeps what comes before it, so place it after the "
-            "expensive loading and decoding and before random augmentation (which must run "
-            "every epoch)."
-        )
-    return left
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
-# A remedy named in an advice item: an item whose remedies were all named before says nothing new.
-_REMEDIES = (
-    "num_parallel_calls",
-    ".prefetch(",
-    ".cache()",
-    "interleave(",
-    "steps_per_execution",
-    "preprocess offline",
-    "onto the device",
-)
-
-
-def once(advice: list[str]) -> list[str]:
-    """`advice` with each thing said once: a repeated item, or one whose remedies were all
-    named by earlier items (a bottleneck's fix first, then the general advice), is left out."""
-    kept: list[str] = []
-    named: set[str] = set()
-    for item in advice:
-        remedies = {r for r in _REMEDIES if r in item}
-        if item in kept or (remedies and remedies <= named):
-            continue
-        kept.append(item)
-        named |= remedies
-    return kept
-
-
-def _device_advice(advice: list[str], *, util: float | None, step_s: float | None) -> None:
-    if util is not None and util < LOW_UTIL_PCT:
-        advice.append(
-            f"GPU utilization is low ({percent_text(util)}) without input wait: steps are too "
-            "small or host-side overhead dominates. Try a larger batch, "
-            "model.compile(..., jit_compile=True), and steps_per_execution to run several "
-            "steps per call."
-        )
-    elif util is None and step_s is not None and step_s < 0.005:
-        advice.append(
-            f"Steps are short ({ms_text(step_s)}): per-step host overhead may dominate. "
-            "steps_per_execution in compile() and a larger batch help."
-        )
-    if not advice:
-        advice.append("The input pipeline keeps up: nothing to change on the input side.")

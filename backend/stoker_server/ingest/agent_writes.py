@@ -22,6 +22,7 @@ from stoker_server.core.step_chunks import batch_sizes
 from stoker_server.ingest.group_rows import ROLLUP_WIDTHS as ROLLUP_WIDTHS  # read by api.queries
 from stoker_server.ingest.group_rows import GroupRows, executemany
 from stoker_server.ingest.pipeline_store import store_pipeline_reads
+from stoker_server.ingest.profiles import settle_at_run_end
 from stoker_server.ingest.protocol import (
     AgentCounters,
     Batch,
@@ -351,6 +352,8 @@ def end_run(
     run.last_seen_at = utc_now()
     run.ended_at = None if run.status == RunStatus.running else run.last_seen_at
     session.add(run)
+    # A capture this worker never started cannot start now.
+    settle_at_run_end(session=session, run_id=run_id, rank=rank)
     session.commit()
     session.refresh(run)
     return run

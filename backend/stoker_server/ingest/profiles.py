@@ -8,7 +8,8 @@ steps and overhead are its lowest rank's): it is ready once every asked worker u
 trace or failed, and at least one trace is in and analysed. Traces beyond
 `profile_quota_bytes` (every profile's stored bytes count, whatever its status) are deleted
 oldest first (the row stays, `trace_evicted`; a capture in progress is not evicted). Analysis is
-in backend/stoker_server/ingest/profile_analysis.py.
+in backend/stoker_server/ingest/profile_analysis.py; its rows are tied to the run's pipeline
+stages (profile_labels.py) as it is stored.
 
 A worker the server presumed gone (`lost`: no word from it for the capture's max duration and
 a grace, when a new capture is asked) may still deliver: an agent spools its trace and sends
@@ -34,6 +35,8 @@ from stoker_server.core.models import (
     utc_now,
 )
 from stoker_server.core.step_chunks import read_steps
+from stoker_server.ingest.pipeline_store import pipeline_read
+from stoker_server.ingest.profile_labels import label_analysis
 
 IN_PROGRESS = (ProfileStatus.requested, ProfileStatus.capturing, ProfileStatus.uploading)
 # Statuses the agent may report; `ready` is the server's own, after the analysis.
@@ -206,6 +209,34 @@ def create_profile(
     session.commit()
     session.refresh(profile)
     return public(profile)
+
+
+ENDED_BEFORE_START = "profile failed: the run ended before its capture started"
+
+
+def settle_at_run_end(*, session: Session, run_id: int, rank: int | None) -> int:
+    """Worker `rank` of the run ended (every worker when None): its part of the run's
+    captures that never started can no longer start. They fail, marked `lost`: a report
+    still on its way (the capture started in the last steps after all) revives them. Adds
+    to the caller's transaction; returns how many profiles changed."""
+    rows = session.exec(
+        select(Profile).where(Profile.run_id == run_id, col(Profile.status).in_(IN_PROGRESS))
+    ).all()
+    changed = 0
+    for row in rows:
+        workers = workers_of(row)
+        unstarted = [
+            worker
+            for number, worker in workers.items()
+            if (rank is None or number == rank) and worker["status"] == ProfileStatus.requested
+        ]
+        for worker in unstarted:
+            worker.update(status="failed", error=ENDED_BEFORE_START, lost=True)
+        if unstarted:
+            _set_workers(row, workers)
+            session.add(row)
+            changed += 1
+    return changed
 
 
 def awaiting_analysis(*, session: Session, run_id: int) -> list[int]:
@@ -417,6 +448,8 @@ def finish(
     assert profile is not None
     if steps is not None:
         analysis = {**analysis, "step_range": list(steps)}
+    read = pipeline_read(session.connection(), profile.run_id, None)
+    analysis = label_analysis(analysis, (read or {}).get("stages") or [])
     executions = (profile.overhead or {}).get("steps_per_execution") or 1
     if analysis.get("available") and not analysis.get("steps") and executions > 1:
         analysis = {**analysis, "note": STEPS_PER_EXECUTION_NOTE}

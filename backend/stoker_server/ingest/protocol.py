@@ -234,13 +234,32 @@ MAX_PIPELINE_STAGES = 64
 OptionalFinite = Annotated[float, Field(ge=0, allow_inf_nan=False)] | None
 
 
+class StageFunction(_Strict):
+    """A user's function a stage runs, with where it is written (for advice on that line)."""
+
+    name: ShortText
+    file: ShortText | None = None
+    line: int | None = Field(default=None, ge=0, le=100_000_000)
+    calls_python: bool = False  # through tf.numpy_function or tf.py_function
+
+
+IteratorPath = Annotated[str, StringConstraints(max_length=400), AfterValidator(no_nul)]
+
+
 class PipelineStage(_Strict):
     """One stage of tf.data's autotuning model (trainer_agent/capture/pipeline_model.py)."""
 
     position: int = Field(ge=0, le=MAX_PIPELINE_STAGES)
     kind: Tag
     name: ShortText
+    # The user's functions it runs, joined by "+" when tf.data fused several into it.
     function: ShortText | None = None
+    functions: list[StageFunction] = Field(default_factory=list, max_length=8)
+    # Its iterator's name in profiler traces ("Iterator::Root::Prefetch::MapAndBatch").
+    path: IteratorPath = ""
+    # It runs the user's map(s) written without num_parallel_calls, one element at a time
+    # (a map fused with its batch included), whatever its rate seems to show.
+    serial: bool = False
     parallelism: OptionalFinite = None
     ms_per_element: OptionalFinite = None
     elements: Int64 = 0

@@ -459,6 +459,15 @@ export interface components {
       name: string;
       /** Function */
       function: string | null;
+      /**
+       * Functions
+       * @default []
+       */
+      functions?: {
+          [key: string]: unknown;
+        }[];
+      /** Focus */
+      focus?: string | null;
       /** Reason */
       reason: string;
       /** Fix */
@@ -786,6 +795,18 @@ export interface components {
       name: string;
       /** Function */
       function?: string | null;
+      /** Functions */
+      functions?: components["schemas"]["StageFunction"][];
+      /**
+       * Path
+       * @default
+       */
+      path?: string;
+      /**
+       * Serial
+       * @default false
+       */
+      serial?: boolean;
       /** Parallelism */
       parallelism?: number | null;
       /** Ms Per Element */
@@ -1190,6 +1211,23 @@ export interface components {
       data: components["schemas"]["RunPublic"][];
       /** Count */
       count: number;
+    };
+    /**
+     * StageFunction
+     * @description A user's function a stage runs, with where it is written (for advice on that line).
+     */
+    StageFunction: {
+      /** Name */
+      name: string;
+      /** File */
+      file?: string | null;
+      /** Line */
+      line?: number | null;
+      /**
+       * Calls Python
+       * @default false
+       */
+      calls_python?: boolean;
     };
     /** Starvation */
     Starvation: {
@@ -2104,6 +2142,30 @@ export interface operations {
                       name: string;
                       /** Function */
                       function?: string | null;
+                      /** Functions */
+                      functions?: ({
+                          /** Name */
+                          name: string;
+                          /** File */
+                          file?: string | null;
+                          /** Line */
+                          line?: number | null;
+                          /**
+                           * Calls Python
+                           * @default false
+                           */
+                          calls_python?: boolean;
+                        })[];
+                      /**
+                       * Path
+                       * @default
+                       */
+                      path?: string;
+                      /**
+                       * Serial
+                       * @default false
+                       */
+                      serial?: boolean;
                       /** Parallelism */
                       parallelism?: number | null;
                       /** Ms Per Element */

@@ -10,6 +10,7 @@ import {
   parsePipeline,
   pipelineLegend,
   stageLabel,
+  writtenAt,
 } from "./pipeline";
 
 const stage = {
@@ -62,6 +63,16 @@ describe("pipeline view figures", () => {
     expect(formatRate(250)).toBe("250 steps/s");
     expect(formatRate(1500)).toBe("1.5k steps/s");
     expect(formatRate(null)).toBe("—");
+  });
+
+  it("says where a stage's functions are written", () => {
+    const functions = [
+      { name: "fast_normalize", file: "/src/train.py", line: 10, calls_python: false },
+      { name: "slow_decode", file: "C:\\src\\train.py", line: 14, calls_python: true },
+      { name: "<lambda>", file: null, line: null },
+    ];
+    expect(writtenAt({ functions })).toBe("fast_normalize at train.py:10, slow_decode at train.py:14 (calls Python)");
+    expect(writtenAt({})).toBe("");
   });
 });
 

@@ -1,11 +1,23 @@
 // The run's tf.data pipeline (`GET /runs/{id}/pipeline`): parsing the
 // answer and the figures the pipeline view shows. Pure: tested by pipeline.test.ts.
 
+/** A user's function a stage runs, where it is written. */
+export interface StageFunction {
+  name: string;
+  file?: string | null;
+  line?: number | null;
+  calls_python?: boolean;
+}
+
 export interface PipelineStage {
   position: number;
   kind: string;
   name: string;
+  /** The user's functions, "a+b" when tf.data fused several into this stage. */
   function: string | null;
+  functions?: StageFunction[];
+  /** The iterator's name in profiler traces. */
+  path?: string;
   parallelism: number | null;
   ms_per_element: number | null;
   elements: number;
@@ -57,6 +69,14 @@ export function stageLabel(stage: { kind: string; function: string | null; name?
   const label = stage.function ? `${kind} '${stage.function}'` : kind;
   const by = addedBy(stage);
   return by ? `${label} (added by ${by}, not in your pipeline)` : label;
+}
+
+/** "slow_decode at train.py:42 (calls Python)": where the stage's functions are written. */
+export function writtenAt(stage: { functions?: StageFunction[] }): string {
+  return (stage.functions ?? [])
+    .filter((f) => f.file && f.line)
+    .map((f) => `${f.name} at ${(f.file ?? "").split(/[\\/]/).pop()}:${f.line}${f.calls_python ? " (calls Python)" : ""}`)
+    .join(", ");
 }
 
 /** Buffer fill 0..1, or null for a stage without a buffer. */

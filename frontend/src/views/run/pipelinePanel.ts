@@ -24,6 +24,7 @@ import {
   type PipelineStage,
   parsePipeline,
   stageLabel,
+  writtenAt,
 } from "./pipeline";
 
 export const PIPELINE_POLL_MS = 4000;
@@ -159,6 +160,7 @@ export class PipelinePanel {
       stage.parallelism ? `${stage.parallelism} thread${stage.parallelism === 1 ? "" : "s"}` : "",
       stage.ms_per_element !== null ? `${stage.ms_per_element.toPrecision(3)} ms/element` : "",
       `${stage.elements} elements`,
+      writtenAt(stage),
     ].filter(Boolean);
     return h(
       "li",

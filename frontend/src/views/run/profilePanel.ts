@@ -10,6 +10,7 @@ import type { ApiClient } from "../../api/client";
 import { h, replaceChildren } from "../../app/dom";
 import { formatInputWait, formatMs } from "../../app/format";
 import { type ProfileWorker, keepWorkerShares, waitingForWorkerShares, workerRows, starvingWorker } from "./profileWorkers";
+import { breakPoints, type IteratorRow, iteratorText, type OpRow, opPlace, ownerOf } from "./profileRows";
 import { errorMessage } from "../common";
 import { cannotLoad } from "../loading";
 
@@ -30,8 +31,8 @@ interface Analysis {
   step_ms_average?: number | null;
   breakdown_ms?: Record<string, number | null>;
   steps?: ProfileStep[];
-  iterators?: { name: string; count: number | null; ms: number | null; self_ms: number | null; category: string | null }[];
-  top_ops?: { where: string; type: string; name: string; count: number | null; self_ms: number }[];
+  iterators?: IteratorRow[];
+  top_ops?: OpRow[];
 }
 
 /** `GET /runs/{id}/profiles/{pid}` (backend/stoker_server/api/profiles.py). */
@@ -276,14 +277,8 @@ export class ProfilePanel {
     box.append(this.shares(p));
     if (!workers) box.append(this.overhead(p));
     if (a.breakdown_ms) box.append(this.breakdown(a.breakdown_ms));
-    if (a.iterators?.length) {
-      box.append(
-        table("Input pipeline (per iterator)", ["Iterator", "Count", "Total", "Self"], a.iterators.map((it) => [it.name, String(it.count ?? ""), formatMs(it.ms), formatMs(it.self_ms)]), "profile-iterators", 0),
-      );
-    }
-    if (a.top_ops?.length) {
-      box.append(table("Top ops (self time)", ["Where", "Type", "Op", "Count", "Self"], a.top_ops.map((op) => [op.where, op.type, op.name, String(op.count ?? ""), formatMs(op.self_ms)]), "profile-ops", 2));
-    }
+    if (a.iterators?.length) box.append(iteratorTable(a.iterators));
+    if (a.top_ops?.length) box.append(opTable(a.top_ops));
     if (!workers) box.append(this.download(p));
     return box;
   }
@@ -411,8 +406,10 @@ export class ProfilePanel {
   }
 
   private breakdown(ms: Record<string, number | null>): HTMLElement {
-    const rows = BREAKDOWN_LABELS.filter(([key]) => (ms[key] ?? 0) > 0 || key === "step_ms" || key === "input_ms").map(([key, label]) => [label, formatMs(ms[key])]);
-    return table("Step-time breakdown (mean per step)", ["Part", "Time"], rows, "profile-breakdown");
+    const rows = BREAKDOWN_LABELS.filter(([key]) => (ms[key] ?? 0) > 0 || key === "step_ms" || key === "input_ms").map(([key, label]) =>
+      h("tr", null, h("td", { text: label }), h("td", { class: "num", text: formatMs(ms[key]) })),
+    );
+    return table("Step-time breakdown (mean per step)", [["Part", false], ["Time", true]], rows, "profile-breakdown");
   }
 
   private download(p: Profile): HTMLElement {
@@ -439,13 +436,65 @@ function mergedHeading(count: number): HTMLElement[] {
   ];
 }
 
-/** A table of the analysis; the cells of column `names` (TensorFlow's long op and iterator names) wrap. */
-function table(caption: string, head: string[], rows: string[][], testId: string, names?: number): HTMLElement {
+/** A table of the analysis: a caption, headings ([label, numeric]) and its rows. */
+function table(caption: string, head: [string, boolean][], rows: HTMLElement[], testId: string): HTMLElement {
   return h(
-    "table",
-    { class: "table", attrs: { "data-testid": testId } },
-    h("caption", { text: caption }),
-    h("thead", null, h("tr", null, ...head.map((c) => h("th", { text: c })))),
-    h("tbody", null, ...rows.map((r) => h("tr", null, ...r.map((c, i) => h("td", { class: i === names ? "name" : "", text: c }))))),
+    "div",
+    { class: "table-wrap profile-table-wrap" },
+    h(
+      "table",
+      { class: "table profile-table", attrs: { "data-testid": testId } },
+      h("caption", { text: caption }),
+      h("thead", null, h("tr", null, ...head.map(([c, num]) => h("th", { class: num ? "num" : undefined, text: c, attrs: { scope: "col" } })))),
+      h("tbody", null, ...rows),
+    ),
+  );
+}
+
+/** A TensorFlow name that breaks only between its parts (never inside a word). */
+function nameCell(name: string, props: { class?: string; title?: string } = {}): HTMLElement {
+  const cell = h("td", { class: `name${props.class ? ` ${props.class}` : ""}`, attrs: { title: props.title ?? name } });
+  for (const piece of breakPoints(name)) cell.append(piece, h("wbr"));
+  return cell;
+}
+
+/** xprof's iterators, each named by the pipeline stage it is (its path on hover). */
+function iteratorTable(iterators: IteratorRow[]): HTMLElement {
+  const rows = iterators.map((it) => {
+    const owner = ownerOf(it);
+    return h(
+      "tr",
+      { class: `owner-${owner}`, attrs: { "data-testid": "profile-iterator", "data-owner": owner } },
+      nameCell(iteratorText(it), { class: "stage", title: it.name }),
+      h("td", { class: "num", text: String(it.count ?? "") }),
+      h("td", { class: "num", text: formatMs(it.ms) }),
+      h("td", { class: "num", text: formatMs(it.self_ms) }),
+    );
+  });
+  return table("Input pipeline (per stage, as the profiler timed it)", [["Stage", false], ["Count", true], ["Total", true], ["Self", true]], rows, "profile-iterators");
+}
+
+/** The ops by self time; a pipeline iterator is named by its stage, a Python call inside the
+ *  pipeline by the user's function that makes it. */
+function opTable(ops: OpRow[]): HTMLElement {
+  const rows = ops.map((op) => {
+    const place = opPlace(op);
+    const name = op.type === "Dataset" ? iteratorText({ ...op, ms: null, category: null }) : op.name;
+    return h(
+      "tr",
+      { class: `owner-${ownerOf(op)}`, attrs: { "data-testid": "profile-op" } },
+      h("td", { text: op.where }),
+      h("td", { text: op.type }),
+      nameCell(name, { title: op.name }),
+      op.type === "Dataset" ? h("td", { class: "muted" }) : nameCell(place, { class: "place" }),
+      h("td", { class: "num", text: String(op.count ?? "") }),
+      h("td", { class: "num", text: formatMs(op.self_ms) }),
+    );
+  });
+  return table(
+    "Top ops (self time)",
+    [["Where", false], ["Type", false], ["Op", false], ["In", false], ["Count", true], ["Self", true]],
+    rows,
+    "profile-ops",
   );
 }
