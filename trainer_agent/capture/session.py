@@ -7,6 +7,7 @@ is lost; `flush()` waits for them earlier.
 """
 
 import atexit
+import functools
 import logging
 import os
 import socket
@@ -53,14 +54,20 @@ def _new_run_key() -> str:
 
 def _register(session: "RunSession") -> None:
     global _exit_handler_registered
+    session.sender.when_done = functools.partial(_forget_sender, session.sender)
     with _registry_lock:
-        _draining.difference_update([sender for sender in _draining if sender.done])
         _open_sessions.add(session)
         _draining.add(session.sender)
         _uploaders.add(session.profiler.uploader)
         if not _exit_handler_registered:
             _exit_handler_registered = True
             atexit.register(_end_runs_at_exit)
+
+
+def _forget_sender(sender: Sender) -> None:
+    """A sender finished (delivered, or left the rest in the spool): nothing waits for it."""
+    with _registry_lock:
+        _draining.discard(sender)
 
 
 def flush(timeout_s: float | None = None) -> bool:
@@ -173,24 +180,23 @@ class RunSession:
         self.before_abnormal_close: Callable[[], None] | None = None
 
     def start(self) -> None:
+        """Start the run's sender and sampler. On the training thread (a fit's start): what
+        need not run here runs on their threads (the host source is made by the sampler's
+        first reading, the spool is looked at by the sender)."""
         self.sender.on_command = self._on_command
+        config = self.config
+        # Runs that earlier processes left in the spool go to the server in the background.
+        self.sender.before_first_flush = functools.partial(
+            start_background_upload, config.spool_dir, server=config.server, token=config.token
+        )
         _register(self)
         self.sender.start()
-        # Runs that earlier processes left in the spool go to the server in the background.
-        start_background_upload(
-            self.config.spool_dir, server=self.config.server, token=self.config.token
-        )
-        try:
-            host = HostSource()
-        except Exception as error:  # psutil missing or refused
-            log.warning("Stoker: host metrics are off (%s)", error)
-            host = None
-        device = DeviceSource(self._nvml or shared_nvml(), all_gpus=self.config.all_gpus)
+        device = DeviceSource(self._nvml or shared_nvml(), all_gpus=config.all_gpus)
         self.sampler = Sampler(
             self.recorder,
-            interval_s=self.config.sample_interval_s,
+            interval_s=config.sample_interval_s,
             device=device,
-            host=host,
+            make_host=HostSource,
             pipeline=self.pipeline,
         )
         self.sampler.start()
@@ -211,18 +217,23 @@ class RunSession:
         duration_s: float,
         wait_s: float | None = None,
         batch_size: int | None = None,
+        *,
+        tell_sampler: bool = True,
     ) -> None:
+        """One step, as it ends. `tell_sampler=False` where the step boundary tells the
+        sampler of long steps itself (a fit's `StepBoundary`)."""
         self.recorder.steps.append(
             step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size
         )
         if self.step_listener is not None:
             self.step_listener(step, start_perf_s, duration_s, wait_s, batch_size)
-        if self.sampler is not None:  # GPM windows line up with steps longer than a window
+        if tell_sampler and self.sampler is not None:  # GPM windows line up with long steps
             self.sampler.step_ended(duration_s)
 
     def record_steps(self, rows: list[StepRow]) -> None:
-        """`record_step` for many steps, resolved together (every ~400 steps or second):
-        one lock."""
+        """`record_step` for many steps resolved together (a fit's, on the sender thread before
+        each flush): one lock. The sampler learns of long steps from the fit's step boundary
+        as they end (`StepBoundary`), not from here."""
         if not rows:
             return
         offset = self._wall_offset_s
@@ -233,8 +244,6 @@ class RunSession:
         if listener is not None:
             for r in rows:
                 listener(r.step, r.start, r.dur, r.wait, r.batch_size)
-        if self.sampler is not None:
-            self.sampler.step_ended(rows[-1].dur)
 
     def record_metric(self, step: int, name: str, value: float | None) -> None:
         self.recorder.metrics.append(step, name[:100], value)
