@@ -55,9 +55,9 @@ NO_ELEMENT = -2.0  # `get_next_as_optional()` found the data exhausted
 _UNKNOWN_FIRST = -1
 
 # The ops the stamps add to each fetch of the train function's graph: two timestamps, the
-# fetch counter's update and read, the row (stack, cast, concat, expand dims), its slot and
-# the ring's update, and five constants; reading a batch size the element spec does not fix
-# adds three ops and two constants (tests/fit/test_stamped_iterator.py counts them).
+# fetch counter's update and read, the row (cast, stack), its slot and the ring's update, and
+# three constants; reading a batch size the element spec does not fix adds three ops and two
+# constants (tests/fit/test_stamped_iterator.py counts them).
 
 
 class StampRing:
@@ -73,7 +73,7 @@ class StampRing:
                 rows = tf.Variable(
                     tf.zeros([size, _ROW], tf.float64), trainable=False, name="stoker_stamps"
                 )
-                count = tf.Variable(tf.zeros([1], tf.int64), trainable=False, name="stoker_fetches")
+                count = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="stoker_fetches")
                 return rows, count
 
         self._rows, self._count = outside_any_strategy(make)
@@ -246,10 +246,9 @@ class StampRing:
                 handed_over = tf.timestamp()
             with tf.control_dependencies([handed_over]):  # counted once the fetch succeeded
                 fetch = self._count.assign_add(_one()).read_value()  # read once
-            times = tf.stack([requested, handed_over, batch])
-            row = tf.expand_dims(tf.concat([times, tf.cast(fetch, tf.float64)], 0), 0)
-            slot = tf.math.floormod(fetch, self.size)
-            self._rows.scatter_update(tf.IndexedSlices(row, slot))
+            # One row at one (scalar) slot: no concatenation or reshaping of the row.
+            row = tf.stack([requested, handed_over, batch, tf.cast(fetch, tf.float64)])
+            self._rows.scatter_update(tf.IndexedSlices(row, tf.math.floormod(fetch, self.size)))
 
 
 # Dataset classes that keep each element's leading dimension; `batch_hint` looks through them.
@@ -291,7 +290,7 @@ def _float64(value: float) -> Any:
 def _one() -> Any:
     import tensorflow as tf
 
-    return tf.constant([1], tf.int64)
+    return tf.constant(1, tf.int64)
 
 
 def _batch_of(element: Any, spec: Any) -> Any:
