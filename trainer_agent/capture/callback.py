@@ -236,7 +236,7 @@ class StokerHooks:
         sampler = session.sampler
         boundary.attach(
             self.model, (self.params or {}).get("steps"),
-            began=(profiler.step_begin,), computed=(profiler.step_end,),
+            began=(), computed=(),
             closed=self._closed if stamps is None else stamps.closed,
             ready=self._outputs_ready, ended=(self._batch_logs,),
             watchers=(session.pipeline,), on_error=self._guard.trip,
@@ -246,6 +246,8 @@ class StokerHooks:
         )  # fmt: skip
         if stamps is not None:
             boundary.hold_back(stamps.backlog(boundary.steps_per_execution))
+        # The profiler's step markers run only while a capture is asked for or runs.
+        profiler.arm_with(boundary.arm(profiler.step_begin, profiler.step_end))
         self._fetches_before_begin = backend == "torch" and boundary.timing == "returns"
         self._done, self._awaiting, self._free_from = {}, [], None
         self._epochs_done = 0

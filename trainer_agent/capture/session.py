@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,7 +27,12 @@ from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.sender import Sender
 from trainer_agent.delivery.upload import start_background_upload
 from trainer_agent.delivery.wire import within_bytes
-from trainer_agent.profiling.profile import Profiler, TraceUploader, wait_for_uploads
+from trainer_agent.profiling.profile import (
+    BASELINE_STEPS,
+    Profiler,
+    TraceUploader,
+    wait_for_uploads,
+)
 from trainer_agent.telemetry.nvml import Nvml, shared_nvml
 from trainer_agent.telemetry.samplers import DeviceSource, HostSource, Sampler
 
@@ -170,8 +176,12 @@ class RunSession:
         self.sampler: Sampler | None = None
         # The owner hands it the training iterator; the sampler thread reads its model.
         self.pipeline = PipelineSource(config.pipeline_interval_s)
+        # The last steps recorded: what a profiler capture's steps are compared with.
+        self._recent_step_s: deque[float] = deque(maxlen=BASELINE_STEPS)
         # Profiler captures the server asks for (trainer_agent/profiling/profile.py).
-        self.profiler = Profiler(config, lambda: self.sender.run_id)
+        self.profiler = Profiler(
+            config, lambda: self.sender.run_id, recent_step_s=self._recent_step_s.copy
+        )
         self.closed = False
         # Told every step recorded (step, start, duration, wait, batch size): `stoker tune`
         # measures its trials with it (trainer_agent/tune/trial.py).
@@ -225,6 +235,7 @@ class RunSession:
         self.recorder.steps.append(
             step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size
         )
+        self._recent_step_s.append(duration_s)
         if self.step_listener is not None:
             self.step_listener(step, start_perf_s, duration_s, wait_s, batch_size)
         if tell_sampler and self.sampler is not None:  # GPM windows line up with long steps
@@ -240,6 +251,7 @@ class RunSession:
         self.recorder.steps.extend(
             [(r.step, r.start + offset, r.dur, r.wait, r.batch_size) for r in rows]
         )
+        self._recent_step_s.extend([r.dur for r in rows[-BASELINE_STEPS:]])
         listener = self.step_listener
         if listener is not None:
             for r in rows:

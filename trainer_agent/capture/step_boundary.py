@@ -6,11 +6,11 @@ iterator, now and then), it returns, the batch-begin hook runs, the batch-end ho
 runs `steps_per_execution` of them, fewer at an epoch's end), keeps the call in progress as an
 `Execution` (begin, return, the batches it fetched) and hands each boundary to its
 subscribers, given per fit to `attach`:
-- `began(first_step, now, n)` at each batch-begin, once the call is numbered: the profiler's
-  step markers, then the callback's timing (it reads the stamp ring every ~400 steps or second);
-- `computed()` once the call's compute returned: on the training thread under JAX and
-  PyTorch (the train-function wrapper sees the return), and at every batch-end: the
-  profiler closes its marker there, and only on the thread that opened it;
+- `began(first_step, now, n)` at each batch-begin, once the call is numbered, and
+  `computed()` once the call's compute returned (on the training thread under JAX and
+  PyTorch, where the train-function wrapper sees the return, and at every batch-end): the
+  profiler's step markers, added only while a capture is asked for or runs (`arm`); it closes
+  a marker only on the thread that opened it;
 - `closed(execution)` when the call's steps ended (the next batch-begin, validation, the
   epoch's or the fit's end; `execution.closed_by_begin` says which): the callback's timing
   records them, or, with stamped fetches, hands them to the sender thread to be matched to
@@ -148,6 +148,18 @@ class StepBoundary:
         finally:
             for watcher in watchers:
                 watcher.watch(None)
+
+    def arm(self, began: Began, computed: Computed) -> Callable[[bool], None]:
+        """A switch (any thread may flip it) that adds `began` and `computed` to the
+        subscribers while on: the profiler's step markers, armed only while a capture is
+        asked for or runs, so that they cost the other steps nothing."""
+        base_began, base_computed = self._began, self._computed
+
+        def switch(on: bool) -> None:
+            self._began = (*base_began, began) if on else base_began
+            self._computed = (*base_computed, computed) if on else base_computed
+
+        return switch
 
     def hold_back(self, backlog: Backlog) -> None:
         """The fit's closed calls are held for the sender thread in `backlog[0]`: once it
