@@ -151,10 +151,10 @@ class StampRing:
 
         from trainer_agent.capture.input_wait import StampTable
 
-        # One op (`read_value()` adds an Identity to it).
-        rows = tf.raw_ops.ReadVariableOp(resource=self._rows.handle, dtype=tf.float64).numpy()
-        fetches = rows[:, _FETCH]
-        last = int(fetches.max())
+        # The fetch count, then only the rows wanted (two small ops; the whole ring is
+        # 512 KiB). A fetch counted after the count was read is left for the next read; one
+        # counted before it whose row is not written yet holds an older fetch's number.
+        last = int(tf.raw_ops.ReadVariableOp(resource=self._count.handle, dtype=tf.int64))
         since = after[0] if after is not None else since
         with self._lock:
             known = self._firsts[since - 1] if 0 < since <= len(self._firsts) else None
@@ -163,15 +163,19 @@ class StampRing:
                 lo = max(lo, known + (after[1] if after is not None else 0))
             else:  # its first fetch is not found yet: it comes after those before it
                 lo = max(lo, self._first_before(since))
-            # The fetches lo to last, where the ring keeps them (a slot that holds another
-            # fetch, overwritten or not yet written, is left out).
-            window = rows[np.arange(lo, last + 1) % self.size] if last >= lo else rows[:0]
-            window = window[window[:, _FETCH] >= lo]
-            self._find_firsts(window, lo, rows, since)
+        # From the fetch before `lo`: whether an iterator's first fetch is its first.
+        wanted = np.arange(max(1, lo - 1), last + 1, dtype=np.int64)
+        rows = tf.raw_ops.ResourceGather(
+            resource=self._rows.handle, indices=wanted % self.size, dtype=tf.float64
+        ).numpy()
+        rows = rows[rows[:, _FETCH] == wanted]  # the slot still holds that fetch
+        with self._lock:
+            self._find_firsts(rows, since)
             times = np.asarray(self._start_times, dtype=np.float64)
             firsts = np.asarray(
                 [_UNKNOWN_FIRST if f is None else f for f in self._firsts], dtype=np.float64
             )
+        window = rows[rows[:, _FETCH] >= lo]
         window = window[window[:, _BATCH] != NO_ELEMENT]  # an exhausted optional: no element
         generation = np.searchsorted(times, window[:, _REQUESTED], side="right")
         keep = generation >= max(1, since)
@@ -189,26 +193,26 @@ class StampRing:
             table[table[:, 4] == BATCH_UNKNOWN, 4] = batch_hint
         return StampTable(table)
 
-    def _find_firsts(self, window: Any, lo: int, rows: Any, since: int) -> None:
+    def _find_firsts(self, rows: Any, since: int) -> None:
         """The first fetch number of each iterator from `since` on not found yet, from the
-        rows of `window` (fetches `lo` on) asked for within its time. It is the first when
-        the fetch before it is still in the ring (or there was none); if that one was
-        overwritten, the iterator's first is not known and its fetches give no waits (never
-        wrong ones). Generations before `since` are another reader's."""
+        `rows` (whole, in fetch order) asked for within its time. It is the first when the
+        fetch before it is among the rows, asked for before that time (or there was none);
+        if that one was overwritten, the iterator's first is not known and its fetches give
+        no waits (never wrong ones). Generations before `since` are another reader's."""
         pending = [g for g in self._unresolved if g >= since - 1]
         if not pending:
             return
         times = self._start_times
+        fetches = rows[:, _FETCH]
         for g in pending:
-            within = window[:, _REQUESTED] >= times[g]
+            within = rows[:, _REQUESTED] >= times[g]
             if g + 1 < len(times):
-                within &= window[:, _REQUESTED] < times[g + 1]
+                within &= rows[:, _REQUESTED] < times[g + 1]
             if not within.any():
                 continue  # nothing fetched yet (or all of it overwritten: see below)
-            first = int(window[within, _FETCH].min())
-            before = first - 1
-            held = before >= lo or int(rows[before % self.size][_FETCH]) == before
-            self._firsts[g] = first if before == 0 or held else _UNKNOWN_FIRST
+            first = int(fetches[within].min())
+            held = first == 1 or bool((fetches == first - 1).any())
+            self._firsts[g] = first if held else _UNKNOWN_FIRST
         # An iterator with no row left while a later one has rows was overwritten whole.
         for g in pending:
             if self._firsts[g] is None and any(f is not None for f in self._firsts[g + 1 :]):
