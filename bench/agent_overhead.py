@@ -8,6 +8,9 @@ one-epoch fits in four configurations, interleaved in a random order in every ro
                              the fake NVML (tests/harness/fake_nvml.c), streaming to a real
                              `stoker serve` on loopback
   tensorboard                keras.callbacks.TensorBoard(update_freq="batch")
+  empty-callback             a Keras callback whose batch hooks do nothing, timed as Stoker's
+                             are (below): what any callback's hooks cost, and the floor of
+                             that timing
 each with `steps_per_execution` 1 and 32 (`--spe`). A timer callback (the same in every
 configuration) measures from step SKIP to the epoch's end: wall time per step, and CPU time
 per step by thread from /proc/self/task/*/schedstat (ns): the training thread, Stoker's own
@@ -18,9 +21,10 @@ over rounds; the A/A row gives the same for two plain fits: a cost inside that r
 resolved by this run.
 
 Stoker's own time on the training thread is also timed directly (`time.thread_time_ns()`
-around its batch hooks, including the stamp ring's read every ~400 steps or second and the
-train-function wrapper's new-iterator work), per step: what profiling the thread would
-attribute to Stoker, without the fit's noise.
+around its batch hooks), per step, beside the same timing of the empty callback's hooks: what
+profiling the thread would attribute to Stoker, without the fit's noise. And counted: Stoker's
+Python calls a step on the training thread (calls into its code and the calls its code makes,
+tests/harness/training_thread.py), in one more fit per model, untimed.
 
 Then the fixed cost of a fit: `--pairs` back-to-back pairs of 5-step fits of
 `from_tensor_slices(...).batch(64).cache().repeat().prefetch(2)`, plain against monitored (a
@@ -57,10 +61,11 @@ from bench.thread_cpu import (
 )
 from tests.harness.fake_nvml import FakeNvml, build
 from tests.harness.support import ServerProcess
+from tests.harness.training_thread import steps_counter
 from trainer_agent import StokerCallback
 
 SKIP = 50  # steps before the timed window (tracing, warm-up, the agent's start)
-CONFIGS = ("baseline", "baseline-again", "stoker", "tensorboard")
+CONFIGS = ("baseline", "baseline-again", "stoker", "tensorboard", "empty-callback")
 
 
 @dataclass
@@ -131,6 +136,31 @@ class TimedCallback(StokerCallback):
         TimedCallback.spent_ns += time.thread_time_ns() - started
 
 
+class TimedEmpty(tf.keras.callbacks.Callback):
+    """A callback whose batch hooks do nothing, timed as `TimedCallback` times Stoker's."""
+
+    spent_ns = 0
+    steps = 0
+
+    def __init__(self, steps_per_execution: int) -> None:
+        super().__init__()
+        self.spe = steps_per_execution
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        started = time.thread_time_ns()
+        self._nothing(batch, logs)
+        TimedEmpty.spent_ns += time.thread_time_ns() - started
+        TimedEmpty.steps += self.spe
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        started = time.thread_time_ns()
+        self._nothing(batch, logs)
+        TimedEmpty.spent_ns += time.thread_time_ns() - started
+
+    def _nothing(self, batch: int, logs: Any) -> None:
+        return None
+
+
 def make_model(model: Model, steps_per_execution: int) -> tf.keras.Model:
     layers = [tf.keras.Input(shape=(model.features,))]
     layers += [tf.keras.layers.Dense(w, activation="relu") for w in model.widths]
@@ -156,6 +186,8 @@ class Fits:
         default_factory=lambda: {c: {k: [] for k in THREAD_CLASSES} for c in CONFIGS}
     )
     own_s: list[float] = field(default_factory=list)
+    empty_s: list[float] = field(default_factory=list)
+    calls_per_step = 0.0
 
 
 def run_fit(
@@ -170,8 +202,18 @@ def run_fit(
         data = callback.wrap(ds)
     elif config == "tensorboard":
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=tb, update_freq="batch"))
+    elif config == "empty-callback":
+        callbacks.append(TimedEmpty(spe))
     keras_model.fit(data, epochs=1, callbacks=callbacks, verbose=0)
     return timer
+
+
+def count_calls(keras_model: tf.keras.Model, ds: tf.data.Dataset, server: str) -> float:
+    """Stoker's Python calls a step on the training thread in one fit (counted, untimed)."""
+    callback = StokerCallback(run_name="bench-overhead-counted", server=server)
+    counter = steps_counter(tf.keras.callbacks.Callback, SKIP)
+    keras_model.fit(callback.wrap(ds), epochs=1, callbacks=[counter, callback], verbose=0)
+    return counter.counter.calls / max(1, counter.steps)
 
 
 def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, work: Path) -> Fits:
@@ -184,12 +226,16 @@ def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, wo
     for _ in range(rounds):
         for config in random.sample(CONFIGS, len(CONFIGS)):
             TimedCallback.spent_ns = TimedCallback.steps = 0
+            TimedEmpty.spent_ns = TimedEmpty.steps = 0
             timer = run_fit(config, models[config], ds, spe, server, str(work / "tb"))
             fits.wall[config].append(timer.wall_s)
             for kind in THREAD_CLASSES:
                 fits.cpu[config][kind].append(timer.cpu_s[kind])
             if config == "stoker":
                 fits.own_s.append(TimedCallback.spent_ns / 1e9 / max(1, TimedCallback.steps))
+            elif config == "empty-callback":
+                fits.empty_s.append(TimedEmpty.spent_ns / 1e9 / max(1, TimedEmpty.steps))
+    fits.calls_per_step = count_calls(models["stoker"], ds, server)
     return fits
 
 
@@ -219,17 +265,21 @@ def report(model: Model, spe: int, fits: Fits) -> None:
         for i in range(len(fits.own_s))
     ]
     own = statistics.median(fits.own_s) * 1e6
+    empty = statistics.median(fits.empty_s) * 1e6
     print(
-        f"Stoker's own code on the training thread (its hooks timed): {own:.1f} µs/step "
-        f"(target ≤ 20); CPU all threads, stoker {spread_us(total).strip()} µs/step against "
-        f"A/A {spread_us(noise).strip()} (target ≤ 30)"
+        f"Stoker's own code on the training thread (its hooks timed): {own:.1f} µs/step, an "
+        f"empty callback's timed the same way {empty:.1f} (target ≤ 20); "
+        f"{fits.calls_per_step:.2f} Python calls a step (counted); CPU all threads, stoker "
+        f"{spread_us(total).strip()} µs/step against A/A {spread_us(noise).strip()} "
+        "(target ≤ 30)"
     )
 
 
 def hooks_alone(server: str, steps: int = 20_000) -> float:
     """Stoker's batch hooks called directly, no fit (so no TensorFlow beside them): CPU time
     per step of this thread, the median of 7 rounds. The stamp ring is the model's and is
-    read as in a fit (it holds no stamps: the steps resolve without)."""
+    read as in a fit, by the run's sender thread (it holds no stamps: the steps resolve
+    without); this thread reads it only if the sender falls behind."""
     keras_model = make_model(MODELS["tiny"], 1)
     callback = StokerCallback(run_name="bench-hooks", server=server)
     callback.wrap(dataset(MODELS["tiny"], 10))
@@ -308,7 +358,8 @@ def main() -> None:
             "functions traced"
         )
         print(
-            f"Stoker's batch hooks alone (recording each step, the ring read as in a fit): "
+            f"Stoker's batch hooks alone (recording each step, the ring read as in a fit, on "
+            "the sender thread): "
             f"{hooks_alone(server.url) * 1e6:.2f} µs/step of CPU (target ≤ 20)"
         )
         for name in args.models.split(","):

@@ -12,7 +12,7 @@ NO_SERVER = "http://127.0.0.1:9"
 
 
 class CapturingCallback(StokerCallback):
-    """Keeps the step rows of its latest fit."""
+    """Keeps the step rows of its latest fit, as its run records them (`step_listener`)."""
 
     def __init__(self) -> None:
         super().__init__(server=NO_SERVER)
@@ -22,9 +22,20 @@ class CapturingCallback(StokerCallback):
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)
         self.rows = []
+        if self.run_session is not None:
+            self.run_session.step_listener = self._keep
 
-    def _record(self, rows: list[StepRow]) -> None:
-        self.rows.extend(rows)
+    def on_train_end(self, logs: Any = None) -> None:
+        # The stamped calls still held are matched here rather than on the sender thread:
+        # the rows are read as soon as `fit` returns.
+        if self._stamps is not None:
+            self._stamps.resolve()
+        super().on_train_end(logs)
+
+    def _keep(
+        self, step: int, start: float, dur: float, wait: float | None, batch_size: int | None
+    ) -> None:
+        self.rows.append(StepRow(step, start, dur, wait, batch_size))
 
 
 class CapturingMonitor(Monitor):

@@ -16,11 +16,12 @@ tf = pytest.importorskip("tensorflow")
 
 DELAY_S = 0.03
 # What the stamps may add to each element's path: the ops around one fetch in the train
-# function's graph (trainer_agent/capture/stamped_iterator.py: 10 ops and 5 constants on
-# Keras 3, 13 and 7 where the element spec leaves the batch size open; tf_keras's graph adds
+# function's graph (trainer_agent/capture/stamped_iterator.py: 8 ops and 3 constants on
+# Keras 3, 11 and 5 where the element spec leaves the batch size open; tf_keras's graph adds
 # an Identity and a NoOp to each) and the tf.data stages and function ops added to the
-# pipeline (none). The stamping stage before this read 65 and 75.
-MAX_OPS_PER_FETCH = 22
+# pipeline (none). The stamping stage before this read 65 and 75; the first stamps in the
+# train function's graph 15 and 20 (their row concatenated and reshaped to a slot of one).
+MAX_OPS_PER_FETCH = 18
 
 
 def _slow(n: int, delay_s: float) -> "tf.data.Dataset":
@@ -102,6 +103,54 @@ def test_prefetched_elements_wait_nothing_and_each_iterator_is_a_generation() ->
         assert stamp is not None and stamp.requested is not None
         assert stamp.ts - stamp.requested < DELAY_S / 2  # not the production time
     assert table.get((2, 4)) is not None and table.get((2, 5)) is None
+
+
+def test_each_iterator_is_known_by_the_time_it_started_whoever_reads_first() -> None:
+    """A new iterator costs no read of the ring: its fetches are known by their request stamps
+    (after the time it started). Two fits of one model read the same ring: the older fit's
+    reader, reading last (its sender sends after the next fit began), still finds its own."""
+    from trainer_agent.capture.stamped_iterator import StampRing
+
+    ring = StampRing(size=64)
+    dataset = tf.data.Dataset.range(10)
+    first = ring.stamped(iter(dataset))
+    older = ring.started()
+    for _ in range(3):
+        _fetch(first)
+    second = ring.stamped(iter(dataset))
+    newer = ring.started()
+    for _ in range(4):
+        _fetch(second)
+    offset = time.time() - time.perf_counter()
+    newest = ring.read(offset, since=newer)
+    assert sorted(newest.first_stamps()) == [newer]
+    assert [newest.get((newer, i)) is not None for i in range(5)] == [True] * 4 + [False]
+    oldest = ring.read(offset, since=older)
+    assert sorted(oldest.first_stamps()) == [older, newer]
+    assert [oldest.get((older, i)) is not None for i in range(4)] == [True] * 3 + [False]
+
+
+def test_an_iterator_whose_first_fetches_were_overwritten_gives_no_stamps() -> None:
+    """Stamps overwritten before they were read give an unknown wait, never a wrong one: with
+    its first fetch gone from the ring, an iterator's fetches cannot be numbered."""
+    from trainer_agent.capture.stamped_iterator import StampRing
+
+    ring = StampRing(size=4)
+    dataset = tf.data.Dataset.range(10)
+    first = ring.stamped(iter(dataset))
+    lost = ring.started()
+    for _ in range(6):  # fetches 1-6: the ring keeps 3-6
+        _fetch(first)
+    offset = time.time() - time.perf_counter()
+    assert len(ring.read(offset, since=lost).first_stamps()) == 0
+    assert ring.read(offset, since=lost).get((lost, 2)) is None
+    second = ring.stamped(iter(dataset))
+    found = ring.started()
+    for _ in range(2):
+        _fetch(second)
+    table = ring.read(offset, since=lost)
+    assert table.get((found, 0)) is not None and table.get((found, 1)) is not None
+    assert all(table.get((lost, i)) is None for i in range(6))
 
 
 def test_wrap_hands_back_the_users_pipeline_untouched() -> None:

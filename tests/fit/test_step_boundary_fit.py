@@ -54,7 +54,7 @@ class Recorder(tf.keras.callbacks.Callback):
         self.boundary.attach(
             self.model, (self.params or {}).get("steps"),
             began=(lambda first, now, n: self.began.append((first, n)),),
-            computed=(self._computed,), closed=lambda e, by_begin: self.closed.append(e),
+            computed=(self._computed,), closed=self.closed.append,
             ready=lambda first, when: None, ended=(lambda step, logs: self.logged.append(step),),
             watchers=(self,), on_error=lambda hook, error: self.errors.append(error),
         )  # fmt: skip

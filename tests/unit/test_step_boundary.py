@@ -35,9 +35,9 @@ class Subscribers:
     def computed(self) -> None:
         self.events.append(("computed", threading.get_ident()))
 
-    def closed(self, execution: Execution, by_begin: bool) -> None:
+    def closed(self, execution: Execution) -> None:
         self.closed_calls.append(execution)
-        self.events.append(("closed", execution.first_step, execution.n, by_begin))
+        self.events.append(("closed", execution.first_step, execution.n, execution.closed_by_begin))
 
     def ready(self, first_step: int, when: float) -> None:
         self.events.append(("ready", first_step))
@@ -163,7 +163,7 @@ def test_an_error_in_a_subscriber_at_the_return_goes_to_the_guard_not_to_trainin
         raise RuntimeError("broken marker")
 
     boundary.attach(
-        model, None, began=(), computed=(failing,), closed=lambda e, b: None,
+        model, None, began=(), computed=(failing,), closed=lambda e: None,
         ready=lambda s, t: None, ended=(), watchers=(), on_error=lambda h, e: errors.append((h, e)),
     )  # fmt: skip
     boundary.batch_begin(0)

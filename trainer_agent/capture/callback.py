@@ -9,19 +9,18 @@ import time
 from typing import Any, Unpack
 
 from trainer_agent.capture.dataset_graph import DatasetNode, read_dataset
+from trainer_agent.capture.fit_stamps import FitStamps
 from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.capture.input_wait import (
     Execution,
-    StampTable,
     StepRow,
-    WaitResolver,
     split_dispatched,
     split_execution,
 )
 from trainer_agent.capture.job import job_rank, job_run_key
 from trainer_agent.capture.pipeline import describe_tree
 from trainer_agent.capture.session import RunSession, scalars
-from trainer_agent.capture.stamped_iterator import StampRing, batch_hint, ring_for
+from trainer_agent.capture.stamped_iterator import batch_hint, ring_for
 from trainer_agent.capture.step_boundary import StepBoundary
 from trainer_agent.capture.train_function import keras_backend
 from trainer_agent.config import AgentConfig, RunArguments, RunOptions, takes_run_options
@@ -31,14 +30,6 @@ from trainer_agent.telemetry.nvml import shared_nvml
 
 log = logging.getLogger("trainer_agent")
 
-# Read the stamp ring after this many steps (train-function calls times steps_per_execution),
-# or after this long, whichever comes first. A read inside a fit costs ~0.2-0.3 ms (an eager
-# variable read between two train-function calls), so it is rare in steps; the ring holds
-# 2048 fetches, five times this. On steps under 2.5 ms the time rule reads first.
-READ_EVERY_CALLS = 400
-READ_EVERY_S = 1.0
-# ...or this often while a browser watches the run, so its steps reach it within ~100 ms.
-WATCHED_READ_EVERY_S = 0.05
 # Every Keras hook the callback overrides; each is guarded (trainer_agent/capture/guard.py).
 GUARDED_HOOKS = (
     "on_train_begin", "on_train_batch_begin", "on_train_batch_end", "on_test_begin",
@@ -69,10 +60,11 @@ class StokerHooks:
     everything the training loop does per step. Pass the training data through
     `cb.wrap(dataset)` to measure input wait: the train function's own fetch of each batch
     is stamped in its graph when it asks and when the batch is handed over.
-    The batch hooks only append to memory; the stamps are read every ~400 steps or second,
-    the scalar logs kept every `every_n_batches` steps. All I/O happens in one background thread; if
-    the server is down, training is unaffected. Each `fit()` call is one run. If the agent
-    itself fails, it logs why once, ends its run and stays off; training goes on.
+    The batch hooks only append to memory; the stamps are read and matched to the steps on
+    the run's sender thread, the scalar logs kept every `every_n_batches` steps. All I/O
+    happens in one background thread; if the server is down, training is unaffected. Each
+    `fit()` call is one run. If the agent itself fails, it logs why once, ends its run and
+    stays off; training goes on.
 
     Takes the keyword arguments of `trainer_agent.config.RunOptions` (the same as `Monitor`
     and `autolog`): run_name, project, tags, config, server, token, run_key, every_n_batches,
@@ -102,8 +94,9 @@ class StokerHooks:
         self.options = RunOptions.of(type(self).__name__, options)
         self._agent_config = AgentConfig.from_options(self.options)
         self.every_n_batches = self.options.every_n_batches
-        # The fit's stamp ring (its model's), while its fetches are stamped (TensorFlow).
-        self._ring: StampRing | None = None
+        # The fit's stamped fetches (its model's ring) and the calls still to be matched to
+        # them, while its fetches are stamped (TensorFlow); resolved on the sender thread.
+        self._stamps: FitStamps | None = None
         # Whether `wrap` was called: the fits of this callback then measure input wait.
         self._wrapped = False
         # What `wrap` learned of the training pipeline: its description (for the diagnosis's
@@ -113,13 +106,10 @@ class StokerHooks:
         self._batch_hint: int | None = None
         self._dataset_tree: DatasetNode | None = None
         self._session: RunSession | None = None
-        self._resolver = WaitResolver()
-        self._pending: list[Execution] = []
         # Sees the step's boundaries (train-function call and return, batch begin and end)
         # and hands them to the timing below, the profiler's markers and the pipeline view.
         self._boundary = StepBoundary()
         self._epochs_done = 0
-        self._read_every = READ_EVERY_CALLS
         # PyTorch: the epoch iterator fetches between a call's return and the next begin.
         self._fetches_before_begin = False
         # JAX and PyTorch: when each execution's outputs were ready (its batch-end hook, which
@@ -128,9 +118,6 @@ class StokerHooks:
         self._done: dict[int, float] = {}
         self._awaiting: list[Execution] = []
         self._free_from: float | None = None
-        self._last_read = 0.0
-        self._wall_to_perf_s = 0.0
-        self._next_log_step = 0
         self._guard = Guard(
             self,
             {name: None for name in GUARDED_HOOKS} | {"wrap": _unwrapped},
@@ -163,14 +150,14 @@ class StokerHooks:
     def _stamped(self, iterator: Any) -> Any:
         """The train function's iterator for `iterator` (TensorFlow): the same, with its
         fetches stamped into the model's ring; `iterator` itself when it cannot be."""
-        ring = self._ring
-        if ring is None:
+        stamps = self._stamps
+        if stamps is None or stamps.unstamped:
             return iterator
         try:
-            stamped = ring.stamped(iterator)
+            stamped = stamps.ring.stamped(iterator)
             if stamped is None:
                 raise TypeError(f"{type(iterator).__name__} is not an iterator it can stamp")
-            ring.started()
+            stamps.started()
             return stamped
         except Exception as error:
             self._stamp_failed(error)
@@ -180,9 +167,8 @@ class StokerHooks:
         """The fetches of this fit cannot be stamped: it is still monitored (step times,
         samplers); only its input wait is not."""
         try:
-            self._ring = None
-            pending, self._pending = self._pending, []
-            self._record([row for e in pending for row in split_execution(e, None)])
+            if self._stamps is not None:
+                self._stamps.without_stamps()
             warn_once(
                 f"stamp:{type(error).__name__}",
                 "Stoker: input wait is not measured for this fit: its input cannot be "
@@ -233,30 +219,37 @@ class StokerHooks:
         # Stoker appends nothing to the pipeline: a prefetch the user's tree does not account
         # for is tf.data's.
         self._session.pipeline.describe(self._dataset_tree, stamped=False)
-        profiler, boundary = self._session.profiler, self._boundary
+        session, profiler, boundary = self._session, self._session.profiler, self._boundary
         backend = keras_backend(self.model)
-        self._ring = None
+        self._stamps = None
         if self._wrapped and backend == "tensorflow":
             try:
-                self._ring = ring_for(self.model)
+                ring = ring_for(self.model)
+                self._stamps = FitStamps(ring, session.record_steps, self._batch_hint)
             except Exception as error:
                 self._stamp_failed(error)
+        stamps = self._stamps
+        if stamps is not None:
+            # The ring is read and its stamps matched to the steps before each flush.
+            session.sender.before_collect = functools.partial(stamps.resolve, blocking=False)
+        sampler = session.sampler
         boundary.attach(
             self.model, (self.params or {}).get("steps"),
-            began=(profiler.step_begin, self._step_began), computed=(profiler.step_end,),
-            closed=self._closed, ready=self._outputs_ready, ended=(self._batch_logs,),
-            watchers=(self._session.pipeline,), on_error=self._guard.trip,
-            stamp=_FetchStamps(self) if self._ring is not None else None,
+            began=(), computed=(),
+            closed=self._closed if stamps is None else stamps.closed,
+            ready=self._outputs_ready, ended=(self._batch_logs,),
+            watchers=(session.pipeline,), on_error=self._guard.trip,
+            stamp=_FetchStamps(self) if stamps is not None else None,
+            step_ended=sampler.step_ended if sampler is not None else _no_step_ended,
+            long_step_s=self._agent_config.sample_interval_s, ended_every=self.every_n_batches,
         )  # fmt: skip
-        self._read_every = max(1, READ_EVERY_CALLS // boundary.steps_per_execution)
+        if stamps is not None:
+            boundary.hold_back(stamps.backlog(boundary.steps_per_execution))
+        # The profiler's step markers run only while a capture is asked for or runs.
+        profiler.arm_with(boundary.arm(profiler.step_begin, profiler.step_end))
         self._fetches_before_begin = backend == "torch" and boundary.timing == "returns"
-        self._resolver = WaitResolver()
-        self._pending = []
         self._done, self._awaiting, self._free_from = {}, [], None
         self._epochs_done = 0
-        self._next_log_step = 0
-        self._last_read = time.perf_counter()
-        self._wall_to_perf_s = time.time() - time.perf_counter()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         try:
@@ -270,25 +263,16 @@ class StokerHooks:
         except Exception as error:
             self._guard.trip("on_train_batch_end", error)
 
-    def _step_began(self, first_step: int, now: float, n: int) -> None:
-        """The boundary numbered the call that begins: read the stamp ring when it is time."""
-        session = self._session
-        if session is None:
-            return
-        read_every_s = WATCHED_READ_EVERY_S if session.sender.watched else READ_EVERY_S
-        if len(self._pending) >= self._read_every or now - self._last_read >= read_every_s:
-            self._flush_pending(now)
-
     def _outputs_ready(self, first_step: int, when: float) -> None:
         """JAX and PyTorch: the outputs of the call that began at `first_step` are ready."""
         self._done[first_step] = when
 
     def _batch_logs(self, step: int, logs: dict[str, Any] | None) -> None:
-        """Keep the batch logs of every `every_n_batches`-th step."""
+        """Keep the batch logs of every `every_n_batches`-th step (the boundary calls this
+        only then)."""
         session = self._session
-        if session is None or not logs or step < self._next_log_step:
+        if session is None or not logs:
             return
-        self._next_log_step = step - step % self.every_n_batches + self.every_n_batches
         for name, value in logs.items():
             try:
                 session.record_metric(step, str(name), float(value))
@@ -314,9 +298,8 @@ class StokerHooks:
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         try:
-            now = time.perf_counter()
-            self._boundary.close(now)
-            self._flush_pending(now)
+            self._boundary.close(time.perf_counter())
+            self._renumber_short_calls()
             self._resolve_dispatched(final=True)
             self._epochs_done = epoch + 1
             if self._session is not None and logs:
@@ -331,10 +314,10 @@ class StokerHooks:
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         try:
-            now = time.perf_counter()
-            self._boundary.close(now)
-            self._flush_pending(now)
+            self._boundary.close(time.perf_counter())
             self._resolve_dispatched(final=True)
+            # The calls still to be matched to their stamps are, by the sender, before the
+            # run's last records are sent.
             session, self._session = self._session, None
             self._release_fit()
             if session is not None:
@@ -355,7 +338,9 @@ class StokerHooks:
     def _end_disabled_run(self, reason: str) -> None:
         # The steps still held here are dropped: the state that raised is not trusted.
         session, self._session = self._session, None
-        self._pending, self._awaiting = [], []
+        self._stamps, self._awaiting = None, []
+        if session is not None:
+            session.sender.before_collect = None
         try:
             self._release_fit()  # the call in progress is dropped with it
         except Exception:
@@ -367,14 +352,16 @@ class StokerHooks:
         # The step that was open when training raised never completed: it is not recorded.
         self._boundary.open = None
         try:
-            self._flush_pending(time.perf_counter())
+            if self._stamps is not None:
+                self._stamps.resolve()
             self._resolve_dispatched(final=True)
         finally:
             self._release_fit()
 
-    def _closed(self, execution: Execution, by_begin: bool) -> None:
-        """The boundary closed a call that trained: record its steps, or keep them until their
-        input wait (the stamp ring) or their device time (JAX) is known."""
+    def _closed(self, execution: Execution) -> None:
+        """The boundary closed a call that trained: record its steps, or keep them until
+        their device time (JAX) is known. (Calls whose fetches are stamped go to `FitStamps`
+        instead.)"""
         session = self._session
         if session is None:
             return
@@ -383,14 +370,14 @@ class StokerHooks:
             self._resolve_dispatched(final=False)
         elif self._fetches_before_begin:
             done = self._done.pop(execution.first_step, None)
-            self._record(
-                _fetched_before_begin(execution, execution.end if by_begin else None, done)
-            )
-        elif self._ring is not None:
-            self._pending.append(execution)
+            next_begin = execution.end if execution.closed_by_begin else None
+            self._record(_fetched_before_begin(execution, next_begin, done))
         elif execution.n == 1:  # the common case, recorded without building rows
             session.record_step(
-                execution.first_step, execution.begin, execution.end - execution.begin
+                execution.first_step,
+                execution.begin,
+                execution.end - execution.begin,
+                tell_sampler=False,
             )
         else:
             self._record(split_execution(execution, None))
@@ -413,30 +400,16 @@ class StokerHooks:
         if final:
             self._done.clear()
 
-    def _flush_pending(self, now: float) -> None:
-        self._last_read = now
-        self._resolve_dispatched(final=False)
-        if not self._pending or self._ring is None:
-            return
-        executions, self._pending = self._pending, []
-        # The stamps are in TensorFlow's wall clock; the offset to perf_counter is taken
-        # afresh at every read, so a clock adjustment during a long run cannot skew waits.
-        self._wall_to_perf_s = time.time() - time.perf_counter()
-        try:
-            stamps = self._ring.read(
-                self._wall_to_perf_s, after=self._resolver.cursor, batch_hint=self._batch_hint
-            )
-        except Exception:
-            log.exception("Stoker could not read input stamps; input wait is not measured")
-            self._ring = None
-            stamps = StampTable.of({})
-        if self._boundary.steps_per_execution == 1:  # nothing to shorten: one step a call
-            self._record(self._resolver.resolve(executions, stamps))
-            return
-        counted = sum(execution.n for execution in executions)
-        self._record(self._resolver.resolve(executions, stamps))
-        # The resolver shortens an execution that ran out of data; number on from its end.
-        shortfall = counted - sum(execution.n for execution in executions)
+    def _renumber_short_calls(self) -> None:
+        """At an epoch's end under `steps_per_execution` > 1: the epoch's last call may have
+        run out of data after fewer steps than counted (tf.data did not know the epoch's
+        length). Its stamps say so; the steps from here on are numbered from its real end,
+        before the next epoch numbers any."""
+        stamps = self._stamps
+        if stamps is None or self._boundary.steps_per_execution == 1:
+            return  # one step a call: none is ever short
+        stamps.resolve()
+        shortfall = stamps.take_shortfall()
         if shortfall:
             self._boundary.shorten(shortfall)
 
@@ -556,6 +529,10 @@ def _described(dataset: Any) -> tuple[Any, Any, Any]:
             "Stoker: the input pipeline is not described (%s: %s)", type(error).__name__, error,
         )  # fmt: skip
         return None, None, None
+
+
+def _no_step_ended(duration_s: float) -> None:
+    return None
 
 
 def _unwrapped(dataset: Any) -> Any:

@@ -56,6 +56,8 @@ class Execution:
     # The stamps of the batches the train function fetched itself, timed around each
     # `next()` in Python (JAX: `train_function.FetchTimer`); None where the ring times them.
     fetched: list["Stamp"] | None = None
+    # Closed by the next batch-begin (not by validation or an epoch's or the fit's end).
+    closed_by_begin: bool = False
 
 
 @dataclass

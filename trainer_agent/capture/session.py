@@ -7,6 +7,7 @@ is lost; `flush()` waits for them earlier.
 """
 
 import atexit
+import functools
 import logging
 import os
 import socket
@@ -15,6 +16,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,7 +27,12 @@ from trainer_agent.config import AgentConfig
 from trainer_agent.delivery.sender import Sender
 from trainer_agent.delivery.upload import start_background_upload
 from trainer_agent.delivery.wire import within_bytes
-from trainer_agent.profiling.profile import Profiler, TraceUploader, wait_for_uploads
+from trainer_agent.profiling.profile import (
+    BASELINE_STEPS,
+    Profiler,
+    TraceUploader,
+    wait_for_uploads,
+)
 from trainer_agent.telemetry.nvml import Nvml, shared_nvml
 from trainer_agent.telemetry.samplers import DeviceSource, HostSource, Sampler
 
@@ -53,14 +60,20 @@ def _new_run_key() -> str:
 
 def _register(session: "RunSession") -> None:
     global _exit_handler_registered
+    session.sender.when_done = functools.partial(_forget_sender, session.sender)
     with _registry_lock:
-        _draining.difference_update([sender for sender in _draining if sender.done])
         _open_sessions.add(session)
         _draining.add(session.sender)
         _uploaders.add(session.profiler.uploader)
         if not _exit_handler_registered:
             _exit_handler_registered = True
             atexit.register(_end_runs_at_exit)
+
+
+def _forget_sender(sender: Sender) -> None:
+    """A sender finished (delivered, or left the rest in the spool): nothing waits for it."""
+    with _registry_lock:
+        _draining.discard(sender)
 
 
 def flush(timeout_s: float | None = None) -> bool:
@@ -163,8 +176,12 @@ class RunSession:
         self.sampler: Sampler | None = None
         # The owner hands it the training iterator; the sampler thread reads its model.
         self.pipeline = PipelineSource(config.pipeline_interval_s)
+        # The last steps recorded: what a profiler capture's steps are compared with.
+        self._recent_step_s: deque[float] = deque(maxlen=BASELINE_STEPS)
         # Profiler captures the server asks for (trainer_agent/profiling/profile.py).
-        self.profiler = Profiler(config, lambda: self.sender.run_id)
+        self.profiler = Profiler(
+            config, lambda: self.sender.run_id, recent_step_s=self._recent_step_s.copy
+        )
         self.closed = False
         # Told every step recorded (step, start, duration, wait, batch size): `stoker tune`
         # measures its trials with it (trainer_agent/tune/trial.py).
@@ -173,24 +190,23 @@ class RunSession:
         self.before_abnormal_close: Callable[[], None] | None = None
 
     def start(self) -> None:
+        """Start the run's sender and sampler. On the training thread (a fit's start): what
+        need not run here runs on their threads (the host source is made by the sampler's
+        first reading, the spool is looked at by the sender)."""
         self.sender.on_command = self._on_command
+        config = self.config
+        # Runs that earlier processes left in the spool go to the server in the background.
+        self.sender.before_first_flush = functools.partial(
+            start_background_upload, config.spool_dir, server=config.server, token=config.token
+        )
         _register(self)
         self.sender.start()
-        # Runs that earlier processes left in the spool go to the server in the background.
-        start_background_upload(
-            self.config.spool_dir, server=self.config.server, token=self.config.token
-        )
-        try:
-            host = HostSource()
-        except Exception as error:  # psutil missing or refused
-            log.warning("Stoker: host metrics are off (%s)", error)
-            host = None
-        device = DeviceSource(self._nvml or shared_nvml(), all_gpus=self.config.all_gpus)
+        device = DeviceSource(self._nvml or shared_nvml(), all_gpus=config.all_gpus)
         self.sampler = Sampler(
             self.recorder,
-            interval_s=self.config.sample_interval_s,
+            interval_s=config.sample_interval_s,
             device=device,
-            host=host,
+            make_host=HostSource,
             pipeline=self.pipeline,
         )
         self.sampler.start()
@@ -211,30 +227,35 @@ class RunSession:
         duration_s: float,
         wait_s: float | None = None,
         batch_size: int | None = None,
+        *,
+        tell_sampler: bool = True,
     ) -> None:
+        """One step, as it ends. `tell_sampler=False` where the step boundary tells the
+        sampler of long steps itself (a fit's `StepBoundary`)."""
         self.recorder.steps.append(
             step, self.wall_time(start_perf_s), duration_s, wait_s, batch_size
         )
+        self._recent_step_s.append(duration_s)
         if self.step_listener is not None:
             self.step_listener(step, start_perf_s, duration_s, wait_s, batch_size)
-        if self.sampler is not None:  # GPM windows line up with steps longer than a window
+        if tell_sampler and self.sampler is not None:  # GPM windows line up with long steps
             self.sampler.step_ended(duration_s)
 
     def record_steps(self, rows: list[StepRow]) -> None:
-        """`record_step` for many steps, resolved together (every ~400 steps or second):
-        one lock."""
+        """`record_step` for many steps resolved together (a fit's, on the sender thread before
+        each flush): one lock. The sampler learns of long steps from the fit's step boundary
+        as they end (`StepBoundary`), not from here."""
         if not rows:
             return
         offset = self._wall_offset_s
         self.recorder.steps.extend(
             [(r.step, r.start + offset, r.dur, r.wait, r.batch_size) for r in rows]
         )
+        self._recent_step_s.extend([r.dur for r in rows[-BASELINE_STEPS:]])
         listener = self.step_listener
         if listener is not None:
             for r in rows:
                 listener(r.step, r.start, r.dur, r.wait, r.batch_size)
-        if self.sampler is not None:
-            self.sampler.step_ended(rows[-1].dur)
 
     def record_metric(self, step: int, name: str, value: float | None) -> None:
         self.recorder.metrics.append(step, name[:100], value)

@@ -11,10 +11,14 @@ request), another once the element is there (the hand-over), and one row
 No Python and no tf.data function runs per element, the pipeline itself is untouched, and
 nothing waits on the ring's update: the step's compute depends only on the element.
 
-The training thread reads the ring every ~400 steps or every second (`StampRing.read`),
+The run's sender thread reads the ring before each flush (`StampRing.read`; the training
+thread only at an epoch's end under `steps_per_execution` > 1: trainer_agent/capture/fit_stamps.py),
 and numbers each iterator's fetches from 0 as the wait resolver expects
-(trainer_agent/capture/input_wait.py): it notes the ring's fetch count when the wrapper sees
-a new iterator (`StampRing.started`).
+(trainer_agent/capture/input_wait.py). When the wrapper sees a new iterator it notes the time
+(`StampRing.started`, no TensorFlow op): every fetch of that iterator was asked for after it and
+every fetch of the one before, in calls that had returned, before it, so each row's request stamp
+says which iterator it belongs to, and the first fetch number found after that time is the
+iterator's first.
 
 The stamped iterator is a subclass of the iterator's own class (`OwnedIterator`, or a
 `tf.distribute` `DistributedIterator` under a strategy), made once per class and ring; its
@@ -23,7 +27,9 @@ element spec, as it does without Stoker. One ring per model: a model's traced tr
 keeps writing to the ring it captured, whichever callback runs the next fit.
 """
 
+import math
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -34,18 +40,24 @@ from trainer_agent.log_once import warn_once
 
 T = TypeVar("T")
 
-DEFAULT_RING_SIZE = 2048
+# Fetches the ring holds. The sender thread reads it every second (50 ms while a browser
+# watches the run): a step would have to take under 120 µs for its fetches of one second to
+# fill half of it (then the training thread reads it: trainer_agent/capture/fit_stamps.py).
+# 16384 rows of four float64 are 512 KiB, copied by each read on the sender thread.
+DEFAULT_RING_SIZE = 16384
 # Row layout of the ring written in the graph.
 _REQUESTED, _HANDED_OVER, _BATCH, _FETCH = range(4)
 _ROW = 4
 # The batch column: a known size is >= 0.
 BATCH_UNKNOWN = -1.0
 NO_ELEMENT = -2.0  # `get_next_as_optional()` found the data exhausted
+# An iterator whose first fetch the ring no longer held when it was looked for.
+_UNKNOWN_FIRST = -1
 
 # The ops the stamps add to each fetch of the train function's graph: two timestamps, the
-# fetch counter's update and read, the row (stack, cast, concat, expand dims), its slot and
-# the ring's update, and five constants; reading a batch size the element spec does not fix
-# adds three ops and two constants (tests/fit/test_stamped_iterator.py counts them).
+# fetch counter's update and read, the row (cast, stack), its slot and the ring's update, and
+# three constants; reading a batch size the element spec does not fix adds three ops and two
+# constants (tests/fit/test_stamped_iterator.py counts them).
 
 
 class StampRing:
@@ -61,13 +73,19 @@ class StampRing:
                 rows = tf.Variable(
                     tf.zeros([size, _ROW], tf.float64), trainable=False, name="stoker_stamps"
                 )
-                count = tf.Variable(tf.zeros([1], tf.int64), trainable=False, name="stoker_fetches")
+                count = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="stoker_fetches")
                 return rows, count
 
         self._rows, self._count = outside_any_strategy(make)
         self._device = self._rows.device
-        # Per iterator seen (in order): the fetch number of its first element.
-        self._starts: list[int] = []
+        # Per iterator seen (in order): when the train function was first called with it, in
+        # TensorFlow's wall clock, and the fetch number of its first element once a read found
+        # it (_UNKNOWN_FIRST if the ring had overwritten it by then). Read and extended under
+        # the lock: the sender threads of two runs of one model may read at once.
+        self._start_times: list[float] = []
+        self._firsts: list[int | None] = []
+        self._unresolved: list[int] = []  # the generations (0-based) whose first is not found
+        self._lock = threading.Lock()
         self._classes: dict[type, type] = {}
 
     def stamped(self, iterator: Any) -> Any | None:
@@ -104,47 +122,110 @@ class StampRing:
     def started(self) -> int:
         """A new iterator is about to be fetched from: its generation (1, 2, ...).
 
-        Its fetches are numbered from the ring's count now; the train function is not
-        running (Keras calls it on this thread), so every earlier fetch is counted."""
-        self._starts.append(int(self._count.numpy()[0]) + 1)
-        return len(self._starts)
+        Only the time is noted (TensorFlow's `tf.timestamp` clock is the wall clock, to the
+        microsecond; 2 µs are taken off so that rounding cannot put its first request before
+        it): its fetches are asked for after it, its predecessor's all before it."""
+        now = math.floor(time.time() * 1e6) / 1e6 - 2e-6
+        with self._lock:
+            self._start_times.append(now)
+            self._firsts.append(None)
+            self._unresolved.append(len(self._firsts) - 1)
+            return len(self._start_times)
 
     def read(
         self,
         wall_to_perf_s: float,
         after: tuple[int, int] | None = None,
         batch_hint: int | None = None,
+        since: int = 1,
     ) -> Any:
         """The stamps still in the ring as a `StampTable` keyed by (generation, index), in
-        perf_counter time: with `after=(generation, index)`, those from that element on. A
-        fetch whose batch size the graph could not read (`get_next_as_optional`, under
-        `steps_per_execution`) gets `batch_hint`, the size the pipeline batches to."""
+        perf_counter time: with `after=(generation, index)`, those from that element on, else
+        those of generation `since` on. A fetch whose batch size the graph could not read
+        (`get_next_as_optional`, under `steps_per_execution`) gets `batch_hint`, the size the
+        pipeline batches to. Any thread may read, while the train function runs too: a row is
+        whole (the variable's update and read exclude each other), and a slot not yet written
+        for its fetch holds an older fetch's number, which is left out. The work after the
+        read is in proportion to the fetches wanted, not to the ring."""
+        import tensorflow as tf
+
         from trainer_agent.capture.input_wait import StampTable
 
-        rows = self._rows.numpy()
-        starts = self._starts
-        if not starts:
-            return StampTable(np.empty((0, 5)))
-        first = starts[0] if after is None else starts[after[0] - 1] + after[1]
-        last = int(rows[:, _FETCH].max())
-        if last < first:
-            return StampTable(np.empty((0, 5)))
-        # The fetches still wanted, first to last, where the ring keeps them; a slot that
-        # holds another fetch (overwritten) is left out, as is an exhausted optional.
-        first = max(first, last - self.size + 1)
-        rows = rows[np.arange(first, last + 1) % self.size]
-        rows = rows[(rows[:, _FETCH] >= first) & (rows[:, _BATCH] != NO_ELEMENT)]
-        fetch = rows[:, _FETCH]
-        generation = np.searchsorted(np.asarray(starts, dtype=np.float64), fetch, side="right")
-        table = np.empty((len(rows), 5))
-        table[:, 0] = rows[:, _REQUESTED] - wall_to_perf_s
-        table[:, 1] = rows[:, _HANDED_OVER] - wall_to_perf_s
+        # The fetch count, then only the rows wanted (two small ops; the whole ring is
+        # 512 KiB). A fetch counted after the count was read is left for the next read; one
+        # counted before it whose row is not written yet holds an older fetch's number.
+        last = int(tf.raw_ops.ReadVariableOp(resource=self._count.handle, dtype=tf.int64))
+        since = after[0] if after is not None else since
+        with self._lock:
+            known = self._firsts[since - 1] if 0 < since <= len(self._firsts) else None
+            lo = max(1, last - self.size + 1)
+            if known is not None and known >= 0:
+                lo = max(lo, known + (after[1] if after is not None else 0))
+            else:  # its first fetch is not found yet: it comes after those before it
+                lo = max(lo, self._first_before(since))
+        # From the fetch before `lo`: whether an iterator's first fetch is its first.
+        wanted = np.arange(max(1, lo - 1), last + 1, dtype=np.int64)
+        rows = tf.raw_ops.ResourceGather(
+            resource=self._rows.handle, indices=wanted % self.size, dtype=tf.float64
+        ).numpy()
+        rows = rows[rows[:, _FETCH] == wanted]  # the slot still holds that fetch
+        with self._lock:
+            self._find_firsts(rows, since)
+            times = np.asarray(self._start_times, dtype=np.float64)
+            firsts = np.asarray(
+                [_UNKNOWN_FIRST if f is None else f for f in self._firsts], dtype=np.float64
+            )
+        window = rows[rows[:, _FETCH] >= lo]
+        window = window[window[:, _BATCH] != NO_ELEMENT]  # an exhausted optional: no element
+        generation = np.searchsorted(times, window[:, _REQUESTED], side="right")
+        keep = generation >= max(1, since)
+        window, generation = window[keep], generation[keep]
+        start = firsts[generation - 1]
+        keep = start >= 0
+        window, generation, start = window[keep], generation[keep], start[keep]
+        table = np.empty((len(window), 5))
+        table[:, 0] = window[:, _REQUESTED] - wall_to_perf_s
+        table[:, 1] = window[:, _HANDED_OVER] - wall_to_perf_s
         table[:, 2] = generation
-        table[:, 3] = fetch - np.asarray(starts, dtype=np.float64)[generation - 1]
-        table[:, 4] = rows[:, _BATCH]
+        table[:, 3] = window[:, _FETCH] - start
+        table[:, 4] = window[:, _BATCH]
         if batch_hint is not None:
             table[table[:, 4] == BATCH_UNKNOWN, 4] = batch_hint
         return StampTable(table)
+
+    def _find_firsts(self, rows: Any, since: int) -> None:
+        """The first fetch number of each iterator from `since` on not found yet, from the
+        `rows` (whole, in fetch order) asked for within its time. It is the first when the
+        fetch before it is among the rows, asked for before that time (or there was none);
+        if that one was overwritten, the iterator's first is not known and its fetches give
+        no waits (never wrong ones). Generations before `since` are another reader's."""
+        pending = [g for g in self._unresolved if g >= since - 1]
+        if not pending:
+            return
+        times = self._start_times
+        fetches = rows[:, _FETCH]
+        for g in pending:
+            within = rows[:, _REQUESTED] >= times[g]
+            if g + 1 < len(times):
+                within &= rows[:, _REQUESTED] < times[g + 1]
+            if not within.any():
+                continue  # nothing fetched yet (or all of it overwritten: see below)
+            first = int(fetches[within].min())
+            held = first == 1 or bool((fetches == first - 1).any())
+            self._firsts[g] = first if held else _UNKNOWN_FIRST
+        # An iterator with no row left while a later one has rows was overwritten whole.
+        for g in pending:
+            if self._firsts[g] is None and any(f is not None for f in self._firsts[g + 1 :]):
+                self._firsts[g] = _UNKNOWN_FIRST
+        self._unresolved = [g for g in self._unresolved if self._firsts[g] is None]
+
+    def _first_before(self, generation: int) -> int:
+        """The first fetch of the latest generation before `generation` whose first is known
+        (1 if none is): `generation`'s fetches come after it."""
+        for first in reversed(self._firsts[: generation - 1]):
+            if first is not None and first >= 0:
+                return first
+        return 1
 
     def record(self, requested: Any, arrived: list[Any], batch: Any) -> None:
         """Graph code, run once per fetch: the hand-over stamp (once `arrived`, the fetched
@@ -169,10 +250,9 @@ class StampRing:
                 handed_over = tf.timestamp()
             with tf.control_dependencies([handed_over]):  # counted once the fetch succeeded
                 fetch = self._count.assign_add(_one()).read_value()  # read once
-            times = tf.stack([requested, handed_over, batch])
-            row = tf.expand_dims(tf.concat([times, tf.cast(fetch, tf.float64)], 0), 0)
-            slot = tf.math.floormod(fetch, self.size)
-            self._rows.scatter_update(tf.IndexedSlices(row, slot))
+            # One row at one (scalar) slot: no concatenation or reshaping of the row.
+            row = tf.stack([requested, handed_over, batch, tf.cast(fetch, tf.float64)])
+            self._rows.scatter_update(tf.IndexedSlices(row, tf.math.floormod(fetch, self.size)))
 
 
 # Dataset classes that keep each element's leading dimension; `batch_hint` looks through them.
@@ -214,7 +294,7 @@ def _float64(value: float) -> Any:
 def _one() -> Any:
     import tensorflow as tf
 
-    return tf.constant([1], tf.int64)
+    return tf.constant(1, tf.int64)
 
 
 def _batch_of(element: Any, spec: Any) -> Any:

@@ -6,31 +6,41 @@ iterator, now and then), it returns, the batch-begin hook runs, the batch-end ho
 runs `steps_per_execution` of them, fewer at an epoch's end), keeps the call in progress as an
 `Execution` (begin, return, the batches it fetched) and hands each boundary to its
 subscribers, given per fit to `attach`:
-- `began(first_step, now, n)` at each batch-begin, once the call is numbered: the profiler's
-  step markers, then the callback's timing (it reads the stamp ring every ~400 steps or second);
-- `computed()` once the call's compute returned: on the training thread under JAX and
-  PyTorch (the train-function wrapper sees the return), and at every batch-end: the
-  profiler closes its marker there, and only on the thread that opened it;
-- `closed(execution, by_begin)` when the call's steps ended (the next batch-begin, validation,
-  the epoch's or the fit's end): the callback's timing records them with their input wait;
+- `began(first_step, now, n)` at each batch-begin, once the call is numbered, and
+  `computed()` once the call's compute returned (on the training thread under JAX and
+  PyTorch, where the train-function wrapper sees the return, and at every batch-end): the
+  profiler's step markers, added only while a capture is asked for or runs (`arm`); it closes
+  a marker only on the thread that opened it;
+- `closed(execution)` when the call's steps ended (the next batch-begin, validation, the
+  epoch's or the fit's end; `execution.closed_by_begin` says which): the callback's timing
+  records them, or, with stamped fetches, hands them to the sender thread to be matched to
+  their stamps (`FitStamps.closed`: a `deque.append`, no Python frame);
+- with stamped fetches (`hold_back`), the calls still held for the sender thread and what to
+  do when they pass a bound (the sender fell behind: matched here, before the ring's older
+  stamps are overwritten); one `len` a step;
+- `step_ended(duration)` when a step that lasted `long_step_s` or longer ended, and at the
+  first shorter one after it: the sampler, whose GPM windows then line up with such steps
+  (docs/gpu.md); shorter steps cost one comparison;
 - `ready(first_step, when)` at batch-end under JAX and PyTorch: the call's outputs are ready
   (Keras converted its logs), the end of the steps on the device's timeline;
-- `ended(step, logs)` at each batch-end: the step the logs belong to, for the scalar logs;
+- `ended(step, logs)` at the batch-end of every `ended_every`-th step (the first step at or
+  past each multiple): the step the logs belong to, for the scalar logs;
 - each watcher's `watch(iterator)` when the train function is called with a new iterator
   (TensorFlow), and `watch(None)` at `detach`: the pipeline view;
 - `stamp.stamped(iterator)` for the same new iterator (TensorFlow): the iterator the train
   function is given instead, whose fetches stamp the input wait
   (trainer_agent/capture/stamped_iterator.py).
 
-The batch hooks are hot (tens of µs a step in all): each boundary costs one call into this
-class and a loop over a tuple of bound methods; nothing is allocated but the `Execution`.
+The batch hooks are hot: each boundary costs one call into this class and a loop over a
+tuple of bound methods (with stamped fetches on TensorFlow: the profiler's marker at begin
+and end, the `closed` append); nothing is allocated but the `Execution`.
 Keras may run the batch-end hook on a thread pool (JAX, PyTorch: `async_safe`), possibly after
 the next batch-begin; there it only stamps and reads. What runs on the training thread is the
 batch-begin and the train function's return.
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
 
 from trainer_agent.capture.input_wait import Execution, Stamp
@@ -43,8 +53,11 @@ from trainer_agent.capture.train_function import (
 from trainer_agent.telemetry.environment import plain_int
 
 Began = Callable[[int, float, int], None]
+# (the calls still held, how many may be, what matches them then)
+Backlog = tuple[Sized, int, Callable[[], None]]
 Computed = Callable[[], None]
-Closed = Callable[[Execution, bool], None]
+Closed = Callable[[Execution], None]
+StepEnded = Callable[[float], None]
 Ready = Callable[[int, float], None]
 Ended = Callable[[int, dict[str, Any] | None], None]
 # Told of an error in a boundary the train-function wrapper reports (hook name, error): the
@@ -68,6 +81,8 @@ class StepBoundary:
         self.step = 0
         self.epoch_first_step = 0
         self.open: Execution | None = None
+        self._ended_every = 1
+        self._next_ended = 0
         # "hooks": the batch hooks time the steps (TensorFlow); "returns": the train-function
         # wrapper stamps each call's return on the training thread (JAX, PyTorch).
         self.timing = "hooks"
@@ -80,6 +95,12 @@ class StepBoundary:
         self._closed: Closed = _ignore
         self._ready: Ready = _ignore
         self._on_error: OnError = _ignore
+        self._step_ended: StepEnded = _ignore
+        self._long_step_s = float("inf")
+        self._long_before = False  # the last step told of was a long one
+        self._backlog: Sized = ()
+        self._backlog_limit = 0
+        self._on_backlog: Callable[[], None] = _ignore
 
     def attach(
         self,
@@ -94,6 +115,9 @@ class StepBoundary:
         watchers: tuple[IteratorWatcher, ...],
         on_error: OnError,
         stamp: Stamper | None = None,
+        step_ended: StepEnded = _ignore,
+        long_step_s: float = float("inf"),
+        ended_every: int = 1,
     ) -> None:
         """Start a fit: wrap `model.train_function` and number its steps from 0. Under
         TensorFlow, `stamp` stamps the fetches of the iterators it is called with."""
@@ -102,6 +126,9 @@ class StepBoundary:
         self._began, self._computed, self._ended = began, computed, ended
         self._closed, self._ready, self._watchers = closed, ready, watchers
         self._on_error = on_error
+        self._step_ended, self._long_step_s, self._long_before = step_ended, long_step_s, False
+        self._ended_every, self._next_ended = max(1, ended_every), 0
+        self._backlog, self._backlog_limit, self._on_backlog = (), 1, _ignore
         self._steps_per_epoch = steps_per_epoch
         self.timing = watch_train_function(model, self, self.call_returned, stamp)
         self.steps_per_execution = max(1, plain_int(getattr(model, "steps_per_execution", 1)) or 1)
@@ -114,12 +141,30 @@ class StepBoundary:
         self.open = None
         watchers = self._watchers
         self._began = self._computed = self._ended = self._watchers = ()
-        self._closed = self._ready = self._on_error = _ignore
+        self._closed = self._ready = self._on_error = self._step_ended = _ignore
+        self._backlog, self._on_backlog = (), _ignore
         try:
             unwatch_train_function(model)
         finally:
             for watcher in watchers:
                 watcher.watch(None)
+
+    def arm(self, began: Began, computed: Computed) -> Callable[[bool], None]:
+        """A switch (any thread may flip it) that adds `began` and `computed` to the
+        subscribers while on: the profiler's step markers, armed only while a capture is
+        asked for or runs, so that they cost the other steps nothing."""
+        base_began, base_computed = self._began, self._computed
+
+        def switch(on: bool) -> None:
+            self._began = (*base_began, began) if on else base_began
+            self._computed = (*base_computed, computed) if on else base_computed
+
+        return switch
+
+    def hold_back(self, backlog: Backlog) -> None:
+        """The fit's closed calls are held for the sender thread in `backlog[0]`: once it
+        holds `backlog[1]`, `backlog[2]` is called (on the training thread)."""
+        self._backlog, self._backlog_limit, self._on_backlog = backlog
 
     def watch(self, iterator: Any) -> None:
         """The train function was called with a new iterator (TensorFlow's wrapper)."""
@@ -158,8 +203,11 @@ class StepBoundary:
             step = min(self.step - 1, epoch_first + batch)
         for computed in self._computed:
             computed()
-        for ended in self._ended:
-            ended(step, logs)
+        if step >= self._next_ended:
+            every = self._ended_every
+            self._next_ended = step - step % every + every
+            for ended in self._ended:
+                ended(step, logs)
 
     def call_returned(self, now: float, fetched: list[Stamp] | None) -> None:
         """Training thread, JAX and PyTorch: a train-function call returned at `now`, having
@@ -192,7 +240,14 @@ class StepBoundary:
             self.step = execution.first_step
             return
         execution.end = now
-        self._closed(execution, by_begin)
+        execution.closed_by_begin = by_begin
+        self._closed(execution)
+        if len(self._backlog) >= self._backlog_limit:
+            self._on_backlog()
+        each = (now - execution.begin) / execution.n
+        if each >= self._long_step_s or self._long_before:
+            self._long_before = each >= self._long_step_s
+            self._step_ended(each)
 
     def shorten(self, steps: int) -> None:
         """Closed calls ran out of data `steps` steps before their count (the resolver found

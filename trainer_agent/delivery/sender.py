@@ -215,6 +215,16 @@ class Sender:
         # environment), and before the final flush (e.g. to take the sampler's last reading).
         self.before_connect: Callable[[dict[str, Any]], None] | None = None
         self.before_final_flush: Callable[[], None] | None = None
+        # Called on the sender thread before each collection of the recorder's rows: the
+        # steps still held apart (a fit's stamped calls, to be matched to their stamps:
+        # trainer_agent/capture/fit_stamps.py) are recorded first.
+        self.before_collect: Callable[[], None] | None = None
+        # Called on the sender thread at its first flush (work of the run's start that need
+        # not hold up the training thread: the spool's runs of earlier processes).
+        self.before_first_flush: Callable[[], Any] | None = None
+        # Called on the sender thread once its work is done (the process's registry of
+        # senders still sending forgets it).
+        self.when_done: Callable[[], None] | None = None
 
     # --- the training side ----------------------------------------------------------------
     def start(self) -> None:
@@ -297,6 +307,11 @@ class Sender:
             # Nothing happens before the first flush: a fit's start competes with no
             # connection, and a run that ends sooner is sent whole in one go.
             self._clock.wait(self._stop, self.flush_interval_s)
+            if self.before_first_flush is not None:
+                try:
+                    self.before_first_flush()
+                except Exception:
+                    log.debug("could not start the run's background work", exc_info=True)
             if self.before_connect is not None:
                 try:
                     self.before_connect(self._hello)
@@ -318,11 +333,13 @@ class Sender:
             finally:
                 self._phase = Phase.DONE
                 self._finished.set()
+                if self.when_done is not None:
+                    self.when_done()
 
     def cycle(self, *, force_connect: bool = False) -> bool:
         """One flush: collect, deliver; spool when the server is unreachable. True when
         everything collected reached the server."""
-        self._outbox.collect()
+        self._collect()
         if self._config.server_problem:  # not a URL (said when configured): only spool
             self._outbox.spool_pending()
             return False
@@ -331,6 +348,15 @@ class Sender:
         if self._reconnect.down:
             self._outbox.spool_pending()
         return False
+
+    def _collect(self) -> None:
+        before = self.before_collect
+        if before is not None:
+            try:
+                before()
+            except Exception:
+                log.exception("Stoker could not resolve the steps' input wait")
+        self._outbox.collect()
 
     def _final_flush(self) -> None:
         """Deliver everything and end the run; give up as `Drain` says (not for long when the
@@ -393,7 +419,7 @@ class Sender:
         transport = self._transport
         if not isinstance(transport, HttpTransport) or self._config.server_problem:
             return None
-        self._outbox.collect()
+        self._collect()
         end: dict[str, Any] = {"type": "end", "status": self._end_status}
         try:
             ended = self._outbox.deliver_with_end(transport, end, self._count_outcome)

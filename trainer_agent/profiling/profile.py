@@ -1,12 +1,15 @@
 """On-demand TensorFlow profiler captures the server asks for.
 
 The server sends `{"type": "command", "name": "profile", "id": PID, "steps": N, "max_s": S}`
-over the agent's socket. `request` (sender thread) only notes it. The training thread calls
-`step_begin` at every step (or execution) boundary (in `fit`, the step boundary hands it
-each batch-begin and `step_end` each return: trainer_agent/capture/step_boundary.py): the
-next one starts `tf.profiler.experimental.start`, and each step runs inside a
+over the agent's socket. `request` (sender thread) only notes it, and arms the step markers
+(`on_armed(True)`: in `fit`, the step boundary then hands `step_begin` each batch-begin and
+`step_end` each return, trainer_agent/capture/step_boundary.py; until then they cost no
+step anything; `Monitor` calls `step_begin` at every step). The next `step_begin` starts
+`tf.profiler.experimental.start`, and each step runs inside a
 `tf.profiler.experimental.Trace("train", step_num=..., _r=1)` (xprof's input-pipeline
-analysis needs those step markers); after N steps, or `max_s`, the profiler stops. Start,
+analysis needs those step markers); after N steps, or `max_s`, the profiler stops and the
+markers are disarmed (`on_armed(False)`). The capture's overhead compares its steps with
+the run's last 50 recorded ones (`recent_step_s`). Start,
 stop and the step markers must run on the training thread (TensorFlow's API); everything else
 (finding the trace, uploading it in chunks, reporting status) runs on the run's upload
 thread, which runs only while it has something to send.
@@ -52,6 +55,10 @@ ENDED_BEFORE_START = "profile failed: the run's training ended before the captur
 RETRY_MAX_S = 30.0
 
 
+def _ignore_armed(armed: bool) -> None:
+    return None
+
+
 @dataclass
 class Capture:
     id: int
@@ -70,6 +77,7 @@ class Capture:
     started: float = 0.0
     start_cost_s: float = 0.0
     durations: list[float] = field(default_factory=list)
+    before: list[float] = field(default_factory=list)  # the run's last steps before it
 
 
 class Profiler:
@@ -88,16 +96,26 @@ class Profiler:
         post: Post = http_post,
         *,
         clock: Clock = SYSTEM_CLOCK,
+        recent_step_s: Callable[[], Sequence[float]] = tuple,
     ) -> None:
         slot = threading.Lock()  # held from a request to the end of its upload
         self.uploader = TraceUploader(config, run_id, post, slot, clock=clock)
         self.requests = CaptureRequests(config, run_id, slot, self.uploader)
-        self.capture = StepCapture(self.requests, self.uploader)
+        self.capture = StepCapture(self.requests, self.uploader, recent_step_s)
         self.request = self.requests.request
         self.step_begin = self.capture.step_begin
         self.step_end = self.capture.step_end
         self.end = self.capture.end
         self.stop = self.uploader.stop
+
+    def arm_with(self, on_armed: Callable[[bool], None]) -> None:
+        """`on_armed(True)` when a capture is asked for (on the sender thread), `False` once
+        it ended (on the training thread): while armed, `step_begin` and `step_end` must be
+        called at every step boundary; otherwise they need not be (a fit's `StepBoundary`
+        calls them only then). With a request already waiting, armed at once."""
+        self.requests.on_armed = self.capture.on_armed = on_armed
+        if self.requests.pending is not None or self.capture.active is not None:
+            on_armed(True)
 
     @property
     def undelivered(self) -> "dict[int, Capture]":
@@ -137,6 +155,7 @@ class CaptureRequests:
         # never start and is failed at once. `_lock` orders the two threads' hand-over.
         self._lock = threading.Lock()
         self._closed = False
+        self.on_armed: Callable[[bool], None] = _ignore_armed
 
     def request(self, command: dict[str, Any]) -> None:
         pid, rank = int(command["id"]), int(command.get("rank") or 0)
@@ -158,6 +177,7 @@ class CaptureRequests:
         with self._lock:
             if not self._closed:
                 self.pending = capture
+                self.on_armed(True)
                 return
         # The training ended while the capture was being placed.
         self._uploader.report(pid, rank, status="failed", error=ENDED_BEFORE_START)
@@ -212,23 +232,29 @@ class StepCapture:
     the training thread (TensorFlow's API); a marker is closed only on the thread that
     opened it (Keras may run batch-end hooks on a thread pool)."""
 
-    def __init__(self, requests: CaptureRequests, uploader: "TraceUploader") -> None:
+    def __init__(
+        self,
+        requests: CaptureRequests,
+        uploader: "TraceUploader",
+        recent_step_s: Callable[[], Sequence[float]] = tuple,
+    ) -> None:
         self._requests = requests
         self._uploader = uploader
+        self._recent_step_s = recent_step_s
         self.active: Capture | None = None
         self._trace: Any = None
         self._trace_thread = 0  # the thread that opened `_trace`
         self._last_begin: float | None = None
         self._last_n = 1
-        self._baseline: deque[float] = deque(maxlen=BASELINE_STEPS)
+        self.on_armed: Callable[[bool], None] = _ignore_armed
 
     def step_begin(self, step: int, now: float, n: int = 1) -> None:
         """A step (or an execution of `n` steps) begins; the one before it ended at `now`."""
-        if self._last_begin is not None:
-            interval = (now - self._last_begin) / self._last_n
-            (self.active.durations if self.active else self._baseline).append(interval)
+        active = self.active
+        if active is not None and self._last_begin is not None:
+            active.durations.append((now - self._last_begin) / self._last_n)
         self._last_begin, self._last_n = now, n or 1
-        if self.active is None and self._requests.pending is None:
+        if active is None and self._requests.pending is None:
             return
         try:
             self._exit_trace()
@@ -282,6 +308,7 @@ class StepCapture:
         capture.start_cost_s = time.perf_counter() - began
         capture.started = began
         capture.first_step = step
+        capture.before = list(self._recent_step_s())[-BASELINE_STEPS:]
         self.active = capture
         self._uploader.report_capturing(capture, {"status": "capturing", "first_step": step})
 
@@ -305,6 +332,7 @@ class StepCapture:
         tf.profiler.experimental.stop()  # on failure _fail reports the capture, still active
         self.active = None
         stop_cost_s = time.perf_counter() - began
+        self.on_armed(False)
         self._uploader.upload(capture, self._overhead(capture, stop_cost_s))
 
     def _fail(self, error: BaseException) -> None:
@@ -312,6 +340,7 @@ class StepCapture:
         capture = self.active or self._requests.pending
         self.active = self._requests.pending = None
         self._trace = None
+        self.on_armed(False)
         try:
             import tensorflow as tf
 
@@ -325,7 +354,7 @@ class StepCapture:
             self._uploader.send(lambda: self._uploader.release(capture))
 
     def _overhead(self, capture: Capture, stop_cost_s: float) -> dict[str, Any]:
-        before = statistics.median(self._baseline) if self._baseline else None
+        before = statistics.median(capture.before) if capture.before else None
         during = statistics.median(capture.durations) if capture.durations else None
         return {
             "step_s_before": before,

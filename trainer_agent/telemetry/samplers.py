@@ -215,12 +215,16 @@ class Sampler:
         host: HostSource | None = None,
         pipeline: PipelineSource | None = None,
         clock: Callable[[], float] = time.time,
+        make_host: Callable[[], HostSource] | None = None,
     ) -> None:
         self._recorder = recorder
         self.interval_s = max(MIN_INTERVAL_S, float(interval_s))
         self._device = device
         self._device_started = device is None
         self._host = host
+        # Made by the first reading, on the sampler thread, not on the thread that starts
+        # the run (psutil reads /proc: ~0.2 ms of a fit's start on the training thread).
+        self._make_host = make_host
         self.pipeline = pipeline  # reads on its own, slower interval
         self._clock = clock
         self._closed = False
@@ -260,6 +264,12 @@ class Sampler:
                 self._device_started = True
                 if self._device is not None and not self._device.start():
                     self._device = None
+            if self._make_host is not None:
+                make, self._make_host = self._make_host, None
+                try:
+                    self._host = make()
+                except Exception as error:  # psutil missing or refused
+                    log.warning("Stoker: host metrics are off (%s)", error)
             now = time.monotonic()
             if boundary:
                 self._boundary_at = now

@@ -391,11 +391,14 @@ class TrialCallbackBase:
             elapsed = time.perf_counter() - wall
             if elapsed > 0:
                 self.result.cpu_cores = (time.process_time() - cpu) / elapsed
-        result = measure(self.rows, self.spec.steps, self.result, _steps_per_call(self.model))
-        _write(self.spec.result_path, result)
         from trainer_agent.capture.session import flush
 
+        # Stoker's callback (before this one) ended the run; its last steps are matched to
+        # their stamps on its sender thread before they are sent, so they are all recorded
+        # (and handed to `_record`) once the run is delivered.
         flush(DELIVERY_TIMEOUT_S)
+        result = measure(self.rows, self.spec.steps, self.result, _steps_per_call(self.model))
+        _write(self.spec.result_path, result)
         end_process(0)
 
 
