@@ -112,7 +112,7 @@ def test_every_section_is_stored_and_summarised_once(database: str, tmp_path: Pa
         assert summary["dropped_rows"] == 3
         assert summary["epoch_metrics"]["val_loss"] == {
             "last": 0.7, "last_epoch": 1, "best": 0.7, "best_epoch": 1, "goal": "min",
-            "epochs": 2,
+            "directed": True, "epochs": 2,
         }  # fmt: skip
         assert [w["steps"] for w in summary["workers"]] == [10]
         assert stored.stats["agents"] == {hello.stream: {"dropped_rows": 3, "spooled_rows": 0}}
