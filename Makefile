@@ -17,12 +17,6 @@ TF_OLDEST := 2.15.1
 # a sleeping GPU-like step or a browser), each test module whole on one worker so that its
 # module-scoped servers and fits start once. PYTEST_PARALLEL= runs them in one process.
 PYTEST_PARALLEL ?= -n 2 --dist loadscope
-# Run each in a pytest process of its own, two at a time, longest first (see the test target);
-# ALONE_TESTS with nothing beside them.
-OWN_PROCESS_TESTS := tests/ui/test_profile_ui.py tests/fit/test_alerts_profile.py \
-	tests/fit/test_diagnosis_keras.py tests/fit/test_profiler_threads.py \
-	tests/fit/test_profile_back_to_back.py
-ALONE_TESTS := tests/fit/test_profile_capture.py
 TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
@@ -45,18 +39,7 @@ test: $(DEV_INSTALLED) $(NODE_DEV) build
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	cd frontend && npm test
-	$(BIN)/pytest -ra --durations=30 $(PYTEST_PARALLEL) $(TEST_TIERS) $(addprefix --ignore=,$(OWN_PROCESS_TESTS) $(ALONE_TESTS))
-	# Each in a process of its own. test_diagnosis_keras: after the rest of the suite, its
-	# parallel map read 0.6 of the step as wait (serial-like) twice, alone never.
-	# The rest capture profiles in the pytest process. After such a capture, later in the same
-	# process, a thread has stalled for a minute or more, inside a garbage collection where it
-	# was seen (the next test's migration; a fit that stored no step; a run whose end never
-	# left the agent). No test of it or of the product has stalled alone; what the captures
-	# leave behind is not yet found: a stalled wait prints every thread's native stack.
-	# test_profile_capture alone: beside another file, xprof's input share of its starved fit
-	# fell to 0.44 (bar 0.5) once in CI.
-	status=0; $(BIN)/pytest -ra $(ALONE_TESTS) || status=1; \
-	tests/own_process.sh $(BIN)/pytest $(OWN_PROCESS_TESTS) || status=1; exit $$status
+	$(BIN)/pytest -ra --durations=30 $(PYTEST_PARALLEL) $(TEST_TIERS)
 	while kill -0 $$(cat $(VENV)/test-venvs.pid) 2>/dev/null; do sleep 5; done; \
 	cat $(VENV)/test-venvs.log
 	$(MAKE) test-tf-matrix

@@ -56,10 +56,12 @@ def _dataset(pipeline: str, step_s: float) -> "tf.data.Dataset":
     delay_s = starving_delay_s(step_s)  # a serial read takes MARGIN steps or more
     if pipeline == "starved":
         return sleep_per_batch(ds, delay_s)  # serial, no prefetch
-    # Enough parallel reads that the pipeline delivers MARGIN x faster than the step asks.
+    # Enough parallel reads that the pipeline delivers 2 x MARGIN x faster than the step asks:
+    # each read takes the GIL (a numpy_function), which other threads of a long pytest process
+    # may hold a while.
     # One epoch per run: a new epoch's iterator waits once for its first batch (a real,
     # but one-off wait that a long epoch dilutes and a short test would not).
-    parallel = math.ceil(MARGIN * delay_s / step_s)
+    parallel = math.ceil(2 * MARGIN * delay_s / step_s)
     return sleep_per_batch(ds, delay_s, parallel=parallel).prefetch(tf.data.AUTOTUNE)
 
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 from tests.harness.faults import fail_profile_start
 from tests.harness.gpu_like import (
     MARGIN,
+    collect_here,
     held_model,
     measure_step_s,
     sleep_per_batch,
@@ -66,6 +67,8 @@ class Training:
             )  # fmt: skip
         except BaseException as error:  # the test asserts on it
             self.error = error
+        finally:
+            collect_here()
 
     def run_id(self) -> int:
         session = wait_for(lambda: self.callback.run_session, what="the run's session")
@@ -137,7 +140,9 @@ def test_starved_and_fed_fits_profiled_from_the_api_agree_with_stoker(
     server: ServerProcess,
 ) -> None:
     step_s = measure_step_s(held_model(FEATURES, HOLD_S), small_dataset())
-    slow = sleep_per_batch(small_dataset(), starving_delay_s(step_s))
+    # At least 60 ms a batch: a capture's own cost and a loaded machine lengthen the step, and
+    # the share floor below must hold for the step the capture sees, not only the one measured.
+    slow = sleep_per_batch(small_dataset(), starving_delay_s(step_s, floor_s=0.06))
     starved = _profile(server, slow, "starved")
     fed = _profile(server, small_dataset().cache().prefetch(8), "fed")
     for profile in (starved, fed):
@@ -254,7 +259,8 @@ def test_custom_loop_with_monitor_is_profiled(server: ServerProcess) -> None:
             for x, _y in monitor.iterate(small_dataset().repeat()):
                 step(x)
                 if stop.is_set():
-                    return
+                    break
+        collect_here()
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()

@@ -22,7 +22,7 @@ from tests.fit.test_profile_capture import (  # noqa: E402
     small_dataset,
     steps_stored,
 )
-from tests.harness.gpu_like import held_model  # noqa: E402
+from tests.harness.gpu_like import collect_here, held_model  # noqa: E402
 from trainer_agent import StokerCallback, flush  # noqa: E402
 from trainer_agent.config import AgentConfig  # noqa: E402
 from trainer_agent.profiling.profile import Profiler  # noqa: E402
@@ -114,6 +114,8 @@ def test_a_fit_whose_batch_end_runs_on_kerass_thread_pool_is_profiled(
                       verbose=0, callbacks=callbacks)  # fmt: skip
         except BaseException as error:
             errors.append(error)
+        finally:
+            collect_here()
 
     thread = threading.Thread(target=fit, daemon=True)
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):

@@ -10,6 +10,7 @@ import httpx
 import numpy as np
 import tensorflow as tf
 
+from tests.harness.gpu_like import collect_here
 from tests.harness.support import ServerProcess, wait_for
 from trainer_agent import StokerCallback
 
@@ -126,6 +127,8 @@ class Training:
             )  # fmt: skip
         except BaseException as error:  # the test asserts on it
             self.error = error
+        finally:
+            collect_here()
 
     def run_id(self) -> int:
         session = wait_for(lambda: self.callback.run_session, what="the run's session")

@@ -12,6 +12,7 @@ with `MARGIN` or more, never from a constant that assumes a machine speed.
 Used by tests and by `bench/input_wait_accuracy.py`.
 """
 
+import gc
 import statistics
 import time
 from typing import Any
@@ -107,6 +108,14 @@ def measure_step_s(model: Any, dataset: Any, *, steps: int = 12) -> float:
     model.fit(cached, epochs=1, callbacks=[clock], verbose=0)
     intervals = [b - a for a, b in zip(clock.begins, clock.begins[1:], strict=False)]
     return statistics.median(intervals[1:] or intervals) / spe
+
+
+def collect_here() -> None:
+    """Collect garbage on the calling thread: a fit's own thread, once the fit returned. Keras
+    leaves a fit stopped by `stop_training` in reference cycles that hold its tf.data iterator;
+    collected later on another thread, that iterator's destructor can block the thread for up to
+    a minute (docs/agent.md, "The iterator Stoker watches"), inside some later test's wait."""
+    gc.collect()
 
 
 def steps_per_execution(model: Any) -> int:

@@ -197,7 +197,7 @@ def _named_pipeline() -> Any:
     return tf.data.Dataset.zip(pair).map(fast_normalize).map(slow_decode).batch(16)
 
 
-# Last in the module: the only real capture here (see the Makefile's OWN_PROCESS_TESTS).
+# Last in the module: the only real capture here.
 def test_profile_button_shows_progress_and_result(
     server: ServerProcess,
     page: Any,

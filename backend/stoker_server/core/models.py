@@ -865,7 +865,7 @@ TuneLabel = Annotated[str, StringConstraints(max_length=300), AfterValidator(no_
 TuneKey = Annotated[
     str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
 ]
-RunKey = Annotated[str, StringConstraints(min_length=8, max_length=128)]
+RunKey = Annotated[str, StringConstraints(min_length=8, max_length=128), AfterValidator(no_nul)]
 Figure = Annotated[float, PydanticField(allow_inf_nan=False)]
 Count = Annotated[int, PydanticField(ge=0, le=MAX_INT64)]
 
