@@ -115,7 +115,9 @@ def test_every_section_is_stored_and_summarised_once(database: str, tmp_path: Pa
             "directed": True, "epochs": 2,
         }  # fmt: skip
         assert [w["steps"] for w in summary["workers"]] == [10]
-        assert stored.stats["agents"] == {hello.stream: {"dropped_rows": 3, "spooled_rows": 0}}
+        assert stored.stats["agents"] == {
+            hello.stream: {"dropped_rows": 3, "spooled_rows": 0, "unreadable_spool_files": 0}
+        }
     engine.dispose()
 
 

@@ -2,7 +2,6 @@
 alert transitions with their lines and does nothing else; the effects store, push and deliver
 them, in that order, through what they were handed."""
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from stoker_server.diagnosis.watched import WatchedRuns
 from stoker_server.diagnosis.webhooks import Delivery
 from stoker_server.ingest.agent_writes import open_run
 from stoker_server.ingest.protocol import Batch, Hello
+from tests.harness.support import run_coroutine
 
 STEPS = 50
 
@@ -148,7 +148,7 @@ def test_effects_store_then_push_then_deliver(tmp_path: Path) -> None:
         submit_delivery=submit,
         capture_profile=None,
     )
-    asyncio.run(effects.apply(evaluation))
+    run_coroutine(effects.apply(evaluation))
 
     assert log == [
         "push verdict highly_input_bound",

@@ -8,6 +8,7 @@ is lost; `flush()` waits for them earlier.
 
 import atexit
 import functools
+import gc
 import logging
 import os
 import socket
@@ -123,6 +124,19 @@ def _end_runs_at_exit() -> None:
             sender.abandon()
         for sender in senders:
             sender.join(5.0)
+    _collect_before_finalizing()
+
+
+def _collect_before_finalizing() -> None:
+    """Free what the training left in reference cycles while other threads can still run.
+    Keras leaves a fit that `stop_training` ended in cycles that hold its tf.data iterator;
+    freed only during the interpreter's finalization, that iterator's destructor waits for a
+    pipeline thread inside a `numpy_function`/`py_function`, which can no longer take the GIL:
+    the process never exits (plain Keras too, 3 of 3 tries; docs/agent.md)."""
+    try:
+        gc.collect()
+    except Exception as error:  # a destructor's failure is not the script's
+        log.debug("Stoker: collecting at exit failed: %s", error)
 
 
 def scalars(values: dict[str, Any]) -> dict[str, float]:
