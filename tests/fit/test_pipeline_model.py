@@ -295,3 +295,8 @@ def test_a_parallelism_below_what_the_stage_shows_between_two_reads_is_raised() 
     other = [dict(s, parallelism=1.0) for s in stages]
     with_parallelism_shown(other, [("Other", 0), ("MapAndBatch", 0)], 0.5)  # not the same
     assert other[1]["parallelism"] == 1.0
+    # num_parallel_calls=2, written by the user: a busy host's slower calls show no third thread
+    fixed = [{"name": "ParallelMapV2", "elements": 60, "ms_per_element": 100.0,
+              "parallelism": 2.0}]  # fmt: skip
+    with_parallelism_shown(fixed, [("ParallelMapV2", 30)], 1.0)
+    assert fixed[0]["parallelism"] == 2.0

@@ -361,12 +361,14 @@ def with_parallelism_shown(
     """`stages` with each parallelism at least the threads its work shows between two reads
     of the same iterator: elements made since `previous` (name, elements) over `elapsed_s`,
     at its time per element. tf.data's model reads one thread for a fused MapAndBatch under
-    AUTOTUNE that runs several, so its capacity read below the rate the run reached."""
+    AUTOTUNE that runs several, so its capacity read below the rate the run reached. A stage
+    whose parallelism the user fixed keeps it: its time per element includes waiting for a
+    CPU, which on a busy host would show more threads than it may run."""
     if not previous or elapsed_s <= 0 or [s["name"] for s in stages] != [n for n, _ in previous]:
         return stages
     for stage, (_, before) in zip(stages, previous, strict=True):
         made, ms = stage["elements"] - before, stage.get("ms_per_element")
-        if made <= 0 or not ms:
+        if made <= 0 or not ms or not str(stage.get("name", "")).endswith(AUTOTUNE_MARK):
             continue
         shown = made / elapsed_s * ms / 1000.0
         if (stage.get("parallelism") or 1.0) < _SHOWN * shown:
