@@ -170,7 +170,7 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
         assert "disk is full" in response.json()["detail"]
 
         # The disk rule judges the fuller disk: at a threshold the data directory's disk is
-        # well above, it fires on the database's own. The alert is a row too: a little room
+        # above, it fires on the database's own. The alert is a row too: a little room
         # is made for it first, the database's disk still nearly full (whether a full SQLite
         # file still takes a small write depends on what its last failed write left in the
         # write-ahead log). SQLite only: a PostgreSQL whose rows' disk is full refuses the
@@ -179,18 +179,21 @@ def test_full_disk_refuses_rows_keeps_reads_and_loses_nothing(
             assert _mount(small_disk, NEARLY_FULL, "remount")
             disk = server.get("/api/v1/disk")
             data_share = disk["free_bytes"] / disk["total_bytes"]
+            database_share = disk["database_free_bytes"] / disk["database_total_bytes"]
+            assert database_share < data_share, "this host's disk is as full as the test's"
             rule = next(
                 r for r in server.get("/api/v1/alert-rules")["data"] if r["builtin"] == "disk_low"
             )
-            changes = {"threshold": data_share / 2, "for_s": 0.0, "keep_firing_for_s": 0.0}
+            # Between the two: the data directory's disk (this host's) is above it, however
+            # full the host is, the database's below.
+            threshold = (database_share + data_share) / 2
+            changes = {"threshold": threshold, "for_s": 0.0, "keep_firing_for_s": 0.0}
             patched = httpx.patch(f"{server.url}/api/v1/alert-rules/{rule['id']}", json=changes)
             assert patched.status_code == 200, patched.text
             firing = wait_for(
                 lambda: server.get("/api/v1/alerts", rule_id=rule["id"], state="firing")["data"],
                 what="the disk alert on the database's disk",
             )[0]
-            database_share = disk["database_free_bytes"] / disk["database_total_bytes"]
-            assert database_share < data_share / 2
             assert firing["value"] == pytest.approx(database_share, abs=0.05)
 
         # Room again. An HTTP agent's batch stored says so, as a WebSocket one would.
