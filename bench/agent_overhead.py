@@ -12,13 +12,17 @@ one-epoch fits in four configurations, interleaved in a random order in every ro
                              are (below): what any callback's hooks cost, and the floor of
                              that timing
 each with `steps_per_execution` 1 and 32 (`--spe`). A timer callback (the same in every
-configuration) measures from step SKIP to the epoch's end: wall time per step, and CPU time
-per step by thread from /proc/self/task/*/schedstat (ns): the training thread, Stoker's own
-threads (sender, sampler, the WebSocket reader) and every other thread (TensorFlow's inter-op
-pool and tf.data threads, where the stamps' ops run). Figures are medians over rounds of the
-paired difference to the baseline of the same round, with the interquartile range (IQR)
-over rounds; the A/A row gives the same for two plain fits: a cost inside that range is not
-resolved by this run.
+configuration) measures from step SKIP and 1.5 s into the fit (WARM_S: after the agent's
+start, the sender's first flush, which is a cost of the fit and printed as such) to the
+epoch's end: wall time per step, and CPU time per step by thread from
+/proc/self/task/*/schedstat (ns): the training thread, Stoker's own threads (sender, sampler,
+the WebSocket reader) and every other thread (TensorFlow's inter-op pool and tf.data
+threads, where the stamps' ops run). Stoker's threads wake twice a second whatever the step
+rate, so their CPU is also printed a second; the price this machine puts on a wake is
+printed first (a VM's vCPU that sat idle resumes with cold caches). Figures are medians
+over rounds of the paired difference to the baseline of the same round, with the
+interquartile range (IQR) over rounds; the A/A row gives the same for two plain fits: a cost
+inside that range is not resolved by this run.
 
 Stoker's own time on the training thread is also timed directly (`time.thread_time_ns()`
 around its batch hooks), per step, beside the same timing of the empty callback's hooks: what
@@ -64,7 +68,10 @@ from tests.harness.support import ServerProcess
 from tests.harness.training_thread import steps_counter
 from trainer_agent import StokerCallback
 
-SKIP = 50  # steps before the timed window (tracing, warm-up, the agent's start)
+SKIP = 50  # steps before the timed window (tracing, warm-up)
+# Nor before this long into the fit: the agent's start (the sender's first flush, 1 s in, opens
+# the connection and sends the hello) is a cost of the fit, not of its steps (`Fits.startup_s`).
+WARM_S = 1.5
 CONFIGS = ("baseline", "baseline-again", "stoker", "tensorboard", "empty-callback")
 
 
@@ -90,20 +97,29 @@ MODELS = {
 
 
 class Timer(tf.keras.callbacks.Callback):
-    """Wall time and CPU time by thread per step, from step SKIP to the end of the epoch
-    (before Stoker's own epoch end, so its threads are still alive)."""
+    """Wall time and CPU time by thread per step, from the first step at or past SKIP and
+    WARM_S into the fit to the end of the epoch (before Stoker's own epoch end, so its threads
+    are still alive); and the CPU of Stoker's threads before that window: its start."""
 
     def __init__(self, steps_per_execution: int) -> None:
         super().__init__()
         self.spe = steps_per_execution
         self.wall_s = 0.0
         self.cpu_s: dict[str, float] = {}
+        self.stoker_per_s = 0.0  # Stoker's threads' CPU a second of the window
+        self.startup_s = 0.0  # Stoker's threads' CPU from the fit's start to the window's
+        self._began = 0.0
         self._start = 0.0
+        self._at_begin: dict[int, int] = {}
         self._threads: dict[int, int] = {}
         self._first = self._last = 0
 
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._began = time.perf_counter()
+        self._at_begin = thread_cpu_ns()
+
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        if self._first == 0 and batch >= SKIP:
+        if self._first == 0 and batch >= SKIP and time.perf_counter() - self._began >= WARM_S:
             self._first = batch
             self._start = time.perf_counter()
             self._threads = thread_cpu_ns()
@@ -111,9 +127,13 @@ class Timer(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         steps = self._last + self.spe - self._first
-        self.wall_s = (time.perf_counter() - self._start) / steps
-        used = by_class(self._threads, thread_cpu_ns(), stoker_thread_ids())
+        elapsed = time.perf_counter() - self._start
+        self.wall_s = elapsed / steps
+        stoker = stoker_thread_ids()
+        used = by_class(self._threads, thread_cpu_ns(), stoker)
         self.cpu_s = {kind: ns / 1e9 / steps for kind, ns in used.items()}
+        self.stoker_per_s = used["stoker"] / 1e9 / elapsed
+        self.startup_s = by_class(self._at_begin, self._threads, stoker)["stoker"] / 1e9
 
 
 class TimedCallback(StokerCallback):
@@ -187,6 +207,8 @@ class Fits:
     )
     own_s: list[float] = field(default_factory=list)
     empty_s: list[float] = field(default_factory=list)
+    stoker_per_s: list[float] = field(default_factory=list)
+    startup_s: list[float] = field(default_factory=list)
     calls_per_step = 0.0
 
 
@@ -217,7 +239,7 @@ def count_calls(keras_model: tf.keras.Model, ds: tf.data.Dataset, server: str) -
 
 
 def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, work: Path) -> Fits:
-    steps = max(SKIP + 10 * spe, int(seconds * 1e3 / model.step_ms)) // spe * spe
+    steps = max(SKIP + 10 * spe, int((WARM_S + seconds) * 1e3 / model.step_ms)) // spe * spe
     ds = dataset(model, steps)
     models = {config: make_model(model, spe) for config in CONFIGS}
     for config in CONFIGS:  # trace every model, warm up
@@ -232,6 +254,8 @@ def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, wo
             for kind in THREAD_CLASSES:
                 fits.cpu[config][kind].append(timer.cpu_s[kind])
             if config == "stoker":
+                fits.stoker_per_s.append(timer.stoker_per_s)
+                fits.startup_s.append(timer.startup_s)
                 fits.own_s.append(TimedCallback.spent_ns / 1e9 / max(1, TimedCallback.steps))
             elif config == "empty-callback":
                 fits.empty_s.append(TimedEmpty.spent_ns / 1e9 / max(1, TimedEmpty.steps))
@@ -273,6 +297,12 @@ def report(model: Model, spe: int, fits: Fits) -> None:
         f"{spread_us(total).strip()} µs/step against A/A {spread_us(noise).strip()} "
         "(target ≤ 30)"
     )
+    print(
+        f"Stoker's threads (sender, sampler): {statistics.median(fits.stoker_per_s) * 1e3:.1f} ms "
+        "of CPU a second of the window, whatever the step rate (their wakes: a flush and a "
+        f"sample a second); {statistics.median(fits.startup_s) * 1e3:.1f} ms in the fit's first "
+        f"{WARM_S:g} s (the connection and hello: a cost per fit, left out of the per-step figures)"
+    )
 
 
 def hooks_alone(server: str, steps: int = 20_000) -> float:
@@ -298,6 +328,25 @@ def hooks_alone(server: str, steps: int = 20_000) -> float:
         rounds.append((time.thread_time_ns() - started) / 1e9 / steps)
     callback.on_train_end()
     return statistics.median(rounds)
+
+
+def wake_penalty_us(asleep_s: float = 0.05, rounds: int = 30) -> tuple[float, float]:
+    """This machine's price for waking a thread: the CPU a sum of 1,000 floats takes on a
+    thread that just ran, and on one that slept `asleep_s` before it (medians). Stoker's
+    threads wake twice a second (a flush, a sample) and pay it at each wake; on this VM it
+    is most of their CPU."""
+    values = np.arange(1000.0)
+    hot, cold = [], []
+    for _ in range(rounds):
+        values.sum()
+        started = time.thread_time_ns()
+        values.sum()
+        hot.append(time.thread_time_ns() - started)
+        time.sleep(asleep_s)
+        started = time.thread_time_ns()
+        values.sum()
+        cold.append(time.thread_time_ns() - started)
+    return statistics.median(hot) / 1e3, statistics.median(cold) / 1e3
 
 
 def wrap_cost(server: str, calls: int = 20) -> tuple[float, float, int]:
@@ -349,6 +398,11 @@ def main() -> None:
     load = os.getloadavg()
     print(
         f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)"
+    )
+    hot, cold = wake_penalty_us()
+    print(
+        f"this machine's wake-up price: a sum of 1,000 floats takes {hot:.0f} µs of CPU on a "
+        f"thread that just ran, {cold:.0f} µs right after 50 ms asleep"
     )
     try:
         first, again, traced = wrap_cost(server.url)
