@@ -238,10 +238,20 @@ def count_calls(keras_model: tf.keras.Model, ds: tf.data.Dataset, server: str) -
     return counter.counter.calls / max(1, counter.steps)
 
 
+def fit_steps(keras_model: tf.keras.Model, model: Model, spe: int, seconds: float) -> int:
+    """Steps for a fit of about WARM_S + `seconds` here: timed on a plain fit (a step under
+    `steps_per_execution` takes a fraction of the model's nominal one)."""
+    guess = max(SKIP + 10 * spe, int(2e3 / model.step_ms)) // spe * spe
+    started = time.perf_counter()
+    keras_model.fit(dataset(model, guess), epochs=1, verbose=0)
+    keras_model.fit(dataset(model, guess), epochs=1, verbose=0)  # the first one traced
+    step_s = (time.perf_counter() - started) / 2 / guess
+    return max(SKIP + 10 * spe, int((WARM_S + seconds) / step_s)) // spe * spe
+
+
 def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, work: Path) -> Fits:
-    steps = max(SKIP + 10 * spe, int((WARM_S + seconds) * 1e3 / model.step_ms)) // spe * spe
-    ds = dataset(model, steps)
     models = {config: make_model(model, spe) for config in CONFIGS}
+    ds = dataset(model, fit_steps(models["baseline"], model, spe, seconds))
     for config in CONFIGS:  # trace every model, warm up
         run_fit(config, models[config], ds, spe, server, str(work / "tb"))
     fits = Fits()
@@ -303,6 +313,38 @@ def report(model: Model, spe: int, fits: Fits) -> None:
         f"sample a second); {statistics.median(fits.startup_s) * 1e3:.1f} ms in the fit's first "
         f"{WARM_S:g} s (the connection and hello: a cost per fit, left out of the per-step figures)"
     )
+
+
+def steady_threads(server: str, seconds: float = 20.0, after_s: float = 5.0) -> tuple[float, float]:
+    """Stoker's threads' CPU a second in one long fit of the small MLP, from `after_s` into
+    it to its end (a user's fit runs minutes: its first seconds carry the connection, the
+    hello and the first reads), and the fit's steps a second."""
+    model = MODELS["mlp"]
+    keras_model = make_model(model, 1)
+    steps = fit_steps(keras_model, model, 1, seconds)
+    marks: list[tuple[float, int, dict[int, int]]] = []
+    stoker: set[int] = set()
+
+    class Mark(tf.keras.callbacks.Callback):
+        began = 0.0
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            Mark.began = time.perf_counter()
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if not marks and time.perf_counter() - Mark.began >= after_s:
+                marks.append((time.perf_counter(), batch, thread_cpu_ns()))
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            marks.append((time.perf_counter(), steps, thread_cpu_ns()))
+            stoker.update(stoker_thread_ids())
+
+    callback = StokerCallback(run_name="bench-steady", server=server, sample_interval_s=1.0)
+    data = callback.wrap(dataset(model, steps))
+    keras_model.fit(data, epochs=1, callbacks=[Mark(), callback], verbose=0)
+    (t0, b0, cpu0), (t1, b1, cpu1) = marks
+    used = by_class(cpu0, cpu1, stoker)["stoker"] / 1e9
+    return used / (t1 - t0), (b1 - b0) / (t1 - t0)
 
 
 def hooks_alone(server: str, steps: int = 20_000) -> float:
@@ -415,6 +457,12 @@ def main() -> None:
             f"Stoker's batch hooks alone (recording each step, the ring read as in a fit, on "
             "the sender thread): "
             f"{hooks_alone(server.url) * 1e6:.2f} µs/step of CPU (target ≤ 20)"
+        )
+        per_s, rate = steady_threads(server.url)
+        print(
+            f"Stoker's threads in a long fit (small MLP, from 5 s in to its end, 20 s): "
+            f"{per_s * 1e3:.1f} ms of CPU a second at {rate:.0f} steps a second: "
+            f"{per_s / rate * 1e6:.1f} µs a step"
         )
         for name in args.models.split(","):
             for spe in (int(s) for s in args.spe.split(",")):
