@@ -139,3 +139,30 @@ def test_dispatched_steps_are_timed_on_the_device_timeline() -> None:
     assert [r.step for r in rows] == [3, 4]
     assert rows[0].start == 5.0 and rows[1].start + rows[1].dur == 7.5
     assert abs(rows[0].wait - 0.5) < 1e-9 and rows[1].wait == 0.0
+
+
+# Stoker's Python calls a step on the training thread of a JAX fit (calls into its code and
+# the calls its code makes): 19.0 with the executions matched to their device time on the
+# sender thread; 42.5 before, when each was matched on this thread as it closed.
+MAX_CALLS_PER_STEP_JAX = 22
+
+
+def test_stokers_python_calls_a_jax_step_stay_under_the_stated_count() -> None:
+    """CI guard, counted, never timed: the training thread hands each closed execution over
+    (one append); the sender thread matches it to its device time before each flush."""
+    import keras
+
+    from tests.harness.training_thread import steps_counter
+    from trainer_agent import StokerCallback
+
+    x = np.zeros((BATCH * 600, FEATURES), "float32")
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(4)])
+    model.compile("sgd", "mse")
+    for _ in range(2):  # the second fit is counted: the first traced the train function
+        counter = steps_counter(keras.callbacks.Callback, 50)
+        callback = StokerCallback(server="http://127.0.0.1:9")
+        model.fit(x, x[:, :4], batch_size=BATCH, callbacks=[counter, callback], verbose=0)
+    per_step = counter.counter.calls / counter.steps
+    print(f"Stoker's calls a step: {per_step:.2f} ({counter.counter.by_name.most_common(12)})")
+    assert counter.steps >= 500
+    assert per_step <= MAX_CALLS_PER_STEP_JAX

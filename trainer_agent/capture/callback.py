@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from typing import Any, Unpack
 
 from trainer_agent.capture.dataset_graph import DatasetNode, read_dataset
@@ -114,10 +115,13 @@ class StokerHooks:
         self._fetches_before_begin = False
         # JAX and PyTorch: when each execution's outputs were ready (its batch-end hook, which
         # Keras calls once the logs are converted), by its first step; and the executions
-        # closed before their device time was known.
+        # closed before their device time was known. JAX's are matched to it on the sender
+        # thread before each flush (as TensorFlow's stamps are), under this lock; the
+        # training thread only at an epoch's or the fit's end, or when the sender fell behind.
         self._done: dict[int, float] = {}
-        self._awaiting: list[Execution] = []
+        self._awaiting: deque[Execution] = deque()
         self._free_from: float | None = None
+        self._dispatched_lock = threading.Lock()
         self._guard = Guard(
             self,
             {name: None for name in GUARDED_HOOKS} | {"wrap": _unwrapped},
@@ -221,6 +225,7 @@ class StokerHooks:
         self._session.pipeline.describe(self._dataset_tree, stamped=False)
         session, profiler, boundary = self._session, self._session.profiler, self._boundary
         backend = keras_backend(self.model)
+        self._done, self._awaiting, self._free_from = {}, deque(), None
         self._stamps = None
         if self._wrapped and backend == "tensorflow":
             try:
@@ -232,6 +237,9 @@ class StokerHooks:
         if stamps is not None:
             # The ring is read and its stamps matched to the steps before each flush.
             session.sender.before_collect = functools.partial(stamps.resolve, blocking=False)
+        elif backend == "jax":
+            # The closed executions are matched to their device time before each flush.
+            session.sender.before_collect = functools.partial(self._resolve_for, session)
         sampler = session.sampler
         boundary.attach(
             self.model, (self.params or {}).get("steps"),
@@ -245,10 +253,11 @@ class StokerHooks:
         )  # fmt: skip
         if stamps is not None:
             boundary.hold_back(stamps.backlog(boundary.steps_per_execution))
+        elif backend == "jax":
+            boundary.hold_back((self._awaiting, DISPATCHED_HELD, self._resolve_overdue))
         # The profiler's step markers run only while a capture is asked for or runs.
         profiler.arm_with(boundary.arm(profiler.step_begin, profiler.step_end))
         self._fetches_before_begin = backend == "torch" and boundary.timing == "returns"
-        self._done, self._awaiting, self._free_from = {}, [], None
         self._epochs_done = 0
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
@@ -338,7 +347,7 @@ class StokerHooks:
     def _end_disabled_run(self, reason: str) -> None:
         # The steps still held here are dropped: the state that raised is not trusted.
         session, self._session = self._session, None
-        self._stamps, self._awaiting = None, []
+        self._stamps, self._awaiting = None, deque()
         if session is not None:
             session.sender.before_collect = None
         try:
@@ -366,8 +375,7 @@ class StokerHooks:
         if session is None:
             return
         if execution.fetched is not None:  # JAX: timed at each fetch in the train function
-            self._awaiting.append(execution)
-            self._resolve_dispatched(final=False)
+            self._awaiting.append(execution)  # matched on the sender thread (`_resolve_for`)
         elif self._fetches_before_begin:
             done = self._done.pop(execution.first_step, None)
             next_begin = execution.end if execution.closed_by_begin else None
@@ -382,17 +390,37 @@ class StokerHooks:
         else:
             self._record(split_execution(execution, None))
 
-    def _resolve_dispatched(self, *, final: bool) -> None:
+    def _resolve_for(self, session: RunSession) -> None:
+        """The sender thread, before each flush: the closed JAX executions of `session`'s fit
+        whose device time is known (none once that fit has ended: its end recorded them)."""
+        if self._session is session:
+            self._resolve_dispatched(final=False, blocking=False)
+
+    def _resolve_overdue(self) -> None:
+        """The training thread: the sender fell `DISPATCHED_HELD` executions behind."""
+        self._resolve_dispatched(final=False, blocking=False)
+
+    def _resolve_dispatched(self, *, final: bool, blocking: bool = True) -> None:
         """Record the closed JAX executions whose device time is known, in order. `final`
-        (the epoch's or fit's end: Keras has run every batch-end hook) records them all."""
-        while self._awaiting:
-            execution = self._awaiting[0]
+        (the epoch's or fit's end: Keras has run every batch-end hook) records them all.
+        `blocking=False` skips it while another thread resolves."""
+        if not self._dispatched_lock.acquire(blocking=blocking):
+            return
+        try:
+            self._resolve_dispatched_locked(final)
+        finally:
+            self._dispatched_lock.release()
+
+    def _resolve_dispatched_locked(self, final: bool) -> None:
+        awaiting = self._awaiting
+        while awaiting:
+            execution = awaiting[0]
             done = self._done.pop(execution.first_step, None)
             if done is None:
                 if not final:
                     return
                 done = execution.end
-            self._awaiting.pop(0)
+            awaiting.popleft()
             free_from = None if execution.epoch_start else self._free_from
             stamps = execution.fetched or []
             self._record(split_dispatched(execution, stamps, free_from, done))
@@ -417,6 +445,10 @@ class StokerHooks:
         session = self._session
         if session is not None:
             session.record_steps(rows)
+
+
+# JAX executions held for the sender thread before the training thread matches them itself.
+DISPATCHED_HELD = 8192
 
 
 class _FetchStamps:
