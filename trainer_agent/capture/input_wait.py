@@ -60,7 +60,7 @@ class Execution:
     closed_by_begin: bool = False
 
 
-@dataclass
+@dataclass(slots=True)  # one per step, made on the sender thread: slots make it cheaper
 class StepRow:
     step: int
     start: float
@@ -81,6 +81,9 @@ def batch_size_of(element: Any) -> int | None:
         return int(shape[0]) if shape is not None and len(shape) > 0 else None
     except (TypeError, ValueError):
         return None
+
+
+_new_tuple = tuple.__new__
 
 
 class StampTable:
@@ -113,10 +116,14 @@ class StampTable:
         if i is None:
             return None
         requested, ts, _, _, batch = self._rows[i]
-        return Stamp(
-            ts,
-            int(batch) if batch >= 0 else None,
-            None if requested != requested else requested,  # NaN: not known
+        # `tuple.__new__` makes the `Stamp` without its Python-level `__new__` (one a step).
+        return _new_tuple(
+            Stamp,
+            (
+                ts,
+                int(batch) if batch >= 0 else None,
+                None if requested != requested else requested,  # NaN: not known
+            ),
         )
 
     def first_stamps(self) -> dict[int, float]:
@@ -301,6 +308,9 @@ class WaitResolver:
             stamp = stamps.get((self._generation, first))
             return None if stamp is None else [stamp]
         taken = [stamps.get((self._generation, first + j)) for j in range(n)]
+        if None not in taken:  # every stamp held: the common case
+            self._next_index += n
+            return taken  # type: ignore[return-value]
         present = sum(1 for _ in itertools.takewhile(lambda s: s is not None, taken))
         if 0 < present < n and all(s is None for s in taken[present:]):
             execution.n = n = present
