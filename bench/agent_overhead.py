@@ -101,9 +101,10 @@ class Timer(tf.keras.callbacks.Callback):
     WARM_S into the fit to the end of the epoch (before Stoker's own epoch end, so its threads
     are still alive); and the CPU of Stoker's threads before that window: its start."""
 
-    def __init__(self, steps_per_execution: int) -> None:
+    def __init__(self, steps_per_execution: int, warm_s: float = WARM_S) -> None:
         super().__init__()
         self.spe = steps_per_execution
+        self.warm_s = warm_s
         self.wall_s = 0.0
         self.cpu_s: dict[str, float] = {}
         self.stoker_per_s = 0.0  # Stoker's threads' CPU a second of the window
@@ -119,7 +120,7 @@ class Timer(tf.keras.callbacks.Callback):
         self._at_begin = thread_cpu_ns()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        if self._first == 0 and batch >= SKIP and time.perf_counter() - self._began >= WARM_S:
+        if self._first == 0 and batch >= SKIP and time.perf_counter() - self._began >= self.warm_s:
             self._first = batch
             self._start = time.perf_counter()
             self._threads = thread_cpu_ns()
@@ -322,29 +323,11 @@ def steady_threads(server: str, seconds: float = 20.0, after_s: float = 5.0) -> 
     model = MODELS["mlp"]
     keras_model = make_model(model, 1)
     steps = fit_steps(keras_model, model, 1, seconds)
-    marks: list[tuple[float, int, dict[int, int]]] = []
-    stoker: set[int] = set()
-
-    class Mark(tf.keras.callbacks.Callback):
-        began = 0.0
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            Mark.began = time.perf_counter()
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            if not marks and time.perf_counter() - Mark.began >= after_s:
-                marks.append((time.perf_counter(), batch, thread_cpu_ns()))
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            marks.append((time.perf_counter(), steps, thread_cpu_ns()))
-            stoker.update(stoker_thread_ids())
-
+    timer = Timer(1, warm_s=after_s)
     callback = StokerCallback(run_name="bench-steady", server=server, sample_interval_s=1.0)
     data = callback.wrap(dataset(model, steps))
-    keras_model.fit(data, epochs=1, callbacks=[Mark(), callback], verbose=0)
-    (t0, b0, cpu0), (t1, b1, cpu1) = marks
-    used = by_class(cpu0, cpu1, stoker)["stoker"] / 1e9
-    return used / (t1 - t0), (b1 - b0) / (t1 - t0)
+    keras_model.fit(data, epochs=1, callbacks=[timer, callback], verbose=0)
+    return timer.stoker_per_s, 1 / timer.wall_s
 
 
 def hooks_alone(server: str, steps: int = 20_000) -> float:
