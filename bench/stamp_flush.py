@@ -56,12 +56,7 @@ def main() -> None:
         ]  # fmt: skip
         started = time.process_time()
         stamps = ring.read(time.time() - time.perf_counter(), after=resolver.cursor)
-        recorder.steps.extend(
-            [
-                (row.step, row.start, row.dur, row.wait, row.batch_size)
-                for row in resolver.resolve(executions, stamps)
-            ]
-        )
+        recorder.steps.extend(resolver.resolve(executions, stamps))
         return (time.process_time() - started) / per_read
 
     flush(0)

@@ -40,6 +40,14 @@ def _table(ring: Any) -> Any:
     return ring.read(time.time() - time.perf_counter())
 
 
+def _stamp(table: Any, key: tuple[int, int]) -> Any:
+    """The stamp at `key`, its fields by name (the table hands out plain tuples)."""
+    from trainer_agent.capture.input_wait import Stamp
+
+    fields = table.get(key)
+    return None if fields is None else Stamp(*fields)
+
+
 @tf.function
 def _fetch(iterator: Any) -> Any:
     return next(iterator)
@@ -58,7 +66,7 @@ def test_stamped_iterator_yields_the_same_elements_with_the_same_spec() -> None:
         (a, b), (c, d) = _fetch(plain), _fetch(stamped)
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
-    stamps = [_table(ring).get((1, i)) for i in range(3)]
+    stamps = [_stamp(_table(ring), (1, i)) for i in range(3)]
     assert all(s is not None and s.batch_size == 2 for s in stamps)
 
 
@@ -76,7 +84,7 @@ def test_stamps_measure_how_long_each_fetch_blocked() -> None:
         blocked.append(time.perf_counter() - asked)
     table = _table(ring)
     for index in range(1, 6):
-        stamp = table.get((1, index))
+        stamp = _stamp(table, (1, index))
         assert stamp is not None and stamp.requested is not None
         wait = stamp.ts - stamp.requested
         # Measured inside the call: never longer than it, and most of the injected delay.
@@ -99,7 +107,7 @@ def test_prefetched_elements_wait_nothing_and_each_iterator_is_a_generation() ->
     table = _table(ring)
     assert sorted(table.first_stamps()) == [1, 2]
     for index in range(1, 5):
-        stamp = table.get((2, index))
+        stamp = _stamp(table, (2, index))
         assert stamp is not None and stamp.requested is not None
         assert stamp.ts - stamp.requested < DELAY_S / 2  # not the production time
     assert table.get((2, 4)) is not None and table.get((2, 5)) is None

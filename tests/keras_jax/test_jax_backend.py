@@ -123,15 +123,19 @@ def test_monitor_times_a_plain_jax_loop(jax_server: ServerProcess) -> None:
 def test_dispatched_steps_are_timed_on_the_device_timeline() -> None:
     """A host that ran ahead (JAX's asynchronous dispatch): the calls returned at once, the
     outputs were ready later. Rows follow the device; only its idle time is waiting."""
-    from trainer_agent.capture.input_wait import Execution, Stamp, split_dispatched
+    from trainer_agent.capture import input_wait
+    from trainer_agent.capture.input_wait import Execution, Stamp, StepRow
+
+    def split_dispatched(*args: Any) -> list[StepRow]:  # rows by field name
+        return [StepRow(*row) for row in input_wait.split_dispatched(*args)]
 
     # Step 1 was asked for at 1.0 and handed over at 1.5, while the device still computed
     # step 0 until 2.0: no wait. Step 2's batch came at 4.0, the device free since 3.0.
     one = Execution(first_step=1, n=1, begin=1.0, end=1.6, epoch_start=False, returned=1.55)
-    (row,) = split_dispatched(one, [Stamp(1.5, 16, 1.0)], free_from=2.0, done=3.0)
+    (row,) = split_dispatched(one, [Stamp(1.5, 16, 1.0)], 2.0, 3.0)
     assert (row.start, row.dur, row.wait) == (2.0, 1.0, 0.0)
     two = Execution(first_step=2, n=1, begin=1.6, end=4.1, epoch_start=False, returned=4.05)
-    (row,) = split_dispatched(two, [Stamp(4.0, 16, 1.6)], free_from=3.0, done=5.0)
+    (row,) = split_dispatched(two, [Stamp(4.0, 16, 1.6)], 3.0, 5.0)
     assert (row.start, row.dur, row.wait) == (3.0, 2.0, 1.0)
     # Two steps in one execution: the chain is solved so that it ends when it was done.
     both = Execution(first_step=3, n=2, begin=5.0, end=5.2, epoch_start=False)

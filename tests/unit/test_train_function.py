@@ -117,7 +117,7 @@ def test_jax_wrapper_and_its_fetch_timer_stay_under_the_stated_calls_per_step(
 
 
 def test_jax_fetches_recorded_as_tuples_resolve_into_step_rows() -> None:
-    from trainer_agent.capture.input_wait import Execution, split_dispatched
+    from trainer_agent.capture.input_wait import Execution, StepRow, split_dispatched
 
     fetched: list[Any] = []
 
@@ -129,6 +129,9 @@ def test_jax_fetches_recorded_as_tuples_resolve_into_step_rows() -> None:
     wrapped = train_function._jax_wrapper(keras_train_function, lambda now, s: fetched.append(s))
     wrapped(None, _Batches())
     execution = Execution(0, 2, begin=fetched[0][0][2], end=fetched[0][1][0], epoch_start=False)
-    rows = split_dispatched(execution, fetched[0], None, done=fetched[0][1][0] + 0.01)
+    rows = [
+        StepRow(*row)
+        for row in split_dispatched(execution, fetched[0], None, done=fetched[0][1][0] + 0.01)
+    ]
     assert [r.step for r in rows] == [0, 1] and [r.batch_size for r in rows] == [32, 32]
     assert all(r.wait is not None and r.wait >= 0 for r in rows)

@@ -14,7 +14,7 @@ from trainer_agent.capture.fit_stamps import FitStamps
 from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.capture.input_wait import (
     Execution,
-    StepRow,
+    Row,
     split_dispatched,
     split_execution,
 )
@@ -441,7 +441,7 @@ class StokerHooks:
         if shortfall:
             self._boundary.shorten(shortfall)
 
-    def _record(self, rows: list[StepRow]) -> None:
+    def _record(self, rows: list[Row]) -> None:
         session = self._session
         if session is not None:
             session.record_steps(rows)
@@ -516,17 +516,17 @@ _last_wrapped = _LastWrapped()
 
 def _fetched_before_begin(
     execution: Execution, next_begin: float | None, done: float | None
-) -> list[StepRow]:
+) -> list[Row]:
     """PyTorch: Keras's epoch iterator fetches the next batches between a train-function call's
     return and the next batch-begin; the device idled for them from when it finished (`done`,
     if known by then, else the return) to that begin. The wait lies in the last step of
     `execution`. Closed otherwise (validation, the epoch's end), no fetch followed."""
     rows = split_execution(execution, None)
     if next_begin is not None and execution.returned is not None:
-        for row in rows:
-            row.wait = 0.0
         free = execution.returned if done is None else max(done, execution.returned)
-        rows[-1].wait = min(rows[-1].dur, max(0.0, next_begin - free))
+        rows = [(step, start, dur, 0.0, size) for step, start, dur, _, size in rows]
+        step, start, dur, _, size = rows[-1]
+        rows[-1] = (step, start, dur, min(dur, max(0.0, next_begin - free)), size)
     return rows
 
 

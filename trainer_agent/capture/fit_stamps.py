@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 from trainer_agent.capture.input_wait import (
     Execution,
+    Row,
     StampTable,
-    StepRow,
     WaitResolver,
     split_execution,
 )
@@ -42,7 +42,7 @@ class FitStamps:
     def __init__(
         self,
         ring: StampRing,
-        record: Callable[[list[StepRow]], None],
+        record: Callable[[list[Row]], None],
         batch_hint: int | None = None,
     ) -> None:
         self.ring = ring

@@ -30,12 +30,22 @@ CALL_PATHS_KEPT = 15
 
 
 class Stamp(NamedTuple):
-    """One fetch. A tuple, so a fetch timed in Python (`train_function.FetchTimer`) is
-    recorded as a plain `(ts, batch_size, requested)` tuple, with no object made per step."""
+    """One fetch's stamp, its fields by name. What the matching makes and passes is the same
+    fields as a plain tuple (`Fetch`), and what it returns plain `Row`s, not these classes:
+    Python's cyclic GC stops tracking a plain tuple of numbers at its first collection, but
+    tracks an instance of any class (a NamedTuple's included) for its life. Thousands of
+    those alive at once on the sender thread (a second of steps) were carried into the
+    oldest generation, and every few seconds a full collection of the process's ~300,000
+    TensorFlow objects stalled whichever thread triggered it for ~130 ms, the training
+    thread as often as not (bench/LOG.md, "Issue 37, fourth pass")."""
 
     ts: float  # perf_counter seconds: the element was handed over to the consumer
     batch_size: int | None
     requested: float | None = None  # perf_counter seconds: the consumer asked for it
+
+
+# A `Stamp`'s fields as a plain tuple: (ts, batch_size, requested).
+Fetch = tuple[float, int | None, float | None]
 
 
 @dataclass(slots=True)  # one is made at every batch-begin: slots make it cheaper
@@ -55,18 +65,24 @@ class Execution:
     returned: float | None = None
     # The stamps of the batches the train function fetched itself, timed around each
     # `next()` in Python (JAX: `train_function.FetchTimer`); None where the ring times them.
-    fetched: list["Stamp"] | None = None
+    fetched: list[Fetch] | None = None
     # Closed by the next batch-begin (not by validation or an epoch's or the fit's end).
     closed_by_begin: bool = False
 
 
-@dataclass(slots=True)  # one per step, made on the sender thread: slots make it cheaper
-class StepRow:
+class StepRow(NamedTuple):
+    """One step's row, its fields by name (tests, readers); the matching returns the same
+    fields as a plain tuple (`Row`: see `Stamp` for why)."""
+
     step: int
-    start: float
+    start: float  # perf_counter seconds
     dur: float
     wait: float | None
     batch_size: int | None
+
+
+# A `StepRow`'s fields as a plain tuple: (step, start, dur, wait, batch_size).
+Row = tuple[int, float, float, float | None, int | None]
 
 
 def batch_size_of(element: Any) -> int | None:
@@ -83,56 +99,45 @@ def batch_size_of(element: Any) -> int | None:
         return None
 
 
-_new_tuple = tuple.__new__
-
-
 class StampTable:
-    """Stamps keyed by (generation, index); rows become `Stamp`s only when asked for."""
+    """Stamps keyed by (generation, index), kept as columns of plain floats (one list each,
+    not one per row); a row becomes a `Fetch` only when asked for."""
 
     def __init__(self, rows: Any) -> None:
         # Plain floats: reading NumPy scalars one by one costs more than this one conversion.
-        self._rows = rows.tolist()
-        self._position = {(int(row[_GEN]), int(row[_INDEX])): i for i, row in enumerate(self._rows)}
+        columns = rows.T.tolist() if len(rows) else [[] for _ in range(5)]
+        self._requested, self._ts, self._batch = columns[_REQ], columns[_TS], columns[_BATCH]
+        self._position = {
+            (int(gen), int(index)): i
+            for i, (gen, index) in enumerate(zip(columns[_GEN], columns[_INDEX], strict=True))
+        }
 
     @classmethod
     def of(cls, stamps: dict[tuple[int, int], Stamp]) -> "StampTable":
         """A table from plain stamps (tests, and callers without TensorFlow)."""
         table = cls.__new__(cls)
-        table._rows = [
-            (
-                float("nan") if s.requested is None else s.requested,
-                s.ts,
-                gen,
-                index,
-                -1 if s.batch_size is None else s.batch_size,
-            )
-            for (gen, index), s in stamps.items()
+        table._requested = [
+            float("nan") if s.requested is None else s.requested for s in stamps.values()
         ]
+        table._ts = [s.ts for s in stamps.values()]
+        table._batch = [-1 if s.batch_size is None else s.batch_size for s in stamps.values()]
         table._position = {key: i for i, key in enumerate(stamps)}
         return table
 
-    def get(self, key: tuple[int, int]) -> Stamp | None:
+    def get(self, key: tuple[int, int]) -> Fetch | None:
         i = self._position.get(key)
         if i is None:
             return None
-        requested, ts, _, _, batch = self._rows[i]
-        # `tuple.__new__` makes the `Stamp` without its Python-level `__new__` (one a step).
-        return _new_tuple(
-            Stamp,
-            (
-                ts,
-                int(batch) if batch >= 0 else None,
-                None if requested != requested else requested,  # NaN: not known
-            ),
+        requested, batch = self._requested[i], self._batch[i]
+        return (
+            self._ts[i],
+            int(batch) if batch >= 0 else None,
+            None if requested != requested else requested,  # NaN: not known
         )
 
     def first_stamps(self) -> dict[int, float]:
         """Generation → ready time of its first element, for the generations still held."""
-        return {
-            gen: float(self._rows[i][_TS])
-            for (gen, index), i in self._position.items()
-            if index == 0
-        }
+        return {gen: self._ts[i] for (gen, index), i in self._position.items() if index == 0}
 
 
 def _solve_compute_s(begin: float, end: float, ready: Sequence[float]) -> float:
@@ -150,18 +155,18 @@ def _solve_compute_s(begin: float, end: float, ready: Sequence[float]) -> float:
     return max(0.0, c)
 
 
-def call_path_s(execution: Execution, stamps: Sequence[Stamp]) -> float | None:
+def call_path_s(execution: Execution, stamps: Sequence[Fetch]) -> float | None:
     """The time from the execution's begin (the batch-begin hook) to its first request: the
     train function's call path, when the step asked for its own element."""
-    first = stamps[0].requested if stamps else None
+    first = stamps[0][2] if stamps else None
     if first is None or first < execution.begin:  # pulled ahead (a device prefetch)
         return None
     return first - execution.begin
 
 
 def split_execution(
-    execution: Execution, stamps: Sequence[Stamp] | None, return_path_s: float | None = None
-) -> list[StepRow]:
+    execution: Execution, stamps: Sequence[Fetch] | None, return_path_s: float | None = None
+) -> list[Row]:
     """The execution's steps as rows, with waits when every element's stamp is known.
 
     One step (N = 1) waited from its request, or the begin if later, to the hand-over.
@@ -180,16 +185,14 @@ def split_execution(
     """
     n, begin, end = execution.n, execution.begin, execution.end
     if n == 1 and stamps and execution.count_wait:  # the common case, without the chain
-        stamp = stamps[0]
-        idle_from = begin if stamp.requested is None else max(begin, stamp.requested)
-        wait = max(0.0, stamp.ts - idle_from)
-        return [StepRow(execution.first_step, begin, end - begin, wait, stamp.batch_size)]
+        ts, batch_size, requested = stamps[0]
+        idle_from = begin if requested is None else max(begin, requested)
+        return [(execution.first_step, begin, end - begin, max(0.0, ts - idle_from), batch_size)]
     if stamps is None or not execution.count_wait:
         each = (end - begin) / n
-        sizes = [s.batch_size for s in stamps] if stamps else [None] * n
+        sizes = [s[1] for s in stamps] if stamps else [None] * n
         return [
-            StepRow(execution.first_step + j, begin + j * each, each, None, sizes[j])
-            for j in range(n)
+            (execution.first_step + j, begin + j * each, each, None, sizes[j]) for j in range(n)
         ]
     compute = 0.0
     if n > 1:
@@ -198,23 +201,23 @@ def split_execution(
         # to the batch-end hook) follows the last step's compute once per call: no step's
         # compute. Solved into c, it counted N - 1 times too often, each time as wait missed.
         path = call_path_s(execution, stamps) if return_path_s is None else return_path_s
-        last = max(begin, stamps[-1].ts)
+        last = max(begin, stamps[-1][0])
         compute_end -= min(path or 0.0, max(0.0, compute_end - last))
-        compute = _solve_compute_s(begin, compute_end, [s.ts for s in stamps])
-    rows = []
+        compute = _solve_compute_s(begin, compute_end, [s[0] for s in stamps])
+    rows: list[Row] = []
     t = begin  # when the previous step's compute ended: this step's start
-    for j, stamp in enumerate(stamps):
-        idle_from = t if stamp.requested is None else max(t, stamp.requested)
-        wait = max(0.0, stamp.ts - idle_from)
-        step_end = end if j == n - 1 else max(t, stamp.ts) + compute
-        rows.append(StepRow(execution.first_step + j, t, step_end - t, wait, stamp.batch_size))
+    first = execution.first_step
+    for j, (ts, batch_size, requested) in enumerate(stamps):
+        idle_from = t if requested is None else max(t, requested)
+        step_end = end if j == n - 1 else max(t, ts) + compute
+        rows.append((first + j, t, step_end - t, max(0.0, ts - idle_from), batch_size))
         t = step_end
     return rows
 
 
 def split_dispatched(
-    execution: Execution, stamps: Sequence[Stamp], free_from: float | None, done: float
-) -> list[StepRow]:
+    execution: Execution, stamps: Sequence[Fetch], free_from: float | None, done: float
+) -> list[Row]:
     """The execution's steps when the backend dispatches asynchronously (JAX): the train
     function returns before the device has computed, the host may run steps ahead, and the
     next batch is fetched while the device still computes.
@@ -241,11 +244,12 @@ def split_dispatched(
     total, waited = end - start, sum(waits)
     scale = min(1.0, total / waited) if waited > 0 else 1.0
     rest = (total - waited * scale) / n
-    rows, t = [], start
+    rows: list[Row] = []
+    t = start
     for j, (stamp, wait) in enumerate(zip(stamps, waits, strict=True)):
         dur = wait * scale + rest if j < n - 1 else end - t
         shown = wait * scale if execution.count_wait else None
-        rows.append(StepRow(execution.first_step + j, t, dur, shown, stamp[1]))
+        rows.append((execution.first_step + j, t, dur, shown, stamp[1]))
         t += dur
     return rows
 
@@ -264,9 +268,9 @@ class WaitResolver:
         """(generation, index) of the next element to match; None before the first."""
         return None if self._generation is None else (self._generation, self._next_index)
 
-    def resolve(self, executions: Sequence[Execution], stamps: StampTable) -> list[StepRow]:
+    def resolve(self, executions: Sequence[Execution], stamps: StampTable) -> list[Row]:
         firsts = stamps.first_stamps()
-        rows: list[StepRow] = []
+        rows: list[Row] = []
         for execution in executions:
             if execution.epoch_start:
                 self._maybe_switch_iterator(execution, firsts)
@@ -293,7 +297,7 @@ class WaitResolver:
             self._generation = max(candidates)[1]
             self._next_index = 0
 
-    def _take(self, execution: Execution, stamps: StampTable) -> list[Stamp] | None:
+    def _take(self, execution: Execution, stamps: StampTable) -> Sequence[Fetch] | None:
         """The stamps of the elements `execution` consumed, in order; None if not all known.
 
         An execution of N > 1 steps that ran out of data after k elements (the last of an
@@ -306,7 +310,7 @@ class WaitResolver:
         if n == 1:  # one step per call: its element, if its stamp is still held
             self._next_index = first + 1
             stamp = stamps.get((self._generation, first))
-            return None if stamp is None else [stamp]
+            return None if stamp is None else (stamp,)
         taken = [stamps.get((self._generation, first + j)) for j in range(n)]
         if None not in taken:  # every stamp held: the common case
             self._next_index += n

@@ -6,6 +6,7 @@ wedged sender), each buffer stops growing at its cap and counts what it drops.
 """
 
 import threading
+from operator import itemgetter
 from typing import Any
 
 # Wire sections (docs/protocol.md) and their columns, in order.
@@ -72,7 +73,10 @@ class ColumnBuffer:
             if not self._rows:
                 return None
             rows, self._rows = self._rows, []
-        columns = dict(zip(self._names, map(list, zip(*rows, strict=True)), strict=True))
+        # One column at a time: `zip(*rows)` would hold an iterator per row, thousands of
+        # objects Python's cyclic GC tracks, alive at once (trainer_agent/capture/input_wait.py,
+        # `Stamp`, says what that costs).
+        columns = {name: list(map(itemgetter(i), rows)) for i, name in enumerate(self._names)}
         required = REQUIRED[self.section]
         for name in self._names:
             if name not in required and columns[name].count(None) == len(rows):

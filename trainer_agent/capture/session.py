@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from trainer_agent.capture.input_wait import StepRow
+from trainer_agent.capture.input_wait import Row
 from trainer_agent.capture.pipeline_model import PipelineSource
 from trainer_agent.capture.recorder import Recorder
 from trainer_agent.config import AgentConfig
@@ -255,7 +255,7 @@ class RunSession:
         if tell_sampler and self.sampler is not None:  # GPM windows line up with long steps
             self.sampler.step_ended(duration_s)
 
-    def record_steps(self, rows: list[StepRow]) -> None:
+    def record_steps(self, rows: list[Row]) -> None:
         """`record_step` for many steps resolved together (a fit's, on the sender thread before
         each flush): one lock. The sampler learns of long steps from the fit's step boundary
         as they end (`StepBoundary`), not from here."""
@@ -263,13 +263,13 @@ class RunSession:
             return
         offset = self._wall_offset_s
         self.recorder.steps.extend(
-            [(r.step, r.start + offset, r.dur, r.wait, r.batch_size) for r in rows]
+            [(step, start + offset, dur, wait, size) for step, start, dur, wait, size in rows]
         )
-        self._recent_step_s.extend([r.dur for r in rows[-BASELINE_STEPS:]])
+        self._recent_step_s.extend([row[2] for row in rows[-BASELINE_STEPS:]])
         listener = self.step_listener
         if listener is not None:
-            for r in rows:
-                listener(r.step, r.start, r.dur, r.wait, r.batch_size)
+            for row in rows:
+                listener(*row)
 
     def record_metric(self, step: int, name: str, value: float | None) -> None:
         self.recorder.metrics.append(step, name[:100], value)

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable, Sized
 from typing import Any
 
-from trainer_agent.capture.input_wait import Execution, Stamp
+from trainer_agent.capture.input_wait import Execution, Fetch
 from trainer_agent.capture.train_function import (
     IteratorWatcher,
     Stamper,
@@ -209,7 +209,7 @@ class StepBoundary:
             for ended in self._ended:
                 ended(step, logs)
 
-    def call_returned(self, now: float, fetched: list[Stamp] | None) -> None:
+    def call_returned(self, now: float, fetched: list[Fetch] | None) -> None:
         """Training thread, JAX and PyTorch: a train-function call returned at `now`, having
         fetched `fetched` (JAX; PyTorch's epoch iterator fetched before the batch-begin)."""
         try:

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from trainer_agent.capture.input_wait import Stamp, batch_size_of
+from trainer_agent.capture.input_wait import Fetch, batch_size_of
 
 log = logging.getLogger("trainer_agent")
 
@@ -58,7 +58,7 @@ class Stamper(Protocol):
 
 # Called on the training thread when a train-function call returned: (when, the stamps of
 # the batches it fetched itself or None where the backend fetches elsewhere).
-ReturnedCallback = Callable[[float, list[Stamp] | None], None]
+ReturnedCallback = Callable[[float, list[Fetch] | None], None]
 
 
 class FetchTimer:
