@@ -6,16 +6,15 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from typing import Any, Unpack
 
 from trainer_agent.capture.dataset_graph import DatasetNode, read_dataset
+from trainer_agent.capture.dispatched import DispatchedSteps
 from trainer_agent.capture.fit_stamps import FitStamps
 from trainer_agent.capture.guard import DISABLED_STATUS, Guard, end_in_background
 from trainer_agent.capture.input_wait import (
     Execution,
     Row,
-    split_dispatched,
     split_execution,
 )
 from trainer_agent.capture.job import job_rank, job_run_key
@@ -114,14 +113,10 @@ class StokerHooks:
         # PyTorch: the epoch iterator fetches between a call's return and the next begin.
         self._fetches_before_begin = False
         # JAX and PyTorch: when each execution's outputs were ready (its batch-end hook, which
-        # Keras calls once the logs are converted), by its first step; and the executions
-        # closed before their device time was known. JAX's are matched to it on the sender
-        # thread before each flush (as TensorFlow's stamps are), under this lock; the
-        # training thread only at an epoch's or the fit's end, or when the sender fell behind.
+        # Keras calls once the logs are converted), by its first step. JAX's executions wait
+        # for that time in the fit's `DispatchedSteps`, matched to it on the sender thread.
         self._done: dict[int, float] = {}
-        self._awaiting: deque[Execution] = deque()
-        self._free_from: float | None = None
-        self._dispatched_lock = threading.Lock()
+        self._dispatched: DispatchedSteps | None = None
         self._guard = Guard(
             self,
             {name: None for name in GUARDED_HOOKS} | {"wrap": _unwrapped},
@@ -225,7 +220,7 @@ class StokerHooks:
         self._session.pipeline.describe(self._dataset_tree, stamped=False)
         session, profiler, boundary = self._session, self._session.profiler, self._boundary
         backend = keras_backend(self.model)
-        self._done, self._awaiting, self._free_from = {}, deque(), None
+        self._done, self._dispatched = {}, None
         self._stamps = None
         if self._wrapped and backend == "tensorflow":
             try:
@@ -239,7 +234,8 @@ class StokerHooks:
             session.sender.before_collect = functools.partial(stamps.resolve, blocking=False)
         elif backend == "jax":
             # The closed executions are matched to their device time before each flush.
-            session.sender.before_collect = functools.partial(self._resolve_for, session)
+            self._dispatched = DispatchedSteps(self._done, session.record_steps)
+            session.sender.before_collect = self._dispatched.before_flush
         sampler = session.sampler
         boundary.attach(
             self.model, (self.params or {}).get("steps"),
@@ -253,8 +249,8 @@ class StokerHooks:
         )  # fmt: skip
         if stamps is not None:
             boundary.hold_back(stamps.backlog(boundary.steps_per_execution))
-        elif backend == "jax":
-            boundary.hold_back((self._awaiting, DISPATCHED_HELD, self._resolve_overdue))
+        elif self._dispatched is not None:
+            boundary.hold_back(self._dispatched.backlog())
         # The profiler's step markers run only while a capture is asked for or runs.
         profiler.arm_with(boundary.arm(profiler.step_begin, profiler.step_end))
         self._fetches_before_begin = backend == "torch" and boundary.timing == "returns"
@@ -309,7 +305,7 @@ class StokerHooks:
         try:
             self._boundary.close(time.perf_counter())
             self._renumber_short_calls()
-            self._resolve_dispatched(final=True)
+            self._resolve_dispatched()
             self._epochs_done = epoch + 1
             if self._session is not None and logs:
                 metrics = scalars(logs)
@@ -324,7 +320,7 @@ class StokerHooks:
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         try:
             self._boundary.close(time.perf_counter())
-            self._resolve_dispatched(final=True)
+            self._resolve_dispatched()
             # The calls still to be matched to their stamps are, by the sender, before the
             # run's last records are sent.
             session, self._session = self._session, None
@@ -347,7 +343,7 @@ class StokerHooks:
     def _end_disabled_run(self, reason: str) -> None:
         # The steps still held here are dropped: the state that raised is not trusted.
         session, self._session = self._session, None
-        self._stamps, self._awaiting = None, deque()
+        self._stamps = self._dispatched = None
         if session is not None:
             session.sender.before_collect = None
         try:
@@ -363,7 +359,7 @@ class StokerHooks:
         try:
             if self._stamps is not None:
                 self._stamps.resolve()
-            self._resolve_dispatched(final=True)
+            self._resolve_dispatched()
         finally:
             self._release_fit()
 
@@ -374,8 +370,9 @@ class StokerHooks:
         session = self._session
         if session is None:
             return
-        if execution.fetched is not None:  # JAX: timed at each fetch in the train function
-            self._awaiting.append(execution)  # matched on the sender thread (`_resolve_for`)
+        dispatched = self._dispatched
+        if execution.fetched is not None and dispatched is not None:
+            dispatched.closed(execution)  # JAX: matched to its device time on the sender thread
         elif self._fetches_before_begin:
             done = self._done.pop(execution.first_step, None)
             next_begin = execution.end if execution.closed_by_begin else None
@@ -390,43 +387,11 @@ class StokerHooks:
         else:
             self._record(split_execution(execution, None))
 
-    def _resolve_for(self, session: RunSession) -> None:
-        """The sender thread, before each flush: the closed JAX executions of `session`'s fit
-        whose device time is known (none once that fit has ended: its end recorded them)."""
-        if self._session is session:
-            self._resolve_dispatched(final=False, blocking=False)
-
-    def _resolve_overdue(self) -> None:
-        """The training thread: the sender fell `DISPATCHED_HELD` executions behind."""
-        self._resolve_dispatched(final=False, blocking=False)
-
-    def _resolve_dispatched(self, *, final: bool, blocking: bool = True) -> None:
-        """Record the closed JAX executions whose device time is known, in order. `final`
-        (the epoch's or fit's end: Keras has run every batch-end hook) records them all.
-        `blocking=False` skips it while another thread resolves."""
-        if not self._dispatched_lock.acquire(blocking=blocking):
-            return
-        try:
-            self._resolve_dispatched_locked(final)
-        finally:
-            self._dispatched_lock.release()
-
-    def _resolve_dispatched_locked(self, final: bool) -> None:
-        awaiting = self._awaiting
-        while awaiting:
-            execution = awaiting[0]
-            done = self._done.pop(execution.first_step, None)
-            if done is None:
-                if not final:
-                    return
-                done = execution.end
-            awaiting.popleft()
-            free_from = None if execution.epoch_start else self._free_from
-            stamps = execution.fetched or []
-            self._record(split_dispatched(execution, stamps, free_from, done))
-            self._free_from = done
-        if final:
-            self._done.clear()
+    def _resolve_dispatched(self) -> None:
+        """The epoch's or the fit's end (Keras has run every batch-end hook): the closed JAX
+        executions, all of them, matched to their device time here."""
+        if self._dispatched is not None:
+            self._dispatched.resolve(final=True)
 
     def _renumber_short_calls(self) -> None:
         """At an epoch's end under `steps_per_execution` > 1: the epoch's last call may have
@@ -445,10 +410,6 @@ class StokerHooks:
         session = self._session
         if session is not None:
             session.record_steps(rows)
-
-
-# JAX executions held for the sender thread before the training thread matches them itself.
-DISPATCHED_HELD = 8192
 
 
 class _FetchStamps:
