@@ -24,6 +24,10 @@ over rounds of the paired difference to the baseline of the same round, with the
 interquartile range (IQR) over rounds; the A/A row gives the same for two plain fits: a cost
 inside that range is not resolved by this run.
 
+Python's garbage collections in each window are counted too (`gc.callbacks`): a full
+collection walks every object of the TensorFlow process (~130 ms here) and stalls whichever
+thread set it off; Stoker's per-step objects once set one off every few seconds.
+
 Stoker's own time on the training thread is also timed directly (`time.thread_time_ns()`
 around its batch hooks), per step, beside the same timing of the empty callback's hooks: what
 profiling the thread would attribute to Stoker, without the fit's noise. And counted: Stoker's
@@ -41,6 +45,7 @@ Usage: .venv/bin/python -m bench.agent_overhead [--rounds 5] [--seconds 3] [--sp
 """
 
 import argparse
+import gc
 import os
 import random
 import statistics
@@ -106,6 +111,7 @@ class Timer(tf.keras.callbacks.Callback):
         self.spe = steps_per_execution
         self.warm_s = warm_s
         self.wall_s = 0.0
+        self.window_s = 0.0
         self.cpu_s: dict[str, float] = {}
         self.stoker_per_s = 0.0  # Stoker's threads' CPU a second of the window
         self.startup_s = 0.0  # Stoker's threads' CPU from the fit's start to the window's
@@ -114,10 +120,25 @@ class Timer(tf.keras.callbacks.Callback):
         self._at_begin: dict[int, int] = {}
         self._threads: dict[int, int] = {}
         self._first = self._last = 0
+        # Python's garbage collections in the window, by generation: how many, and their time.
+        self.collections = [0, 0, 0]
+        self.collected_s = [0.0, 0.0, 0.0]
+        self._collecting_since = 0.0
 
     def on_train_begin(self, logs: Any = None) -> None:
         self._began = time.perf_counter()
         self._at_begin = thread_cpu_ns()
+        gc.callbacks.append(self._collection)
+
+    def _collection(self, phase: str, info: dict[str, Any]) -> None:
+        if self._first == 0:
+            return  # before the window
+        if phase == "start":
+            self._collecting_since = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.collections[generation] += 1
+            self.collected_s[generation] += time.perf_counter() - self._collecting_since
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         if self._first == 0 and batch >= SKIP and time.perf_counter() - self._began >= self.warm_s:
@@ -127,9 +148,12 @@ class Timer(tf.keras.callbacks.Callback):
         self._last = batch
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self._collection in gc.callbacks:
+            gc.callbacks.remove(self._collection)
         steps = self._last + self.spe - self._first
         elapsed = time.perf_counter() - self._start
         self.wall_s = elapsed / steps
+        self.window_s = elapsed
         stoker = stoker_thread_ids()
         used = by_class(self._threads, thread_cpu_ns(), stoker)
         self.cpu_s = {kind: ns / 1e9 / steps for kind, ns in used.items()}
@@ -210,6 +234,10 @@ class Fits:
     empty_s: list[float] = field(default_factory=list)
     stoker_per_s: list[float] = field(default_factory=list)
     startup_s: list[float] = field(default_factory=list)
+    # Python's full (generation 2) collections in each fit's window, and all collections' time.
+    full_collections: dict[str, list[int]] = field(default_factory=lambda: {c: [] for c in CONFIGS})
+    collected_s: dict[str, list[float]] = field(default_factory=lambda: {c: [] for c in CONFIGS})
+    window_s: dict[str, list[float]] = field(default_factory=lambda: {c: [] for c in CONFIGS})
     calls_per_step = 0.0
 
 
@@ -262,6 +290,9 @@ def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, wo
             TimedEmpty.spent_ns = TimedEmpty.steps = 0
             timer = run_fit(config, models[config], ds, spe, server, str(work / "tb"))
             fits.wall[config].append(timer.wall_s)
+            fits.full_collections[config].append(timer.collections[2])
+            fits.collected_s[config].append(sum(timer.collected_s))
+            fits.window_s[config].append(timer.window_s)
             for kind in THREAD_CLASSES:
                 fits.cpu[config][kind].append(timer.cpu_s[kind])
             if config == "stoker":
@@ -307,6 +338,16 @@ def report(model: Model, spe: int, fits: Fits) -> None:
         f"{fits.calls_per_step:.2f} Python calls a step (counted); CPU all threads, stoker "
         f"{spread_us(total).strip()} µs/step against A/A {spread_us(noise).strip()} "
         "(target ≤ 30)"
+    )
+    collections = ", ".join(
+        f"{config} {sum(fits.full_collections[config])} "
+        f"({sum(fits.collected_s[config]) / sum(fits.window_s[config]) * 1e3:.2f} ms a second "
+        "in all collections)"
+        for config in CONFIGS
+    )
+    print(
+        f"Python's full garbage collections in the windows ({sum(fits.window_s['baseline']):.0f} "
+        f"s of each configuration; counted): {collections}"
     )
     print(
         f"Stoker's threads (sender, sampler): {statistics.median(fits.stoker_per_s) * 1e3:.1f} ms "
