@@ -63,7 +63,7 @@ ReturnedCallback = Callable[[float, list[Fetch] | None], None]
 
 class FetchTimer:
     """An iterator that stamps each `next()` of the one it wraps: handed over, batch size,
-    asked, as a plain tuple in the order of `Stamp`'s fields.
+    asked, as a plain tuple (`Fetch`, in the order of `Stamp`'s fields).
 
     Its `__next__` runs once per step on the training thread: two clock reads, the fetch and
     one append (tests/unit/test_train_function.py counts its calls). The batch size is read
@@ -75,7 +75,7 @@ class FetchTimer:
     def __init__(self, iterator: Iterator[Any]) -> None:
         self._iterator = iterator
         self._path: tuple[Any, ...] | None = None
-        self.stamps: list[tuple[float, int | None, float]] = []
+        self.stamps: list[Fetch] = []
 
     def __iter__(self) -> "FetchTimer":
         return self
@@ -213,7 +213,7 @@ def _jax_wrapper(original: Callable[..., Any], on_return: ReturnedCallback) -> C
             return result
         result = original(state, fetches, *args, **kwargs)
         stamps, fetches.stamps = fetches.stamps, []
-        on_return(_perf_counter(), stamps)  # type: ignore[arg-type]  # Stamp's fields
+        on_return(_perf_counter(), stamps)
         return result
 
     def release() -> None:
