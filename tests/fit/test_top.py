@@ -283,6 +283,16 @@ class Tmux:
         except AssertionError as error:
             raise AssertionError(f"{error}; the screen:\n{self.screen()}") from None
 
+    def exit_status(self) -> str:
+        """`top`'s exit status once it has quit: the shell creates the file before it writes
+        the line, so the line is waited for, not the file."""
+
+        def written() -> str:
+            text = self.rc_path.read_text() if self.rc_path.exists() else ""
+            return text.strip() if text.endswith("\n") else ""
+
+        return wait_for(written, what="top to quit")
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
         self.rc_path.unlink(missing_ok=True)
@@ -318,7 +328,7 @@ def test_a_key_lists_the_ended_runs_read_from_the_server(
     assert re.search(rf"{ENDED[1][0]}\s+{ENDED[1][1]}\s+failed\s+192\s", frame), frame
     (ARTIFACTS / "top-ended-interactive-frame.txt").write_text(frame)
     term.keys("q")
-    wait_for(lambda: term.rc_path.exists(), what="top to quit")
+    term.exit_status()
 
 
 def test_top_in_an_80x24_terminal_sorts_filters_opens_and_quits(
@@ -374,8 +384,7 @@ def test_top_in_an_80x24_terminal_sorts_filters_opens_and_quits(
     term.keys("Escape")
     term.shows("INPUT WAIT", "back to the list")
     term.keys("q")
-    wait_for(lambda: term.rc_path.exists(), what="top to quit")
-    assert term.rc_path.read_text().strip() == "0"
+    assert term.exit_status() == "0"
 
 
 def _colours(screen: str) -> set[int]:
@@ -399,7 +408,7 @@ def test_top_without_colour_in_tmux(
     assert not _colours(coloured)
     assert "!!" in _row(term.screen(), f"starved-{tag}")
     term.keys("q")
-    wait_for(lambda: term.rc_path.exists(), what="top to quit")
+    term.exit_status()
 
 
 def test_many_runs_scroll_in_24_lines(server: ServerProcess, tmux: list[Tmux]) -> None:
@@ -424,7 +433,7 @@ def test_many_runs_scroll_in_24_lines(server: ServerProcess, tmux: list[Tmux]) -
 
         wait_for(lambda: f"r00-{tag}" in "".join(selected()[:1]), what="r00 highlighted")
         term.keys("q")
-        wait_for(lambda: term.rc_path.exists(), what="top to quit")
+        term.exit_status()
     finally:
         for agent in agents:
             agent.end("finished")
@@ -445,8 +454,7 @@ def test_top_says_it_reconnects_when_the_server_restarts(tmp_path: Path, tmux: l
         second.start()
         wait_for(lambda: "reconnecting" not in term.screen(), what="connected again")
         term.keys("C-c")  # Ctrl-C quits as q does, the terminal restored
-        wait_for(lambda: term.rc_path.exists(), what="top to quit")
-        assert term.rc_path.read_text().strip() == "0"
+        assert term.exit_status() == "0"
         assert "Traceback" not in term.screen()
     finally:
         first.stop()
@@ -508,7 +516,7 @@ def test_top_follows_a_real_keras_training(server: ServerProcess, tmux: list[Tmu
         )
         (ARTIFACTS / "top-keras-run-frame.txt").write_text(term.screen())
         term.keys("q")
-        wait_for(lambda: term.rc_path.exists(), what="top to quit")
+        term.exit_status()
     finally:
         training.kill()
         training.wait()
