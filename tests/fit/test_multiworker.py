@@ -87,6 +87,7 @@ def _one_ended_run(server: ServerProcess, status: str) -> dict[str, Any]:
     return wait_for(ended, what=f"the job's run {status}")
 
 
+@pytest.mark.tf_oldest  # also on TF 2.15's tf.keras: make test-tf-matrix
 def test_two_worker_tf_keras_fit_is_one_run_with_both_ranks_steps(
     server: ServerProcess,
 ) -> None:
@@ -115,6 +116,7 @@ def test_two_worker_tf_keras_fit_is_one_run_with_both_ranks_steps(
         assert series["step"] == list(range(steps))
 
 
+@pytest.mark.tf_oldest  # also on TF 2.15's tf.keras: make test-tf-matrix
 def test_two_worker_fit_with_a_fault_in_the_batch_hook_finishes_as_without_the_agent(
     server: ServerProcess,
 ) -> None:
@@ -129,6 +131,7 @@ def test_two_worker_fit_with_a_fault_in_the_batch_hook_finishes_as_without_the_a
     assert [w["status"] for w in run["summary"]["workers"]] == ["interrupted"] * WORKERS
 
 
+@pytest.mark.tf_oldest  # also on TF 2.15's tf.keras: make test-tf-matrix
 def test_two_worker_custom_loop_with_strategy_run_and_monitor_is_one_run(
     server: ServerProcess,
 ) -> None:
