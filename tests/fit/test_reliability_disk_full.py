@@ -57,6 +57,11 @@ def test_full_spool_disk_drops_with_a_count_and_training_finishes(tmp_path: Path
         "STOKER_SPOOL_DIR": str(spool_mount),
         "STOKER_TEST_SPOOL_COPY": str(spool_copy),
         "STOKER_SAMPLE_INTERVAL_S": "0.1",
+        # A batch file every 0.2 s: the 6 s or more of training write 30 or more files of a
+        # 4 KiB page or more each, well over the disk's 12 pages however the machine's load
+        # stretches the run. (At the default 1 s, its ~12 files only just filled it, and a
+        # loaded run once ended with every step stored: no record dropped.)
+        "STOKER_FLUSH_INTERVAL_S": "0.2",
         "STOKER_CLOSE_TIMEOUT_S": "3",
     }
     training = subprocess.run(
