@@ -13,12 +13,12 @@ NODE_DEV := frontend/node_modules/.installed-dev
 # and with tf_keras (TF_USE_LEGACY_KERAS=1) on the newest.
 TEST_TIERS := tests/unit tests/server tests/fit tests/ui
 TF_OLDEST := 2.15.1
-# pytest-xdist: three workers on this machine's and CI's two cores. Most tests wait on a server,
-# a sleeping GPU-like step or a browser: with two workers a full run kept the CPUs ~65 % busy
-# (user+sys 22.3 of 34.5 core-minutes), and three took the tiers from 1,032-1,103 s to 875 s.
+# pytest-xdist: two workers, this machine's and CI's two cores. A full run keeps them 65-85 %
+# busy (user+sys 22-31 core-minutes a run): three workers gained 0-15 % (875-1,065 s against
+# 1,032-1,103 s) and broke three tests' premise of a core to spare in one run of three.
 # Each test module runs whole on one worker, so that its module-scoped servers and fits start
 # once. PYTEST_PARALLEL= runs them in one process.
-PYTEST_PARALLEL ?= -n 3 --dist loadscope
+PYTEST_PARALLEL ?= -n 2 --dist loadscope
 TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
