@@ -2,9 +2,9 @@
 
 A full run is CPU-bound on two cores, so its wall time comes down only with its CPU. Run
 
-    .venv/bin/python -m pytest -p tests.harness.cpu_per_test -n 2 --dist loadscope \
+    .venv/bin/python -m pytest -p tests.harness.cpu_meter -n 2 --dist loadscope \
         tests/unit tests/server tests/fit tests/ui
-    .venv/bin/python -m tests.harness.cpu_per_test
+    .venv/bin/python -m tests.harness.cpu_meter
 
 Each test's CPU is its worker process's own plus that of the children it reaped meanwhile
 (the servers, scripts and training processes it started and stopped); a module-scoped
