@@ -8,7 +8,8 @@ A full run is CPU-bound on two cores, so its wall time comes down only with its 
 
 Each test's CPU is its worker process's own plus that of the children it reaped meanwhile
 (the servers, scripts and training processes it started and stopped); a module-scoped
-server's CPU counts at its module's last test, a daemon's (PostgreSQL's) nowhere.
+server's CPU counts at its module's last test, a daemon's (PostgreSQL's) nowhere. Each run
+starts the record afresh.
 """
 
 import argparse
@@ -23,7 +24,9 @@ from typing import Any
 
 import pytest
 
-OUT = Path(os.environ.get("STOKER_TEST_CPU_OUT", "test-artifacts/cpu-per-test.jsonl"))
+from tests.conftest import ARTIFACTS
+
+OUT = Path(os.environ.get("STOKER_TEST_CPU_OUT", ARTIFACTS / "cpu-per-test.jsonl"))
 
 
 def _cpu_s() -> float:
@@ -32,12 +35,19 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's controller (or the one process without xdist) starts the record afresh: a
+    record left by an earlier run would be counted again."""
+    if not hasattr(config, "workerinput"):
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text("")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     cpu, wall = _cpu_s(), time.monotonic()
     yield
     record = {"id": item.nodeid, "cpu_s": _cpu_s() - cpu, "wall_s": time.monotonic() - wall}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
     with OUT.open("a") as out:  # one short line per write: the workers' lines do not mix
         out.write(json.dumps(record) + "\n")
 
