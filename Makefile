@@ -33,7 +33,7 @@ serve: build
 
 # The test tools first, so that the UI's build finds node_modules complete and up to date.
 test: $(DEV_INSTALLED) $(NODE_DEV) build
-	# The TF 2.15 and JAX venvs (about 5 min of pip on a fresh machine) install in the
+	# The TF 2.15 and JAX venvs (under a minute with uv, about 5 with pip) install in the
 	# background while the checks and the main tiers run; the steps that need them wait.
 	$(MAKE) --no-print-directory test-venvs > $(VENV)/test-venvs.log 2>&1 & echo $$! > $(VENV)/test-venvs.pid
 	$(BIN)/ruff check .
@@ -70,7 +70,7 @@ $(TF_OLDEST_VENV)/.installed: pyproject.toml | $(INSTALLED)
 test-jax: $(JAX_VENV)/.installed
 	KERAS_BACKEND=jax $(JAX_VENV)/bin/pytest -ra tests/keras_jax
 
-# No TensorFlow here: the agent must work without it (about 2 min to install, 750 MB).
+# No TensorFlow here: the agent must work without it (750 MB).
 $(JAX_VENV)/.installed: pyproject.toml | $(INSTALLED)
 	$(PYTHON) -m venv $(JAX_VENV)
 	$(INSTALL) $(JAX_VENV) \
