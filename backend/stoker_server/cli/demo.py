@@ -1,8 +1,9 @@
 """`stoker demo`: a real server and a real Keras training streaming into it.
 
 The demo trains the same small model twice on a learnable synthetic task: once behind a
-pipeline fed properly (parallel map, cache, prefetch), then behind a slow, serial input
-pipeline (the GPU, or here the CPU, starves), so the two runs can be watched and compared.
+pipeline fed properly (decoded in parallel into a cache before training, prefetched), then
+behind a slow, serial input pipeline (the GPU, or here the CPU, starves), so the two runs can
+be watched and compared.
 Both datasets go through `cb.wrap`, so input wait is measured; the starved run gets the
 highly input-bound verdict, its advice and an alert, the fed one does not. The starved run
 stays live for a few minutes (or until Ctrl-C) so that it can be watched, and its alert
