@@ -81,16 +81,18 @@ build: $(INSTALLED) $(NODE_MODULES)
 	cd frontend && npm run build
 
 # `$(INSTALL) VENV ARGS...` installs into VENV with uv (from the main venv): the same
-# versions pip resolves, in a fraction of its time (TensorFlow 2.15 into a fresh venv: 6 s
-# against pip's 37 s; the main venv with the dev tools: 17 s against 61 s, on this project's
-# 2-core machine). Where uv fails (no uv, an index only pip is configured for), pip does it.
+# versions pip resolves, in a fraction of its time (the main venv with the dev tools: 18 s
+# against pip's 61 s, on this project's 2-core machine). Where uv fails (no uv, an index only
+# pip is configured for), pip does it. uv compiles the bytecode as pip does: where
+# PYTHONDONTWRITEBYTECODE is set (CI's machines), Python would otherwise compile TensorFlow's
+# modules at every import (9-10 s of CPU a process instead of 3-4).
 # The UI is built by `make build`, not by the install (STOKER_SKIP_UI_BUILD). setuptools says
 # of every editable install of packages from two folders (`.` and `backend/`) that "folders in
 # your working directory with the same name as your package ... may take precedence": true of
 # any editable install, and no news to whoever runs `make demo` in the clone.
 INSTALL := install() { venv=$$1; shift; export STOKER_SKIP_UI_BUILD=1 \
 	PYTHONWARNINGS='ignore:Editable installation'; \
-	$(BIN)/uv pip install --quiet --python "$$venv/bin/python" "$$@" \
+	$(BIN)/uv pip install --quiet --compile-bytecode --python "$$venv/bin/python" "$$@" \
 	|| "$$venv/bin/pip" install --quiet "$$@"; }; install
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
