@@ -41,9 +41,10 @@ test: $(DEV_INSTALLED) $(NODE_DEV) build
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	cd frontend && npm test
-	# Where PYTHONDONTWRITEBYTECODE is set (CI's machines) Python writes no bytecode: compiled
-	# once here, the hundreds of processes the tests start read it instead of compiling the
-	# project's modules each time (about 1 s of CPU a process importing agent and server).
+	# Where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) Python writes no
+	# bytecode: compiled once here, the hundreds of processes the tests start read it instead
+	# of compiling the project's modules each time (about 1 s of CPU a process importing agent
+	# and server).
 	$(BIN)/python -m compileall -q trainer_agent backend tests bench
 	$(BIN)/pytest -ra --durations=30 $(PYTEST_PARALLEL) $(TEST_TIERS)
 	while kill -0 $$(cat $(VENV)/test-venvs.pid) 2>/dev/null; do sleep 5; done; \
@@ -88,8 +89,8 @@ build: $(INSTALLED) $(NODE_MODULES)
 # versions pip resolves, in a fraction of its time (the main venv with the dev tools: 18 s
 # against pip's 61 s, on this project's 2-core machine). Where uv fails (no uv, an index only
 # pip is configured for), pip does it. uv compiles the bytecode as pip does: where
-# PYTHONDONTWRITEBYTECODE is set (CI's machines), Python would otherwise compile TensorFlow's
-# modules at every import (9-10 s of CPU a process instead of 3-4).
+# PYTHONDONTWRITEBYTECODE is set (as on this project's machines), Python would otherwise
+# compile TensorFlow's modules at every import (9-10 s of CPU a process instead of 3-4).
 # The UI is built by `make build`, not by the install (STOKER_SKIP_UI_BUILD). setuptools says
 # of every editable install of packages from two folders (`.` and `backend/`) that "folders in
 # your working directory with the same name as your package ... may take precedence": true of
