@@ -2,10 +2,13 @@
 
 Usage: python -m tests.harness.train_script --server URL --name NAME [--epochs N] [--batches N]
        [--batch-delay-s S] [--fail-at-batch N] [--stop-file PATH]
+       [--hold-at-step N --release-file PATH]
 
 With --stop-file, the data repeats and training stops at the end of the first batch that finds
 PATH (so a test can keep it going as long as its premise needs, on any machine); the last line
-printed gives the steps trained.
+printed gives the steps trained. With --hold-at-step N and --release-file PATH, the training
+holds after its Nth step until PATH exists (so a test sees a run still in progress, however
+slowly the machine brought its page up).
 """
 
 import argparse
@@ -27,6 +30,8 @@ def main() -> None:
     parser.add_argument("--batch-delay-s", type=float, default=0.0)
     parser.add_argument("--fail-at-batch", type=int, default=-1, help="raise in this batch")
     parser.add_argument("--stop-file", default=None, help="stop once this file exists")
+    parser.add_argument("--hold-at-step", type=int, default=-1, help="hold after this step...")
+    parser.add_argument("--release-file", default=None, help="...until this file exists")
     args = parser.parse_args()
 
     import numpy as np
@@ -70,12 +75,16 @@ def main() -> None:
         callbacks.append(Diverge())
 
     class StepCounter(tf.keras.callbacks.Callback):
-        """Counts the steps trained; with --stop-file, stops once the file exists."""
+        """Counts the steps trained; stops at --stop-file, holds at --hold-at-step."""
 
         steps = 0
 
         def on_train_batch_end(self, batch: int, logs: object = None) -> None:
             self.steps += 1
+            if self.steps == args.hold_at_step and args.release_file is not None:
+                deadline = time.monotonic() + 600
+                while not os.path.exists(args.release_file) and time.monotonic() < deadline:
+                    time.sleep(0.05)
             if args.stop_file is not None and os.path.exists(args.stop_file):
                 self.model.stop_training = True
 

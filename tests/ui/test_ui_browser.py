@@ -8,10 +8,12 @@ from typing import Any
 from tests.harness.support import REPO, ServerProcess, wait_for
 
 
-def _start_training(server: ServerProcess, name: str, batches: int, delay_s: float) -> Any:
+def _start_training(
+    server: ServerProcess, name: str, batches: int, delay_s: float, *hold: str
+) -> Any:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.harness.train_script", "--server", server.url, "--name", name,
-         "--epochs", "1", "--batches", str(batches), "--batch-delay-s", str(delay_s)],
+         "--epochs", "1", "--batches", str(batches), "--batch-delay-s", str(delay_s), *hold],
         cwd=REPO,
     )  # fmt: skip
 
@@ -27,9 +29,14 @@ def _running_run_id(server: ServerProcess) -> int:
 
 
 def test_run_page_chart_grows_while_training_streams(
-    server: ServerProcess, page: Any, artifacts: Path
+    server: ServerProcess, page: Any, artifacts: Path, tmp_path: Path
 ) -> None:
-    training = _start_training(server, "live-chart", batches=150, delay_s=0.1)
+    # The training holds after step 40 until the page shows its first points: however slowly
+    # the machine brings Chromium up, 110 steps are still to come when the test starts watching.
+    release = tmp_path / "release"
+    training = _start_training(
+        server, "live-chart", 150, 0.1, "--hold-at-step", "40", "--release-file", str(release)
+    )
     try:
         run_id = _running_run_id(server)
         page.goto(f"{server.url}/#/runs/{run_id}")
@@ -40,9 +47,12 @@ def test_run_page_chart_grows_while_training_streams(
             return int(chart.get_attribute("data-points") or 0)
 
         first = wait_for(points, timeout_s=30, what="the chart's first points")
+        assert first <= 40
+        release.touch()
         wait_for(lambda: points() > first + 10, timeout_s=60, what="the chart to grow")
         page.screenshot(path=str(artifacts / "run-page-live.png"))
     finally:
+        release.touch()
         training.wait(timeout=120)
     wait_for(lambda: points() == 150, timeout_s=30, what="all 150 steps in the chart")
 
