@@ -1,5 +1,7 @@
 """A real Keras fit on the CPU streams every step into a real `stoker serve`."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -84,16 +86,18 @@ def test_fit_with_server_down_completes_and_warns_once(caplog: pytest.LogCapture
     assert sum("cannot reach the server" in m for m in messages) <= 1, messages
 
 
-def test_fit_live_steps_reach_server_while_training(server: ServerProcess) -> None:
+def test_fit_live_steps_reach_server_while_training(server: ServerProcess, tmp_path: Path) -> None:
     """Steps are visible on the server during training, not only at its end."""
     import subprocess
     import sys
 
     from tests.harness.support import REPO
 
+    release = tmp_path / "release"  # the training holds at step 30 until this exists
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.harness.train_script", "--server", server.url, "--name",
-         "live", "--epochs", "1", "--batches", "60", "--batch-delay-s", "0.1"],
+         "live", "--epochs", "1", "--batches", "60", "--batch-delay-s", "0.1",
+         "--hold-at-step", "30", "--release-file", str(release)],
         cwd=REPO,
     )  # fmt: skip
     try:
@@ -106,6 +110,7 @@ def test_fit_live_steps_reach_server_while_training(server: ServerProcess) -> No
 
         wait_for(partial_steps, timeout_s=60, what="steps arriving mid-training")
     finally:
+        release.touch()
         assert process.wait(timeout=120) == 0
     run = server.get("/api/v1/runs")["data"][0]
     assert run["status"] == "finished"
