@@ -7,6 +7,8 @@ one-epoch fits in four configurations, interleaved in a random order in every ro
   stoker                     StokerCallback + cb.wrap(dataset), GPU sampling every 1 s against
                              the fake NVML (tests/harness/fake_nvml.c), streaming to a real
                              `stoker serve` on loopback
+  stoker-unstamped           the same callback without `wrap`: no input-wait stamps in the
+                             train function; `stoker` against it is what the stamps cost
   tensorboard                keras.callbacks.TensorBoard(update_freq="batch")
   empty-callback             a Keras callback whose batch hooks do nothing, timed as Stoker's
                              are (below): what any callback's hooks cost, and the floor of
@@ -77,7 +79,14 @@ SKIP = 50  # steps before the timed window (tracing, warm-up)
 # Nor before this long into the fit: the agent's start (the sender's first flush, 1 s in, opens
 # the connection and sends the hello) is a cost of the fit, not of its steps (`Fits.startup_s`).
 WARM_S = 1.5
-CONFIGS = ("baseline", "baseline-again", "stoker", "tensorboard", "empty-callback")
+CONFIGS = (
+    "baseline",
+    "baseline-again",
+    "stoker",
+    "stoker-unstamped",
+    "tensorboard",
+    "empty-callback",
+)
 
 
 @dataclass
@@ -247,10 +256,11 @@ def run_fit(
     timer = Timer(spe)
     callbacks: list[Any] = [timer]
     data = ds
-    if config == "stoker":
+    if config in ("stoker", "stoker-unstamped"):
         callback = TimedCallback(run_name="bench-overhead", server=server, sample_interval_s=1.0)
         callbacks.append(callback)
-        data = callback.wrap(ds)
+        if config == "stoker":
+            data = callback.wrap(ds)
     elif config == "tensorboard":
         callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=tb, update_freq="batch"))
     elif config == "empty-callback":
@@ -312,16 +322,28 @@ def report(model: Model, spe: int, fits: Fits) -> None:
         f"{len(fits.wall['baseline'])} rounds; µs per step, median (IQR) of the paired "
         "difference to the baseline"
     )
-    header = f"{'configuration':15} {'wall':>22} {'% step':>7}"
+    header = f"{'configuration':17} {'wall':>22} {'% step':>7}"
     header += "".join(f" {'CPU ' + kind:>24}" for kind in THREAD_CLASSES)
     print(header)
     for config in CONFIGS[1:]:
         wall = paired(fits.wall, config)
-        line = f"{config:15} {spread_us(wall):>22} {statistics.median(wall) / base * 100:+7.2f}"
+        line = f"{config:17} {spread_us(wall):>22} {statistics.median(wall) / base * 100:+7.2f}"
         for kind in THREAD_CLASSES:
             by_config = {c: fits.cpu[c][kind] for c in CONFIGS}
             line += f" {spread_us(paired(by_config, config)):>24}"
         print(line)
+    stamps = paired(fits.wall, "stoker", base="stoker-unstamped")
+    stamps_cpu = {
+        kind: spread_us(
+            paired({c: fits.cpu[c][kind] for c in CONFIGS}, "stoker", "stoker-unstamped")
+        )
+        for kind in THREAD_CLASSES
+    }
+    print(
+        f"the stamps (stoker against stoker-unstamped): wall {spread_us(stamps).strip()} µs/step "
+        f"({statistics.median(stamps) / base * 100:+.2f} %); CPU "
+        + ", ".join(f"{kind} {spread.strip()}" for kind, spread in stamps_cpu.items())
+    )
     total = [
         sum(fits.cpu["stoker"][k][i] - fits.cpu["baseline"][k][i] for k in THREAD_CLASSES)
         for i in range(len(fits.own_s))
