@@ -1,7 +1,7 @@
 """What does Stoker cost a training step and a fit? One command, three step sizes, its own noise.
 
 For each of three CPU models (about 0.8, 3 and 20 ms a step; `--models` picks some), long
-one-epoch fits in four configurations, interleaved in a random order in every round:
+one-epoch fits in six configurations, interleaved in a random order in every round:
   baseline, baseline-again   no extra callback, twice: their paired difference is the noise
                              floor (an A/A comparison) every other figure is read against
   stoker                     StokerCallback + cb.wrap(dataset), GPU sampling every 1 s against
@@ -13,15 +13,16 @@ one-epoch fits in four configurations, interleaved in a random order in every ro
   empty-callback             a Keras callback whose batch hooks do nothing, timed as Stoker's
                              are (below): what any callback's hooks cost, and the floor of
                              that timing
-each with `steps_per_execution` 1 and 32 (`--spe`). A timer callback (the same in every
-configuration) measures from step SKIP and 1.5 s into the fit (WARM_S: after the agent's
-start, the sender's first flush, which is a cost of the fit and printed as such) to the
-epoch's end: wall time per step, and CPU time per step by thread from
-/proc/self/task/*/schedstat (ns): the training thread, Stoker's own threads (sender, sampler,
-the WebSocket reader) and every other thread (TensorFlow's inter-op pool and tf.data
-threads, where the stamps' ops run). Stoker's threads wake twice a second whatever the step
-rate, so their CPU is also printed a second; the price this machine puts on a wake is
-printed first (a VM's vCPU that sat idle resumes with cold caches). Figures are medians
+each with `steps_per_execution` 1 and 32 (`--spe`), all on one model (two instances of one
+architecture differ in speed here by more than Stoker costs: bench/LOG.md, sixth pass). A
+timer callback (the same in every configuration) measures from step SKIP and 1.5 s into the
+fit (WARM_S: after the agent's start, the sender's first flush, which is a cost of the fit
+and printed as such) to the epoch's end: wall time per step, and CPU time per step by
+thread from /proc/self/task/*/schedstat (ns): the training thread, Stoker's own threads
+(sender, sampler, the WebSocket reader) and every other thread (TensorFlow's inter-op pool
+and tf.data threads, where the stamps' ops run). Stoker's threads wake twice a second
+whatever the step rate, so their CPU is also printed a second; the price this machine puts
+on a wake is printed first (a VM's vCPU that sat idle resumes with cold caches). Figures are medians
 over rounds of the paired difference to the baseline of the same round, with the
 interquartile range (IQR) over rounds; the A/A row gives the same for two plain fits: a cost
 inside that range is not resolved by this run.
@@ -289,16 +290,20 @@ def fit_steps(keras_model: tf.keras.Model, model: Model, spe: int, seconds: floa
 
 
 def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, work: Path) -> Fits:
-    models = {config: make_model(model, spe) for config in CONFIGS}
-    ds = dataset(model, fit_steps(models["baseline"], model, spe, seconds))
-    for config in CONFIGS:  # trace every model, warm up
-        run_fit(config, models[config], ds, spe, server, str(work / "tb"))
+    # One model for every configuration: two instances of one architecture differ in speed
+    # here (an A/A pair of instances read +17.9 µs a 1.04 ms step, IQR -2.3..+33.2; two
+    # configurations of one model -2.2, IQR -11.8..+2.5). The stamped fits trace their own
+    # concrete function beside the plain one (another input type), so none sees another's.
+    keras_model = make_model(model, spe)
+    ds = dataset(model, fit_steps(keras_model, model, spe, seconds))
+    for config in CONFIGS:  # trace each configuration's function, warm up
+        run_fit(config, keras_model, ds, spe, server, str(work / "tb"))
     fits = Fits()
     for _ in range(rounds):
         for config in random.sample(CONFIGS, len(CONFIGS)):
             TimedCallback.spent_ns = TimedCallback.steps = 0
             TimedEmpty.spent_ns = TimedEmpty.steps = 0
-            timer = run_fit(config, models[config], ds, spe, server, str(work / "tb"))
+            timer = run_fit(config, keras_model, ds, spe, server, str(work / "tb"))
             fits.wall[config].append(timer.wall_s)
             fits.full_collections[config].append(timer.collections[2])
             fits.collected_s[config].append(sum(timer.collected_s))
@@ -311,7 +316,7 @@ def measure(model: Model, spe: int, rounds: int, seconds: float, server: str, wo
                 fits.own_s.append(TimedCallback.spent_ns / 1e9 / max(1, TimedCallback.steps))
             elif config == "empty-callback":
                 fits.empty_s.append(TimedEmpty.spent_ns / 1e9 / max(1, TimedEmpty.steps))
-    fits.calls_per_step = count_calls(models["stoker"], ds, server)
+    fits.calls_per_step = count_calls(keras_model, ds, server)
     return fits
 
 
