@@ -22,8 +22,8 @@ thread from /proc/self/task/*/schedstat (ns): the training thread, Stoker's own 
 (sender, sampler, the WebSocket reader) and every other thread (TensorFlow's inter-op pool
 and tf.data threads, where the stamps' ops run). Stoker's threads wake twice a second
 whatever the step rate, so their CPU is also printed a second; the price this machine puts
-on a wake is printed first (a VM's vCPU that sat idle resumes with cold caches). Figures are medians
-over rounds of the paired difference to the baseline of the same round, with the
+on a wake is printed first (a VM's vCPU that sat idle resumes with cold caches). Figures are
+medians over rounds of the paired difference to the baseline of the same round, with the
 interquartile range (IQR) over rounds; the A/A row gives the same for two plain fits: a cost
 inside that range is not resolved by this run.
 
@@ -330,19 +330,16 @@ def report(model: Model, spe: int, fits: Fits) -> None:
     header = f"{'configuration':17} {'wall':>22} {'% step':>7}"
     header += "".join(f" {'CPU ' + kind:>24}" for kind in THREAD_CLASSES)
     print(header)
+    cpu = {kind: {c: fits.cpu[c][kind] for c in CONFIGS} for kind in THREAD_CLASSES}
     for config in CONFIGS[1:]:
         wall = paired(fits.wall, config)
         line = f"{config:17} {spread_us(wall):>22} {statistics.median(wall) / base * 100:+7.2f}"
         for kind in THREAD_CLASSES:
-            by_config = {c: fits.cpu[c][kind] for c in CONFIGS}
-            line += f" {spread_us(paired(by_config, config)):>24}"
+            line += f" {spread_us(paired(cpu[kind], config)):>24}"
         print(line)
     stamps = paired(fits.wall, "stoker", base="stoker-unstamped")
     stamps_cpu = {
-        kind: spread_us(
-            paired({c: fits.cpu[c][kind] for c in CONFIGS}, "stoker", "stoker-unstamped")
-        )
-        for kind in THREAD_CLASSES
+        kind: spread_us(paired(cpu[kind], "stoker", "stoker-unstamped")) for kind in THREAD_CLASSES
     }
     print(
         f"the stamps (stoker against stoker-unstamped): wall {spread_us(stamps).strip()} µs/step "
