@@ -43,8 +43,14 @@ new callback and `wrap` every fit, as autolog does) and against TensorBoard(batc
 (bench/fit_overhead.py's measurement), and `wrap()`'s own time on a freshly built pipeline
 after the first call in the process, with the functions it traced (none expected).
 
+Paired fits cannot resolve the wall cost on this VM (their A/A moves by more than Stoker
+costs), so the wall figure that counts is bench/interleaved.py's, printed after them: Stoker's
+arms interleaved in blocks of ~50 ms inside one fit, in several fresh processes (a traced
+function has a speed of its own), and the steps its threads' windows slow.
+
 Usage: .venv/bin/python -m bench.agent_overhead [--rounds 5] [--seconds 3] [--spe 1,32]
-       [--models tiny,mlp,wide] [--pairs 15]
+       [--models tiny,mlp,wide] [--pairs 15] [--interleaved-seconds 30]
+       [--interleaved-processes 6]
 """
 
 import argparse
@@ -471,6 +477,22 @@ def wrap_cost(server: str, calls: int = 20) -> tuple[float, float, int]:
     return first, statistics.median(times), traced[0]
 
 
+def fake_nvml(work: Path) -> None:
+    """Build the fake NVML into `work` and load it into this process: the GPU sampler reads
+    it every second as it would a GPU's. The run's spool goes under `work` too."""
+    fake = FakeNvml(build(work / "nvml"), work / "nvml-control.txt")
+    fake.write(gpu0={"util": 90})
+    fake.preload()
+    os.environ["STOKER_SPOOL_DIR"] = str(work / "spool")
+
+
+def print_load(when: str) -> None:
+    load = os.getloadavg()
+    print(
+        f"load average at {when}: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -478,17 +500,20 @@ def main() -> None:
     parser.add_argument("--spe", default="1,32", help="steps_per_execution values")
     parser.add_argument("--models", default="tiny,mlp,wide")
     parser.add_argument("--pairs", type=int, default=15, help="pairs of 5-step fits")
+    parser.add_argument(
+        "--interleaved-seconds",
+        type=float,
+        default=30.0,
+        help="the wall cost from arms interleaved inside fits of this length (0: skip)",
+    )
+    parser.add_argument(
+        "--interleaved-processes", type=int, default=6, help="fresh processes per model for it"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
-    fake = FakeNvml(build(work / "nvml"), work / "nvml-control.txt")
-    fake.write(gpu0={"util": 90})
-    fake.preload()
-    os.environ["STOKER_SPOOL_DIR"] = str(work / "spool")
+    fake_nvml(work)
     server = ServerProcess(data_dir=work / "server").start()
-    load = os.getloadavg()
-    print(
-        f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)"
-    )
+    print_load("start")
     hot, cold = wake_penalty_us()
     print(
         f"this machine's wake-up price: a sum of 1,000 floats takes {hot:.0f} µs of CPU on a "
@@ -516,6 +541,12 @@ def main() -> None:
             for spe in (int(s) for s in args.spe.split(",")):
                 fits = measure(MODELS[name], spe, args.rounds, args.seconds, server.url, work)
                 report(MODELS[name], spe, fits)
+        if args.interleaved_seconds:
+            from bench import interleaved
+
+            for name in args.models.split(","):
+                seconds, processes = args.interleaved_seconds, args.interleaved_processes
+                interleaved.report(name, server, seconds, processes)
         if args.pairs:
             from bench.fit_overhead import pairs_main
 
@@ -523,8 +554,7 @@ def main() -> None:
             pairs_main(args.pairs, server=server, pipeline="cached")
     finally:
         server.stop()
-    load = os.getloadavg()
-    print(f"load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print_load("end")
 
 
 if __name__ == "__main__":

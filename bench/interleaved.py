@@ -1,0 +1,375 @@
+"""Stoker's wall cost on the step, with arms interleaved inside one fit: what paired fits
+cannot resolve here.
+
+Two fits of one model run at speeds that drift apart by more than Stoker costs on a 2-core VM
+(an A/A of paired fits read +11.8, -54.6 and +67.4 µs on a ~1 ms step: bench/LOG.md, sixth
+pass). Here one long fit of one model runs its train-function calls in blocks of about 50 ms,
+and the blocks rotate, in a random order per group, over four arms:
+  baseline, baseline-again   Keras's own train function, no Stoker hooks (A/A: the noise)
+  stoker                     Stoker's batch hooks and its train-function wrapper, whose
+                             iterator is stamped (input wait): what a fit with `wrap` runs
+  stoker-unstamped           Stoker's hooks, Keras's train function with the plain iterator
+A gate callback (the only one Keras holds, in every arm) records each call's begin, then
+runs Stoker's hooks or not, and hands the train function Stoker's wrapper or Keras's own. A
+block's time is the median interval between its calls' begins, from its third call on (the
+switch between two traced functions is left out); each arm's figure is the median over groups
+of its block less the baseline's block of the same group, with a bootstrap 95 % interval. The
+drift of the machine moves every arm of a group alike.
+
+A traced function runs at a speed of its own, fixed when it is traced: the stamped fits run
+another concrete function than the plain ones, and on the small MLP and the wide model one
+process read the stamped arm 58-82 µs (small MLP) and 305-401 µs (wide) faster than the
+plain one, another 23 µs slower. So each fit runs in a fresh process (`--processes`: a new
+model, new traces) and the figure is the median over processes, with their spread.
+
+What the arms cannot hold apart is Stoker's threads, which run in every arm. So a second,
+ordinary fit (the callback and `wrap`, no gate) records each step's begin and the windows in
+which the sender collects (its ring read and matching) and delivers (the WebSocket frame and
+the wait for its acknowledgement) and the sampler samples: the steps that overlap a window are
+compared with the median step just before it, and their excess, summed, is what the window
+took from the training thread. A delivery's window holds the server's work on the frame: on
+this machine the server shares the two cores with the training, so its CPU in that fit is
+printed too.
+
+Usage: .venv/bin/python -m bench.interleaved [--models tiny,mlp,wide] [--seconds 30]
+       [--processes 6]
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import psutil
+import tensorflow as tf
+
+from bench.agent_overhead import (
+    MODELS,
+    Model,
+    dataset,
+    fake_nvml,
+    fit_steps,
+    make_model,
+    print_load,
+)
+from tests.harness.support import ServerProcess
+from trainer_agent import StokerCallback
+from trainer_agent.delivery.sender import Sender
+from trainer_agent.telemetry.samplers import Sampler
+
+ARMS = ("baseline", "baseline-again", "stoker", "stoker-unstamped")
+BLOCK_S = float(
+    os.environ.get("STOKER_BENCH_BLOCK_S", "0.05")
+)  # a block's length: short against the machine's drift, long against a switch
+SKIP_CALLS = 2  # calls of each block left out: the switch from another arm's function
+
+
+class Gate(tf.keras.callbacks.Callback):
+    """The one callback Keras holds: each call's begin, and per block either Stoker's hooks and
+    train-function wrapper or nothing of Stoker's."""
+
+    def __init__(self, stoker: StokerCallback, calls: int, block: int) -> None:
+        super().__init__()
+        self.stoker = stoker
+        self.block = block
+        groups = calls // (block * len(ARMS)) + 1
+        self.order = [arm for _ in range(groups) for arm in random.sample(ARMS, len(ARMS))]
+        self.begins = np.zeros(calls + 1)
+        self.calls = 0
+        self._hooks = False
+        self._stamped = False
+        self._keras: Callable[..., Any] = lambda *args: None
+        self._stoker: Callable[..., Any] = lambda *args: None
+
+    def set_model(self, model: Any) -> None:
+        super().set_model(model)
+        self.stoker.set_model(model)
+
+    def set_params(self, params: dict[str, Any]) -> None:
+        super().set_params(params)
+        self.stoker.set_params(params)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._keras = self.model.train_function
+        self.stoker.on_train_begin(logs)
+        self._stoker = self.model.train_function
+        self.model.train_function = self._train_function
+
+    def _train_function(self, iterator: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._stamped:
+            return self._stoker(iterator, *args, **kwargs)
+        return self._keras(iterator, *args, **kwargs)
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        call = self.calls
+        if call < len(self.begins):
+            self.begins[call] = time.perf_counter()
+        self.calls = call + 1
+        arm = self.order[call // self.block]
+        self._hooks = arm.startswith("stoker")
+        self._stamped = arm == "stoker"
+        if self._hooks:
+            self.stoker.on_train_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._hooks:
+            self.stoker.on_train_batch_end(batch, logs)
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.stoker.on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.stoker.on_epoch_end(epoch, logs)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.model.train_function = self._stoker
+        self.stoker.on_train_end(logs)
+
+
+@dataclass
+class ArmCost:
+    """An arm's paired difference to the baseline, µs a call: median, bootstrap 95 % interval."""
+
+    median_us: float
+    low_us: float
+    high_us: float
+
+
+def arm_costs(begins: np.ndarray, order: list[str], block: int) -> tuple[float, dict[str, ArmCost]]:
+    """The baseline's call (s) and each arm's paired cost, from the calls' begin times."""
+    groups: dict[int, dict[str, float]] = {}
+    for index in range(len(begins) // block - 1):
+        start = index * block + SKIP_CALLS
+        intervals = np.diff(begins[start : (index + 1) * block])
+        groups.setdefault(index // len(ARMS), {})[order[index]] = float(np.median(intervals))
+    whole = [g for g in groups.values() if len(g) == len(ARMS)]
+    base = statistics.median(g["baseline"] for g in whole)
+    rng = np.random.default_rng(0)
+    costs = {}
+    for arm in ARMS[1:]:
+        paired = np.array([g[arm] - g["baseline"] for g in whole]) * 1e6
+        resampled = np.median(rng.choice(paired, (2000, len(paired))), axis=1)
+        low, high = np.percentile(resampled, [2.5, 97.5])
+        costs[arm] = ArmCost(float(np.median(paired)), float(low), float(high))
+    return base, costs
+
+
+def interleaved_fit(
+    model: Model, seconds: float, server: str
+) -> tuple[int, float, dict[str, ArmCost]]:
+    """One fit of about `seconds` whose blocks rotate over the arms (`steps_per_execution` 1:
+    a call is a step): the block's length in steps, the baseline's step (s), each arm's cost."""
+    keras_model = make_model(model, 1)
+    steps = fit_steps(keras_model, model, 1, seconds)
+
+    def fit(steps: int, block: int) -> Gate:
+        callback = StokerCallback(
+            run_name="bench-interleaved", server=server, sample_interval_s=1.0
+        )
+        gate = Gate(callback, steps, block)
+        data = callback.wrap(dataset(model, steps))
+        keras_model.fit(data, epochs=1, callbacks=[gate], verbose=0)
+        return gate
+
+    probe = fit(max(200, int(2.0 / (model.step_ms / 1e3))), 8)
+    step_s = float(np.median(np.diff(probe.begins[SKIP_CALLS : probe.calls])))
+    block = max(8, round(BLOCK_S / step_s))
+    fit(block * len(ARMS) * 3, block)  # both functions traced, warm
+    gate = fit(steps, block)
+    guard = gate.stoker._guard
+    if guard.disabled:  # Stoker turned itself off: its arms would cost nothing
+        raise RuntimeError(f"Stoker was disabled in the interleaved fit: {guard.reason}")
+    base, costs = arm_costs(gate.begins[: gate.calls], gate.order, block)
+    return block, base, costs
+
+
+@contextmanager
+def windows_of(spans: list[tuple[str, float, float]]) -> Iterator[None]:
+    """Record (name, start, end) of each sender collection and delivery and each sample."""
+    targets = [(Sender, "_collect"), (Sender, "_deliver"), (Sampler, "sample_once")]
+    originals = [getattr(cls, name) for cls, name in targets]
+
+    def timed(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spans.append((name, started, time.perf_counter()))
+
+        return run
+
+    for (cls, name), original in zip(targets, originals, strict=True):
+        setattr(cls, name, timed(name, original))
+    try:
+        yield
+    finally:
+        for (cls, name), original in zip(targets, originals, strict=True):
+            setattr(cls, name, original)
+
+
+class Begins(tf.keras.callbacks.Callback):
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.begins = np.zeros(steps + 1)
+        self.calls = 0
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self.calls < len(self.begins):
+            self.begins[self.calls] = time.perf_counter()
+        self.calls += 1
+
+
+def threads_excess(
+    model: Model, seconds: float, server: ServerProcess, after_s: float = 3.0
+) -> tuple[float, dict[str, tuple[int, float, float]], float]:
+    """One ordinary fit with Stoker: the step (s), and per kind of window (count, ms of wall
+    inside them a second, the overlapping steps' excess in µs a step); the server's CPU a
+    second over the same span."""
+    keras_model = make_model(model, 1)
+    steps = fit_steps(keras_model, model, 1, seconds + after_s)
+    spans: list[tuple[str, float, float]] = []
+    begins = Begins(steps)
+    callback = StokerCallback(run_name="bench-threads", server=server.url, sample_interval_s=1.0)
+    server_process = psutil.Process(server.process.pid)
+    with windows_of(spans):
+        server_cpu = server_process.cpu_times()
+        keras_model.fit(
+            callback.wrap(dataset(model, steps)), epochs=1, callbacks=[begins, callback], verbose=0
+        )
+        server_cpu_after = server_process.cpu_times()
+    times = begins.begins[: begins.calls]
+    times = times[times >= times[0] + after_s]
+    intervals, starts = np.diff(times), times[:-1]
+    span_s = starts[-1] - starts[0]
+    lookback = max(16, int(0.05 / float(np.median(intervals))))
+    kinds = {}
+    for kind in ("_collect", "_deliver", "sample_once"):
+        inside = excess = 0.0
+        count = 0
+        for name, start, end in spans:
+            if name != kind or start < starts[0] or end > starts[-1]:
+                continue
+            first = int(np.searchsorted(starts, start, side="right")) - 1
+            last = int(np.searchsorted(starts, end, side="right")) - 1
+            before = intervals[max(0, first - lookback) : max(1, first - 2)]
+            excess += float((intervals[first : last + 1] - np.median(before)).sum())
+            inside += end - start
+            count += 1
+        kinds[kind] = (count, inside / span_s * 1e3, excess / len(intervals) * 1e6)
+    server_s = (server_cpu_after.user + server_cpu_after.system) - (
+        server_cpu.user + server_cpu.system
+    )
+    # The server's CPU over the whole fit (its start included): a second of the fit.
+    whole_s = begins.begins[begins.calls - 1] - begins.begins[0]
+    return float(np.median(intervals)), kinds, server_s / whole_s
+
+
+WINDOW_NAMES = {
+    "_collect": "the sender's collection (ring read, matching)",
+    "_deliver": "the sender's delivery (frame, ack; the server's work)",
+    "sample_once": "the sampler's sample",
+}
+
+
+def one_process(name: str, seconds: float, server: str) -> None:
+    """The child's part: one interleaved fit on a fresh model, its figures as a JSON line."""
+    fake_nvml(Path(tempfile.mkdtemp(prefix="stoker-bench-")))
+    block, base, costs = interleaved_fit(MODELS[name], seconds, server)
+    figures = {arm: [c.median_us, c.low_us, c.high_us] for arm, c in costs.items()}
+    print(json.dumps({"block": block, "base_s": base, "arms": figures}))
+
+
+def in_processes(name: str, seconds: float, server: str, processes: int) -> list[dict[str, Any]]:
+    """`processes` interleaved fits, each in a fresh process: its own model and traces."""
+    results = []
+    for _ in range(processes):
+        command = [sys.executable, "-m", "bench.interleaved", "--one", name]
+        command += ["--seconds", str(seconds), "--server", server]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return results
+
+
+def report(name: str, server: ServerProcess, seconds: float, processes: int) -> None:
+    model = MODELS[name]
+    results = in_processes(name, seconds, server.url, processes)
+    base = statistics.median(r["base_s"] for r in results)
+    blocks = sorted({r["block"] for r in results})
+    print(
+        f"\n{model.name}: baseline step {base * 1e3:.3f} ms; {processes} processes (a fresh "
+        f"model, fresh traces), each one {seconds:.0f} s fit in blocks of "
+        f"{'/'.join(map(str, blocks))} steps; µs a step paired to the baseline: the median over "
+        "processes (their IQR), then each process's median [its 95 % interval]"
+    )
+    medians = {}
+    for arm in ARMS[1:]:
+        values = [r["arms"][arm][0] for r in results]
+        medians[arm] = statistics.median(values)
+        spread = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else []
+        iqr = f" ({spread[0]:+.1f}..{spread[2]:+.1f})" if spread else ""
+        each = ", ".join(
+            f"{r['arms'][arm][0]:+.1f} [{r['arms'][arm][1]:+.1f}..{r['arms'][arm][2]:+.1f}]"
+            for r in results
+        )
+        print(
+            f"  {arm:17} {medians[arm]:+7.1f} "
+            f"({medians[arm] / (base * 1e6) * 100:+.2f} %){iqr}: {each}"
+        )
+    stamps = medians["stoker"] - medians["stoker-unstamped"]
+    print(f"  the stamps (stoker less stoker-unstamped): {stamps:+.1f} µs a step")
+    step_s, kinds, server_per_s = threads_excess(model, min(seconds, 20.0), server)
+    total = 0.0
+    for kind, (count, inside_ms, excess_us) in kinds.items():
+        total += excess_us
+        print(
+            f"  {WINDOW_NAMES[kind]}: {count} windows, {inside_ms:.2f} ms a second inside them; "
+            f"the steps overlapping them took {excess_us:+.2f} µs a step more"
+        )
+    path = medians["stoker"]
+    print(
+        f"  Stoker in all: the step's path {path:+.1f} + the windows {total:+.1f} = "
+        f"{path + total:+.1f} µs a step ({(path + total) / (base * 1e6) * 100:+.2f} % of "
+        f"{base * 1e3:.3f} ms); the server's CPU {server_per_s * 1e3:.0f} ms a second (on "
+        f"this machine, beside the training: {step_s * 1e3:.3f} ms steps)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="tiny,mlp,wide")
+    parser.add_argument("--seconds", type=float, default=30.0, help="each interleaved fit's length")
+    parser.add_argument("--processes", type=int, default=6, help="fresh processes per model")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: one model's fit
+    parser.add_argument("--server", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        one_process(args.one, args.seconds, args.server)
+        return
+    work = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
+    fake_nvml(work)
+    server = ServerProcess(data_dir=work / "server").start()
+    print_load("start")
+    try:
+        for name in args.models.split(","):
+            report(name, server, args.seconds, args.processes)
+    finally:
+        server.stop()
+    print_load("end")
+
+
+if __name__ == "__main__":
+    main()
