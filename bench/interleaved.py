@@ -244,6 +244,8 @@ def threads_excess(
     spans: list[tuple[str, float, float]] = []
     begins = Begins(steps)
     callback = StokerCallback(run_name="bench-threads", server=server.url, sample_interval_s=1.0)
+    if server.process is None:
+        raise RuntimeError("the server is not running")
     server_process = psutil.Process(server.process.pid)
     with windows_of(spans):
         server_cpu = server_process.cpu_times()
