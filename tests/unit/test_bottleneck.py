@@ -106,6 +106,15 @@ def test_a_parallel_map_is_given_its_integer_num_parallel_calls() -> None:
     assert "runs on 2 threads (num_parallel_calls=2)" in fix_for(stages[1], stages, 8)
 
 
+def test_num_parallel_calls_is_what_the_user_set_when_the_run_shows_more_threads() -> None:
+    # On a loaded host the run's rate put a num_parallel_calls=2 map at 3.1 threads, and the
+    # advice said "num_parallel_calls=3".
+    stages = pipeline(1.0)
+    stages[1] = stage(1, "parallel_map", 1.0, 3200, parallelism=2.0)
+    fix = fix_for(stages[1], stages, 8, threads=3.1)
+    assert "runs on 2 threads (num_parallel_calls=2)" in fix
+
+
 def test_step_demand_is_the_fed_rate_and_the_wait_share() -> None:
     demand, share = step_demand([0.1, 0.1, 0.1], [0.08, 0.08, None])
     assert demand == pytest.approx(1 / 0.02)

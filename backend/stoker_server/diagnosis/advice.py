@@ -100,6 +100,9 @@ class SlowStage:
     stages: list[dict[str, Any]]
     threads: float  # the threads its work shows on
     cpus: int | None = None
+    # Its parallelism as tf.data's model reads it (what num_parallel_calls set); `threads` may
+    # read more where the run went faster than the model's figures.
+    parallelism: float | None = None
 
     @property
     def kind(self) -> str:
@@ -112,6 +115,11 @@ class SlowStage:
     @property
     def later(self) -> list[dict[str, Any]]:
         return self.stages[self.stage["position"] + 1 :]
+
+    @property
+    def set_threads(self) -> int:
+        """The threads its num_parallel_calls (or cycle) sets, as a whole number."""
+        return max(1, round(self.parallelism or self.threads))
 
     @property
     def many(self) -> bool:
@@ -389,7 +397,7 @@ RULES: tuple[Rule, ...] = (
         "fix",
         _interleave_threads,
         lambda f: (
-            f"{_label(f)} reads on {f.slow.threads if f.slow else 0:g} threads: raise "
+            f"{_label(f)} reads on {f.slow.set_threads if f.slow else 0} threads: raise "
             "cycle_length and pass num_parallel_calls=tf.data.AUTOTUNE."
         ),
     ),
@@ -424,8 +432,8 @@ RULES: tuple[Rule, ...] = (
         "fix",
         _map_threads,
         lambda f: (
-            f"{_label(f)} runs on {round(f.slow.threads if f.slow else 0)} threads "
-            f"(num_parallel_calls={round(f.slow.threads if f.slow else 0)}): pass "
+            f"{_label(f)} runs on {f.slow.set_threads if f.slow else 0} threads "
+            f"(num_parallel_calls={f.slow.set_threads if f.slow else 0}): pass "
             "num_parallel_calls=tf.data.AUTOTUNE to use the host's cores."
         ),
     ),
@@ -640,7 +648,9 @@ def fix_for(
     it has (parallelism already set, a cache already after it). `threads`: the threads the
     run shows the stage's work on, when the model's parallelism reads fewer."""
     shown = _threads(stage, stages)
-    slow = SlowStage(stage=stage, stages=stages, threads=max(shown, threads or 0.0), cpus=cpus)
+    slow = SlowStage(
+        stage=stage, stages=stages, threads=max(shown, threads or 0.0), cpus=cpus, parallelism=shown
+    )
     return " ".join(said(Facts(shape=Shape.of(pipeline or {}), slow=slow), "fix"))
 
 
