@@ -301,7 +301,9 @@ def in_processes(name: str, seconds: float, server: str, processes: int) -> list
     for _ in range(processes):
         command = [sys.executable, "-m", "bench.interleaved", "--one", name]
         command += ["--seconds", str(seconds), "--server", server]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"an interleaved fit of {name} failed:\n{done.stderr[-3000:]}")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return results
 
