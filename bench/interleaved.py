@@ -71,9 +71,9 @@ from trainer_agent.delivery.sender import Sender
 from trainer_agent.telemetry.samplers import Sampler
 
 ARMS = ("baseline", "baseline-again", "stoker", "stoker-unstamped")
-BLOCK_S = float(
-    os.environ.get("STOKER_BENCH_BLOCK_S", "0.05")
-)  # a block's length: short against the machine's drift, long against a switch
+# A block's length: short against the machine's drift, long against the switch between two
+# traced functions (STOKER_BENCH_BLOCK_S: 0.2 and 0.4 s were tried, bench/LOG.md seventh pass).
+BLOCK_S = float(os.environ.get("STOKER_BENCH_BLOCK_S", "0.05"))
 SKIP_CALLS = 2  # calls of each block left out: the switch from another arm's function
 
 
@@ -222,6 +222,8 @@ def windows_of(spans: list[tuple[str, float, float]]) -> Iterator[None]:
 
 
 class Begins(tf.keras.callbacks.Callback):
+    """Each step's begin (`perf_counter`), in an ordinary fit."""
+
     def __init__(self, steps: int) -> None:
         super().__init__()
         self.begins = np.zeros(steps + 1)
