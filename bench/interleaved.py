@@ -77,18 +77,30 @@ BLOCK_S = float(os.environ.get("STOKER_BENCH_BLOCK_S", "0.05"))
 SKIP_CALLS = 2  # calls of each block left out: the switch from another arm's function
 
 
-class Gate(tf.keras.callbacks.Callback):
-    """The one callback Keras holds: each call's begin, and per block either Stoker's hooks and
-    train-function wrapper or nothing of Stoker's."""
+class Begins(tf.keras.callbacks.Callback):
+    """Each train-function call's begin (`perf_counter`)."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.begins = np.zeros(steps + 1)
+        self.calls = 0
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self.calls < len(self.begins):
+            self.begins[self.calls] = time.perf_counter()
+        self.calls += 1
+
+
+class Gate(Begins):
+    """The one callback Keras holds: each call's begin (as `Begins`), and per block either
+    Stoker's hooks and train-function wrapper or nothing of Stoker's."""
 
     def __init__(self, stoker: StokerCallback, calls: int, block: int) -> None:
-        super().__init__()
+        super().__init__(calls)
         self.stoker = stoker
         self.block = block
         groups = calls // (block * len(ARMS)) + 1
         self.order = [arm for _ in range(groups) for arm in random.sample(ARMS, len(ARMS))]
-        self.begins = np.zeros(calls + 1)
-        self.calls = 0
         self._hooks = False
         self._stamped = False
         self._keras: Callable[..., Any] = lambda *args: None
@@ -114,11 +126,8 @@ class Gate(tf.keras.callbacks.Callback):
         return self._keras(iterator, *args, **kwargs)
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        call = self.calls
-        if call < len(self.begins):
-            self.begins[call] = time.perf_counter()
-        self.calls = call + 1
-        arm = self.order[call // self.block]
+        super().on_train_batch_begin(batch, logs)
+        arm = self.order[(self.calls - 1) // self.block]
         self._hooks = arm.startswith("stoker")
         self._stamped = arm == "stoker"
         if self._hooks:
@@ -196,10 +205,18 @@ def interleaved_fit(
     return block, base, costs
 
 
+# The methods whose windows `threads_excess` reads: their class, and what they are.
+WINDOWS: dict[str, tuple[type, str]] = {
+    "_collect": (Sender, "the sender's collection (ring read, matching)"),
+    "_deliver": (Sender, "the sender's delivery (frame, ack; the server's work)"),
+    "sample_once": (Sampler, "the sampler's sample"),
+}
+
+
 @contextmanager
 def windows_of(spans: list[tuple[str, float, float]]) -> Iterator[None]:
     """Record (name, start, end) of each sender collection and delivery and each sample."""
-    targets = [(Sender, "_collect"), (Sender, "_deliver"), (Sampler, "sample_once")]
+    targets = [(cls, name) for name, (cls, _) in WINDOWS.items()]
     originals = [getattr(cls, name) for cls, name in targets]
 
     def timed(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -219,20 +236,6 @@ def windows_of(spans: list[tuple[str, float, float]]) -> Iterator[None]:
     finally:
         for (cls, name), original in zip(targets, originals, strict=True):
             setattr(cls, name, original)
-
-
-class Begins(tf.keras.callbacks.Callback):
-    """Each step's begin (`perf_counter`), in an ordinary fit."""
-
-    def __init__(self, steps: int) -> None:
-        super().__init__()
-        self.begins = np.zeros(steps + 1)
-        self.calls = 0
-
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        if self.calls < len(self.begins):
-            self.begins[self.calls] = time.perf_counter()
-        self.calls += 1
 
 
 def threads_excess(
@@ -261,7 +264,7 @@ def threads_excess(
     span_s = starts[-1] - starts[0]
     lookback = max(16, int(0.05 / float(np.median(intervals))))
     kinds = {}
-    for kind in ("_collect", "_deliver", "sample_once"):
+    for kind in WINDOWS:
         inside = excess = 0.0
         count = 0
         for name, start, end in spans:
@@ -280,13 +283,6 @@ def threads_excess(
     # The server's CPU over the whole fit (its start included): a second of the fit.
     whole_s = begins.begins[begins.calls - 1] - begins.begins[0]
     return float(np.median(intervals)), kinds, server_s / whole_s
-
-
-WINDOW_NAMES = {
-    "_collect": "the sender's collection (ring read, matching)",
-    "_deliver": "the sender's delivery (frame, ack; the server's work)",
-    "sample_once": "the sampler's sample",
-}
 
 
 def one_process(name: str, seconds: float, server: str) -> None:
@@ -342,7 +338,7 @@ def report(name: str, server: ServerProcess, seconds: float, processes: int) -> 
     for kind, (count, inside_ms, excess_us) in kinds.items():
         total += excess_us
         print(
-            f"  {WINDOW_NAMES[kind]}: {count} windows, {inside_ms:.2f} ms a second inside them; "
+            f"  {WINDOWS[kind][1]}: {count} windows, {inside_ms:.2f} ms a second inside them; "
             f"the steps overlapping them took {excess_us:+.2f} µs a step more"
         )
     path = medians["stoker"]
