@@ -2,6 +2,7 @@
 agent's memory stays bounded because it spools to disk, and nothing is lost."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -47,6 +48,9 @@ def test_stuck_server_never_blocks_training_and_spooled_records_arrive_later(
             [sys.executable, "-m", "tests.harness.loop_script", "--server", f"http://127.0.0.1:{port}",
              "--steps", str(steps), "--step-s", "0.01"],
             cwd=REPO, capture_output=True, text=True, timeout=180,
+            # Nothing is ever acknowledged: how soon the agent gives up on the server is the
+            # setting's, 2 s instead of 10 at each wait (the test's time, not its premise).
+            env={**os.environ, "STOKER_ACK_TIMEOUT_S": "2", "STOKER_CLOSE_TIMEOUT_S": "2"},
         )  # fmt: skip
         assert stuck.connections >= 1
     assert training.returncode == 0, training.stderr
