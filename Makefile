@@ -8,9 +8,10 @@ DEV_INSTALLED := $(VENV)/.installed-dev
 # What building the UI needs (npm's "dependencies"), then its test tools ("devDependencies").
 NODE_MODULES := frontend/node_modules/.package-lock.json
 NODE_DEV := frontend/node_modules/.installed-dev
-# The test tiers, in the order `make test` runs them (tests/README.md). The fit tests marked
-# tf_matrix also run on the oldest TensorFlow supported (tf.keras = Keras 2, in its own venv)
-# and with tf_keras (TF_USE_LEGACY_KERAS=1) on the newest.
+# The test tiers (tests/README.md; the run takes their modules ui, fit, server, unit, longest
+# first: RUN_ORDER in tests/conftest.py). The fit tests marked tf_matrix also run on the oldest
+# TensorFlow supported (tf.keras = Keras 2, in its own venv) and with tf_keras
+# (TF_USE_LEGACY_KERAS=1) on the newest.
 TEST_TIERS := tests/unit tests/server tests/fit tests/ui
 TF_OLDEST := 2.15.1
 # pytest-xdist: two workers, this machine's and CI's two cores. A full run keeps them 65-85 %
@@ -23,7 +24,7 @@ TF_OLDEST_VENV := $(VENV)/tf2.15
 # The agent on Keras 3's JAX backend, in a venv without TensorFlow.
 JAX_VENV := $(VENV)/jax
 
-.PHONY: demo serve test test-venvs test-tf-matrix test-jax build lint format clean api-types settings-doc corpus
+.PHONY: demo serve deps test test-venvs test-tf-matrix test-tf-keras test-tf-oldest test-jax build lint format clean api-types settings-doc corpus
 
 demo: build
 	$(BIN)/stoker demo
@@ -31,8 +32,12 @@ demo: build
 serve: build
 	$(BIN)/stoker serve
 
+# What `make test` installs before it starts: the main venv with the test tools, and the UI's
+# node_modules with its test tools (.ci/run installs them while the Debian packages install).
+deps: $(DEV_INSTALLED) $(NODE_DEV)
+
 # The test tools first, so that the UI's build finds node_modules complete and up to date.
-test: $(DEV_INSTALLED) $(NODE_DEV) build
+test: deps build
 	# The TF 2.15 and JAX venvs (under a minute with uv, about 5 with pip) install in the
 	# background while the checks and the main tiers run; the steps that need them wait.
 	$(MAKE) --no-print-directory test-venvs > $(VENV)/test-venvs.log 2>&1 & echo $$! > $(VENV)/test-venvs.pid
@@ -49,16 +54,26 @@ test: $(DEV_INSTALLED) $(NODE_DEV) build
 	$(BIN)/pytest -ra --durations=30 $(PYTEST_PARALLEL) $(TEST_TIERS)
 	while kill -0 $$(cat $(VENV)/test-venvs.pid) 2>/dev/null; do sleep 5; done; \
 	cat $(VENV)/test-venvs.log
-	$(MAKE) test-tf-matrix
-	$(MAKE) test-jax
+	# The three passes on other Keras versions and backends, two at a time and one process
+	# each (two test processes on the two cores, as in the tiers): TF 2.15's beside tf_keras's
+	# then JAX's, ~160 s against ~125 s (in turn, on two workers each: ~185 s).
+	$(MAKE) --no-print-directory -k test-tf-keras test-jax PYTEST_PARALLEL= \
+		> $(VENV)/test-passes.log 2>&1 & passes=$$!; \
+	$(MAKE) --no-print-directory test-tf-oldest PYTEST_PARALLEL=; oldest=$$?; \
+	wait $$passes; others=$$?; cat $(VENV)/test-passes.log; \
+	[ $$oldest = 0 ] && [ $$others = 0 ]
 
 test-venvs: $(TF_OLDEST_VENV)/.installed $(JAX_VENV)/.installed
 
-test-tf-matrix: $(DEV_INSTALLED) $(TF_OLDEST_VENV)/.installed
+test-tf-matrix: test-tf-keras test-tf-oldest
+
+test-tf-keras: $(DEV_INSTALLED)
 	# tf_keras on the newest TF: test_pipeline_rewrites is tf.data alone (no Keras), which the
 	# tiers ran on this TF already.
 	TF_USE_LEGACY_KERAS=1 $(BIN)/pytest -ra $(PYTEST_PARALLEL) -m tf_matrix tests/fit \
 		--ignore=tests/fit/test_pipeline_rewrites.py
+
+test-tf-oldest: $(DEV_INSTALLED) $(TF_OLDEST_VENV)/.installed
 	# TF 2.15's own tf.keras, with the two-worker MultiWorkerMirroredStrategy fits (tf_oldest:
 	# one run for the whole job). Their straggler test stays on the newest TF: on 2.15 the
 	# job's collective step outlasts the delay that test derives from a worker's own step, so
