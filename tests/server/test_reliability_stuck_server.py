@@ -20,7 +20,11 @@ class StuckServer:
     def __init__(self, port: int) -> None:
         self.release = threading.Event()
         self.connections = 0
-        self._server = serve(self._handle, "127.0.0.1", port, max_queue=1, compression=None)
+        # No keepalive of its own: it reads nothing, so its pings would time out and, once the
+        # agent has gone, fail with a traceback on the test process's stderr.
+        self._server = serve(
+            self._handle, "127.0.0.1", port, max_queue=1, compression=None, ping_interval=None
+        )
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def _handle(self, ws: Any) -> None:
