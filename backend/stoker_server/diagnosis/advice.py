@@ -100,9 +100,6 @@ class SlowStage:
     stages: list[dict[str, Any]]
     threads: float  # the threads its work shows on
     cpus: int | None = None
-    # Its parallelism as tf.data's model reads it (what num_parallel_calls set); `threads` may
-    # read more where the run went faster than the model's figures.
-    parallelism: float | None = None
 
     @property
     def kind(self) -> str:
@@ -118,8 +115,10 @@ class SlowStage:
 
     @property
     def set_threads(self) -> int:
-        """The threads its num_parallel_calls (or cycle) sets, as a whole number."""
-        return max(1, round(self.parallelism or self.threads))
+        """The threads its num_parallel_calls (or cycle) sets, as tf.data's model reads it and
+        as a whole number; `threads` may read more where the run went faster than the model's
+        figures."""
+        return max(1, round(_threads(self.stage, self.stages)))
 
     @property
     def many(self) -> bool:
@@ -648,9 +647,7 @@ def fix_for(
     it has (parallelism already set, a cache already after it). `threads`: the threads the
     run shows the stage's work on, when the model's parallelism reads fewer."""
     shown = _threads(stage, stages)
-    slow = SlowStage(
-        stage=stage, stages=stages, threads=max(shown, threads or 0.0), cpus=cpus, parallelism=shown
-    )
+    slow = SlowStage(stage=stage, stages=stages, threads=max(shown, threads or 0.0), cpus=cpus)
     return " ".join(said(Facts(shape=Shape.of(pipeline or {}), slow=slow), "fix"))
 
 
