@@ -177,13 +177,14 @@ def test_tune_a_missing_prefetch_is_added_and_wins(tune_server: ServerProcess, s
     _check_trials(tune_server, group, ["prefetch"])
 
 
-def test_tune_a_gil_bound_python_map_gains_nothing_and_says_what_would(
+def test_tune_a_gil_bound_python_map_gains_little_and_says_what_would(
     tune_server: ServerProcess, step: Step
 ) -> None:
     # Each record is parsed in Python holding the GIL: threads take turns, whatever their count.
     # The script gives tf.data as many threads as calls in flight Stoker would try: AUTOTUNE
-    # may run that many at once, and gains nothing. (Each record's parse is long next to a
-    # call's own overhead, which parallel calls would overlap.)
+    # may run that many at once. Whether that gains nothing, or a little (on a loaded machine
+    # the calls' own overhead, which parallel calls overlap, grows: 1.19x on CI's), the GIL
+    # holds the training thread up while the calls take it, and Stoker says so either way.
     calls = inflight.calls_in_flight()
     output, group = stoker_tune(
         tune_server, "python_map", 2 * MARGIN * step.step_s, "--only", "parallel",
@@ -191,13 +192,18 @@ def test_tune_a_gil_bound_python_map_gains_nothing_and_says_what_would(
     )  # fmt: skip
     rows = _rows(group)
     row = rows["parallel:1"]
-    assert row["verdict"] in ("no measurable gain", "slower")
-    assert group["table"]["best"] is None
     for said in ("parse_in_python runs Python", "GIL", "TF ops", "more processes",
                  "tf.data service"):  # fmt: skip
-        assert said in row["note"]
+        assert said in row["note"], row
+        assert said.split()[-1] in output
     assert group["table"]["noise"] >= 0.05
-    assert "No change Stoker tried gains more than the noise" in output
+    if row["verdict"] == "speed-up":
+        assert "each step's own time grew" in row["note"]  # the wait moved into the step
+        assert "parse_in_python is held back by the GIL" in output
+    else:
+        assert row["verdict"] in ("no measurable gain", "slower")
+        assert group["table"]["best"] is None
+        assert "No change Stoker tried gains more than the noise" in output
     assert rows["inflight:1"]["verdict"] == "not tried"
     assert f"runs up to {calls} calls of parse_in_python" in rows["inflight:1"]["note"]
     _check_trials(tune_server, group, ["parallel:1"])

@@ -26,9 +26,10 @@ EDIT = {"where": "train.py:42", "path": "/x/train.py", "line": 42,
 
 
 def _result(trial: str, rate: float | None, *, batches: int = 100, examples: int = 6400,
-            wait: float = 0.1) -> TrialResult:  # fmt: skip
+            wait: float = 0.1, compute_ms: float | None = None) -> TrialResult:  # fmt: skip
     return TrialResult(trial=trial, steps=batches, batches=batches, examples=examples,
-                       steps_per_s=rate, input_wait_share=wait)  # fmt: skip
+                       steps_per_s=rate, input_wait_share=wait,
+                       compute_ms_median=compute_ms)  # fmt: skip
 
 
 def _change(change_id: str, advice: str, **extra: object) -> dict[str, object]:
@@ -91,6 +92,37 @@ def test_a_python_map_that_gains_nothing_names_the_gil_and_the_alternatives() ->
     for alternative in ("TF ops", "more processes", "tf.data service"):
         assert alternative in row.note
         assert alternative in table.conclusion
+
+
+def test_a_python_map_whose_gain_moved_the_wait_into_the_step_names_the_gil() -> None:
+    # A CI machine's figures: more calls of a GIL-bound parse kept the input up (76.9 % ->
+    # 15.7 % input wait), but each step's own time tripled while the training thread waited
+    # for the GIL: 1.19x where removing the wait would have given 4x.
+    baseline = _result("unchanged", 7.96, wait=0.769, compute_ms=29.0)
+    changes = [_change("parallel:1", "parallel", python=True, function="parse")]
+    trial = _result("parallel:1", 9.45, wait=0.157, compute_ms=89.2)
+    table = judge(baseline, changes, {"parallel:1": trial},
+                  _result("parallel:1", 9.25, wait=0.039, compute_ms=104.0), steps=20)  # fmt: skip
+    row = _rows(table)["parallel:1"]
+    assert row.verdict == SPEED_UP and table.best == "parallel:1"
+    assert "parse runs Python" in row.note
+    assert "input wait 76.9 % -> 15.7 %" in row.note
+    assert "grew from 29.0 ms to 89.2 ms" in row.note and "GIL" in row.note
+    assert "parse is held back by the GIL" in table.conclusion
+    for alternative in ("TF ops", "more processes", "tf.data service"):
+        assert alternative in row.note
+        assert alternative in table.conclusion
+
+
+def test_a_python_map_whose_steps_kept_their_time_is_a_plain_speed_up() -> None:
+    # Its calls wait on storage without the GIL: the gain is the input's, the step unchanged.
+    baseline = _result("unchanged", 5.0, wait=0.8, compute_ms=40.0)
+    changes = [_change("parallel:1", "parallel", python=True, function="read")]
+    trials = {"parallel:1": _result("parallel:1", 20.0, wait=0.05, compute_ms=47.0)}
+    table = judge(baseline, changes, trials, _result("parallel:1", 19.5), steps=20)
+    row = _rows(table)["parallel:1"]
+    assert row.verdict == SPEED_UP
+    assert "GIL" not in row.note and "GIL" not in table.conclusion
 
 
 def test_a_slower_change_is_slower() -> None:

@@ -13,10 +13,13 @@ steps consumed other elements than the unchanged run's is no comparison at all.
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trainer_agent.figures import share_text
+from trainer_agent.figures import ms_text, share_text
 from trainer_agent.tune.trial import UNCHANGED, TrialResult
 
 NOISE_FLOOR = 0.05
+# A Python map's parallel trial that gained, but whose steps' own time (not waiting for input)
+# grew this much: the training thread waited for the GIL the map's calls held.
+GIL_STEP_GROWTH = 1.5
 
 SPEED_UP = "speed-up"
 NO_GAIN = "no measurable gain"
@@ -118,6 +121,31 @@ def _gil_note(change: dict[str, Any]) -> str:
     )
 
 
+def _gil_bound_gain(trial: TrialResult, baseline: TrialResult) -> bool:
+    """More calls of a Python function at once kept the input up better, but each step's own
+    time grew with it: the calls' GIL held the training thread up, and took part of the gain."""
+    grown, was = trial.compute_ms_median, baseline.compute_ms_median
+    return grown is not None and was is not None and was > 0 and grown >= GIL_STEP_GROWTH * was
+
+
+def _gil_gain_note(change: dict[str, Any], trial: TrialResult, baseline: TrialResult) -> str:
+    function = change.get("function") or "its function"
+    waits = ""
+    if trial.input_wait_share is not None and baseline.input_wait_share is not None:
+        waits = (
+            f" (input wait {share_text(baseline.input_wait_share)} -> "
+            f"{share_text(trial.input_wait_share)})"
+        )
+    return (
+        f"{function} runs Python (numpy_function/py_function): with more calls at once the "
+        f"input kept up better{waits}, but each step's own time grew from "
+        f"{ms_text((baseline.compute_ms_median or 0) / 1000)} to "
+        f"{ms_text((trial.compute_ms_median or 0) / 1000)}: the training thread waited for "
+        "Python's GIL, which the calls take in turn, so more threads gain little beyond this. "
+        "Instead, " + GIL_ALTERNATIVES + "."
+    )
+
+
 def _row(change: dict[str, Any], verdict: str, note: str = "") -> Row:
     return Row(
         id=change["id"],
@@ -205,8 +233,11 @@ def judge(
         row.verdict = _verdict(min(rates) / baseline.steps_per_s - 1.0, noise)
         change = next(c for c in changes if c["id"] == row.id)
         row.note = change.get("why") or ""
-        if row.verdict != SPEED_UP and change.get("python") and change.get("advice") == "parallel":
-            row.note = _gil_note(change)
+        if change.get("python") and change.get("advice") == "parallel":
+            if row.verdict != SPEED_UP:
+                row.note = _gil_note(change)
+            elif _gil_bound_gain(trial, baseline):
+                row.note = _gil_gain_note(change, trial, baseline)
     table.best = _best(rows)
     table.conclusion = _conclusion(table, baseline)
     table.elements_text = _elements_text(baseline, comparable, steps)
@@ -230,10 +261,15 @@ def _conclusion(table: Table, baseline: TrialResult) -> str:
     if table.best is not None:
         row = rows[table.best]
         again = f", {row.repeat_speedup:.2f}x again" if row.repeat_speedup else ""
-        return (
+        best = (
             f"Best: {row.title}: {row.speedup:.2f}x the unchanged run's steps/s{again} "
             f"({_rate(baseline.steps_per_s)} -> {_rate(row.steps_per_s)} steps/s)."
         )
+        if "GIL" in row.note:
+            best += f" {row.function or 'The slow function'} is held back by the GIL: " + (
+                GIL_ALTERNATIVES + " to gain more."
+            )
+        return best
     tried = [r for r in table.rows if r.verdict in (NO_GAIN, SLOWER)]
     if tried:
         gil = [r for r in tried if "GIL" in r.note]
