@@ -96,13 +96,16 @@ class ScriptedAgent:
 
 def stalled_live_client(server: ServerProcess, run_id: int) -> Any:
     """A browser that stops reading, subscribed to the run: its receive buffer is tiny, so
-    the server's writes to it back up at once."""
+    the server's writes to it back up at once. It sends no keepalive pings: it would not read
+    their pongs, and one timing out after its test printed websockets' traceback. The caller
+    closes it (each caller's `ExitStack`)."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
     slow = connect(
-        f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1, compression=None
-    ).__enter__()
+        f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1,
+        compression=None, ping_interval=None, close_timeout=1,
+    ).__enter__()  # fmt: skip
     slow.send(json.dumps({"type": "subscribe", "run_id": run_id}))
     return slow
 

@@ -6,6 +6,7 @@ too big, leaving out its largest entries."""
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -122,26 +123,30 @@ def test_a_live_clients_queue_is_bounded_in_bytes(tmp_path: Path) -> None:
     env = {"STOKER_LIVE_QUEUE_SIZE": "100000", "STOKER_LIVE_CLIENT_MAX_BYTES": "64KiB"}
     server = ServerProcess(data_dir=tmp_path, env=env).start()
     try:
-        agent = connect(f"{server.ws_url}/api/v1/agent", max_size=None).__enter__()
-        agent.send(json.dumps({**hello(name="bytes"), "run_key": uuid.uuid4().hex}))
-        run_id = json.loads(agent.recv(timeout=10))["run_id"]
-        slow = stalled_live_client(server, run_id)
-        batches = 400
-        for seq in range(1, batches + 1):
-            first = (seq - 1) * STEPS_PER_BATCH
-            steps = list(range(first, first + STEPS_PER_BATCH))
-            agent.send(json.dumps({
-                "type": "batch", "seq": seq,
-                "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
-                          "dur": [0.01] * STEPS_PER_BATCH},
-            }))  # fmt: skip
-            while (reply := json.loads(agent.recv(timeout=10)))["type"] == "command":
-                pass
-            assert reply == {"type": "ack", "seq": seq}
-        assert first_drop_notice(slow, most=3 * batches)["dropped"] > 0
-        agent.close()
+        with ExitStack() as clients:
+            _drop_a_stalled_reader(server, clients)
     finally:
         server.stop()
+
+
+def _drop_a_stalled_reader(server: ServerProcess, clients: ExitStack) -> None:
+    agent = clients.enter_context(connect(f"{server.ws_url}/api/v1/agent", max_size=None))
+    agent.send(json.dumps({**hello(name="bytes"), "run_key": uuid.uuid4().hex}))
+    run_id = json.loads(agent.recv(timeout=10))["run_id"]
+    slow = clients.enter_context(stalled_live_client(server, run_id))
+    batches = 400
+    for seq in range(1, batches + 1):
+        first = (seq - 1) * STEPS_PER_BATCH
+        steps = list(range(first, first + STEPS_PER_BATCH))
+        agent.send(json.dumps({
+            "type": "batch", "seq": seq,
+            "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
+                      "dur": [0.01] * STEPS_PER_BATCH},
+        }))  # fmt: skip
+        while (reply := json.loads(agent.recv(timeout=10)))["type"] == "command":
+            pass
+        assert reply == {"type": "ack", "seq": seq}
+    assert first_drop_notice(slow, most=3 * batches)["dropped"] > 0
 
 
 def test_the_agent_leaves_out_the_largest_config_entries_over_the_limit(

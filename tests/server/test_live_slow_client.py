@@ -4,6 +4,7 @@ import itertools
 import json
 import threading
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 from websockets.sync.client import connect
@@ -17,50 +18,55 @@ STEPS_PER_BATCH = 500
 def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: Path) -> None:
     server = ServerProcess(data_dir=tmp_path, env={"STOKER_LIVE_QUEUE_SIZE": "20"}).start()
     try:
-        agent = connect(f"{server.ws_url}/api/v1/agent", max_size=None).__enter__()
-        hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": "slow"}
-        agent.send(json.dumps(hello))
-        run_id = json.loads(agent.recv(timeout=10))["run_id"]
-
-        slow = stalled_live_client(server, run_id)
-        fast = connect(f"{server.ws_url}/api/v1/live", max_size=None).__enter__()
-        fast.send(json.dumps({"type": "subscribe", "run_id": run_id}))
-
-        batches = 400
-        last_step = batches * STEPS_PER_BATCH - 1
-        fast_firsts_and_lasts: list[tuple[int, int]] = []
-
-        def read_fast() -> None:
-            while not fast_firsts_and_lasts or fast_firsts_and_lasts[-1][1] != last_step:
-                message = json.loads(fast.recv(timeout=30))
-                if message["type"] == "steps":
-                    step = message["data"]["step"]
-                    fast_firsts_and_lasts.append((step[0], step[-1]))
-
-        reader = threading.Thread(target=read_fast, daemon=True)
-        reader.start()
-        for seq in range(1, batches + 1):
-            first = (seq - 1) * STEPS_PER_BATCH
-            steps = list(range(first, first + STEPS_PER_BATCH))
-            batch = {"type": "batch", "seq": seq,
-                     "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
-                               "dur": [0.01] * STEPS_PER_BATCH}}  # fmt: skip
-            agent.send(json.dumps(batch))
-            reply = json.loads(agent.recv(timeout=10))
-            if reply["type"] == "command":  # the server says the run is watched
-                assert reply == {"type": "command", "name": "watch", "watched": True}
-                reply = json.loads(agent.recv(timeout=10))
-            assert reply == {"type": "ack", "seq": seq}
-        reader.join(timeout=60)
-
-        # The reading client got every batch from its subscription on, in order, no gap.
-        assert fast_firsts_and_lasts and fast_firsts_and_lasts[-1][1] == last_step
-        for (_, previous_last), (first, _) in itertools.pairwise(fast_firsts_and_lasts):
-            assert first == previous_last + 1
-
-        # The slow client, once it reads, is told that messages were dropped for it.
-        notice = first_drop_notice(slow, most=3 * batches)
-        assert notice["dropped"] > 0
-        assert "re-fetch" in notice["message"]
+        with ExitStack() as clients:
+            _check_slow_client(server, clients)
     finally:
         server.stop()
+
+
+def _check_slow_client(server: ServerProcess, clients: ExitStack) -> None:
+    agent = clients.enter_context(connect(f"{server.ws_url}/api/v1/agent", max_size=None))
+    hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": "slow"}
+    agent.send(json.dumps(hello))
+    run_id = json.loads(agent.recv(timeout=10))["run_id"]
+
+    slow = clients.enter_context(stalled_live_client(server, run_id))
+    fast = clients.enter_context(connect(f"{server.ws_url}/api/v1/live", max_size=None))
+    fast.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+
+    batches = 400
+    last_step = batches * STEPS_PER_BATCH - 1
+    fast_firsts_and_lasts: list[tuple[int, int]] = []
+
+    def read_fast() -> None:
+        while not fast_firsts_and_lasts or fast_firsts_and_lasts[-1][1] != last_step:
+            message = json.loads(fast.recv(timeout=30))
+            if message["type"] == "steps":
+                step = message["data"]["step"]
+                fast_firsts_and_lasts.append((step[0], step[-1]))
+
+    reader = threading.Thread(target=read_fast, daemon=True)
+    reader.start()
+    for seq in range(1, batches + 1):
+        first = (seq - 1) * STEPS_PER_BATCH
+        steps = list(range(first, first + STEPS_PER_BATCH))
+        batch = {"type": "batch", "seq": seq,
+                 "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
+                           "dur": [0.01] * STEPS_PER_BATCH}}  # fmt: skip
+        agent.send(json.dumps(batch))
+        reply = json.loads(agent.recv(timeout=10))
+        if reply["type"] == "command":  # the server says the run is watched
+            assert reply == {"type": "command", "name": "watch", "watched": True}
+            reply = json.loads(agent.recv(timeout=10))
+        assert reply == {"type": "ack", "seq": seq}
+    reader.join(timeout=60)
+
+    # The reading client got every batch from its subscription on, in order, no gap.
+    assert fast_firsts_and_lasts and fast_firsts_and_lasts[-1][1] == last_step
+    for (_, previous_last), (first, _) in itertools.pairwise(fast_firsts_and_lasts):
+        assert first == previous_last + 1
+
+    # The slow client, once it reads, is told that messages were dropped for it.
+    notice = first_drop_notice(slow, most=3 * batches)
+    assert notice["dropped"] > 0
+    assert "re-fetch" in notice["message"]

@@ -3,6 +3,7 @@ batching and the spool (Outbox), the two transports, the drain's stop rule, and 
 cycle across an outage. No server, no threads, no waiting."""
 
 import json
+import logging
 import queue
 import random
 import threading
@@ -41,7 +42,7 @@ from trainer_agent.delivery.transport import (
     Welcome,
     is_slow,
 )
-from trainer_agent.delivery.websocket import WebSocketTransport
+from trainer_agent.delivery.websocket import WebSocketTransport, default_connect
 
 HELLO = {"type": "hello", "run_key": "k" * 16}
 
@@ -570,6 +571,32 @@ def test_a_stalled_server_is_slow_and_a_refusing_one_unreachable() -> None:
     assert is_slow(keepalive) and is_slow(TimeoutError()) and is_slow(DrainCapReached())
     assert not is_slow(ConnectionRefusedError(111, "Connection refused"))
     assert not is_slow(ConnectionClosedError(None, Close(1001, "going away"), None))
+
+
+def test_websockets_own_log_lines_reach_the_agents_logger_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A keepalive ping that failed is logged by websockets at ERROR with its traceback (a
+    training script without logging set up printed it); on the agent's connection it is a
+    DEBUG line of `trainer_agent.websockets`, what the connection itself reports."""
+    from websockets.sync.server import serve
+
+    with serve(lambda ws: ws.recv(), "127.0.0.1", 0) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.socket.getsockname()[1]
+        ws = default_connect(f"ws://127.0.0.1:{port}")
+        try:
+            with caplog.at_level(logging.DEBUG, logger="trainer_agent.websockets"):
+                try:
+                    raise ConnectionResetError(104, "Connection reset by peer")
+                except ConnectionResetError:
+                    ws.logger.error("keepalive ping failed", exc_info=True)  # as websockets does
+        finally:
+            ws.close()
+            server.shutdown()
+    failed = [r for r in caplog.records if r.getMessage() == "keepalive ping failed"]
+    assert [(r.name, r.levelno) for r in failed] == [("trainer_agent.websockets", logging.DEBUG)]
+    assert failed[0].exc_info is not None  # the traceback is kept, for whoever asks for DEBUG
 
 
 def test_two_workers_of_one_run_spool_apart(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ ack (stop-and-wait), with the server's commands arriving in between."""
 
 import contextlib
 import functools
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -24,12 +25,27 @@ DEFAULT_PING_TIMEOUT_S = 20.0
 OnCommand = Callable[[dict[str, Any]], None]
 
 
+class _DemotedLog(logging.LoggerAdapter):
+    """websockets' own log lines, each at DEBUG. Its keepalive logs a ping that failed at
+    ERROR with a traceback, which a training script without logging set up prints; the
+    transport meets the same failure as a closed connection, and the sender tells the user
+    once, in its words."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        super().log(logging.DEBUG, msg, *args, **kwargs)
+
+
+WEBSOCKETS_LOG = _DemotedLog(logging.getLogger("trainer_agent.websockets"), {})
+
+
 def default_connect(url: str, **kwargs: Any) -> Any:
     from websockets.sync.client import connect
 
     # Entering the connection is the supported way to use it directly (websockets >= 17.1
     # warns otherwise); the transport closes it explicitly.
-    return connect(url, create_connection=_private_ping_connection(), **kwargs).__enter__()
+    return connect(
+        url, create_connection=_private_ping_connection(), logger=WEBSOCKETS_LOG, **kwargs
+    ).__enter__()
 
 
 @functools.cache
