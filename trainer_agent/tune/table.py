@@ -142,7 +142,7 @@ def _gil_gain_note(change: dict[str, Any], trial: TrialResult, baseline: TrialRe
         f"{ms_text((baseline.compute_ms_median or 0) / 1000)} to "
         f"{ms_text((trial.compute_ms_median or 0) / 1000)}: the training thread waited for "
         "Python's GIL, which the calls take in turn, so more threads gain little beyond this. "
-        "Instead, " + GIL_ALTERNATIVES + "."
+        "To gain more, " + GIL_ALTERNATIVES + "."
     )
 
 
