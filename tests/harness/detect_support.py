@@ -68,8 +68,9 @@ class ScriptedAgent:
 
     def steps(
         self, n: int, *, dur: float, wait: float | None, device_util: float | None = None
-    ) -> None:
-        """Send `n` steps of `dur` seconds each waiting `wait` for input (agent clock)."""
+    ) -> dict[str, Any]:
+        """Send `n` steps of `dur` seconds each waiting `wait` for input (agent clock); the
+        server's ack."""
         indices = list(range(self.step, self.step + n))
         starts = [self.t + i * dur for i in range(n)]
         sections: dict[str, Any] = {
@@ -84,7 +85,7 @@ class ScriptedAgent:
             }  # fmt: skip
         self.step += n
         self.t += n * dur
-        self.send(**sections)
+        return self.send(**sections)
 
     def end(self, status: str = "finished") -> None:
         self.ws.send(json.dumps({"type": "end", "status": status}))

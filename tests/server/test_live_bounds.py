@@ -4,7 +4,6 @@ connections and subscriptions are capped. And the real agent keeps a run whose c
 too big, leaving out its largest entries."""
 
 import json
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -15,7 +14,11 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.harness.detect_support import first_drop_notice, stalled_live_client
+from tests.harness.detect_support import (
+    ScriptedAgent,
+    first_drop_notice,
+    stalled_live_client,
+)
 from tests.harness.support import ServerProcess, wait_for
 from tests.server.test_ingest_websocket import hello
 
@@ -130,22 +133,12 @@ def test_a_live_clients_queue_is_bounded_in_bytes(tmp_path: Path) -> None:
 
 
 def _drop_a_stalled_reader(server: ServerProcess, clients: ExitStack) -> None:
-    agent = clients.enter_context(connect(f"{server.ws_url}/api/v1/agent", max_size=None))
-    agent.send(json.dumps({**hello(name="bytes"), "run_key": uuid.uuid4().hex}))
-    run_id = json.loads(agent.recv(timeout=10))["run_id"]
-    slow = clients.enter_context(stalled_live_client(server, run_id))
+    agent = ScriptedAgent(server, name="bytes")
+    clients.callback(agent.close)
+    slow = clients.enter_context(stalled_live_client(server, agent.run_id))
     batches = 400
     for seq in range(1, batches + 1):
-        first = (seq - 1) * STEPS_PER_BATCH
-        steps = list(range(first, first + STEPS_PER_BATCH))
-        agent.send(json.dumps({
-            "type": "batch", "seq": seq,
-            "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
-                      "dur": [0.01] * STEPS_PER_BATCH},
-        }))  # fmt: skip
-        while (reply := json.loads(agent.recv(timeout=10)))["type"] == "command":
-            pass
-        assert reply == {"type": "ack", "seq": seq}
+        assert agent.steps(STEPS_PER_BATCH, dur=0.01, wait=None) == {"type": "ack", "seq": seq}
     assert first_drop_notice(slow, most=3 * batches)["dropped"] > 0
 
 

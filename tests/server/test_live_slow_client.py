@@ -3,13 +3,16 @@
 import itertools
 import json
 import threading
-import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
 from websockets.sync.client import connect
 
-from tests.harness.detect_support import first_drop_notice, stalled_live_client
+from tests.harness.detect_support import (
+    ScriptedAgent,
+    first_drop_notice,
+    stalled_live_client,
+)
 from tests.harness.support import ServerProcess
 
 STEPS_PER_BATCH = 500
@@ -25,14 +28,11 @@ def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: P
 
 
 def _check_slow_client(server: ServerProcess, clients: ExitStack) -> None:
-    agent = clients.enter_context(connect(f"{server.ws_url}/api/v1/agent", max_size=None))
-    hello = {"type": "hello", "protocol": 1, "run_key": uuid.uuid4().hex, "name": "slow"}
-    agent.send(json.dumps(hello))
-    run_id = json.loads(agent.recv(timeout=10))["run_id"]
-
-    slow = clients.enter_context(stalled_live_client(server, run_id))
+    agent = ScriptedAgent(server, name="slow")
+    clients.callback(agent.close)
+    slow = clients.enter_context(stalled_live_client(server, agent.run_id))
     fast = clients.enter_context(connect(f"{server.ws_url}/api/v1/live", max_size=None))
-    fast.send(json.dumps({"type": "subscribe", "run_id": run_id}))
+    fast.send(json.dumps({"type": "subscribe", "run_id": agent.run_id}))
 
     batches = 400
     last_step = batches * STEPS_PER_BATCH - 1
@@ -48,17 +48,9 @@ def _check_slow_client(server: ServerProcess, clients: ExitStack) -> None:
     reader = threading.Thread(target=read_fast, daemon=True)
     reader.start()
     for seq in range(1, batches + 1):
-        first = (seq - 1) * STEPS_PER_BATCH
-        steps = list(range(first, first + STEPS_PER_BATCH))
-        batch = {"type": "batch", "seq": seq,
-                 "steps": {"step": steps, "t": [1.7e9 + s for s in steps],
-                           "dur": [0.01] * STEPS_PER_BATCH}}  # fmt: skip
-        agent.send(json.dumps(batch))
-        reply = json.loads(agent.recv(timeout=10))
-        if reply["type"] == "command":  # the server says the run is watched
-            assert reply == {"type": "command", "name": "watch", "watched": True}
-            reply = json.loads(agent.recv(timeout=10))
-        assert reply == {"type": "ack", "seq": seq}
+        assert agent.steps(STEPS_PER_BATCH, dur=0.01, wait=None) == {"type": "ack", "seq": seq}
+    # The commands between the acks: the server says the run is watched.
+    assert all(c == {"type": "command", "name": "watch", "watched": True} for c in agent.commands)
     reader.join(timeout=60)
 
     # The reading client got every batch from its subscription on, in order, no gap.
