@@ -4,7 +4,8 @@ cannot resolve here.
 Two fits of one model run at speeds that drift apart by more than Stoker costs on a 2-core VM
 (an A/A of paired fits read +11.8, -54.6 and +67.4 µs on a ~1 ms step: bench/LOG.md, sixth
 pass). Here one long fit of one model runs its train-function calls in blocks of about 50 ms,
-and the blocks rotate, in a random order per group, over four arms:
+and the blocks rotate, in a random order per group, over these arms (and two per further
+trace, below):
   baseline, baseline-again   Keras's own train function, no Stoker hooks (A/A: the noise)
   stoker                     Stoker's batch hooks and its train-function wrapper, whose
                              iterator is stamped (input wait): what a fit with `wrap` runs
@@ -19,8 +20,13 @@ drift of the machine moves every arm of a group alike.
 A traced function runs at a speed of its own, fixed when it is traced: the stamped fits run
 another concrete function than the plain ones, and on the small MLP and the wide model one
 process read the stamped arm 58-82 µs (small MLP) and 305-401 µs (wide) faster than the
-plain one, another 23 µs slower. So each fit runs in a fresh process (`--processes`: a new
-model, new traces) and the figure is the median over processes, with their spread.
+plain one, another 23 µs slower. So each fit runs `--traces` traces of each function (4: three
+more `tf.function`s of Keras's train step, each traced with the plain iterator and the stamped
+one, each pair two more arms, "baseline-tK" and "stoker-tK"), and Stoker's path is read
+across them: per group, the mean of the stamped arms less the mean of the plain ones. The
+further plain traces against the first show how far a trace's own speed goes. And each fit
+runs in a fresh process (`--processes`: a new model, new traces), the figure the median over
+processes, with their spread.
 
 What the arms cannot hold apart is Stoker's threads, which run in every arm. So a second,
 ordinary fit (the callback and `wrap`, no gate) records each step's begin and the windows in
@@ -32,7 +38,7 @@ this machine the server shares the two cores with the training, so its CPU in th
 printed too.
 
 Usage: .venv/bin/python -m bench.interleaved [--models tiny,mlp,wide] [--seconds 30]
-       [--processes 6]
+       [--processes 6] [--traces 4]
 """
 
 import argparse
@@ -67,10 +73,29 @@ from bench.agent_overhead import (
 )
 from tests.harness.support import ServerProcess
 from trainer_agent import StokerCallback
+from trainer_agent.capture.train_function import _tf_wrapper
 from trainer_agent.delivery.sender import Sender
 from trainer_agent.telemetry.samplers import Sampler
 
 ARMS = ("baseline", "baseline-again", "stoker", "stoker-unstamped")
+# TRACES > 1 adds, per further trace k of Keras's train function (another `tf.function` of the
+# same step, so another trace of the plain iterator and of the stamped one), two arms:
+# "baseline-tK" (its plain trace) and "stoker-tK" (Stoker's hooks and its stamped trace).
+TRACES = 4
+
+
+def arms_of(traces: int) -> tuple[str, ...]:
+    """The arms of a fit with `traces` traces of each function (ARMS, then two per trace)."""
+    further = [(f"baseline-t{k}", f"stoker-t{k}") for k in range(1, traces)]
+    return ARMS + tuple(arm for pair in further for arm in pair)
+
+
+def trace_pairs(arms: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(plain, stamped) arm of each trace: ("baseline", "stoker") is the first."""
+    further = [arm for arm in arms if arm.startswith("baseline-t")]
+    return [("baseline", "stoker")] + [(arm, "stoker-" + arm.split("-")[1]) for arm in further]
+
+
 # A block's length: short against the machine's drift, long against the switch between two
 # traced functions (STOKER_BENCH_BLOCK_S: 0.2 and 0.4 s were tried, bench/LOG.md seventh pass).
 BLOCK_S = float(os.environ.get("STOKER_BENCH_BLOCK_S", "0.05"))
@@ -95,16 +120,27 @@ class Gate(Begins):
     """The one callback Keras holds: each call's begin (as `Begins`), and per block either
     Stoker's hooks and train-function wrapper or nothing of Stoker's."""
 
-    def __init__(self, stoker: StokerCallback, calls: int, block: int) -> None:
+    def __init__(
+        self,
+        stoker: StokerCallback,
+        calls: int,
+        block: int,
+        further: list[Callable[..., Any]] | None = None,
+    ) -> None:
         super().__init__(calls)
         self.stoker = stoker
         self.block = block
-        groups = calls // (block * len(ARMS)) + 1
-        self.order = [arm for _ in range(groups) for arm in random.sample(ARMS, len(ARMS))]
+        self.further = further or []  # further traces of Keras's train function
+        self.arms = arms_of(1 + len(self.further))
+        groups = calls // (block * len(self.arms)) + 1
+        self.order = [
+            arm for _ in range(groups) for arm in random.sample(self.arms, len(self.arms))
+        ]
         self._hooks = False
-        self._stamped = False
         self._keras: Callable[..., Any] = lambda *args: None
         self._stoker: Callable[..., Any] = lambda *args: None
+        self._functions: dict[str, Callable[..., Any]] = {}
+        self._function: Callable[..., Any] = self._keras
 
     def set_model(self, model: Any) -> None:
         super().set_model(model)
@@ -118,18 +154,26 @@ class Gate(Begins):
         self._keras = self.model.train_function
         self.stoker.on_train_begin(logs)
         self._stoker = self.model.train_function
+        functions = {"baseline": self._keras, "baseline-again": self._keras}
+        functions |= {"stoker": self._stoker, "stoker-unstamped": self._keras}
+        stamps = self.stoker._stamps
+        for k, keras in enumerate(self.further, start=1):
+            functions[f"baseline-t{k}"] = keras
+            # The wrapper Stoker puts around Keras's function, around this trace's: its
+            # iterator stamped into the same ring (the fit's own wrapper already watches it).
+            stamp = _SameRing(stamps.ring) if stamps is not None else None
+            functions[f"stoker-t{k}"] = _tf_wrapper(keras, _Unwatched(), stamp)
+        self._functions = functions
         self.model.train_function = self._train_function
 
     def _train_function(self, iterator: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._stamped:
-            return self._stoker(iterator, *args, **kwargs)
-        return self._keras(iterator, *args, **kwargs)
+        return self._function(iterator, *args, **kwargs)
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         super().on_train_batch_begin(batch, logs)
         arm = self.order[(self.calls - 1) // self.block]
         self._hooks = arm.startswith("stoker")
-        self._stamped = arm == "stoker"
+        self._function = self._functions[arm]
         if self._hooks:
             self.stoker.on_train_batch_begin(batch, logs)
 
@@ -148,6 +192,25 @@ class Gate(Begins):
         self.stoker.on_train_end(logs)
 
 
+class _SameRing:
+    """A further trace's stamper: its iterator stamped into the fit's ring, no iterator of
+    its own noted (the fit's wrapper noted it)."""
+
+    def __init__(self, ring: Any) -> None:
+        self.ring = ring
+
+    def stamped(self, iterator: Any) -> Any:
+        return self.ring.stamped(iterator)
+
+    def failed(self, error: BaseException) -> None:
+        raise RuntimeError("a further trace could not be stamped") from error
+
+
+class _Unwatched:
+    def watch(self, iterator: Any) -> None:
+        pass
+
+
 @dataclass
 class ArmCost:
     """An arm's paired difference to the baseline, µs a call: median, bootstrap 95 % interval."""
@@ -157,38 +220,59 @@ class ArmCost:
     high_us: float
 
 
-def arm_costs(begins: np.ndarray, order: list[str], block: int) -> tuple[float, dict[str, ArmCost]]:
-    """The baseline's call (s) and each arm's paired cost, from the calls' begin times."""
+# The cost of Stoker's path averaged over the traces: per group, the mean of the stamped
+# arms less the mean of the plain ones (each trace's speed of its own cancels out).
+ACROSS_TRACES = "stoker-across-traces"
+
+
+def arm_costs(
+    begins: np.ndarray, order: list[str], block: int, arms: tuple[str, ...] = ARMS
+) -> tuple[float, dict[str, ArmCost]]:
+    """The baseline's call (s) and each arm's paired cost, from the calls' begin times; with
+    further traces, also ACROSS_TRACES."""
     groups: dict[int, dict[str, float]] = {}
     for index in range(len(begins) // block - 1):
         start = index * block + SKIP_CALLS
         intervals = np.diff(begins[start : (index + 1) * block])
-        groups.setdefault(index // len(ARMS), {})[order[index]] = float(np.median(intervals))
-    whole = [g for g in groups.values() if len(g) == len(ARMS)]
+        groups.setdefault(index // len(arms), {})[order[index]] = float(np.median(intervals))
+    whole = [g for g in groups.values() if len(g) == len(arms)]
     base = statistics.median(g["baseline"] for g in whole)
     rng = np.random.default_rng(0)
-    costs = {}
-    for arm in ARMS[1:]:
-        paired = np.array([g[arm] - g["baseline"] for g in whole]) * 1e6
+
+    def cost(paired_s: list[float]) -> ArmCost:
+        paired = np.array(paired_s) * 1e6
         resampled = np.median(rng.choice(paired, (2000, len(paired))), axis=1)
         low, high = np.percentile(resampled, [2.5, 97.5])
-        costs[arm] = ArmCost(float(np.median(paired)), float(low), float(high))
+        return ArmCost(float(np.median(paired)), float(low), float(high))
+
+    costs = {arm: cost([g[arm] - g["baseline"] for g in whole]) for arm in arms[1:]}
+    pairs = trace_pairs(arms)
+    if len(pairs) > 1:
+        costs[ACROSS_TRACES] = cost(
+            [statistics.fmean(g[stamped] - g[plain] for plain, stamped in pairs) for g in whole]
+        )
     return base, costs
 
 
 def interleaved_fit(
-    model: Model, seconds: float, server: str
+    model: Model, seconds: float, server: str, traces: int = TRACES
 ) -> tuple[int, float, dict[str, ArmCost]]:
     """One fit of about `seconds` whose blocks rotate over the arms (`steps_per_execution` 1:
-    a call is a step): the block's length in steps, the baseline's step (s), each arm's cost."""
+    a call is a step), with `traces` traces of Keras's train function: the block's length in
+    steps, the baseline's step (s), each arm's cost."""
     keras_model = make_model(model, 1)
     steps = fit_steps(keras_model, model, 1, seconds)
+    further = []
+    for _ in range(traces - 1):
+        keras_model.make_train_function(force=True)
+        further.append(keras_model.train_function)
+    keras_model.make_train_function(force=True)  # the first trace's, what the fits start with
 
     def fit(steps: int, block: int) -> Gate:
         callback = StokerCallback(
             run_name="bench-interleaved", server=server, sample_interval_s=1.0
         )
-        gate = Gate(callback, steps, block)
+        gate = Gate(callback, steps, block, further)
         data = callback.wrap(dataset(model, steps))
         keras_model.fit(data, epochs=1, callbacks=[gate], verbose=0)
         return gate
@@ -196,12 +280,12 @@ def interleaved_fit(
     probe = fit(max(200, int(2.0 / (model.step_ms / 1e3))), 8)
     step_s = float(np.median(np.diff(probe.begins[SKIP_CALLS : probe.calls])))
     block = max(8, round(BLOCK_S / step_s))
-    fit(block * len(ARMS) * 3, block)  # both functions traced, warm
+    fit(block * len(probe.arms) * 3, block)  # every function traced, warm
     gate = fit(steps, block)
     guard = gate.stoker._guard
     if guard.disabled:  # Stoker turned itself off: its arms would cost nothing
         raise RuntimeError(f"Stoker was disabled in the interleaved fit: {guard.reason}")
-    base, costs = arm_costs(gate.begins[: gate.calls], gate.order, block)
+    base, costs = arm_costs(gate.begins[: gate.calls], gate.order, block, gate.arms)
     return block, base, costs
 
 
@@ -285,20 +369,22 @@ def threads_excess(
     return float(np.median(intervals)), kinds, server_s / whole_s
 
 
-def one_process(name: str, seconds: float, server: str) -> None:
+def one_process(name: str, seconds: float, server: str, traces: int) -> None:
     """The child's part: one interleaved fit on a fresh model, its figures as a JSON line."""
     fake_nvml(Path(tempfile.mkdtemp(prefix="stoker-bench-")))
-    block, base, costs = interleaved_fit(MODELS[name], seconds, server)
+    block, base, costs = interleaved_fit(MODELS[name], seconds, server, traces)
     figures = {arm: [c.median_us, c.low_us, c.high_us] for arm, c in costs.items()}
     print(json.dumps({"block": block, "base_s": base, "arms": figures}))
 
 
-def in_processes(name: str, seconds: float, server: str, processes: int) -> list[dict[str, Any]]:
+def in_processes(
+    name: str, seconds: float, server: str, processes: int, traces: int
+) -> list[dict[str, Any]]:
     """`processes` interleaved fits, each in a fresh process: its own model and traces."""
     results = []
     for _ in range(processes):
         command = [sys.executable, "-m", "bench.interleaved", "--one", name]
-        command += ["--seconds", str(seconds), "--server", server]
+        command += ["--seconds", str(seconds), "--server", server, "--traces", str(traces)]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"an interleaved fit of {name} failed:\n{done.stderr[-3000:]}")
@@ -306,19 +392,21 @@ def in_processes(name: str, seconds: float, server: str, processes: int) -> list
     return results
 
 
-def report(name: str, server: ServerProcess, seconds: float, processes: int) -> None:
+def report(
+    name: str, server: ServerProcess, seconds: float, processes: int, traces: int = TRACES
+) -> None:
     model = MODELS[name]
-    results = in_processes(name, seconds, server.url, processes)
+    results = in_processes(name, seconds, server.url, processes, traces)
     base = statistics.median(r["base_s"] for r in results)
     blocks = sorted({r["block"] for r in results})
     print(
         f"\n{model.name}: baseline step {base * 1e3:.3f} ms; {processes} processes (a fresh "
-        f"model, fresh traces), each one {seconds:.0f} s fit in blocks of "
+        f"model, {traces} traces of each function), each one {seconds:.0f} s fit in blocks of "
         f"{'/'.join(map(str, blocks))} steps; µs a step paired to the baseline: the median over "
         "processes (their IQR), then each process's median [its 95 % interval]"
     )
     medians = {}
-    for arm in ARMS[1:]:
+    for arm in results[0]["arms"]:
         values = [r["arms"][arm][0] for r in results]
         medians[arm] = statistics.median(values)
         spread = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else []
@@ -332,7 +420,17 @@ def report(name: str, server: ServerProcess, seconds: float, processes: int) -> 
             f"({medians[arm] / (base * 1e6) * 100:+.2f} %){iqr}: {each}"
         )
     stamps = medians["stoker"] - medians["stoker-unstamped"]
-    print(f"  the stamps (stoker less stoker-unstamped): {stamps:+.1f} µs a step")
+    print(f"  the stamps, first trace (stoker less stoker-unstamped): {stamps:+.1f} µs a step")
+    path = medians["stoker"]
+    if ACROSS_TRACES in medians:
+        path = medians[ACROSS_TRACES]
+        plains = [medians[arm] for arm in medians if arm.startswith("baseline-t")]
+        print(
+            f"  a trace's own speed: the further plain traces read {min(plains):+.1f}.."
+            f"{max(plains):+.1f} µs against the first; Stoker's path over all {traces} traces "
+            f"(stamped less plain, a group's mean): {path:+.1f} µs, the stamps in it "
+            f"{path - medians['stoker-unstamped']:+.1f}"
+        )
     step_s, kinds, server_per_s = threads_excess(model, min(seconds, 20.0), server)
     total = 0.0
     for kind, (count, inside_ms, excess_us) in kinds.items():
@@ -341,7 +439,6 @@ def report(name: str, server: ServerProcess, seconds: float, processes: int) -> 
             f"  {WINDOWS[kind][1]}: {count} windows, {inside_ms:.2f} ms a second inside them; "
             f"the steps overlapping them took {excess_us:+.2f} µs a step more"
         )
-    path = medians["stoker"]
     print(
         f"  Stoker in all: the step's path {path:+.1f} + the windows {total:+.1f} = "
         f"{path + total:+.1f} µs a step ({(path + total) / (base * 1e6) * 100:+.2f} % of "
@@ -355,11 +452,14 @@ def main() -> None:
     parser.add_argument("--models", default="tiny,mlp,wide")
     parser.add_argument("--seconds", type=float, default=30.0, help="each interleaved fit's length")
     parser.add_argument("--processes", type=int, default=6, help="fresh processes per model")
+    parser.add_argument(
+        "--traces", type=int, default=TRACES, help="traces of each function in a fit"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child: one model's fit
     parser.add_argument("--server", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        one_process(args.one, args.seconds, args.server)
+        one_process(args.one, args.seconds, args.server, args.traces)
         return
     work = Path(tempfile.mkdtemp(prefix="stoker-bench-"))
     fake_nvml(work)
@@ -367,7 +467,7 @@ def main() -> None:
     print_load("start")
     try:
         for name in args.models.split(","):
-            report(name, server, args.seconds, args.processes)
+            report(name, server, args.seconds, args.processes, args.traces)
     finally:
         server.stop()
     print_load("end")
