@@ -62,6 +62,7 @@ import numpy as np
 import psutil
 import tensorflow as tf
 
+import trainer_agent
 from bench.agent_overhead import (
     MODELS,
     Model,
@@ -468,6 +469,7 @@ def main() -> None:
     try:
         for name in args.models.split(","):
             report(name, server, args.seconds, args.processes, args.traces)
+        trainer_agent.flush()  # the last fit's run reaches the server before it stops
     finally:
         server.stop()
     print_load("end")
