@@ -5,7 +5,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -95,20 +96,27 @@ class ScriptedAgent:
         self.ws.close()
 
 
-def stalled_live_client(server: ServerProcess, run_id: int) -> Any:
-    """A browser that stops reading, subscribed to the run: its receive buffer is tiny, so
-    the server's writes to it back up at once. It sends no keepalive pings: it would not read
-    their pongs, and one timing out after its test printed websockets' traceback. The caller
-    closes it (each caller's `ExitStack`)."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", server.port))
-    slow = connect(
-        f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1,
-        compression=None, ping_interval=None, close_timeout=1,
-    ).__enter__()  # fmt: skip
-    slow.send(json.dumps({"type": "subscribe", "run_id": run_id}))
-    return slow
+@contextmanager
+def run_with_a_stalled_reader(
+    server: ServerProcess, name: str
+) -> Iterator[tuple[ScriptedAgent, Any]]:
+    """A scripted agent's run, and a browser subscribed to it that stops reading: its receive
+    buffer is tiny, so the server's writes to it back up at once. It sends no keepalive
+    pings: it would not read their pongs, and one timing out after its test printed
+    websockets' traceback. Both are closed on leaving."""
+    with ExitStack() as stack:
+        agent = ScriptedAgent(server, name=name)
+        stack.callback(agent.close)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        slow = connect(
+            f"{server.ws_url}/api/v1/live", sock=sock, max_size=None, max_queue=1,
+            compression=None, ping_interval=None, close_timeout=1,
+        )  # fmt: skip
+        stack.enter_context(slow)
+        slow.send(json.dumps({"type": "subscribe", "run_id": agent.run_id}))
+        yield agent, slow
 
 
 def first_drop_notice(client: Any, *, most: int) -> dict[str, Any]:

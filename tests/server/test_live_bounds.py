@@ -5,7 +5,6 @@ too big, leaving out its largest entries."""
 
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from tests.harness.detect_support import (
-    ScriptedAgent,
-    first_drop_notice,
-    stalled_live_client,
-)
+from tests.harness.detect_support import first_drop_notice, run_with_a_stalled_reader
 from tests.harness.support import ServerProcess, wait_for
 from tests.server.test_ingest_websocket import hello
 
@@ -126,20 +121,14 @@ def test_a_live_clients_queue_is_bounded_in_bytes(tmp_path: Path) -> None:
     env = {"STOKER_LIVE_QUEUE_SIZE": "100000", "STOKER_LIVE_CLIENT_MAX_BYTES": "64KiB"}
     server = ServerProcess(data_dir=tmp_path, env=env).start()
     try:
-        with ExitStack() as clients:
-            _drop_a_stalled_reader(server, clients)
+        with run_with_a_stalled_reader(server, "bytes") as (agent, slow):
+            batches = 400
+            for seq in range(1, batches + 1):
+                ack = agent.steps(STEPS_PER_BATCH, dur=0.01, wait=None)
+                assert ack == {"type": "ack", "seq": seq}
+            assert first_drop_notice(slow, most=3 * batches)["dropped"] > 0
     finally:
         server.stop()
-
-
-def _drop_a_stalled_reader(server: ServerProcess, clients: ExitStack) -> None:
-    agent = ScriptedAgent(server, name="bytes")
-    clients.callback(agent.close)
-    slow = clients.enter_context(stalled_live_client(server, agent.run_id))
-    batches = 400
-    for seq in range(1, batches + 1):
-        assert agent.steps(STEPS_PER_BATCH, dur=0.01, wait=None) == {"type": "ack", "seq": seq}
-    assert first_drop_notice(slow, most=3 * batches)["dropped"] > 0
 
 
 def test_the_agent_leaves_out_the_largest_config_entries_over_the_limit(

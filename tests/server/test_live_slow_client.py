@@ -9,9 +9,8 @@ from pathlib import Path
 from websockets.sync.client import connect
 
 from tests.harness.detect_support import (
-    ScriptedAgent,
     first_drop_notice,
-    stalled_live_client,
+    run_with_a_stalled_reader,
 )
 from tests.harness.support import ServerProcess
 
@@ -28,9 +27,7 @@ def test_slow_live_client_does_not_stall_ingest_and_gets_drop_notice(tmp_path: P
 
 
 def _check_slow_client(server: ServerProcess, clients: ExitStack) -> None:
-    agent = ScriptedAgent(server, name="slow")
-    clients.callback(agent.close)
-    slow = clients.enter_context(stalled_live_client(server, agent.run_id))
+    agent, slow = clients.enter_context(run_with_a_stalled_reader(server, "slow"))
     fast = clients.enter_context(connect(f"{server.ws_url}/api/v1/live", max_size=None))
     fast.send(json.dumps({"type": "subscribe", "run_id": agent.run_id}))
 
