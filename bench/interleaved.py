@@ -85,16 +85,15 @@ ARMS = ("baseline", "baseline-again", "stoker", "stoker-unstamped")
 TRACES = 4
 
 
+def trace_pairs(traces: int) -> list[tuple[str, str]]:
+    """The (plain, stamped) arm of each of `traces` traces: ("baseline", "stoker") is the
+    first's."""
+    return [("baseline", "stoker")] + [(f"baseline-t{k}", f"stoker-t{k}") for k in range(1, traces)]
+
+
 def arms_of(traces: int) -> tuple[str, ...]:
     """The arms of a fit with `traces` traces of each function (ARMS, then two per trace)."""
-    further = [(f"baseline-t{k}", f"stoker-t{k}") for k in range(1, traces)]
-    return ARMS + tuple(arm for pair in further for arm in pair)
-
-
-def trace_pairs(arms: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(plain, stamped) arm of each trace: ("baseline", "stoker") is the first."""
-    further = [arm for arm in arms if arm.startswith("baseline-t")]
-    return [("baseline", "stoker")] + [(arm, "stoker-" + arm.split("-")[1]) for arm in further]
+    return ARMS + tuple(arm for pair in trace_pairs(traces)[1:] for arm in pair)
 
 
 # A block's length: short against the machine's drift, long against the switch between two
@@ -132,7 +131,8 @@ class Gate(Begins):
         self.stoker = stoker
         self.block = block
         self.further = further or []  # further traces of Keras's train function
-        self.arms = arms_of(1 + len(self.further))
+        self.traces = 1 + len(self.further)
+        self.arms = arms_of(self.traces)
         groups = calls // (block * len(self.arms)) + 1
         self.order = [
             arm for _ in range(groups) for arm in random.sample(self.arms, len(self.arms))
@@ -157,13 +157,13 @@ class Gate(Begins):
         self._stoker = self.model.train_function
         functions = {"baseline": self._keras, "baseline-again": self._keras}
         functions |= {"stoker": self._stoker, "stoker-unstamped": self._keras}
+        # The wrapper Stoker puts around Keras's function, around each further trace's: its
+        # iterator stamped into the same ring (the fit's own wrapper already watches it).
         stamps = self.stoker._stamps
-        for k, keras in enumerate(self.further, start=1):
-            functions[f"baseline-t{k}"] = keras
-            # The wrapper Stoker puts around Keras's function, around this trace's: its
-            # iterator stamped into the same ring (the fit's own wrapper already watches it).
-            stamp = _SameRing(stamps.ring) if stamps is not None else None
-            functions[f"stoker-t{k}"] = _tf_wrapper(keras, _Unwatched(), stamp)
+        stamp = _SameRing(stamps.ring) if stamps is not None else None
+        for keras, (plain, stamped) in zip(self.further, trace_pairs(self.traces)[1:], strict=True):
+            functions[plain] = keras
+            functions[stamped] = _tf_wrapper(keras, _Unwatched(), stamp)
         self._functions = functions
         self.model.train_function = self._train_function
 
@@ -227,10 +227,11 @@ ACROSS_TRACES = "stoker-across-traces"
 
 
 def arm_costs(
-    begins: np.ndarray, order: list[str], block: int, arms: tuple[str, ...] = ARMS
+    begins: np.ndarray, order: list[str], block: int, traces: int = 1
 ) -> tuple[float, dict[str, ArmCost]]:
     """The baseline's call (s) and each arm's paired cost, from the calls' begin times; with
     further traces, also ACROSS_TRACES."""
+    arms = arms_of(traces)
     groups: dict[int, dict[str, float]] = {}
     for index in range(len(begins) // block - 1):
         start = index * block + SKIP_CALLS
@@ -247,8 +248,8 @@ def arm_costs(
         return ArmCost(float(np.median(paired)), float(low), float(high))
 
     costs = {arm: cost([g[arm] - g["baseline"] for g in whole]) for arm in arms[1:]}
-    pairs = trace_pairs(arms)
-    if len(pairs) > 1:
+    pairs = trace_pairs(traces)
+    if traces > 1:
         costs[ACROSS_TRACES] = cost(
             [statistics.fmean(g[stamped] - g[plain] for plain, stamped in pairs) for g in whole]
         )
@@ -286,7 +287,7 @@ def interleaved_fit(
     guard = gate.stoker._guard
     if guard.disabled:  # Stoker turned itself off: its arms would cost nothing
         raise RuntimeError(f"Stoker was disabled in the interleaved fit: {guard.reason}")
-    base, costs = arm_costs(gate.begins[: gate.calls], gate.order, block, gate.arms)
+    base, costs = arm_costs(gate.begins[: gate.calls], gate.order, block, gate.traces)
     return block, base, costs
 
 
